@@ -1,0 +1,56 @@
+//! The crate's error type. Expected operating errors only: a failing disk never comes back as an error
+//! value, it stops the process (see [`crate::fatal`]).
+
+use std::io;
+use std::path::PathBuf;
+
+use crate::batch::BatchError;
+use crate::types::Offset;
+
+/// Everything a storage operation can refuse or fail with.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StorageError {
+    /// The batch was refused before anything was written.
+    #[error("invalid record batch: {0}")]
+    InvalidBatch(#[from] BatchError),
+
+    /// An I/O operation failed in a way that does not threaten durability (open, list, read of a missing
+    /// file, ...). The operation and path say what was being done.
+    #[error("{op} {path}: {source}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+
+    /// A read or truncation asked for an offset the log does not hold.
+    #[error("offset {requested} is out of range: log holds [{log_start}, {log_end})")]
+    OffsetOutOfRange { requested: Offset, log_start: Offset, log_end: Offset },
+
+    /// A metadata file (checkpoint, leader-epoch file) could not be parsed.
+    #[error("corrupt {path}: {detail}")]
+    CorruptFile { path: PathBuf, detail: String },
+
+    /// A configuration value is out of its allowed range.
+    #[error("invalid log configuration: {0}")]
+    InvalidConfig(String),
+
+    /// An append carried a leader epoch older than one the log already holds.
+    #[error("leader epoch {epoch} is older than the log's latest epoch {latest}")]
+    StaleEpoch { epoch: i32, latest: i32 },
+
+    /// The log has been closed or deleted.
+    #[error("log {0} is closed")]
+    Closed(PathBuf),
+}
+
+impl StorageError {
+    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
+        StorageError::Io { op, path: path.into(), source }
+    }
+}
+
+/// Shorthand for storage results.
+pub type Result<T, E = StorageError> = std::result::Result<T, E>;

@@ -1,0 +1,83 @@
+//! The seam between the log and the disk.
+//!
+//! Every byte the log reads or writes goes through [`Fs`] and [`SegmentFile`]. [`dma::DmaFs`] is the real
+//! implementation (glommio DMA files: O_DIRECT through io_uring); [`sim::SimFs`] keeps files in memory, tracks
+//! what is written apart from what is durable, and can simulate a crash that loses unsynced writes and
+//! tears the last one. The traits use `async fn` without `Send` bounds on purpose: everything runs on one
+//! shard's thread.
+//!
+//! Writes are direct I/O: positions and lengths are multiples of [`ALIGN`]. Reads may be unaligned.
+
+#![allow(async_fn_in_trait)]
+
+use std::io;
+use std::path::Path;
+
+pub mod dma;
+pub mod sim;
+
+/// Alignment of every write's position and length.
+pub const ALIGN: u64 = 4096;
+
+/// Rounds `v` down to a multiple of [`ALIGN`].
+pub fn align_down(v: u64) -> u64 {
+    v & !(ALIGN - 1)
+}
+
+/// Rounds `v` up to a multiple of [`ALIGN`].
+pub fn align_up(v: u64) -> u64 {
+    v.checked_add(ALIGN - 1).expect("alignment overflow") & !(ALIGN - 1)
+}
+
+/// A file opened for direct I/O.
+pub trait SegmentFile: std::fmt::Debug + 'static {
+    /// A buffer suitable for a direct write: aligned in memory, of an aligned length.
+    type Buf: AsRef<[u8]> + AsMut<[u8]>;
+
+    /// Allocates a write buffer of `len` bytes (a multiple of [`ALIGN`]). Its contents are unspecified.
+    fn alloc(&self, len: usize) -> Self::Buf;
+
+    /// Writes the whole buffer at `pos` (a multiple of [`ALIGN`]).
+    async fn write_at(&self, buf: Self::Buf, pos: u64) -> io::Result<()>;
+
+    /// Reads up to `len` bytes at `pos`; fewer only at the end of the file.
+    async fn read_at(&self, pos: u64, len: usize) -> io::Result<Vec<u8>>;
+
+    /// Makes every completed write durable (data and the size needed to read it).
+    async fn fdatasync(&self) -> io::Result<()>;
+
+    /// Sets the file's size.
+    async fn truncate(&self, len: u64) -> io::Result<()>;
+
+    /// The file's current size.
+    async fn size(&self) -> io::Result<u64>;
+}
+
+/// The directory operations the log needs.
+pub trait Fs: Clone + std::fmt::Debug + 'static {
+    type File: SegmentFile;
+
+    /// Opens `path` for reading and writing, creating it (empty) when `create` is set and it does not exist.
+    async fn open(&self, path: &Path, create: bool) -> io::Result<Self::File>;
+
+    /// Removes a file.
+    async fn remove(&self, path: &Path) -> io::Result<()>;
+
+    /// Renames a file, replacing any file at `to`.
+    async fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+
+    /// Makes the directory's entries (creations, renames, removals) durable.
+    async fn sync_dir(&self, path: &Path) -> io::Result<()>;
+
+    /// Creates a directory and its parents.
+    async fn create_dir_all(&self, path: &Path) -> io::Result<()>;
+
+    /// Removes an empty directory.
+    async fn remove_dir(&self, path: &Path) -> io::Result<()>;
+
+    /// Names of the entries in a directory, sorted.
+    fn list_dir(&self, path: &Path) -> io::Result<Vec<String>>;
+
+    /// Whether a file or directory exists at `path`.
+    fn exists(&self, path: &Path) -> bool;
+}

@@ -1,0 +1,361 @@
+//! Operations that change which bytes and files make up the log: rolling, truncation, retention,
+//! DeleteRecords and close. Each holds the `io` lock for its whole duration.
+
+use std::path::Path;
+use std::rc::Rc;
+
+use crate::durable;
+use crate::error::{Result, StorageError};
+use crate::fatal;
+use crate::fs::{Fs, SegmentFile, align_down};
+use crate::segment::index::SegmentIndex;
+use crate::segment::{self, Segment};
+use crate::types::Offset;
+
+use super::{PartitionLog, Tail};
+
+/// Creates an empty segment file at `base` (replacing a stray one) and makes its directory entry durable.
+pub(super) async fn create_segment<F: Fs>(fs: &F, dir: &Path, base: Offset, now_ms: i64) -> Result<Segment<F>> {
+    let path = dir.join(segment::file_name(base, segment::LOG_SUFFIX));
+    let file = fs.open(&path, true).await.map_err(|e| StorageError::io("create segment", &path, e))?;
+    if let Err(e) = file.truncate(0).await {
+        fatal::disk_failure("truncate", &path, &e);
+    }
+    durable::sync_parent(fs, &path).await;
+    Ok(Segment {
+        base,
+        dir: dir.to_path_buf(),
+        file: Rc::new(file),
+        size: 0,
+        next_offset: base,
+        index: SegmentIndex::new(base),
+        created_ms: now_ms,
+    })
+}
+
+/// Writes a segment's `.index` and `.timeindex` files whole.
+pub(super) async fn write_index_files<F: Fs>(
+    fs: &F,
+    index: &SegmentIndex,
+    index_path: &Path,
+    time_index_path: &Path,
+) -> Result<()> {
+    durable::replace_file(fs, index_path, &index.encode_offsets()).await?;
+    durable::replace_file(fs, time_index_path, &index.encode_times()).await
+}
+
+/// Removes a segment's three files (index files first, so a crash leaves no index without its log).
+async fn remove_segment_files<F: Fs>(fs: &F, dir: &Path, base: Offset) -> Result<()> {
+    for suffix in [segment::INDEX_SUFFIX, segment::TIME_INDEX_SUFFIX, segment::LOG_SUFFIX] {
+        let path = dir.join(segment::file_name(base, suffix));
+        if fs.exists(&path)
+            && let Err(e) = fs.remove(&path).await
+        {
+            fatal::disk_failure("remove", &path, &e);
+        }
+    }
+    Ok(())
+}
+
+impl<F: Fs> PartitionLog<F> {
+    /// Rolls the active segment if a `batch_len`-byte append still needs a new one.
+    pub(super) async fn roll_if_needed(&self, batch_len: u64) -> Result<()> {
+        let _io = self.io.lock().await;
+        self.check_open()?;
+        let now = self.clock.now_ms();
+        if self.inner.borrow().needs_roll(batch_len, now) {
+            self.roll_locked(now).await?;
+        }
+        Ok(())
+    }
+
+    /// Rolls now (for tests and tools), unless the active segment is empty.
+    pub async fn roll(&self) -> Result<()> {
+        let _io = self.io.lock().await;
+        self.check_open()?;
+        if !self.inner.borrow().active().is_empty() {
+            self.roll_locked(self.clock.now_ms()).await?;
+        }
+        Ok(())
+    }
+
+    /// The old segment is written out, cut to its logical size, synced, and its indexes written; then a new
+    /// empty segment starts at the log end offset.
+    async fn roll_locked(&self, now: i64) -> Result<()> {
+        self.seal_active_locked().await?;
+        let base = self.inner.borrow().log_end();
+        let segment = create_segment(&self.fs, &self.dir, base, now).await?;
+        self.persist_epochs_locked().await?;
+        let mut inner = self.inner.borrow_mut();
+        inner.segments.push(segment);
+        inner.tail = Tail::default();
+        inner.durable = base;
+        tracing::debug!(dir = %self.dir.display(), %base, "rolled segment");
+        Ok(())
+    }
+
+    /// Makes the active segment complete on disk: written out, cut to its logical size, synced, indexes
+    /// sealed and written. It stays the active segment.
+    async fn seal_active_locked(&self) -> Result<()> {
+        self.write_out_locked().await?;
+        let (file, path, size, index, index_path, time_index_path, covered) = {
+            let mut inner = self.inner.borrow_mut();
+            let covered = inner.log_end();
+            let active = inner.active_mut();
+            active.index.seal();
+            (
+                active.file.clone(),
+                active.log_path(),
+                active.size,
+                active.index.clone(),
+                active.index_path(),
+                active.time_index_path(),
+                covered,
+            )
+        };
+        if let Err(e) = file.truncate(size).await {
+            fatal::disk_failure("truncate", &path, &e);
+        }
+        if let Err(e) = file.fdatasync().await {
+            fatal::disk_failure("fdatasync", &path, &e);
+        }
+        write_index_files(&self.fs, &index, &index_path, &time_index_path).await?;
+        let mut inner = self.inner.borrow_mut();
+        inner.stats.fsyncs += 1;
+        inner.durable = inner.durable.max(covered);
+        Ok(())
+    }
+
+    /// Removes every batch from `offset` on, durably. A batch holding `offset` is removed whole, so the
+    /// new log end offset is that batch's base offset. Returns the new log end offset.
+    pub async fn truncate_to(&self, offset: Offset) -> Result<Offset> {
+        let _io = self.io.lock().await;
+        self.check_open()?;
+        let (log_start, log_end) = {
+            let inner = self.inner.borrow();
+            (inner.log_start, inner.log_end())
+        };
+        if offset >= log_end {
+            return Ok(log_end);
+        }
+        if offset < log_start {
+            return Err(StorageError::OffsetOutOfRange { requested: offset, log_start, log_end });
+        }
+        // Everything below the cut must be in the file before the file is cut.
+        self.write_out_locked().await?;
+        let keep = self.inner.borrow().segment_for(offset);
+        let doomed: Vec<Offset> = self.inner.borrow().segments[keep + 1..].iter().map(|s| s.base).collect();
+        {
+            let mut inner = self.inner.borrow_mut();
+            inner.generation += 1;
+            inner.segments.truncate(keep + 1);
+        }
+        for base in &doomed {
+            remove_segment_files(&self.fs, &self.dir, *base).await?;
+        }
+        // Find the batch holding `offset` in the segment that stays.
+        let (seg_base, seg_size) = {
+            let inner = self.inner.borrow();
+            (inner.active().base, inner.active().size)
+        };
+        let (cut_pos, cut_offset) = self.find_batch_start_locked(offset, seg_base, seg_size).await?;
+        let (file, path) = {
+            let inner = self.inner.borrow();
+            (inner.active().file.clone(), inner.active().log_path())
+        };
+        if let Err(e) = file.truncate(cut_pos).await {
+            fatal::disk_failure("truncate", &path, &e);
+        }
+        if let Err(e) = file.fdatasync().await {
+            fatal::disk_failure("fdatasync", &path, &e);
+        }
+        if !doomed.is_empty() {
+            durable::sync_parent(&self.fs, &path).await;
+        }
+        let tail_start = align_down(cut_pos);
+        let tail_bytes = file
+            .read_at(tail_start, (cut_pos - tail_start) as usize)
+            .await
+            .map_err(|e| durable::read_failure("read", &path, e))?;
+        assert_eq!(tail_bytes.len() as u64, cut_pos - tail_start, "segment shorter than the batches it held");
+        {
+            let mut inner = self.inner.borrow_mut();
+            let active = inner.active_mut();
+            active.index.truncate(cut_pos, cut_offset);
+            active.size = cut_pos;
+            active.next_offset = cut_offset;
+            inner.tail = Tail { start: tail_start, bytes: tail_bytes, written: cut_pos };
+            inner.durable = inner.durable.min(cut_offset);
+            inner.high_watermark = inner.high_watermark.min(cut_offset);
+            inner.log_start = inner.log_start.min(cut_offset);
+            if inner.epochs.truncate_from_end(cut_offset) {
+                inner.epochs_dirty = true;
+            }
+            inner.stats.fsyncs += 1;
+        }
+        self.persist_epochs_locked().await?;
+        tracing::info!(dir = %self.dir.display(), requested = %offset, log_end = %cut_offset, "truncated log");
+        Ok(cut_offset)
+    }
+
+    /// The position and base offset of the batch holding `offset` in the active segment (or the segment's
+    /// end when `offset` is at it).
+    async fn find_batch_start_locked(&self, offset: Offset, seg_base: Offset, seg_size: u64) -> Result<(u64, Offset)> {
+        let active_idx = self.segment_count() - 1;
+        let mut pos = self.inner.borrow().active().index.position_for(offset);
+        let mut base = seg_base;
+        while pos < seg_size {
+            let header = self.read_segment_range(active_idx, pos, crate::batch::HEADER_BYTES as u64).await?;
+            let h = crate::batch::BatchHeader::parse(&header).map_err(|e| StorageError::CorruptFile {
+                path: self.dir.clone(),
+                detail: format!("batch header at {pos}: {e}"),
+            })?;
+            base = Offset(h.base_offset as u64);
+            let last = base.plus(h.last_offset_delta as u64);
+            if last >= offset {
+                return Ok((pos, base));
+            }
+            pos += h.total_bytes() as u64;
+            base = last.plus(1);
+        }
+        Ok((seg_size, base))
+    }
+
+    /// Removes every segment and starts the log empty at `offset` (a follower whose log is entirely
+    /// behind the leader's log start).
+    pub async fn truncate_fully_and_start_at(&self, offset: Offset) -> Result<()> {
+        let _io = self.io.lock().await;
+        self.check_open()?;
+        let doomed: Vec<Offset> = self.inner.borrow().segments.iter().map(|s| s.base).collect();
+        self.inner.borrow_mut().generation += 1;
+        for base in &doomed {
+            remove_segment_files(&self.fs, &self.dir, *base).await?;
+        }
+        let segment = create_segment(&self.fs, &self.dir, offset, self.clock.now_ms()).await?;
+        {
+            let mut inner = self.inner.borrow_mut();
+            inner.segments = vec![segment];
+            inner.tail = Tail::default();
+            inner.log_start = offset;
+            inner.durable = offset;
+            inner.high_watermark = offset;
+            inner.epochs = Default::default();
+            inner.epochs_dirty = true;
+        }
+        self.persist_epochs_locked().await
+    }
+
+    /// Deletes old segments by `retention.ms` and `retention.bytes`, and segments wholly below the log
+    /// start offset. The active segment is never deleted. Returns how many segments were deleted.
+    pub async fn apply_retention(&self) -> Result<usize> {
+        let _io = self.io.lock().await;
+        self.check_open()?;
+        let now = self.clock.now_ms();
+        let count = {
+            let inner = self.inner.borrow();
+            let mut total: u64 = inner.segments.iter().map(|s| s.size).sum();
+            let mut count = 0;
+            for seg in &inner.segments[..inner.segments.len() - 1] {
+                let newest = if seg.index.max_timestamp() >= 0 { seg.index.max_timestamp() } else { seg.created_ms };
+                let by_time = inner.config.retention_ms.is_some_and(|ms| now.saturating_sub(newest) > ms);
+                let by_size = inner.config.retention_bytes.is_some_and(|max| total - seg.size >= max);
+                let by_start = seg.next_offset <= inner.log_start;
+                if !(by_time || by_size || by_start) {
+                    break;
+                }
+                total -= seg.size;
+                count += 1;
+            }
+            count
+        };
+        self.delete_oldest_segments_locked(count).await?;
+        Ok(count)
+    }
+
+    /// Kafka's DeleteRecords: moves the log start offset up to `offset` (at most the log end offset) and
+    /// deletes the segments wholly below it. Returns the new log start offset.
+    pub async fn delete_records(&self, offset: Offset) -> Result<Offset> {
+        let _io = self.io.lock().await;
+        self.check_open()?;
+        let count = {
+            let mut inner = self.inner.borrow_mut();
+            let log_end = inner.log_end();
+            if offset > log_end {
+                return Err(StorageError::OffsetOutOfRange { requested: offset, log_start: inner.log_start, log_end });
+            }
+            if offset > inner.log_start {
+                inner.log_start = offset;
+                if inner.epochs.truncate_from_start(offset) {
+                    inner.epochs_dirty = true;
+                }
+            }
+            let n = inner.segments.len();
+            inner.segments[..n - 1].iter().take_while(|s| s.next_offset <= inner.log_start).count()
+        };
+        self.delete_oldest_segments_locked(count).await?;
+        self.persist_epochs_locked().await?;
+        Ok(self.log_start_offset())
+    }
+
+    async fn delete_oldest_segments_locked(&self, count: usize) -> Result<()> {
+        if count == 0 {
+            return Ok(());
+        }
+        let doomed: Vec<Offset> = {
+            let mut inner = self.inner.borrow_mut();
+            assert!(count < inner.segments.len(), "the active segment is never deleted");
+            let doomed = inner.segments.drain(..count).map(|s| s.base).collect();
+            let first = inner.segments[0].base;
+            inner.log_start = inner.log_start.max(first);
+            let start = inner.log_start;
+            if inner.epochs.truncate_from_start(start) {
+                inner.epochs_dirty = true;
+            }
+            inner.generation += 1;
+            doomed
+        };
+        for base in &doomed {
+            remove_segment_files(&self.fs, &self.dir, *base).await?;
+        }
+        durable::sync_dir(&self.fs, &self.dir).await;
+        self.persist_epochs_locked().await?;
+        tracing::info!(dir = %self.dir.display(), deleted = doomed.len(), log_start = %self.log_start_offset(), "deleted segments");
+        Ok(())
+    }
+
+    /// Writes everything out, seals the active segment (cut to size, synced, indexes written) and refuses
+    /// further operations. After `close` the directory needs no recovery scan.
+    pub async fn close(&self) -> Result<()> {
+        let _io = self.io.lock().await;
+        if self.inner.borrow().closed {
+            return Ok(());
+        }
+        self.seal_active_locked().await?;
+        self.persist_epochs_locked().await?;
+        self.inner.borrow_mut().closed = true;
+        Ok(())
+    }
+
+    /// Closes the log and removes its directory.
+    pub async fn delete(&self) -> Result<()> {
+        let _io = self.io.lock().await;
+        let bases: Vec<Offset> = {
+            let mut inner = self.inner.borrow_mut();
+            inner.closed = true;
+            inner.generation += 1;
+            inner.segments.iter().map(|s| s.base).collect()
+        };
+        for base in bases {
+            remove_segment_files(&self.fs, &self.dir, base).await?;
+        }
+        for name in self.fs.list_dir(&self.dir).map_err(|e| StorageError::io("list", &self.dir, e))? {
+            let path = self.dir.join(name);
+            if let Err(e) = self.fs.remove(&path).await {
+                fatal::disk_failure("remove", &path, &e);
+            }
+        }
+        self.fs.remove_dir(&self.dir).await.map_err(|e| StorageError::io("remove directory", &self.dir, e))?;
+        durable::sync_parent(&self.fs, &self.dir).await;
+        Ok(())
+    }
+}

@@ -1,0 +1,658 @@
+//! The partition log: appends, reads, group commit. Recovery is in [`open`], and rolling, truncation,
+//! retention and close in [`maintenance`].
+//!
+//! One `PartitionLog` belongs to one shard and is used from that shard's thread only. Its state lives in a
+//! `RefCell` that is never borrowed across an `.await`; every operation that writes to the disk (write-out,
+//! fdatasync, roll, truncation, retention, close) holds the `io` lock, so the file is only ever written by
+//! one task at a time, while appends and reads go on in memory.
+//!
+//! Group commit: `append` copies the batch into the active segment's in-memory tail and returns its offsets
+//! at once. `wait_durable(offset)` returns once an fdatasync covering `offset` has completed: the first
+//! waiter takes the lock and syncs everything appended so far; waiters that arrive meanwhile queue on the
+//! lock and find, when they get it, that the next sync covers all of them.
+//!
+//! The active segment's bytes from the block-aligned position `tail.start` on are kept in memory. A
+//! write-out writes the memory from the block holding the first unwritten byte to the end, zero-padded to
+//! a whole block; the partial last block is rewritten with more bytes by the next write-out.
+
+pub mod config;
+mod maintenance;
+mod open;
+
+use std::cell::RefCell;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use async_lock::Mutex;
+
+use crate::batch::{self, BatchHeader, HEADER_BYTES};
+use crate::durable::{self, read_failure};
+use crate::epoch_cache::LeaderEpochCache;
+use crate::error::{Result, StorageError};
+use crate::fatal;
+use crate::fs::{ALIGN, Fs, SegmentFile, align_down, align_up};
+use crate::segment::Segment;
+use crate::segment::index::BatchMeta;
+use crate::types::{Clock, LeaderEpoch, Offset};
+
+pub use config::{FlushPolicy, LogConfig};
+pub use open::{OpenHints, OpenReport, Recovery};
+
+/// Name of the leader-epoch file in a partition directory.
+pub const LEADER_EPOCH_FILE: &str = "leader-epoch-checkpoint";
+
+/// Offsets assigned to an appended batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppendInfo {
+    pub base_offset: Offset,
+    pub last_offset: Offset,
+    pub max_timestamp: i64,
+}
+
+impl AppendInfo {
+    /// The log end offset right after this append.
+    pub fn next_offset(&self) -> Offset {
+        self.last_offset.plus(1)
+    }
+}
+
+/// Whole batches read from the log.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LogRead {
+    /// Stored batch bytes, exactly as on disk.
+    pub bytes: Vec<u8>,
+    /// Base offset of the first batch (may be below the requested offset: a read can start inside a batch).
+    pub first_offset: Option<Offset>,
+    /// The offset after the last returned batch; where the next read continues.
+    pub next_offset: Offset,
+}
+
+/// Counters for tests and metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LogStats {
+    pub appends: u64,
+    pub writes: u64,
+    pub bytes_written: u64,
+    pub fsyncs: u64,
+}
+
+/// The active segment's in-memory tail.
+#[derive(Debug, Default)]
+struct Tail {
+    /// Block-aligned file position of `bytes[0]`.
+    start: u64,
+    /// The segment's bytes from `start` to its logical end.
+    bytes: Vec<u8>,
+    /// File bytes `[0, written)` hold the segment's data.
+    written: u64,
+}
+
+#[derive(Debug)]
+struct Inner<F: Fs> {
+    config: LogConfig,
+    /// Ordered by base offset, contiguous; the last one is active. Never empty.
+    segments: Vec<Segment<F>>,
+    tail: Tail,
+    log_start: Offset,
+    /// Every offset below this is covered by a completed fdatasync.
+    durable: Offset,
+    high_watermark: Offset,
+    epochs: LeaderEpochCache,
+    /// The epoch cache changed and must be written before the next sync completes.
+    epochs_dirty: bool,
+    last_sync_ms: i64,
+    /// Bumped whenever bytes already in the log are removed, so a read that awaited can tell.
+    generation: u64,
+    closed: bool,
+    stats: LogStats,
+}
+
+/// A partition's log. See the module documentation.
+pub struct PartitionLog<F: Fs> {
+    fs: F,
+    dir: PathBuf,
+    clock: Rc<dyn Clock>,
+    inner: RefCell<Inner<F>>,
+    io: Mutex<()>,
+}
+
+impl<F: Fs> std::fmt::Debug for PartitionLog<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let inner = self.inner.borrow();
+        f.debug_struct("PartitionLog")
+            .field("dir", &self.dir)
+            .field("log_start", &inner.log_start)
+            .field("log_end", &inner.active().next_offset)
+            .field("durable", &inner.durable)
+            .field("segments", &inner.segments.len())
+            .finish()
+    }
+}
+
+impl<F: Fs> Inner<F> {
+    fn active(&self) -> &Segment<F> {
+        self.segments.last().expect("a log always has an active segment")
+    }
+
+    fn active_mut(&mut self) -> &mut Segment<F> {
+        self.segments.last_mut().expect("a log always has an active segment")
+    }
+
+    fn log_end(&self) -> Offset {
+        self.active().next_offset
+    }
+
+    fn unwritten_bytes(&self) -> u64 {
+        self.active().size - self.tail.written
+    }
+
+    fn needs_roll(&self, batch_len: u64, now_ms: i64) -> bool {
+        let active = self.active();
+        if active.is_empty() {
+            return false;
+        }
+        let too_big = active.size + batch_len > self.config.segment_bytes;
+        let too_old = now_ms.saturating_sub(active.created_ms) >= self.config.segment_ms;
+        // Relative offsets in the index are u32.
+        let offsets_full = active.next_offset.0 - active.base.0 >= u32::MAX as u64 / 2;
+        too_big || too_old || offsets_full
+    }
+
+    /// Drops cached tail bytes beyond the cache size that are already on disk.
+    fn trim_tail(&mut self) {
+        let keep = self.config.tail_cache_bytes as u64;
+        let size = self.active().size;
+        let tail = &mut self.tail;
+        if (tail.bytes.len() as u64) < keep + 64 * ALIGN {
+            return;
+        }
+        let new_start = align_down(size.saturating_sub(keep)).min(align_down(tail.written));
+        if new_start > tail.start {
+            tail.bytes.drain(..(new_start - tail.start) as usize);
+            tail.start = new_start;
+        }
+    }
+
+    /// The index of the segment holding `offset` (the last one whose base is not above it).
+    fn segment_for(&self, offset: Offset) -> usize {
+        self.segments.partition_point(|s| s.base <= offset).saturating_sub(1)
+    }
+}
+
+impl<F: Fs> PartitionLog<F> {
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The offset the next append gets (LEO).
+    pub fn log_end_offset(&self) -> Offset {
+        self.inner.borrow().log_end()
+    }
+
+    /// The first offset still in the log.
+    pub fn log_start_offset(&self) -> Offset {
+        self.inner.borrow().log_start
+    }
+
+    /// Every offset below this is on disk, covered by a completed fdatasync.
+    pub fn durable_offset(&self) -> Offset {
+        self.inner.borrow().durable
+    }
+
+    /// The recovery point to checkpoint: a restart need not scan below it.
+    pub fn recovery_point(&self) -> Offset {
+        self.inner.borrow().durable
+    }
+
+    pub fn high_watermark(&self) -> Offset {
+        self.inner.borrow().high_watermark
+    }
+
+    /// Records the high watermark (kept for the checkpoint; the log does not interpret it).
+    pub fn set_high_watermark(&self, hw: Offset) {
+        let mut inner = self.inner.borrow_mut();
+        assert!(hw <= inner.log_end(), "high watermark {hw} beyond log end {}", inner.log_end());
+        inner.high_watermark = hw;
+    }
+
+    pub fn config(&self) -> LogConfig {
+        self.inner.borrow().config.clone()
+    }
+
+    /// Replaces the settings; they apply from the next append or retention pass.
+    pub fn set_config(&self, config: LogConfig) -> Result<()> {
+        config.validate()?;
+        self.inner.borrow_mut().config = config;
+        Ok(())
+    }
+
+    pub fn stats(&self) -> LogStats {
+        self.inner.borrow().stats
+    }
+
+    pub fn segment_count(&self) -> usize {
+        self.inner.borrow().segments.len()
+    }
+
+    /// Base offsets of the segments, oldest first.
+    pub fn segment_bases(&self) -> Vec<Offset> {
+        self.inner.borrow().segments.iter().map(|s| s.base).collect()
+    }
+
+    /// Total logical bytes of all segments.
+    pub fn size_bytes(&self) -> u64 {
+        self.inner.borrow().segments.iter().map(|s| s.size).sum()
+    }
+
+    pub fn leader_epochs(&self) -> LeaderEpochCache {
+        self.inner.borrow().epochs.clone()
+    }
+
+    /// Kafka's OffsetForLeaderEpoch answer: the largest epoch not above `epoch` and where it ended.
+    pub fn end_offset_for_epoch(&self, epoch: LeaderEpoch) -> Option<(LeaderEpoch, Offset)> {
+        let inner = self.inner.borrow();
+        inner.epochs.end_offset_for(epoch, inner.log_end())
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.inner.borrow().closed { Err(StorageError::Closed(self.dir.clone())) } else { Ok(()) }
+    }
+
+    /// Validates `batch`, assigns it the next offsets, stamps them and `epoch` into it, and queues it for
+    /// the disk. Returns as soon as the batch is in memory; see [`PartitionLog::wait_durable`].
+    ///
+    /// A batch that fails validation, or an epoch older than the latest recorded, leaves the log unchanged.
+    pub async fn append(&self, batch: &[u8], epoch: LeaderEpoch) -> Result<AppendInfo> {
+        let max = self.inner.borrow().config.max_message_bytes;
+        let header = batch::validate(batch, max)?;
+        if epoch.0 < 0 {
+            return Err(StorageError::StaleEpoch { epoch: epoch.0, latest: 0 });
+        }
+        loop {
+            self.check_open()?;
+            let now = self.clock.now_ms();
+            let (roll, write) = {
+                let mut inner = self.inner.borrow_mut();
+                if let Some(latest) = inner.epochs.latest()
+                    && epoch < latest.epoch
+                {
+                    return Err(StorageError::StaleEpoch { epoch: epoch.0, latest: latest.epoch.0 });
+                }
+                let roll = inner.needs_roll(batch.len() as u64, now);
+                let write = inner.unwritten_bytes() >= inner.config.max_unwritten_bytes as u64;
+                if !roll && !write {
+                    return Ok(self.append_in_memory(&mut inner, batch, &header, epoch));
+                }
+                (roll, write)
+            };
+            if roll {
+                self.roll_if_needed(batch.len() as u64).await?;
+            } else if write {
+                let _io = self.io.lock().await;
+                self.write_out_locked().await?;
+            }
+        }
+    }
+
+    fn append_in_memory(
+        &self,
+        inner: &mut Inner<F>,
+        batch: &[u8],
+        header: &BatchHeader,
+        epoch: LeaderEpoch,
+    ) -> AppendInfo {
+        let base = inner.log_end();
+        let info = AppendInfo {
+            base_offset: base,
+            last_offset: base.plus(header.last_offset_delta as u64),
+            max_timestamp: header.max_timestamp,
+        };
+        if inner.epochs.assign(epoch, base) {
+            inner.epochs_dirty = true;
+        }
+        let interval = inner.config.index_interval_bytes;
+        let position = inner.active().size;
+        let at = inner.tail.bytes.len();
+        inner.tail.bytes.extend_from_slice(batch);
+        batch::stamp(&mut inner.tail.bytes[at..], base, epoch);
+        let meta = BatchMeta {
+            position,
+            size: batch.len() as u64,
+            base_offset: base,
+            last_offset: info.last_offset,
+            max_timestamp: header.max_timestamp,
+            epoch: epoch.0,
+        };
+        let active = inner.active_mut();
+        active.index.on_batch(&meta, interval);
+        active.size += batch.len() as u64;
+        active.next_offset = info.next_offset();
+        debug_assert_eq!(inner.tail.start + inner.tail.bytes.len() as u64, inner.active().size);
+        inner.stats.appends += 1;
+        inner.trim_tail();
+        info
+    }
+
+    /// Returns once every offset below `offset` is durable, syncing if no sync in flight covers it.
+    pub async fn wait_durable(&self, offset: Offset) -> Result<()> {
+        loop {
+            if self.inner.borrow().durable >= offset {
+                return Ok(());
+            }
+            self.check_open()?;
+            let _io = self.io.lock().await;
+            if self.inner.borrow().durable >= offset {
+                return Ok(());
+            }
+            self.sync_locked().await?;
+        }
+    }
+
+    /// Makes everything appended so far durable.
+    pub async fn flush(&self) -> Result<()> {
+        let end = self.log_end_offset();
+        self.wait_durable(end).await
+    }
+
+    /// Writes appended data to the file without syncing it (Kafka's page-cache acknowledgement point).
+    pub async fn write_out(&self) -> Result<()> {
+        self.check_open()?;
+        let _io = self.io.lock().await;
+        self.write_out_locked().await.map(|_| ())
+    }
+
+    /// Under the interval flush policy: syncs when `flush.messages` records are unsynced or `flush.ms`
+    /// passed since the last sync. Returns whether it synced. Under `Always` it never needs to.
+    pub async fn flush_if_due(&self) -> Result<bool> {
+        let due = {
+            let inner = self.inner.borrow();
+            match inner.config.flush {
+                FlushPolicy::Always => false,
+                FlushPolicy::Interval { messages, ms } => {
+                    let unsynced = inner.log_end().0 - inner.durable.0;
+                    let elapsed = self.clock.now_ms().saturating_sub(inner.last_sync_ms);
+                    unsynced >= messages || (unsynced > 0 && elapsed >= ms as i64)
+                }
+            }
+        };
+        if due {
+            self.flush().await?;
+        }
+        Ok(due)
+    }
+
+    /// Writes the active segment's unwritten bytes. Returns the log end offset the write covers.
+    async fn write_out_locked(&self) -> Result<Offset> {
+        let (file, path, pos, buf, end, covered) = {
+            let inner = self.inner.borrow();
+            let end = inner.active().size;
+            let covered = inner.log_end();
+            if inner.tail.written == end {
+                return Ok(covered);
+            }
+            let tail = &inner.tail;
+            let pos = align_down(tail.written);
+            assert!(pos >= tail.start, "unwritten data was dropped from the tail");
+            let from = (pos - tail.start) as usize;
+            let len = (end - pos) as usize;
+            let active = inner.active();
+            let mut buf = active.file.alloc(align_up(len as u64) as usize);
+            buf.as_mut()[..len].copy_from_slice(&tail.bytes[from..]);
+            buf.as_mut()[len..].fill(0);
+            (active.file.clone(), active.log_path(), pos, buf, end, covered)
+        };
+        let len = buf.as_ref().len() as u64;
+        if let Err(e) = file.write_at(buf, pos).await {
+            fatal::disk_failure("write", &path, &e);
+        }
+        let mut inner = self.inner.borrow_mut();
+        assert!(Rc::ptr_eq(&inner.active().file, &file), "active segment changed during a locked write");
+        inner.tail.written = end;
+        inner.stats.writes += 1;
+        inner.stats.bytes_written += len;
+        inner.trim_tail();
+        Ok(covered)
+    }
+
+    /// Writes out and fdatasyncs the active segment, then advances the durable offset.
+    async fn sync_locked(&self) -> Result<()> {
+        let covered = self.write_out_locked().await?;
+        let (file, path) = {
+            let inner = self.inner.borrow();
+            (inner.active().file.clone(), inner.active().log_path())
+        };
+        if let Err(e) = file.fdatasync().await {
+            fatal::disk_failure("fdatasync", &path, &e);
+        }
+        self.persist_epochs_locked().await?;
+        let mut inner = self.inner.borrow_mut();
+        inner.stats.fsyncs += 1;
+        inner.last_sync_ms = self.clock.now_ms();
+        if covered > inner.durable {
+            inner.durable = covered;
+        }
+        Ok(())
+    }
+
+    /// Writes the leader-epoch file if it changed.
+    async fn persist_epochs_locked(&self) -> Result<()> {
+        let body = {
+            let mut inner = self.inner.borrow_mut();
+            if !inner.epochs_dirty {
+                return Ok(());
+            }
+            inner.epochs_dirty = false;
+            inner.epochs.encode()
+        };
+        durable::replace_file(&self.fs, &self.dir.join(LEADER_EPOCH_FILE), body.as_bytes()).await
+    }
+
+    /// Reads whole batches from `from` on, up to `max_bytes` (at least one whole batch if any is there).
+    pub async fn read(&self, from: Offset, max_bytes: usize) -> Result<LogRead> {
+        self.read_until(from, max_bytes, Offset(u64::MAX)).await
+    }
+
+    /// Like [`PartitionLog::read`], but returns only batches whose last offset is below `end` (a consumer's
+    /// high watermark).
+    pub async fn read_until(&self, from: Offset, max_bytes: usize, end: Offset) -> Result<LogRead> {
+        loop {
+            let generation = self.inner.borrow().generation;
+            let read = self.read_once(from, max_bytes, end).await?;
+            if self.inner.borrow().generation == generation {
+                return Ok(read);
+            }
+            // Bytes were removed while the read waited for the disk: what it got may be stale.
+        }
+    }
+
+    async fn read_once(&self, from: Offset, max_bytes: usize, end: Offset) -> Result<LogRead> {
+        let (log_start, log_end, mut seg_idx) = {
+            let inner = self.inner.borrow();
+            (inner.log_start, inner.log_end(), inner.segment_for(from))
+        };
+        if from < log_start || from > log_end {
+            return Err(StorageError::OffsetOutOfRange { requested: from, log_start, log_end });
+        }
+        let mut out = LogRead { bytes: Vec::new(), first_offset: None, next_offset: from };
+        loop {
+            let (pos, seg_size, seg_next) = {
+                let inner = self.inner.borrow();
+                let Some(seg) = inner.segments.get(seg_idx) else { break };
+                (seg.index.position_for(from), seg.size, seg.next_offset)
+            };
+            if seg_next <= from || pos >= seg_size {
+                seg_idx += 1;
+                continue;
+            }
+            let interval = self.inner.borrow().config.index_interval_bytes as usize;
+            let want = (max_bytes.saturating_add(2 * interval)).max(HEADER_BYTES) as u64;
+            let mut chunk_pos = pos;
+            let mut chunk = self.read_segment_range(seg_idx, pos, want.min(seg_size - pos)).await?;
+            let mut at = 0usize;
+            loop {
+                let file_pos = chunk_pos + at as u64;
+                if file_pos >= seg_size {
+                    break;
+                }
+                if chunk.len() - at < HEADER_BYTES {
+                    chunk = self.read_segment_range(seg_idx, file_pos, want.min(seg_size - file_pos)).await?;
+                    chunk_pos = file_pos;
+                    at = 0;
+                    if chunk.len() < HEADER_BYTES {
+                        break;
+                    }
+                }
+                let header = BatchHeader::parse(&chunk[at..]).expect("header length checked");
+                let total = header.total_bytes();
+                if total < HEADER_BYTES || file_pos + total as u64 > seg_size {
+                    // Only damage after recovery (bit rot) can get here: refuse the read, keep the shard.
+                    return Err(StorageError::CorruptFile {
+                        path: self.dir.clone(),
+                        detail: format!("stored batch at position {file_pos} claims {total} bytes"),
+                    });
+                }
+                let last = Offset(header.base_offset as u64 + header.last_offset_delta as u64);
+                if last >= end {
+                    return Ok(out);
+                }
+                let skip = last < from;
+                if !skip {
+                    if !out.bytes.is_empty() && out.bytes.len() + total > max_bytes {
+                        return Ok(out);
+                    }
+                    if chunk.len() - at < total {
+                        chunk = self
+                            .read_segment_range(seg_idx, file_pos, (total as u64).max(want.min(seg_size - file_pos)))
+                            .await?;
+                        chunk_pos = file_pos;
+                        at = 0;
+                        assert!(chunk.len() >= total, "segment shorter than its recorded size");
+                    }
+                    out.bytes.extend_from_slice(&chunk[at..at + total]);
+                    out.first_offset.get_or_insert(Offset(header.base_offset as u64));
+                    out.next_offset = last.plus(1);
+                } else if chunk.len() - at < total {
+                    // Skip a batch that is not in the chunk without reading it.
+                    chunk.clear();
+                    chunk_pos = file_pos + total as u64;
+                    at = 0;
+                    continue;
+                }
+                at += total;
+            }
+            if !out.bytes.is_empty() && out.bytes.len() >= max_bytes {
+                break;
+            }
+            seg_idx += 1;
+        }
+        Ok(out)
+    }
+
+    /// Reads `[pos, pos + len)` of a segment: from the in-memory tail where it has the bytes, from the disk
+    /// below it.
+    async fn read_segment_range(&self, seg_idx: usize, pos: u64, len: u64) -> Result<Vec<u8>> {
+        let (file, path, mut mem_part, disk_len) = {
+            let inner = self.inner.borrow();
+            let Some(seg) = inner.segments.get(seg_idx) else { return Ok(Vec::new()) };
+            let end = (pos + len).min(seg.size);
+            if pos >= end {
+                return Ok(Vec::new());
+            }
+            let is_active = seg_idx + 1 == inner.segments.len();
+            let mem_from = if is_active { inner.tail.start.max(pos) } else { end };
+            let mem_part = if mem_from < end {
+                let t = &inner.tail;
+                t.bytes[(mem_from - t.start) as usize..(end - t.start) as usize].to_vec()
+            } else {
+                Vec::new()
+            };
+            (seg.file.clone(), seg.log_path(), mem_part, mem_from - pos)
+        };
+        if disk_len == 0 {
+            return Ok(mem_part);
+        }
+        let mut bytes = file.read_at(pos, disk_len as usize).await.map_err(|e| read_failure("read", &path, e))?;
+        if (bytes.len() as u64) < disk_len {
+            return Err(StorageError::io(
+                "read",
+                path,
+                std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "segment shorter than its recorded size"),
+            ));
+        }
+        bytes.append(&mut mem_part);
+        Ok(bytes)
+    }
+
+    /// The first batch whose max timestamp is at least `timestamp`: its base offset and max timestamp
+    /// (Kafka's ListOffsets by time, at batch granularity). `None` when every batch is older.
+    pub async fn offset_for_timestamp(&self, timestamp: i64) -> Result<Option<(Offset, i64)>> {
+        let start = {
+            let inner = self.inner.borrow();
+            let last = inner.segments.len() - 1;
+            let seg =
+                inner.segments.iter().enumerate().find(|(i, s)| s.index.max_timestamp() >= timestamp || *i == last);
+            seg.map(|(_, s)| s.index.offset_for_timestamp(timestamp).max(inner.log_start))
+        };
+        let mut at = start.expect("a log always has an active segment");
+        loop {
+            let read = match self.read(at, 64 << 10).await {
+                Ok(r) => r,
+                Err(StorageError::OffsetOutOfRange { .. }) => return Ok(None),
+                Err(e) => return Err(e),
+            };
+            if read.bytes.is_empty() {
+                return Ok(None);
+            }
+            let mut pos = 0;
+            while pos < read.bytes.len() {
+                let h = BatchHeader::parse(&read.bytes[pos..]).expect("stored batch");
+                if h.max_timestamp >= timestamp {
+                    let base = Offset(h.base_offset as u64).max(self.log_start_offset());
+                    return Ok(Some((base, h.max_timestamp)));
+                }
+                pos += h.total_bytes();
+            }
+            at = read.next_offset;
+        }
+    }
+
+    /// Checks every index entry of every segment against the batches in the log. For tests and
+    /// diagnostics; reads the whole log.
+    pub async fn verify_indexes(&self) -> Result<(), String> {
+        let count = self.segment_count();
+        for seg_idx in 0..count {
+            let (size, offsets, times, base) = {
+                let inner = self.inner.borrow();
+                let s = &inner.segments[seg_idx];
+                (
+                    s.size,
+                    s.index.offset_entries().collect::<Vec<_>>(),
+                    s.index.time_entries().collect::<Vec<_>>(),
+                    s.base,
+                )
+            };
+            let bytes = self.read_segment_range(seg_idx, 0, size).await.map_err(|e| e.to_string())?;
+            let mut batches = Vec::new();
+            let mut pos = 0usize;
+            while pos < bytes.len() {
+                let h = BatchHeader::parse(&bytes[pos..]).map_err(|e| format!("segment {base}: {e}"))?;
+                batches.push((pos as u64, h.base_offset as u64 + h.last_offset_delta as u64, h.max_timestamp));
+                pos += h.total_bytes();
+            }
+            if pos != bytes.len() {
+                return Err(format!("segment {base}: batches overrun its size"));
+            }
+            for (offset, position) in offsets {
+                if !batches.iter().any(|&(p, last, _)| p == position && last == offset.0) {
+                    return Err(format!("segment {base}: index entry ({offset}, {position}) matches no batch"));
+                }
+            }
+            for (ts, offset) in times {
+                if !batches.iter().any(|&(_, last, max_ts)| last == offset.0 && max_ts == ts) {
+                    return Err(format!("segment {base}: time index entry ({ts}, {offset}) matches no batch"));
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,338 @@
+//! Opening a partition log: finding its segments, validating what cannot be trusted, truncating a torn or
+//! damaged tail, and rebuilding missing or inconsistent indexes.
+//!
+//! Segments wholly below the recovery point were synced before the point was checkpointed, so they are
+//! trusted: only their index files are checked. Every later segment is scanned batch by batch (length
+//! bounded by the file before anything is read, then magic, CRC32C and offset contiguity); the log is cut
+//! at the first invalid batch and every later segment is removed, so the log stays a contiguous prefix of
+//! what was appended. After a clean close nothing is scanned but the last index interval of the active
+//! segment, which is needed to find the log end.
+
+use std::cell::RefCell;
+use std::path::Path;
+use std::rc::Rc;
+
+use async_lock::Mutex;
+
+use crate::batch::{BatchHeader, HEADER_BYTES};
+use crate::durable::{self, read_failure};
+use crate::epoch_cache::LeaderEpochCache;
+use crate::error::{Result, StorageError};
+use crate::fatal;
+use crate::fs::{Fs, SegmentFile, align_down};
+use crate::segment::index::{BatchMeta, OFFSET_ENTRY_BYTES, SegmentIndex, TIME_ENTRY_BYTES};
+use crate::segment::{self, ScanStop, Segment};
+use crate::types::{Clock, LeaderEpoch, Offset};
+
+use super::maintenance::{create_segment, write_index_files};
+use super::{Inner, LEADER_EPOCH_FILE, LogConfig, LogStats, PartitionLog, Tail};
+
+/// How much of the log must be validated on open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recovery {
+    /// The log was closed cleanly (the data dir's clean-shutdown marker was present).
+    Clean,
+    /// Segments wholly below this offset are trusted; the rest are scanned.
+    FromRecoveryPoint(Offset),
+}
+
+/// What the log found on the disk it opened, and what it did about it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OpenReport {
+    pub segments: usize,
+    /// Segments validated batch by batch.
+    pub scanned_segments: usize,
+    pub scanned_bytes: u64,
+    /// Bytes cut from the end of the log (torn or invalid batches, and zero padding).
+    pub truncated_bytes: u64,
+    /// Segments removed because they followed a damaged one.
+    pub removed_segments: usize,
+    /// Segments whose index files were missing or inconsistent and were rebuilt.
+    pub rebuilt_indexes: usize,
+    /// Why the log was cut, when it was cut at something other than zero padding.
+    pub damage: Option<String>,
+}
+
+/// What the data dir's checkpoints say about a log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpenHints {
+    pub recovery: Recovery,
+    pub log_start: Offset,
+    pub high_watermark: Offset,
+}
+
+impl Default for OpenHints {
+    fn default() -> Self {
+        OpenHints {
+            recovery: Recovery::FromRecoveryPoint(Offset::ZERO),
+            log_start: Offset::ZERO,
+            high_watermark: Offset::ZERO,
+        }
+    }
+}
+
+impl<F: Fs> PartitionLog<F> {
+    /// Opens (or creates) the log in `dir`. See the module documentation for what is validated.
+    pub async fn open(
+        fs: F,
+        clock: Rc<dyn Clock>,
+        dir: &Path,
+        config: LogConfig,
+        hints: OpenHints,
+    ) -> Result<(PartitionLog<F>, OpenReport)> {
+        config.validate()?;
+        if !fs.exists(dir) {
+            fs.create_dir_all(dir).await.map_err(|e| StorageError::io("create directory", dir, e))?;
+            durable::sync_parent(&fs, dir).await;
+        }
+        let names = fs.list_dir(dir).map_err(|e| StorageError::io("list", dir, e))?;
+        let mut bases: Vec<Offset> =
+            names.iter().filter_map(|n| segment::parse_file_name(n, segment::LOG_SUFFIX)).collect();
+        bases.sort();
+        let mut removed_strays = false;
+        for name in &names {
+            let orphan_index = [segment::INDEX_SUFFIX, segment::TIME_INDEX_SUFFIX]
+                .iter()
+                .any(|suffix| segment::parse_file_name(name, suffix).is_some_and(|b| !bases.contains(&b)));
+            if name.ends_with(".tmp") || orphan_index {
+                let path = dir.join(name);
+                if let Err(e) = fs.remove(&path).await {
+                    fatal::disk_failure("remove", &path, &e);
+                }
+                removed_strays = true;
+            }
+        }
+        let epoch_path = dir.join(LEADER_EPOCH_FILE);
+        let mut epochs = match durable::read_file(&fs, &epoch_path, 1 << 20).await? {
+            Some(bytes) => {
+                let text = std::str::from_utf8(&bytes)
+                    .map_err(|e| StorageError::CorruptFile { path: epoch_path.clone(), detail: e.to_string() })?;
+                LeaderEpochCache::decode(&epoch_path, text)?
+            }
+            None => LeaderEpochCache::default(),
+        };
+
+        let mut report = OpenReport::default();
+        let mut segments: Vec<Segment<F>> = Vec::new();
+        let mut epoch_starts: Vec<(LeaderEpoch, Offset)> = Vec::new();
+        let now = clock.now_ms();
+        let first_scanned = match hints.recovery {
+            Recovery::Clean => bases.len(),
+            Recovery::FromRecoveryPoint(rp) => bases.partition_point(|b| *b <= rp).saturating_sub(1),
+        };
+        for (i, &base) in bases.iter().enumerate() {
+            let next_base = bases.get(i + 1).copied();
+            let loaded = load_segment(
+                &fs,
+                dir,
+                base,
+                next_base,
+                i < first_scanned,
+                &config,
+                now,
+                &mut epoch_starts,
+                &mut report,
+            )
+            .await?;
+            let damaged =
+                loaded.size < loaded.file_size || next_base.is_some_and(|nb| loaded.segment.next_offset != nb);
+            if loaded.size < loaded.file_size {
+                let path = loaded.segment.log_path();
+                if let Err(e) = loaded.segment.file.truncate(loaded.size).await {
+                    fatal::disk_failure("truncate", &path, &e);
+                }
+                if let Err(e) = loaded.segment.file.fdatasync().await {
+                    fatal::disk_failure("fdatasync", &path, &e);
+                }
+                report.truncated_bytes += loaded.file_size - loaded.size;
+            }
+            segments.push(loaded.segment);
+            if damaged {
+                for &later in &bases[i + 1..] {
+                    for suffix in [segment::INDEX_SUFFIX, segment::TIME_INDEX_SUFFIX, segment::LOG_SUFFIX] {
+                        let path = dir.join(segment::file_name(later, suffix));
+                        if fs.exists(&path)
+                            && let Err(e) = fs.remove(&path).await
+                        {
+                            fatal::disk_failure("remove", &path, &e);
+                        }
+                    }
+                    report.removed_segments += 1;
+                }
+                removed_strays = true;
+                break;
+            }
+        }
+        if segments.is_empty() {
+            segments.push(create_segment(&fs, dir, hints.log_start, now).await?);
+        }
+        if removed_strays {
+            durable::sync_dir(&fs, dir).await;
+        }
+        report.segments = segments.len();
+
+        let log_end = segments.last().expect("at least one segment").next_offset;
+        let mut epochs_dirty = epochs.truncate_from_end(log_end);
+        for (epoch, start) in epoch_starts {
+            if epochs.latest().is_none_or(|l| epoch > l.epoch) && start < log_end {
+                epochs.assign(epoch, start);
+                epochs_dirty = true;
+            }
+        }
+        let log_start = hints.log_start.max(segments[0].base).min(log_end);
+        epochs_dirty |= epochs.truncate_from_start(log_start);
+
+        let active = segments.last().expect("at least one segment");
+        let tail_start = align_down(active.size);
+        let tail_bytes = active
+            .file
+            .read_at(tail_start, (active.size - tail_start) as usize)
+            .await
+            .map_err(|e| read_failure("read", &active.log_path(), e))?;
+        if tail_bytes.len() as u64 != active.size - tail_start {
+            return Err(StorageError::CorruptFile {
+                path: active.log_path(),
+                detail: "shorter than its batches".into(),
+            });
+        }
+        let tail = Tail { start: tail_start, bytes: tail_bytes, written: active.size };
+        if report.damage.is_some() || report.removed_segments > 0 {
+            tracing::warn!(dir = %dir.display(), ?report, "recovered a damaged log");
+        } else if report.scanned_segments > 0 {
+            tracing::info!(dir = %dir.display(), scanned_bytes = report.scanned_bytes, truncated = report.truncated_bytes, "recovered log");
+        }
+
+        let inner = Inner {
+            config,
+            segments,
+            tail,
+            log_start,
+            durable: log_end,
+            high_watermark: hints.high_watermark.min(log_end),
+            epochs,
+            epochs_dirty,
+            last_sync_ms: now,
+            generation: 0,
+            closed: false,
+            stats: LogStats::default(),
+        };
+        let log = PartitionLog { fs, dir: dir.to_path_buf(), clock, inner: RefCell::new(inner), io: Mutex::new(()) };
+        {
+            let _io = log.io.lock().await;
+            log.persist_epochs_locked().await?;
+        }
+        Ok((log, report))
+    }
+}
+
+struct Loaded<F: Fs> {
+    segment: Segment<F>,
+    /// The file's size as found.
+    file_size: u64,
+    /// The size the segment keeps: whole valid batches.
+    size: u64,
+}
+
+/// Loads one segment: trusted ones through their index files (rebuilt by a scan when missing or
+/// inconsistent), the others by a full scan.
+#[allow(clippy::too_many_arguments)]
+async fn load_segment<F: Fs>(
+    fs: &F,
+    dir: &Path,
+    base: Offset,
+    next_base: Option<Offset>,
+    trusted: bool,
+    config: &LogConfig,
+    now: i64,
+    epoch_starts: &mut Vec<(LeaderEpoch, Offset)>,
+    report: &mut OpenReport,
+) -> Result<Loaded<F>> {
+    let log_path = dir.join(segment::file_name(base, segment::LOG_SUFFIX));
+    let index_path = dir.join(segment::file_name(base, segment::INDEX_SUFFIX));
+    let time_index_path = dir.join(segment::file_name(base, segment::TIME_INDEX_SUFFIX));
+    let file = fs.open(&log_path, false).await.map_err(|e| StorageError::io("open segment", &log_path, e))?;
+    let file_size = file.size().await.map_err(|e| StorageError::io("stat", &log_path, e))?;
+    let interval = config.index_interval_bytes;
+
+    let mut loaded_index = None;
+    if trusted {
+        // Bound index reads by what a segment of this size could need.
+        let max_entries = file_size / HEADER_BYTES as u64 + 1;
+        let offsets = durable::read_file(fs, &index_path, max_entries * OFFSET_ENTRY_BYTES as u64).await.ok().flatten();
+        let times =
+            durable::read_file(fs, &time_index_path, max_entries * TIME_ENTRY_BYTES as u64).await.ok().flatten();
+        let bound = next_base.unwrap_or(Offset(u64::MAX));
+        if let (Some(offsets), Some(times)) = (offsets, times) {
+            loaded_index = SegmentIndex::decode(base, &offsets, &times, file_size.max(1), bound);
+        }
+    }
+
+    let mut push_epoch = |meta: &BatchMeta| {
+        let epoch = LeaderEpoch(meta.epoch);
+        if epoch.0 >= 0 && epoch_starts.last().is_none_or(|(e, _)| epoch > *e) {
+            epoch_starts.push((epoch, meta.base_offset));
+        }
+    };
+
+    let (index, size, next_offset, scanned) = match (loaded_index, next_base) {
+        (Some(index), Some(next)) => (index, file_size, next, false),
+        (Some(mut index), None) => {
+            // The last segment: scan from its last indexed batch to find the log end.
+            let start = index.position_for(Offset(u64::MAX));
+            let start_offset = if start == 0 {
+                base
+            } else {
+                let header = file.read_at(start, HEADER_BYTES).await.map_err(|e| read_failure("read", &log_path, e))?;
+                let h = BatchHeader::parse(&header)
+                    .map_err(|e| StorageError::CorruptFile { path: log_path.clone(), detail: e.to_string() })?;
+                Offset(h.base_offset.max(0) as u64)
+            };
+            index.resume_at(start);
+            let scan = segment::scan(&file, &log_path, start, start_offset, file_size, |m| {
+                index.on_batch(m, interval);
+                push_epoch(m);
+            })
+            .await?;
+            note_damage(&scan.stop, report);
+            (index, scan.valid_bytes, scan.next_offset, false)
+        }
+        (None, _) => {
+            let mut index = SegmentIndex::new(base);
+            let scan = segment::scan(&file, &log_path, 0, base, file_size, |m| {
+                index.on_batch(m, interval);
+                push_epoch(m);
+            })
+            .await?;
+            report.scanned_segments += 1;
+            report.scanned_bytes += scan.valid_bytes;
+            note_damage(&scan.stop, report);
+            if trusted {
+                report.rebuilt_indexes += 1;
+            }
+            (index, scan.valid_bytes, scan.next_offset, true)
+        }
+    };
+    let mut index = index;
+    if scanned {
+        // Whatever the device had cached from before the crash is made durable before it is relied upon.
+        if let Err(e) = file.fdatasync().await {
+            fatal::disk_failure("fdatasync", &log_path, &e);
+        }
+        if next_base.is_some() {
+            index.seal();
+            write_index_files(fs, &index, &index_path, &time_index_path).await?;
+        }
+    }
+    let segment =
+        Segment { base, dir: dir.to_path_buf(), file: Rc::new(file), size, next_offset, index, created_ms: now };
+    Ok(Loaded { segment, file_size, size })
+}
+
+fn note_damage(stop: &ScanStop, report: &mut OpenReport) {
+    if let ScanStop::Invalid(reason) = stop
+        && !reason.starts_with("zero padding")
+        && report.damage.is_none()
+    {
+        report.damage = Some(reason.clone());
+    }
+}

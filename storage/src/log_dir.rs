@@ -1,0 +1,175 @@
+//! A data directory: the partition logs in it, its checkpoints, and its clean-shutdown marker.
+//!
+//! | file                               | contents                                                  |
+//! |------------------------------------|-----------------------------------------------------------|
+//! | `recovery-point-offset-checkpoint` | per partition, the offset below which everything was synced |
+//! | `log-start-offset-checkpoint`      | per partition, the log start offset (retention, DeleteRecords) |
+//! | `replication-offset-checkpoint`    | per partition, the high watermark                         |
+//! | `.shardlog-clean-shutdown`         | present only between a clean close and the next open      |
+//!
+//! Checkpoints are replaced whole and atomically. The marker is removed (durably) when the directory is
+//! opened, so a crash at any later moment makes the next open scan past each log's recovery point.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use async_lock::Mutex;
+
+use crate::checkpoint::{self, OffsetCheckpoint};
+use crate::durable;
+use crate::error::{Result, StorageError};
+use crate::fatal;
+use crate::fs::Fs;
+use crate::log::{LogConfig, OpenHints, OpenReport, PartitionLog, Recovery};
+use crate::types::{Clock, Offset, TopicPartition};
+
+pub const RECOVERY_POINT_FILE: &str = "recovery-point-offset-checkpoint";
+pub const LOG_START_FILE: &str = "log-start-offset-checkpoint";
+pub const HIGH_WATERMARK_FILE: &str = "replication-offset-checkpoint";
+pub const CLEAN_SHUTDOWN_FILE: &str = ".shardlog-clean-shutdown";
+
+/// The partition logs of one data directory.
+pub struct LogDir<F: Fs> {
+    fs: F,
+    clock: Rc<dyn Clock>,
+    path: PathBuf,
+    logs: RefCell<BTreeMap<TopicPartition, Rc<PartitionLog<F>>>>,
+    checkpoint_lock: Mutex<()>,
+}
+
+impl<F: Fs> std::fmt::Debug for LogDir<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LogDir").field("path", &self.path).field("logs", &self.logs.borrow().len()).finish()
+    }
+}
+
+impl<F: Fs> LogDir<F> {
+    /// Opens every partition log in `path` (creating the directory if needed). `config_for` gives each
+    /// partition's settings. Returns what recovery found per partition.
+    pub async fn open(
+        fs: F,
+        clock: Rc<dyn Clock>,
+        path: &Path,
+        config_for: impl Fn(&TopicPartition) -> LogConfig,
+    ) -> Result<(LogDir<F>, Vec<(TopicPartition, OpenReport)>)> {
+        if !fs.exists(path) {
+            fs.create_dir_all(path).await.map_err(|e| StorageError::io("create data dir", path, e))?;
+        }
+        let marker = path.join(CLEAN_SHUTDOWN_FILE);
+        let clean = fs.exists(&marker);
+        let recovery_points = checkpoint::read_offsets(&fs, &path.join(RECOVERY_POINT_FILE)).await?;
+        let log_starts = checkpoint::read_offsets(&fs, &path.join(LOG_START_FILE)).await?;
+        let hws = checkpoint::read_offsets(&fs, &path.join(HIGH_WATERMARK_FILE)).await?;
+        let mut logs = BTreeMap::new();
+        let mut reports = Vec::new();
+        for name in fs.list_dir(path).map_err(|e| StorageError::io("list", path, e))? {
+            let Some(tp) = TopicPartition::parse_dir_name(&name) else { continue };
+            let hints = OpenHints {
+                recovery: if clean {
+                    Recovery::Clean
+                } else {
+                    Recovery::FromRecoveryPoint(recovery_points.get(&tp).copied().unwrap_or(Offset::ZERO))
+                },
+                log_start: log_starts.get(&tp).copied().unwrap_or(Offset::ZERO),
+                high_watermark: hws.get(&tp).copied().unwrap_or(Offset::ZERO),
+            };
+            let (log, report) =
+                PartitionLog::open(fs.clone(), clock.clone(), &path.join(&name), config_for(&tp), hints).await?;
+            logs.insert(tp.clone(), Rc::new(log));
+            reports.push((tp, report));
+        }
+        if clean {
+            if let Err(e) = fs.remove(&marker).await {
+                fatal::disk_failure("remove", &marker, &e);
+            }
+            durable::sync_dir(&fs, path).await;
+        }
+        let dir =
+            LogDir { fs, clock, path: path.to_path_buf(), logs: RefCell::new(logs), checkpoint_lock: Mutex::new(()) };
+        Ok((dir, reports))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The log of a partition, if this directory holds it.
+    pub fn get(&self, tp: &TopicPartition) -> Option<Rc<PartitionLog<F>>> {
+        self.logs.borrow().get(tp).cloned()
+    }
+
+    /// Every partition this directory holds.
+    pub fn partitions(&self) -> Vec<TopicPartition> {
+        self.logs.borrow().keys().cloned().collect()
+    }
+
+    /// Creates an empty log for `tp`, or returns the existing one.
+    pub async fn get_or_create(&self, tp: &TopicPartition, config: LogConfig) -> Result<Rc<PartitionLog<F>>> {
+        if let Some(log) = self.get(tp) {
+            return Ok(log);
+        }
+        let dir = self.path.join(tp.dir_name());
+        let (log, _) =
+            PartitionLog::open(self.fs.clone(), self.clock.clone(), &dir, config, OpenHints::default()).await?;
+        // Another task may have created it while this one awaited.
+        let log = self.logs.borrow_mut().entry(tp.clone()).or_insert_with(|| Rc::new(log)).clone();
+        Ok(log)
+    }
+
+    /// Deletes a partition's log and its directory.
+    pub async fn delete(&self, tp: &TopicPartition) -> Result<()> {
+        let Some(log) = self.logs.borrow_mut().remove(tp) else { return Ok(()) };
+        log.delete().await
+    }
+
+    /// Moves a partition's log start offset (Kafka's DeleteRecords) and checkpoints it.
+    pub async fn delete_records(&self, tp: &TopicPartition, offset: Offset) -> Result<Offset> {
+        let log = self.get(tp).ok_or_else(|| StorageError::Closed(self.path.join(tp.dir_name())))?;
+        let start = log.delete_records(offset).await?;
+        self.checkpoint().await?;
+        Ok(start)
+    }
+
+    /// Writes the recovery-point, log-start and high-watermark checkpoints of every log.
+    pub async fn checkpoint(&self) -> Result<()> {
+        let _guard = self.checkpoint_lock.lock().await;
+        let logs: Vec<_> = self.logs.borrow().iter().map(|(tp, l)| (tp.clone(), l.clone())).collect();
+        let mut recovery = OffsetCheckpoint::new();
+        let mut starts = OffsetCheckpoint::new();
+        let mut hws = OffsetCheckpoint::new();
+        for (tp, log) in logs {
+            recovery.insert(tp.clone(), log.recovery_point());
+            starts.insert(tp.clone(), log.log_start_offset());
+            hws.insert(tp, log.high_watermark());
+        }
+        checkpoint::write_offsets(&self.fs, &self.path.join(RECOVERY_POINT_FILE), &recovery).await?;
+        checkpoint::write_offsets(&self.fs, &self.path.join(LOG_START_FILE), &starts).await?;
+        checkpoint::write_offsets(&self.fs, &self.path.join(HIGH_WATERMARK_FILE), &hws).await
+    }
+
+    /// Deletes old segments of every log by its retention settings, then checkpoints log start offsets.
+    pub async fn apply_retention(&self) -> Result<usize> {
+        let logs: Vec<_> = self.logs.borrow().values().cloned().collect();
+        let mut deleted = 0;
+        for log in logs {
+            deleted += log.apply_retention().await?;
+        }
+        if deleted > 0 {
+            self.checkpoint().await?;
+        }
+        Ok(deleted)
+    }
+
+    /// Flushes and closes every log, writes the checkpoints, then the clean-shutdown marker.
+    pub async fn close(&self) -> Result<()> {
+        let logs: Vec<_> = self.logs.borrow().values().cloned().collect();
+        for log in &logs {
+            log.close().await?;
+        }
+        self.checkpoint().await?;
+        durable::replace_file(&self.fs, &self.path.join(CLEAN_SHUTDOWN_FILE), b"").await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,179 @@
+//! One segment of a partition log: a `.log` file of consecutive batches starting at a base offset, with its
+//! offset and time indexes, and the scan that validates a segment batch by batch during recovery.
+//!
+//! Files are named by base offset, 20 digits: `00000000000000000000.log`, `.index`, `.timeindex`.
+
+pub mod index;
+
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use crate::batch::{self, BatchHeader, HEADER_BYTES, MAGIC_V2};
+use crate::durable::read_failure;
+use crate::error::Result;
+use crate::fs::{Fs, SegmentFile};
+use crate::types::Offset;
+
+use index::{BatchMeta, SegmentIndex};
+
+pub const LOG_SUFFIX: &str = ".log";
+pub const INDEX_SUFFIX: &str = ".index";
+pub const TIME_INDEX_SUFFIX: &str = ".timeindex";
+
+/// Bytes read at a time when scanning a segment.
+const SCAN_CHUNK_BYTES: usize = 1 << 20;
+
+/// The file name of a segment file: base offset in 20 digits and a suffix.
+pub fn file_name(base: Offset, suffix: &str) -> String {
+    format!("{:020}{suffix}", base.0)
+}
+
+/// Parses `<20 digits><suffix>` into a base offset.
+pub fn parse_file_name(name: &str, suffix: &str) -> Option<Offset> {
+    let digits = name.strip_suffix(suffix)?;
+    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok().map(Offset)
+}
+
+/// A segment's state in memory. The file is shared with in-flight reads.
+#[derive(Debug)]
+pub struct Segment<F: Fs> {
+    pub base: Offset,
+    pub dir: PathBuf,
+    pub file: Rc<F::File>,
+    /// Logical size: bytes of whole batches. The file may be longer (zero padding of the tail block).
+    pub size: u64,
+    /// The offset after the segment's last batch.
+    pub next_offset: Offset,
+    pub index: SegmentIndex,
+    /// When the segment was created, for `segment.ms`.
+    pub created_ms: i64,
+}
+
+impl<F: Fs> Segment<F> {
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.join(file_name(self.base, LOG_SUFFIX))
+    }
+    pub fn index_path(&self) -> PathBuf {
+        self.dir.join(file_name(self.base, INDEX_SUFFIX))
+    }
+    pub fn time_index_path(&self) -> PathBuf {
+        self.dir.join(file_name(self.base, TIME_INDEX_SUFFIX))
+    }
+    pub fn is_empty(&self) -> bool {
+        self.size == 0
+    }
+}
+
+/// Why a scan stopped before the end of the file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ScanStop {
+    /// Every byte up to the file size (or the first zero-padding) holds whole valid batches.
+    Clean,
+    /// The bytes at `valid_bytes` are not a valid batch: the reason says why.
+    Invalid(String),
+}
+
+/// The outcome of validating a segment from its start.
+#[derive(Debug)]
+pub struct ScanResult {
+    /// Bytes of whole valid batches from the start of the segment.
+    pub valid_bytes: u64,
+    pub next_offset: Offset,
+    pub batch_count: u64,
+    pub last_batch: Option<BatchMeta>,
+    pub stop: ScanStop,
+}
+
+/// Reads batches from `start` (a batch boundary at offset `start_offset`) until `end` or the first invalid
+/// batch, checking length bounds before reading a batch, then its magic, CRC32C and offset contiguity.
+///
+/// A batch whose length field is zero at a block boundary is padding after the last batch, not damage, but
+/// it ends the scan all the same; the caller distinguishes only "clean" from "everything after is invalid".
+pub async fn scan<F: SegmentFile>(
+    file: &F,
+    path: &Path,
+    start: u64,
+    start_offset: Offset,
+    end: u64,
+    mut on_batch: impl FnMut(&BatchMeta),
+) -> Result<ScanResult> {
+    let mut pos = start;
+    let mut next = start_offset;
+    let mut batch_count = 0;
+    let mut last_batch = None;
+    let mut chunk: Vec<u8> = Vec::new();
+    let mut chunk_pos = start;
+    let stop = loop {
+        if pos >= end {
+            break ScanStop::Clean;
+        }
+        let remaining = end - pos;
+        if remaining < HEADER_BYTES as u64 {
+            let rest = file.read_at(pos, remaining as usize).await.map_err(|e| read_failure("read", path, e))?;
+            if rest.iter().all(|&b| b == 0) {
+                break ScanStop::Invalid("zero padding after the last batch".into());
+            }
+            break ScanStop::Invalid(format!("{remaining} trailing bytes, less than a batch header"));
+        }
+        // Make sure the header is in the chunk.
+        if pos + HEADER_BYTES as u64 > chunk_pos + chunk.len() as u64 {
+            let want = (SCAN_CHUNK_BYTES as u64).min(remaining) as usize;
+            chunk = file.read_at(pos, want).await.map_err(|e| read_failure("read", path, e))?;
+            chunk_pos = pos;
+            if chunk.len() < HEADER_BYTES {
+                break ScanStop::Invalid(format!("file ends {} bytes into a batch header", chunk.len()));
+            }
+        }
+        let at = (pos - chunk_pos) as usize;
+        let claimed = batch::claimed_total_bytes(&chunk[at..]).expect("header is in the chunk");
+        if claimed < HEADER_BYTES as i64 || claimed as u64 > remaining {
+            if claimed == batch::LOG_OVERHEAD as i64 && chunk[at..at + HEADER_BYTES].iter().all(|&b| b == 0) {
+                break ScanStop::Invalid("zero padding after the last batch".into());
+            }
+            break ScanStop::Invalid(format!("batch length {claimed} out of bounds ({remaining} bytes left)"));
+        }
+        let total = claimed as usize;
+        // The length is bounded by the file: now the whole batch may be read.
+        if at + total > chunk.len() {
+            let want = (SCAN_CHUNK_BYTES as u64).max(total as u64).min(remaining) as usize;
+            chunk = file.read_at(pos, want).await.map_err(|e| read_failure("read", path, e))?;
+            chunk_pos = pos;
+            if chunk.len() < total {
+                break ScanStop::Invalid(format!("file ends inside a {total}-byte batch"));
+            }
+        }
+        let at = (pos - chunk_pos) as usize;
+        let bytes = &chunk[at..at + total];
+        let header = BatchHeader::parse(bytes).expect("length checked");
+        if header.magic != MAGIC_V2 {
+            break ScanStop::Invalid(format!("magic {}", header.magic));
+        }
+        let crc = batch::compute_crc(bytes);
+        if crc != header.crc {
+            break ScanStop::Invalid(format!("CRC32C {crc:#010x} != stored {:#010x}", header.crc));
+        }
+        if header.base_offset != next.as_i64() {
+            break ScanStop::Invalid(format!("base offset {} where {next} was expected", header.base_offset));
+        }
+        if header.record_count <= 0 || header.last_offset_delta != header.record_count - 1 {
+            break ScanStop::Invalid("record count inconsistent with last offset delta".into());
+        }
+        let meta = BatchMeta {
+            position: pos,
+            size: total as u64,
+            base_offset: next,
+            last_offset: next.plus(header.last_offset_delta as u64),
+            max_timestamp: header.max_timestamp,
+            epoch: header.partition_leader_epoch,
+        };
+        on_batch(&meta);
+        batch_count += 1;
+        last_batch = Some(meta);
+        next = meta.last_offset.plus(1);
+        pos += total as u64;
+    };
+    Ok(ScanResult { valid_bytes: pos, next_offset: next, batch_count, last_batch, stop })
+}

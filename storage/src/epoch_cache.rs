@@ -90,6 +90,14 @@ impl LeaderEpochCache {
         changed
     }
 
+    /// Keeps only what describes offsets in `[log_start, log_end)`: an epoch that wrote nothing still in the
+    /// log is not recorded. Returns whether the cache changed.
+    pub fn clamp(&mut self, log_start: Offset, log_end: Offset) -> bool {
+        let a = self.truncate_from_start(log_start);
+        let b = self.truncate_from_end(log_end);
+        a || b
+    }
+
     /// The file body (`leader-epoch-checkpoint`).
     pub fn encode(&self) -> String {
         checkpoint::format_lines(self.entries.iter().map(|e| format!("{} {}", e.epoch.0, e.start_offset.0)))

@@ -4,6 +4,7 @@
 use std::path::Path;
 use std::rc::Rc;
 
+use crate::batch::{BatchHeader, HEADER_BYTES};
 use crate::durable;
 use crate::error::{Result, StorageError};
 use crate::fatal;
@@ -120,6 +121,8 @@ impl<F: Fs> PartitionLog<F> {
             fatal::disk_failure("fdatasync", &path, &e);
         }
         write_index_files(&self.fs, &index, &index_path, &time_index_path).await?;
+        // The epochs of synced data are on disk before the durable offset (and so the recovery point) covers it.
+        self.persist_epochs_locked().await?;
         let mut inner = self.inner.borrow_mut();
         inner.stats.fsyncs += 1;
         inner.durable = inner.durable.max(covered);
@@ -148,7 +151,13 @@ impl<F: Fs> PartitionLog<F> {
         {
             let mut inner = self.inner.borrow_mut();
             inner.generation += 1;
-            inner.segments.truncate(keep + 1);
+            if keep + 1 < inner.segments.len() {
+                inner.segments.truncate(keep + 1);
+                // The kept segment was rolled: all its bytes are on disk, none in memory. (The tail is
+                // rebuilt block-aligned below, once the cut is known.)
+                let size = inner.active().size;
+                inner.tail = Tail { start: size, bytes: Vec::new(), written: size };
+            }
         }
         for base in &doomed {
             remove_segment_files(&self.fs, &self.dir, *base).await?;
@@ -193,6 +202,7 @@ impl<F: Fs> PartitionLog<F> {
             }
             inner.stats.fsyncs += 1;
         }
+        self.recompute_max_timestamp_locked(cut_pos).await?;
         self.persist_epochs_locked().await?;
         tracing::info!(dir = %self.dir.display(), requested = %offset, log_end = %cut_offset, "truncated log");
         Ok(cut_offset)
@@ -201,24 +211,66 @@ impl<F: Fs> PartitionLog<F> {
     /// The position and base offset of the batch holding `offset` in the active segment (or the segment's
     /// end when `offset` is at it).
     async fn find_batch_start_locked(&self, offset: Offset, seg_base: Offset, seg_size: u64) -> Result<(u64, Offset)> {
+        let from = self.inner.borrow().active().index.position_for(offset);
+        let mut found = None;
+        let end = self
+            .scan_active_headers_locked(from, seg_size, |pos, h| {
+                let base = Offset(h.base_offset as u64);
+                if base.plus(h.last_offset_delta as u64) >= offset {
+                    found = Some((pos, base));
+                    return false;
+                }
+                true
+            })
+            .await?;
+        Ok(found.unwrap_or((seg_size, end.unwrap_or(seg_base))))
+    }
+
+    /// After a cut, the time index no longer knows the segment's largest timestamp exactly: look at the
+    /// batches after its last entry.
+    async fn recompute_max_timestamp_locked(&self, cut_pos: u64) -> Result<()> {
+        let from = {
+            let inner = self.inner.borrow();
+            let index = &inner.active().index;
+            index.position_for(index.last_time_entry_offset())
+        };
+        let mut seen = Vec::new();
+        self.scan_active_headers_locked(from, cut_pos, |_, h| {
+            seen.push((h.max_timestamp, Offset(h.base_offset as u64 + h.last_offset_delta as u64)));
+            true
+        })
+        .await?;
+        let mut inner = self.inner.borrow_mut();
+        for (ts, last) in seen {
+            inner.active_mut().index.note_batch_timestamp(ts, last);
+        }
+        Ok(())
+    }
+
+    /// Calls `visit(position, header)` for each batch of the active segment in `[from, to)` until it returns
+    /// false. Returns the offset after the last visited batch.
+    async fn scan_active_headers_locked(
+        &self,
+        from: u64,
+        to: u64,
+        mut visit: impl FnMut(u64, &BatchHeader) -> bool,
+    ) -> Result<Option<Offset>> {
         let active_idx = self.segment_count() - 1;
-        let mut pos = self.inner.borrow().active().index.position_for(offset);
-        let mut base = seg_base;
-        while pos < seg_size {
-            let header = self.read_segment_range(active_idx, pos, crate::batch::HEADER_BYTES as u64).await?;
-            let h = crate::batch::BatchHeader::parse(&header).map_err(|e| StorageError::CorruptFile {
+        let mut pos = from;
+        let mut next = None;
+        while pos < to {
+            let header = self.read_segment_range(active_idx, pos, HEADER_BYTES as u64).await?;
+            let h = BatchHeader::parse(&header).map_err(|e| StorageError::CorruptFile {
                 path: self.dir.clone(),
                 detail: format!("batch header at {pos}: {e}"),
             })?;
-            base = Offset(h.base_offset as u64);
-            let last = base.plus(h.last_offset_delta as u64);
-            if last >= offset {
-                return Ok((pos, base));
+            if !visit(pos, &h) {
+                break;
             }
+            next = Some(Offset(h.base_offset as u64 + h.last_offset_delta as u64 + 1));
             pos += h.total_bytes() as u64;
-            base = last.plus(1);
         }
-        Ok((seg_size, base))
+        Ok(next)
     }
 
     /// Removes every segment and starts the log empty at `offset` (a follower whose log is entirely
@@ -285,7 +337,7 @@ impl<F: Fs> PartitionLog<F> {
             }
             if offset > inner.log_start {
                 inner.log_start = offset;
-                if inner.epochs.truncate_from_start(offset) {
+                if inner.epochs.clamp(offset, log_end) {
                     inner.epochs_dirty = true;
                 }
             }
@@ -307,8 +359,8 @@ impl<F: Fs> PartitionLog<F> {
             let doomed = inner.segments.drain(..count).map(|s| s.base).collect();
             let first = inner.segments[0].base;
             inner.log_start = inner.log_start.max(first);
-            let start = inner.log_start;
-            if inner.epochs.truncate_from_start(start) {
+            let (start, end) = (inner.log_start, inner.log_end());
+            if inner.epochs.clamp(start, end) {
                 inner.epochs_dirty = true;
             }
             inner.generation += 1;

@@ -163,7 +163,8 @@ impl<F: Fs> Inner<F> {
         let keep = self.config.tail_cache_bytes as u64;
         let size = self.active().size;
         let tail = &mut self.tail;
-        if (tail.bytes.len() as u64) < keep + 64 * ALIGN {
+        // Trim in large steps so the copy is amortised over many appends.
+        if (tail.bytes.len() as u64) < 2 * keep + ALIGN {
             return;
         }
         let new_start = align_down(size.saturating_sub(keep)).min(align_down(tail.written));

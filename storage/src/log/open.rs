@@ -180,7 +180,7 @@ impl<F: Fs> PartitionLog<F> {
             }
         }
         let log_start = hints.log_start.max(segments[0].base).min(log_end);
-        epochs_dirty |= epochs.truncate_from_start(log_start);
+        epochs_dirty |= epochs.clamp(log_start, log_end);
 
         let active = segments.last().expect("at least one segment");
         let tail_start = align_down(active.size);

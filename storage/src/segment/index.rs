@@ -105,6 +105,20 @@ impl SegmentIndex {
         if n == 0 { self.base } else { Offset(self.base.0 + self.times[n - 1].1 as u64) }
     }
 
+    /// Raises the segment's largest timestamp if this batch's is larger (after a truncation dropped the
+    /// batches that held the old one).
+    pub fn note_batch_timestamp(&mut self, max_timestamp: i64, last_offset: Offset) {
+        if max_timestamp > self.max_timestamp {
+            self.max_timestamp = max_timestamp;
+            self.offset_of_max_timestamp = last_offset;
+        }
+    }
+
+    /// The offset of the last time index entry, where a search for the largest timestamp must start.
+    pub fn last_time_entry_offset(&self) -> Offset {
+        self.times.last().map_or(self.base, |&(_, r)| Offset(self.base.0 + r as u64))
+    }
+
     pub fn max_timestamp(&self) -> i64 {
         self.max_timestamp
     }

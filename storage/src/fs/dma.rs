@@ -1,9 +1,37 @@
 //! The real file layer: glommio DMA files (O_DIRECT, io_uring). Must be used inside a glommio executor.
 
+use std::cell::RefCell;
+use std::collections::HashSet;
 use std::io;
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use glommio::io::{DmaBuffer, DmaFile, OpenOptions};
+
+thread_local! {
+    /// Devices whose io_uring poll support glommio has already probed on this thread.
+    static PROBED_DEVICES: RefCell<HashSet<u64>> = RefCell::new(HashSet::new());
+}
+
+/// Makes glommio probe a device's poll-mode support with a file that has data.
+///
+/// glommio 0.9 decides, once per device and thread, whether reads go to its poll ring, by reading the first
+/// block of the first direct-I/O file opened there. When that file is empty the read returns 0 at once and
+/// the device is wrongly taken to support polled I/O; every later read on it then fails with EOPNOTSUPP (seen
+/// on ext4 over virtio). Opening a one-block probe file first makes the probe read real data.
+async fn probe_device(dir: &Path) -> io::Result<()> {
+    let dev = std::fs::metadata(dir)?.dev();
+    if PROBED_DEVICES.with(|p| p.borrow().contains(&dev)) {
+        return Ok(());
+    }
+    let probe = dir.join(format!(".shardlog-iopoll-probe-{}", std::process::id()));
+    std::fs::write(&probe, [0u8; ALIGN as usize])?;
+    let opened = DmaFile::open(&probe).await.map_err(io::Error::from);
+    std::fs::remove_file(&probe)?;
+    opened?.close().await.map_err(io::Error::from)?;
+    PROBED_DEVICES.with(|p| p.borrow_mut().insert(dev));
+    Ok(())
+}
 
 use super::{ALIGN, Fs, SegmentFile};
 
@@ -79,6 +107,7 @@ impl Fs for DmaFs {
     type File = DmaSegmentFile;
 
     async fn open(&self, path: &Path, create: bool) -> io::Result<DmaSegmentFile> {
+        probe_device(path.parent().unwrap_or(Path::new("."))).await?;
         let file =
             OpenOptions::new().read(true).write(true).create(create).dma_open(path).await.map_err(io::Error::from)?;
         Ok(DmaSegmentFile { file })

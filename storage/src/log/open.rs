@@ -274,29 +274,37 @@ async fn load_segment<F: Fs>(
         }
     };
 
-    let (index, size, next_offset, scanned) = match (loaded_index, next_base) {
-        (Some(index), Some(next)) => (index, file_size, next, false),
-        (Some(mut index), None) => {
-            // The last segment: scan from its last indexed batch to find the log end.
-            let start = index.position_for(Offset(u64::MAX));
-            let start_offset = if start == 0 {
-                base
-            } else {
-                let header = file.read_at(start, HEADER_BYTES).await.map_err(|e| read_failure("read", &log_path, e))?;
-                let h = BatchHeader::parse(&header)
-                    .map_err(|e| StorageError::CorruptFile { path: log_path.clone(), detail: e.to_string() })?;
-                Offset(h.base_offset.max(0) as u64)
-            };
-            index.resume_at(start);
-            let scan = segment::scan(&file, &log_path, start, start_offset, file_size, |m| {
-                index.on_batch(m, interval);
-                push_epoch(m);
-            })
-            .await?;
-            note_damage(&scan.stop, report);
-            (index, scan.valid_bytes, scan.next_offset, false)
+    // The last segment of a cleanly closed log: scan from its last indexed batch to find the log end. If
+    // that scan finds damage, the loaded index may point past it, so the segment is rescanned whole.
+    let index_missing = loaded_index.is_none();
+    let mut quick = None;
+    if let (Some(mut index), None) = (loaded_index.clone(), next_base) {
+        let start = index.position_for(Offset(u64::MAX));
+        let start_offset = if start == 0 {
+            base
+        } else {
+            let header = file.read_at(start, HEADER_BYTES).await.map_err(|e| read_failure("read", &log_path, e))?;
+            let h = BatchHeader::parse(&header)
+                .map_err(|e| StorageError::CorruptFile { path: log_path.clone(), detail: e.to_string() })?;
+            Offset(h.base_offset.max(0) as u64)
+        };
+        index.resume_at(start);
+        let mut starts = Vec::new();
+        let scan = segment::scan(&file, &log_path, start, start_offset, file_size, |m| {
+            index.on_batch(m, interval);
+            starts.push(*m);
+        })
+        .await?;
+        if scan.stop == ScanStop::Clean {
+            starts.iter().for_each(&mut push_epoch);
+            quick = Some((index, scan.valid_bytes, scan.next_offset));
         }
-        (None, _) => {
+    }
+
+    let (index, size, next_offset, scanned) = match (loaded_index, next_base, quick) {
+        (Some(index), Some(next), _) => (index, file_size, next, false),
+        (_, None, Some((index, size, next))) => (index, size, next, false),
+        _ => {
             let mut index = SegmentIndex::new(base);
             let scan = segment::scan(&file, &log_path, 0, base, file_size, |m| {
                 index.on_batch(m, interval);
@@ -306,7 +314,7 @@ async fn load_segment<F: Fs>(
             report.scanned_segments += 1;
             report.scanned_bytes += scan.valid_bytes;
             note_damage(&scan.stop, report);
-            if trusted {
+            if trusted && index_missing {
                 report.rebuilt_indexes += 1;
             }
             (index, scan.valid_bytes, scan.next_offset, true)

@@ -49,12 +49,12 @@ impl SegmentFile for DmaSegmentFile {
     type Buf = DmaBuffer;
 
     fn alloc(&self, len: usize) -> DmaBuffer {
-        assert!(len as u64 % ALIGN == 0, "direct write length {len} is not aligned");
+        assert!((len as u64).is_multiple_of(ALIGN), "direct write length {len} is not aligned");
         self.file.alloc_dma_buffer(len)
     }
 
     async fn write_at(&self, buf: DmaBuffer, pos: u64) -> io::Result<()> {
-        assert!(pos % ALIGN == 0, "direct write position {pos} is not aligned");
+        assert!(pos.is_multiple_of(ALIGN), "direct write position {pos} is not aligned");
         let len = buf.len();
         let written = self.file.write_at(buf, pos).await.map_err(io::Error::from)?;
         if written != len {
@@ -83,7 +83,7 @@ impl SegmentFile for DmaSegmentFile {
             let take = (got.len() - from).min(room);
             out.extend_from_slice(&got[from..from + take]);
             at += got.len() as u64;
-            if got.len() as u64 % ALIGN != 0 {
+            if !(got.len() as u64).is_multiple_of(ALIGN) {
                 break; // end of file
             }
         }

@@ -166,12 +166,15 @@ impl SegmentFile for SimFile {
     type Buf = Vec<u8>;
 
     fn alloc(&self, len: usize) -> Vec<u8> {
-        assert!(len as u64 % ALIGN == 0, "direct write length {len} is not aligned");
+        assert!((len as u64).is_multiple_of(ALIGN), "direct write length {len} is not aligned");
         vec![0xAA; len]
     }
 
     async fn write_at(&self, buf: Vec<u8>, pos: u64) -> io::Result<()> {
-        assert!(pos % ALIGN == 0 && buf.len() as u64 % ALIGN == 0, "unaligned direct write at {pos}");
+        assert!(
+            pos.is_multiple_of(ALIGN) && (buf.len() as u64).is_multiple_of(ALIGN),
+            "unaligned direct write at {pos}"
+        );
         self.state.borrow_mut().writes += 1;
         let op = Op::Write { pos, bytes: buf };
         let mut inode = self.inode.borrow_mut();

@@ -183,7 +183,7 @@ impl SegmentIndex {
         segment_bytes: u64,
         next_offset: Offset,
     ) -> Option<SegmentIndex> {
-        if offsets.len() % OFFSET_ENTRY_BYTES != 0 || times.len() % TIME_ENTRY_BYTES != 0 {
+        if !offsets.len().is_multiple_of(OFFSET_ENTRY_BYTES) || !times.len().is_multiple_of(TIME_ENTRY_BYTES) {
             return None;
         }
         let rel_limit = next_offset.0.checked_sub(base.0)?;

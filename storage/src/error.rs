@@ -29,6 +29,10 @@ pub enum StorageError {
     #[error("offset {requested} is out of range: log holds [{log_start}, {log_end})")]
     OffsetOutOfRange { requested: Offset, log_start: Offset, log_end: Offset },
 
+    /// A durability wait was for data a truncation removed (the log end moved below it).
+    #[error("offset {offset} was truncated away: the log now ends at {log_end}")]
+    Truncated { offset: Offset, log_end: Offset },
+
     /// A metadata file (checkpoint, leader-epoch file) could not be parsed.
     #[error("corrupt {path}: {detail}")]
     CorruptFile { path: PathBuf, detail: String },

@@ -134,3 +134,19 @@ fn failed_fdatasync_aborts_the_process() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("fatal disk failure: fdatasync"), "stderr: {stderr}");
 }
+
+#[test]
+fn waiting_for_truncated_data_fails_instead_of_hanging() {
+    let fs = SimFs::new();
+    let log = open(&fs, small_config());
+    let info = block_on(log.append(&make_batch(1, 4, 10, 1), LeaderEpoch(0))).unwrap();
+    block_on(log.truncate_to(Offset(0))).unwrap();
+    assert!(matches!(
+        block_on(log.wait_durable(info.next_offset())),
+        Err(StorageError::Truncated { offset: Offset(4), log_end: Offset(0) })
+    ));
+    // New appends at the same offsets become durable as usual.
+    let again = block_on(log.append(&make_batch(2, 4, 10, 1), LeaderEpoch(0))).unwrap();
+    block_on(log.wait_durable(again.next_offset())).unwrap();
+    assert_eq!(log.durable_offset(), Offset(4));
+}

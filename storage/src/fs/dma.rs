@@ -5,6 +5,7 @@ use std::collections::HashSet;
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
+use std::rc::Rc;
 
 use glommio::io::{DmaBuffer, DmaFile, OpenOptions};
 
@@ -19,7 +20,9 @@ thread_local! {
 /// block of the first direct-I/O file opened there. When that file is empty the read returns 0 at once and
 /// the device is wrongly taken to support polled I/O; every later read on it then fails with EOPNOTSUPP (seen
 /// on ext4 over virtio). Opening a one-block probe file first makes the probe read real data.
-async fn probe_device(dir: &Path) -> io::Result<()> {
+///
+/// Call it before opening glommio DMA files directly on a device (the log's own opens call it).
+pub async fn probe_device(dir: &Path) -> io::Result<()> {
     let dev = std::fs::metadata(dir)?.dev();
     if PROBED_DEVICES.with(|p| p.borrow().contains(&dev)) {
         return Ok(());
@@ -42,7 +45,19 @@ pub struct DmaFs;
 /// A segment, index or checkpoint file opened with O_DIRECT.
 #[derive(Debug)]
 pub struct DmaSegmentFile {
-    file: DmaFile,
+    file: Rc<DmaFile>,
+}
+
+async fn write_whole(file: &DmaFile, buf: DmaBuffer, pos: u64) -> io::Result<()> {
+    assert!(pos.is_multiple_of(ALIGN), "direct write position {pos} is not aligned");
+    let len = buf.len();
+    let written = file.write_at(buf, pos).await.map_err(io::Error::from)?;
+    if written != len {
+        // A short direct write means the device is out of space or failing; the caller treats any write
+        // error as fatal, so report it rather than retrying a partial block.
+        return Err(io::Error::new(io::ErrorKind::WriteZero, format!("short write: {written} of {len} bytes")));
+    }
+    Ok(())
 }
 
 impl SegmentFile for DmaSegmentFile {
@@ -54,15 +69,27 @@ impl SegmentFile for DmaSegmentFile {
     }
 
     async fn write_at(&self, buf: DmaBuffer, pos: u64) -> io::Result<()> {
-        assert!(pos.is_multiple_of(ALIGN), "direct write position {pos} is not aligned");
-        let len = buf.len();
-        let written = self.file.write_at(buf, pos).await.map_err(io::Error::from)?;
-        if written != len {
-            // A short direct write means the device is out of space or failing; the caller treats any write
-            // error as fatal, so report it rather than retrying a partial block.
-            return Err(io::Error::new(io::ErrorKind::WriteZero, format!("short write: {written} of {len} bytes")));
+        write_whole(&self.file, buf, pos).await
+    }
+
+    async fn write_many(&self, writes: Vec<(DmaBuffer, u64)>) -> io::Result<()> {
+        // Submit every write at once: the device sees them queued together, like a sequential writer with
+        // several requests in flight.
+        let tasks: Vec<_> = writes
+            .into_iter()
+            .map(|(buf, pos)| {
+                let file = self.file.clone();
+                glommio::spawn_local(async move { write_whole(&file, buf, pos).await })
+            })
+            .collect();
+        let mut result = Ok(());
+        for task in tasks {
+            let r = task.await;
+            if result.is_ok() {
+                result = r;
+            }
         }
-        Ok(())
+        result
     }
 
     async fn read_at(&self, pos: u64, len: usize) -> io::Result<Vec<u8>> {
@@ -110,7 +137,7 @@ impl Fs for DmaFs {
         probe_device(path.parent().unwrap_or(Path::new("."))).await?;
         let file =
             OpenOptions::new().read(true).write(true).create(create).dma_open(path).await.map_err(io::Error::from)?;
-        Ok(DmaSegmentFile { file })
+        Ok(DmaSegmentFile { file: Rc::new(file) })
     }
 
     async fn remove(&self, path: &Path) -> io::Result<()> {
@@ -122,7 +149,8 @@ impl Fs for DmaFs {
     }
 
     async fn sync_dir(&self, path: &Path) -> io::Result<()> {
-        let dir = glommio::io::Directory::open(path).await.map_err(io::Error::from)?;
+        // glommio opens directories relative to no descriptor: a relative path fails with EBADF.
+        let dir = glommio::io::Directory::open(std::path::absolute(path)?).await.map_err(io::Error::from)?;
         dir.sync().await.map_err(io::Error::from)?;
         dir.close().await.map_err(io::Error::from)
     }

@@ -40,6 +40,15 @@ pub trait SegmentFile: std::fmt::Debug + 'static {
     /// Writes the whole buffer at `pos` (a multiple of [`ALIGN`]).
     async fn write_at(&self, buf: Self::Buf, pos: u64) -> io::Result<()>;
 
+    /// Writes several buffers, each at its (aligned) position. Implementations may run them concurrently;
+    /// it returns once all are complete.
+    async fn write_many(&self, writes: Vec<(Self::Buf, u64)>) -> io::Result<()> {
+        for (buf, pos) in writes {
+            self.write_at(buf, pos).await?;
+        }
+        Ok(())
+    }
+
     /// Reads up to `len` bytes at `pos`; fewer only at the end of the file.
     async fn read_at(&self, pos: u64, len: usize) -> io::Result<Vec<u8>>;
 

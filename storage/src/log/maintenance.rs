@@ -195,6 +195,7 @@ impl<F: Fs> PartitionLog<F> {
             active.next_offset = cut_offset;
             inner.tail = Tail { start: tail_start, bytes: tail_bytes, written: cut_pos };
             inner.durable = inner.durable.min(cut_offset);
+            inner.sync_covering = inner.sync_covering.min(cut_offset);
             inner.high_watermark = inner.high_watermark.min(cut_offset);
             inner.log_start = inner.log_start.min(cut_offset);
             if inner.epochs.truncate_from_end(cut_offset) {
@@ -290,6 +291,7 @@ impl<F: Fs> PartitionLog<F> {
             inner.tail = Tail::default();
             inner.log_start = offset;
             inner.durable = offset;
+            inner.sync_covering = offset;
             inner.high_watermark = offset;
             inner.epochs = Default::default();
             inner.epochs_dirty = true;

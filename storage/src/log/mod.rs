@@ -8,8 +8,8 @@
 //!
 //! Group commit: `append` copies the batch into the active segment's in-memory tail and returns its offsets
 //! at once. `wait_durable(offset)` returns once an fdatasync covering `offset` has completed: the first
-//! waiter takes the lock and syncs everything appended so far; waiters that arrive meanwhile queue on the
-//! lock and find, when they get it, that the next sync covers all of them.
+//! waiter becomes the sync leader and syncs everything appended so far; waiters that arrive meanwhile wait
+//! for its wake-up, and the leader's next sync covers all of them.
 //!
 //! The active segment's bytes from the block-aligned position `tail.start` on are kept in memory. A
 //! write-out writes the memory from the block holding the first unwritten byte to the end, zero-padded to
@@ -96,6 +96,9 @@ struct Inner<F: Fs> {
     log_start: Offset,
     /// Every offset below this is covered by a completed fdatasync.
     durable: Offset,
+    /// Syncs under way (see `wait_durable`), and the largest offset the latest of them covers.
+    syncs_in_flight: u32,
+    sync_covering: Offset,
     high_watermark: Offset,
     epochs: LeaderEpochCache,
     /// The epoch cache changed and must be written before the next sync completes.
@@ -107,6 +110,28 @@ struct Inner<F: Fs> {
     stats: LogStats,
 }
 
+/// Ends a sync turn, also when its future is dropped, and wakes the waiters.
+struct SyncTurn<'a, F: Fs>(&'a PartitionLog<F>);
+
+impl<F: Fs> Drop for SyncTurn<'_, F> {
+    fn drop(&mut self) {
+        let mut inner = self.0.inner.borrow_mut();
+        inner.syncs_in_flight -= 1;
+        if inner.syncs_in_flight == 0 {
+            inner.sync_covering = inner.durable;
+        }
+        drop(inner);
+        self.0.progress.notify(usize::MAX);
+    }
+}
+
+/// Syncs of one log that may be under way at once: while one fdatasync runs, the next group is already
+/// written, so its fdatasync can start without waiting for a full round.
+const MAX_SYNCS_IN_FLIGHT: u32 = 2;
+
+/// The largest single direct write; larger write-outs are split and submitted together.
+const WRITE_CHUNK_BYTES: u64 = 1 << 20;
+
 /// A partition's log. See the module documentation.
 pub struct PartitionLog<F: Fs> {
     fs: F,
@@ -114,6 +139,8 @@ pub struct PartitionLog<F: Fs> {
     clock: Rc<dyn Clock>,
     inner: RefCell<Inner<F>>,
     io: Mutex<()>,
+    /// Notified whenever a write-out or a sync completes.
+    progress: event_listener::Event,
 }
 
 impl<F: Fs> std::fmt::Debug for PartitionLog<F> {
@@ -289,8 +316,15 @@ impl<F: Fs> PartitionLog<F> {
             if roll {
                 self.roll_if_needed(batch.len() as u64).await?;
             } else if write {
-                let _io = self.io.lock().await;
-                self.write_out_locked().await?;
+                // Too much waits in memory. Write it out, unless a write is already under way: then wait
+                // for it (every appender writing in turn would serialise them all behind the lock).
+                let listener = self.progress.listen();
+                match self.io.try_lock() {
+                    Some(_io) => {
+                        self.write_out_locked().await?;
+                    }
+                    None => listener.await,
+                }
             }
         }
     }
@@ -334,19 +368,67 @@ impl<F: Fs> PartitionLog<F> {
         info
     }
 
-    /// Returns once every offset below `offset` is durable, syncing if no sync in flight covers it.
+    /// Returns once every offset below `offset` is durable.
+    ///
+    /// A waiter whose offset no sync under way covers starts one (at most `MAX_SYNCS_IN_FLIGHT` at a time):
+    /// it writes out everything appended so far, then fdatasyncs. Every other waiter waits for a sync to
+    /// finish and looks again, so one fdatasync covers every append written before it.
     pub async fn wait_durable(&self, offset: Offset) -> Result<()> {
         loop {
-            if self.inner.borrow().durable >= offset {
-                return Ok(());
+            let listener = {
+                let mut inner = self.inner.borrow_mut();
+                if inner.durable >= offset {
+                    return Ok(());
+                }
+                if inner.closed {
+                    return Err(StorageError::Closed(self.dir.clone()));
+                }
+                if offset > inner.log_end() {
+                    return Err(StorageError::Truncated { offset, log_end: inner.log_end() });
+                }
+                let covered_by_one_under_way = inner.syncs_in_flight > 0 && inner.sync_covering >= offset;
+                if covered_by_one_under_way || inner.syncs_in_flight >= MAX_SYNCS_IN_FLIGHT {
+                    Some(self.progress.listen())
+                } else {
+                    inner.syncs_in_flight += 1;
+                    None
+                }
+            };
+            match listener {
+                Some(listener) => listener.await,
+                None => {
+                    let _turn = SyncTurn(self);
+                    self.sync_turn().await?;
+                }
             }
-            self.check_open()?;
-            let _io = self.io.lock().await;
-            if self.inner.borrow().durable >= offset {
-                return Ok(());
-            }
-            self.sync_locked().await?;
         }
+    }
+
+    /// One sync: write out under the `io` lock, then fdatasync outside it so the next sync's write can
+    /// overlap this one's fdatasync.
+    async fn sync_turn(&self) -> Result<()> {
+        let (file, path, covered, generation) = {
+            let _io = self.io.lock().await;
+            let covered = self.write_out_locked().await?;
+            // The epochs of the data are on disk before the durable offset covers it.
+            self.persist_epochs_locked().await?;
+            let mut inner = self.inner.borrow_mut();
+            inner.sync_covering = inner.sync_covering.max(covered);
+            let active = inner.active();
+            (active.file.clone(), active.log_path(), covered, inner.generation)
+        };
+        if let Err(e) = file.fdatasync().await {
+            fatal::disk_failure("fdatasync", &path, &e);
+        }
+        let mut inner = self.inner.borrow_mut();
+        inner.stats.fsyncs += 1;
+        inner.last_sync_ms = self.clock.now_ms();
+        // An fdatasync covers every write completed before it started, whatever order syncs finish in. If
+        // bytes were removed meanwhile (truncation), the truncation set the durable offset itself.
+        if inner.generation == generation && covered > inner.durable {
+            inner.durable = covered;
+        }
+        Ok(())
     }
 
     /// Makes everything appended so far durable.
@@ -382,9 +464,10 @@ impl<F: Fs> PartitionLog<F> {
         Ok(due)
     }
 
-    /// Writes the active segment's unwritten bytes. Returns the log end offset the write covers.
+    /// Writes the active segment's unwritten bytes, in chunks of at most `WRITE_CHUNK_BYTES` submitted
+    /// together. Returns the log end offset the write covers.
     async fn write_out_locked(&self) -> Result<Offset> {
-        let (file, path, pos, buf, end, covered) = {
+        let (file, path, writes, end, covered) = {
             let inner = self.inner.borrow();
             let end = inner.active().size;
             let covered = inner.log_end();
@@ -392,47 +475,36 @@ impl<F: Fs> PartitionLog<F> {
                 return Ok(covered);
             }
             let tail = &inner.tail;
-            let pos = align_down(tail.written);
-            assert!(pos >= tail.start, "unwritten data was dropped from the tail");
-            let from = (pos - tail.start) as usize;
-            let len = (end - pos) as usize;
             let active = inner.active();
-            let mut buf = active.file.alloc(align_up(len as u64) as usize);
-            buf.as_mut()[..len].copy_from_slice(&tail.bytes[from..]);
-            buf.as_mut()[len..].fill(0);
-            (active.file.clone(), active.log_path(), pos, buf, end, covered)
+            let first = align_down(tail.written);
+            assert!(first >= tail.start, "unwritten data was dropped from the tail");
+            let mut writes = Vec::new();
+            let mut pos = first;
+            while pos < end {
+                let len = (end - pos).min(WRITE_CHUNK_BYTES) as usize;
+                let from = (pos - tail.start) as usize;
+                let mut buf = active.file.alloc(align_up(len as u64) as usize);
+                buf.as_mut()[..len].copy_from_slice(&tail.bytes[from..from + len]);
+                buf.as_mut()[len..].fill(0);
+                writes.push((buf, pos));
+                pos += len as u64;
+            }
+            (active.file.clone(), active.log_path(), writes, end, covered)
         };
-        let len = buf.as_ref().len() as u64;
-        if let Err(e) = file.write_at(buf, pos).await {
+        let len: u64 = writes.iter().map(|(b, _)| b.as_ref().len() as u64).sum();
+        let count = writes.len() as u64;
+        if let Err(e) = file.write_many(writes).await {
             fatal::disk_failure("write", &path, &e);
         }
         let mut inner = self.inner.borrow_mut();
         assert!(Rc::ptr_eq(&inner.active().file, &file), "active segment changed during a locked write");
         inner.tail.written = end;
-        inner.stats.writes += 1;
+        inner.stats.writes += count;
         inner.stats.bytes_written += len;
         inner.trim_tail();
+        drop(inner);
+        self.progress.notify(usize::MAX);
         Ok(covered)
-    }
-
-    /// Writes out and fdatasyncs the active segment, then advances the durable offset.
-    async fn sync_locked(&self) -> Result<()> {
-        let covered = self.write_out_locked().await?;
-        let (file, path) = {
-            let inner = self.inner.borrow();
-            (inner.active().file.clone(), inner.active().log_path())
-        };
-        if let Err(e) = file.fdatasync().await {
-            fatal::disk_failure("fdatasync", &path, &e);
-        }
-        self.persist_epochs_locked().await?;
-        let mut inner = self.inner.borrow_mut();
-        inner.stats.fsyncs += 1;
-        inner.last_sync_ms = self.clock.now_ms();
-        if covered > inner.durable {
-            inner.durable = covered;
-        }
-        Ok(())
     }
 
     /// Writes the leader-epoch file if it changed.

@@ -208,6 +208,8 @@ impl<F: Fs> PartitionLog<F> {
             tail,
             log_start,
             durable: log_end,
+            syncs_in_flight: 0,
+            sync_covering: log_end,
             high_watermark: hints.high_watermark.min(log_end),
             epochs,
             epochs_dirty,
@@ -216,7 +218,14 @@ impl<F: Fs> PartitionLog<F> {
             closed: false,
             stats: LogStats::default(),
         };
-        let log = PartitionLog { fs, dir: dir.to_path_buf(), clock, inner: RefCell::new(inner), io: Mutex::new(()) };
+        let log = PartitionLog {
+            fs,
+            dir: dir.to_path_buf(),
+            clock,
+            inner: RefCell::new(inner),
+            io: Mutex::new(()),
+            progress: event_listener::Event::new(),
+        };
         {
             let _io = log.io.lock().await;
             log.persist_epochs_locked().await?;

@@ -54,6 +54,7 @@ struct State {
     fail_fsync: bool,
     fsyncs: u64,
     writes: u64,
+    reads: u64,
 }
 
 /// A simulated disk. Clones share the same state.
@@ -105,6 +106,11 @@ impl SimFs {
     /// Number of writes so far.
     pub fn write_count(&self) -> u64 {
         self.state.borrow().writes
+    }
+
+    /// Number of reads so far.
+    pub fn read_count(&self) -> u64 {
+        self.state.borrow().reads
     }
 
     /// Makes every later `fdatasync` fail with EIO.
@@ -184,6 +190,7 @@ impl SegmentFile for SimFile {
     }
 
     async fn read_at(&self, pos: u64, len: usize) -> io::Result<Vec<u8>> {
+        self.state.borrow_mut().reads += 1;
         let inode = self.inode.borrow();
         let start = (pos as usize).min(inode.data.len());
         let end = (pos as usize).saturating_add(len).min(inode.data.len());

@@ -9,7 +9,8 @@ pub enum FlushPolicy {
     /// Every acknowledged append is fdatasync'ed first (group commit keeps this cheap). shardlog's default.
     Always,
     /// Kafka's policy: sync once `messages` records are unflushed or `ms` milliseconds have passed since the
-    /// last sync (`flush.messages`, `flush.ms`). Data is written to the file at once, synced later.
+    /// last sync (`flush.messages`, `flush.ms`). `PartitionLog::flush_if_due` writes appended data to the
+    /// file and syncs when due; the caller calls it after appends and on a timer.
     Interval { messages: u64, ms: u64 },
 }
 

@@ -444,22 +444,26 @@ impl<F: Fs> PartitionLog<F> {
         self.write_out_locked().await.map(|_| ())
     }
 
-    /// Under the interval flush policy: syncs when `flush.messages` records are unsynced or `flush.ms`
-    /// passed since the last sync. Returns whether it synced. Under `Always` it never needs to.
+    /// Under the interval flush policy (Kafka's acknowledgement point): writes appended data to the file,
+    /// and syncs when `flush.messages` records are unsynced or `flush.ms` passed since the last sync. Returns
+    /// whether it synced. Under `Always` it does nothing: durability waiters sync.
     pub async fn flush_if_due(&self) -> Result<bool> {
-        let due = {
+        let (due, unwritten) = {
             let inner = self.inner.borrow();
+            let unwritten = inner.unwritten_bytes() > 0;
             match inner.config.flush {
-                FlushPolicy::Always => false,
+                FlushPolicy::Always => (false, false),
                 FlushPolicy::Interval { messages, ms } => {
                     let unsynced = inner.log_end().0 - inner.durable.0;
                     let elapsed = self.clock.now_ms().saturating_sub(inner.last_sync_ms);
-                    unsynced >= messages || (unsynced > 0 && elapsed >= ms as i64)
+                    (unsynced >= messages || (unsynced > 0 && elapsed >= ms as i64), unwritten)
                 }
             }
         };
         if due {
             self.flush().await?;
+        } else if unwritten {
+            self.write_out().await?;
         }
         Ok(due)
     }

@@ -1,0 +1,133 @@
+//! Time- and size-driven behaviour: `segment.ms` rolls, `retention.ms` and `retention.bytes` deletion, the
+//! interval flush policy, and the tail cache serving recent reads from memory.
+
+mod common;
+
+use std::path::Path;
+
+use futures_lite::future::block_on;
+use shardlog_storage::fs::Fs;
+use shardlog_storage::fs::sim::SimFs;
+use shardlog_storage::log::OpenHints;
+use shardlog_storage::{FlushPolicy, LeaderEpoch, LogConfig, Offset, PartitionLog};
+
+use common::{ManualClock, make_batch, small_config};
+
+const HOUR_MS: i64 = 3600 * 1000;
+
+fn open(fs: &SimFs, clock: &std::rc::Rc<ManualClock>, config: LogConfig) -> PartitionLog<SimFs> {
+    block_on(PartitionLog::open(fs.clone(), clock.clone(), Path::new("/data/t-0"), config, OpenHints::default()))
+        .unwrap()
+        .0
+}
+
+#[test]
+fn segment_ms_rolls_an_old_segment_on_the_next_append() {
+    let fs = SimFs::new();
+    let clock = ManualClock::new(1_700_000_000_000);
+    let config = LogConfig { segment_ms: HOUR_MS, segment_bytes: 1 << 30, ..small_config() };
+    let log = open(&fs, &clock, config);
+    block_on(log.append(&make_batch(1, 1, 10, clock.0.get()), LeaderEpoch(0))).unwrap();
+    clock.advance(HOUR_MS - 1);
+    block_on(log.append(&make_batch(2, 1, 10, clock.0.get()), LeaderEpoch(0))).unwrap();
+    assert_eq!(log.segment_count(), 1, "younger than segment.ms: no roll");
+    clock.advance(1);
+    block_on(log.append(&make_batch(3, 1, 10, clock.0.get()), LeaderEpoch(0))).unwrap();
+    assert_eq!(log.segment_bases(), vec![Offset(0), Offset(2)], "the append at segment.ms starts a new segment");
+}
+
+#[test]
+fn retention_ms_deletes_segments_whose_newest_record_is_older() {
+    let fs = SimFs::new();
+    let clock = ManualClock::new(1_700_000_000_000);
+    let config = LogConfig { retention_ms: Some(24 * HOUR_MS), ..small_config() };
+    let log = open(&fs, &clock, config);
+    // Three segments written an hour apart, then a fourth (active) one.
+    for seg in 0..4u64 {
+        block_on(log.append(&make_batch(seg, 2, 10, clock.0.get()), LeaderEpoch(0))).unwrap();
+        if seg < 3 {
+            block_on(log.roll()).unwrap();
+        }
+        clock.advance(HOUR_MS);
+    }
+    assert_eq!(log.segment_count(), 4);
+    // 24 hours after the second segment's record: the first two are past retention.
+    clock.advance(24 * HOUR_MS - 3 * HOUR_MS + 1);
+    assert_eq!(block_on(log.apply_retention()).unwrap(), 2);
+    assert_eq!(log.log_start_offset(), Offset(4));
+    assert!(!fs.exists(Path::new("/data/t-0/00000000000000000000.log")), "deleted segment file is gone");
+    // Much later, everything but the active segment goes; the active segment is never deleted.
+    clock.advance(1000 * HOUR_MS);
+    assert_eq!(block_on(log.apply_retention()).unwrap(), 1);
+    assert_eq!(log.segment_bases(), vec![Offset(6)]);
+    assert_eq!(block_on(log.apply_retention()).unwrap(), 0);
+    assert_eq!(log.log_end_offset(), Offset(8));
+}
+
+#[test]
+fn retention_bytes_keeps_the_newest_segments_within_the_limit() {
+    let fs = SimFs::new();
+    let clock = ManualClock::new(1_700_000_000_000);
+    let log = open(&fs, &clock, small_config());
+    for i in 0..6 {
+        block_on(log.append(&make_batch(i, 1, 900, 0), LeaderEpoch(0))).unwrap();
+        block_on(log.roll()).unwrap();
+    }
+    block_on(log.append(&make_batch(9, 1, 900, 0), LeaderEpoch(0))).unwrap();
+    let segment = log.size_bytes() / 7;
+    log.set_config(LogConfig { retention_bytes: Some(3 * segment), ..small_config() }).unwrap();
+    assert_eq!(block_on(log.apply_retention()).unwrap(), 4);
+    assert_eq!(log.segment_count(), 3);
+    assert!(log.size_bytes() <= 3 * segment);
+    assert_eq!(log.log_start_offset(), Offset(4));
+}
+
+#[test]
+fn interval_flush_syncs_after_flush_messages_or_flush_ms() {
+    let fs = SimFs::new();
+    let clock = ManualClock::new(1_700_000_000_000);
+    let config = LogConfig { flush: FlushPolicy::Interval { messages: 10, ms: 1000 }, ..small_config() };
+    let log = open(&fs, &clock, config);
+    // Four records per batch: after 8 records nothing is due, after 12 it is.
+    for i in 0..2 {
+        block_on(log.append(&make_batch(i, 4, 10, 0), LeaderEpoch(0))).unwrap();
+        assert!(!block_on(log.flush_if_due()).unwrap());
+    }
+    assert_eq!(log.durable_offset(), Offset(0), "appended, not yet synced");
+    let written = fs.contents(Path::new("/data/t-0/00000000000000000000.log")).unwrap();
+    assert!(
+        written.len() as u64 >= log.size_bytes(),
+        "but already written to the file, as Kafka writes to the page cache"
+    );
+    block_on(log.append(&make_batch(2, 4, 10, 0), LeaderEpoch(0))).unwrap();
+    assert!(block_on(log.flush_if_due()).unwrap(), "flush.messages reached");
+    assert_eq!(log.durable_offset(), Offset(12));
+    block_on(log.append(&make_batch(3, 1, 10, 0), LeaderEpoch(0))).unwrap();
+    clock.advance(999);
+    assert!(!block_on(log.flush_if_due()).unwrap());
+    clock.advance(1);
+    assert!(block_on(log.flush_if_due()).unwrap(), "flush.ms passed");
+    assert_eq!(log.durable_offset(), Offset(13));
+    clock.advance(5000);
+    assert!(!block_on(log.flush_if_due()).unwrap(), "nothing unsynced, nothing to do");
+}
+
+#[test]
+fn recent_reads_come_from_the_tail_cache_and_old_ones_from_disk() {
+    let fs = SimFs::new();
+    let clock = ManualClock::new(1_700_000_000_000);
+    let config = LogConfig { tail_cache_bytes: 1 << 20, segment_bytes: 64 << 10, ..small_config() };
+    let log = open(&fs, &clock, config);
+    for i in 0..20 {
+        block_on(log.append(&make_batch(i, 1, 1000, 0), LeaderEpoch(0))).unwrap();
+    }
+    block_on(log.flush()).unwrap();
+    let reads = fs.read_count();
+    let recent = block_on(log.read(Offset(15), 1 << 20)).unwrap();
+    assert_eq!(recent.next_offset, Offset(20));
+    assert_eq!(fs.read_count(), reads, "the active segment's recent bytes are served from memory");
+    block_on(log.roll()).unwrap();
+    let old = block_on(log.read(Offset(15), 1 << 20)).unwrap();
+    assert_eq!(old, recent, "the same bytes from disk");
+    assert!(fs.read_count() > reads, "a rolled segment is read from disk");
+}

@@ -22,6 +22,7 @@ use crate::durable;
 use crate::error::{Result, StorageError};
 use crate::fatal;
 use crate::fs::Fs;
+use crate::log::maintenance::{DELETED_SUFFIX, remove_dir_contents};
 use crate::log::{LogConfig, OpenHints, OpenReport, PartitionLog, Recovery};
 use crate::types::{Clock, Offset, TopicPartition};
 
@@ -56,6 +57,7 @@ impl<F: Fs> LogDir<F> {
     ) -> Result<(LogDir<F>, Vec<(TopicPartition, OpenReport)>)> {
         if !fs.exists(path) {
             fs.create_dir_all(path).await.map_err(|e| StorageError::io("create data dir", path, e))?;
+            durable::sync_parent(&fs, path).await;
         }
         let marker = path.join(CLEAN_SHUTDOWN_FILE);
         let clean = fs.exists(&marker);
@@ -65,6 +67,21 @@ impl<F: Fs> LogDir<F> {
         let mut logs = BTreeMap::new();
         let mut reports = Vec::new();
         for name in fs.list_dir(path).map_err(|e| StorageError::io("list", path, e))? {
+            let entry = path.join(&name);
+            if name.ends_with(".tmp") && !fs.is_dir(&entry) {
+                // An atomic replacement or a device probe that did not finish.
+                if let Err(e) = fs.remove(&entry).await {
+                    fatal::disk_failure("remove", &entry, &e);
+                }
+                continue;
+            }
+            if name.ends_with(DELETED_SUFFIX) && fs.is_dir(&entry) {
+                remove_dir_contents(&fs, &entry).await?;
+                continue;
+            }
+            if !fs.is_dir(&entry) {
+                continue;
+            }
             let Some(tp) = TopicPartition::parse_dir_name(&name) else { continue };
             let hints = OpenHints {
                 recovery: if clean {

@@ -27,7 +27,8 @@ pub async fn probe_device(dir: &Path) -> io::Result<()> {
     if PROBED_DEVICES.with(|p| p.borrow().contains(&dev)) {
         return Ok(());
     }
-    let probe = dir.join(format!(".shardlog-iopoll-probe-{}", std::process::id()));
+    // Named so that nothing mistakes a leftover for a partition or a segment; data dirs remove `.tmp` files.
+    let probe = dir.join(format!(".shardlog-iopoll-probe.{}.tmp", std::process::id()));
     std::fs::write(&probe, [0u8; ALIGN as usize])?;
     let opened = DmaFile::open(&probe).await.map_err(io::Error::from);
     std::fs::remove_file(&probe)?;
@@ -176,5 +177,9 @@ impl Fs for DmaFs {
 
     fn exists(&self, path: &Path) -> bool {
         path.exists()
+    }
+
+    fn is_dir(&self, path: &Path) -> bool {
+        path.is_dir()
     }
 }

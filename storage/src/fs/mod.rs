@@ -72,7 +72,7 @@ pub trait Fs: Clone + std::fmt::Debug + 'static {
     /// Removes a file.
     async fn remove(&self, path: &Path) -> io::Result<()>;
 
-    /// Renames a file, replacing any file at `to`.
+    /// Renames a file (replacing any file at `to`) or a directory.
     async fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
 
     /// Makes the directory's entries (creations, renames, removals) durable.
@@ -89,4 +89,7 @@ pub trait Fs: Clone + std::fmt::Debug + 'static {
 
     /// Whether a file or directory exists at `path`.
     fn exists(&self, path: &Path) -> bool;
+
+    /// Whether `path` is a directory.
+    fn is_dir(&self, path: &Path) -> bool;
 }

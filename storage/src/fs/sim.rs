@@ -251,7 +251,18 @@ impl Fs for SimFs {
     }
 
     async fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        let mut state = self.state.borrow_mut();
+        let mut guard = self.state.borrow_mut();
+        let state = &mut *guard;
+        if state.dirs.contains(from) {
+            // Directories are modelled as always durable: a directory rename moves its files in both the
+            // current and the durable namespace at once.
+            let moved = |p: &PathBuf| p.strip_prefix(from).ok().map(|rest| to.join(rest));
+            state.dirs = state.dirs.iter().map(|d| moved(d).unwrap_or_else(|| d.clone())).collect();
+            for map in [&mut state.files, &mut state.durable_files] {
+                *map = std::mem::take(map).into_iter().map(|(p, i)| (moved(&p).unwrap_or(p), i)).collect();
+            }
+            return Ok(());
+        }
         let inode = state.files.remove(from).ok_or_else(|| Self::not_found(from))?;
         state.files.insert(to.to_path_buf(), inode);
         Ok(())
@@ -309,5 +320,9 @@ impl Fs for SimFs {
     fn exists(&self, path: &Path) -> bool {
         let state = self.state.borrow();
         state.files.contains_key(path) || state.dirs.contains(path)
+    }
+
+    fn is_dir(&self, path: &Path) -> bool {
+        self.state.borrow().dirs.contains(path)
     }
 }

@@ -151,6 +151,7 @@ impl<F: Fs> PartitionLog<F> {
         {
             let mut inner = self.inner.borrow_mut();
             inner.generation += 1;
+            inner.end_cuts += 1;
             if keep + 1 < inner.segments.len() {
                 inner.segments.truncate(keep + 1);
                 // The kept segment was rolled: all its bytes are on disk, none in memory. (The tail is
@@ -159,8 +160,13 @@ impl<F: Fs> PartitionLog<F> {
                 inner.tail = Tail { start: size, bytes: Vec::new(), written: size };
             }
         }
-        for base in &doomed {
+        // Newest first, and durably before the kept segment is cut: after a crash at any point the
+        // segments left are still contiguous, and none follows a segment that ends early.
+        for base in doomed.iter().rev() {
             remove_segment_files(&self.fs, &self.dir, *base).await?;
+        }
+        if !doomed.is_empty() {
+            durable::sync_dir(&self.fs, &self.dir).await;
         }
         // Find the batch holding `offset` in the segment that stays.
         let (seg_base, seg_size) = {
@@ -177,9 +183,6 @@ impl<F: Fs> PartitionLog<F> {
         }
         if let Err(e) = file.fdatasync().await {
             fatal::disk_failure("fdatasync", &path, &e);
-        }
-        if !doomed.is_empty() {
-            durable::sync_parent(&self.fs, &path).await;
         }
         let tail_start = align_down(cut_pos);
         let tail_bytes = file
@@ -280,8 +283,12 @@ impl<F: Fs> PartitionLog<F> {
         let _io = self.io.lock().await;
         self.check_open()?;
         let doomed: Vec<Offset> = self.inner.borrow().segments.iter().map(|s| s.base).collect();
-        self.inner.borrow_mut().generation += 1;
-        for base in &doomed {
+        {
+            let mut inner = self.inner.borrow_mut();
+            inner.generation += 1;
+            inner.end_cuts += 1;
+        }
+        for base in doomed.iter().rev() {
             remove_segment_files(&self.fs, &self.dir, *base).await?;
         }
         let segment = create_segment(&self.fs, &self.dir, offset, self.clock.now_ms()).await?;
@@ -346,8 +353,9 @@ impl<F: Fs> PartitionLog<F> {
             let n = inner.segments.len();
             inner.segments[..n - 1].iter().take_while(|s| s.next_offset <= inner.log_start).count()
         };
+        // The epoch file is rewritten with the next sync, after the data dir has checkpointed the new log
+        // start: an epoch file ahead of the log start checkpoint would leave offsets without an epoch.
         self.delete_oldest_segments_locked(count).await?;
-        self.persist_epochs_locked().await?;
         Ok(self.log_start_offset())
     }
 
@@ -372,7 +380,6 @@ impl<F: Fs> PartitionLog<F> {
             remove_segment_files(&self.fs, &self.dir, *base).await?;
         }
         durable::sync_dir(&self.fs, &self.dir).await;
-        self.persist_epochs_locked().await?;
         tracing::info!(dir = %self.dir.display(), deleted = doomed.len(), log_start = %self.log_start_offset(), "deleted segments");
         Ok(())
     }
@@ -390,26 +397,40 @@ impl<F: Fs> PartitionLog<F> {
         Ok(())
     }
 
-    /// Closes the log and removes its directory.
+    /// Closes the log and removes its directory. The directory is first renamed to `<name>.deleted` (and
+    /// the rename made durable), so a crash part-way never leaves a partial partition that looks live;
+    /// opening the data dir finishes the removal.
     pub async fn delete(&self) -> Result<()> {
         let _io = self.io.lock().await;
-        let bases: Vec<Offset> = {
+        {
             let mut inner = self.inner.borrow_mut();
             inner.closed = true;
             inner.generation += 1;
-            inner.segments.iter().map(|s| s.base).collect()
-        };
-        for base in bases {
-            remove_segment_files(&self.fs, &self.dir, base).await?;
+            inner.end_cuts += 1;
         }
-        for name in self.fs.list_dir(&self.dir).map_err(|e| StorageError::io("list", &self.dir, e))? {
-            let path = self.dir.join(name);
-            if let Err(e) = self.fs.remove(&path).await {
-                fatal::disk_failure("remove", &path, &e);
-            }
+        let mut doomed = self.dir.clone().into_os_string();
+        doomed.push(DELETED_SUFFIX);
+        let doomed = std::path::PathBuf::from(doomed);
+        if let Err(e) = self.fs.rename(&self.dir, &doomed).await {
+            fatal::disk_failure("rename", &self.dir, &e);
         }
-        self.fs.remove_dir(&self.dir).await.map_err(|e| StorageError::io("remove directory", &self.dir, e))?;
         durable::sync_parent(&self.fs, &self.dir).await;
-        Ok(())
+        remove_dir_contents(&self.fs, &doomed).await
     }
+}
+
+/// Suffix of a partition directory whose removal has begun.
+pub const DELETED_SUFFIX: &str = ".deleted";
+
+/// Removes a partition directory's files and then the directory itself, durably.
+pub async fn remove_dir_contents<F: Fs>(fs: &F, dir: &Path) -> Result<()> {
+    for name in fs.list_dir(dir).map_err(|e| StorageError::io("list", dir, e))? {
+        let path = dir.join(name);
+        if let Err(e) = fs.remove(&path).await {
+            fatal::disk_failure("remove", &path, &e);
+        }
+    }
+    fs.remove_dir(dir).await.map_err(|e| StorageError::io("remove directory", dir, e))?;
+    durable::sync_parent(fs, dir).await;
+    Ok(())
 }

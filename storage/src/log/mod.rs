@@ -16,7 +16,7 @@
 //! a whole block; the partial last block is rewritten with more bytes by the next write-out.
 
 pub mod config;
-mod maintenance;
+pub mod maintenance;
 mod open;
 
 use std::cell::RefCell;
@@ -106,6 +106,8 @@ struct Inner<F: Fs> {
     last_sync_ms: i64,
     /// Bumped whenever bytes already in the log are removed, so a read that awaited can tell.
     generation: u64,
+    /// Bumped when the end of the log is cut, so a sync under way does not claim the cut offsets.
+    end_cuts: u64,
     closed: bool,
     stats: LogStats,
 }
@@ -407,7 +409,7 @@ impl<F: Fs> PartitionLog<F> {
     /// One sync: write out under the `io` lock, then fdatasync outside it so the next sync's write can
     /// overlap this one's fdatasync.
     async fn sync_turn(&self) -> Result<()> {
-        let (file, path, covered, generation) = {
+        let (file, path, covered, end_cuts) = {
             let _io = self.io.lock().await;
             let covered = self.write_out_locked().await?;
             // The epochs of the data are on disk before the durable offset covers it.
@@ -415,7 +417,7 @@ impl<F: Fs> PartitionLog<F> {
             let mut inner = self.inner.borrow_mut();
             inner.sync_covering = inner.sync_covering.max(covered);
             let active = inner.active();
-            (active.file.clone(), active.log_path(), covered, inner.generation)
+            (active.file.clone(), active.log_path(), covered, inner.end_cuts)
         };
         if let Err(e) = file.fdatasync().await {
             fatal::disk_failure("fdatasync", &path, &e);
@@ -425,7 +427,7 @@ impl<F: Fs> PartitionLog<F> {
         inner.last_sync_ms = self.clock.now_ms();
         // An fdatasync covers every write completed before it started, whatever order syncs finish in. If
         // bytes were removed meanwhile (truncation), the truncation set the durable offset itself.
-        if inner.generation == generation && covered > inner.durable {
+        if inner.end_cuts == end_cuts && covered > inner.durable {
             inner.durable = covered;
         }
         Ok(())

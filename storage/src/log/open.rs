@@ -215,6 +215,7 @@ impl<F: Fs> PartitionLog<F> {
             epochs_dirty,
             last_sync_ms: now,
             generation: 0,
+            end_cuts: 0,
             closed: false,
             stats: LogStats::default(),
         };
@@ -283,37 +284,44 @@ async fn load_segment<F: Fs>(
         }
     };
 
-    // The last segment of a cleanly closed log: scan from its last indexed batch to find the log end. If
-    // that scan finds damage, the loaded index may point past it, so the segment is rescanned whole.
-    let index_missing = loaded_index.is_none();
+    // A trusted segment with index files: validate its last index interval (the batch the last entry points
+    // at must carry that entry's offset, the batches after it must be valid and end where the next segment
+    // begins). That also finds the log end in the last segment. Anything unexpected means the index or the
+    // segment cannot be trusted, and the segment is rescanned whole.
     let mut quick = None;
-    if let (Some(mut index), None) = (loaded_index.clone(), next_base) {
-        let start = index.position_for(Offset(u64::MAX));
-        let start_offset = if start == 0 {
-            base
-        } else {
-            let header = file.read_at(start, HEADER_BYTES).await.map_err(|e| read_failure("read", &log_path, e))?;
-            let h = BatchHeader::parse(&header)
-                .map_err(|e| StorageError::CorruptFile { path: log_path.clone(), detail: e.to_string() })?;
-            Offset(h.base_offset.max(0) as u64)
+    if let Some(mut index) = loaded_index {
+        let last_entry = index.offset_entries().last();
+        let start = last_entry.map_or(0, |(_, position)| position);
+        let start_offset = match last_entry {
+            None => Some(base),
+            Some((entry_offset, _)) => {
+                let header = file.read_at(start, HEADER_BYTES).await.map_err(|e| read_failure("read", &log_path, e))?;
+                BatchHeader::parse(&header).ok().and_then(|h| {
+                    let batch_base = Offset(u64::try_from(h.base_offset).ok()?);
+                    let last = batch_base.0.checked_add(u64::try_from(h.last_offset_delta).ok()?)?;
+                    (last == entry_offset.0 && batch_base >= base).then_some(batch_base)
+                })
+            }
         };
-        index.resume_at(start);
-        let mut starts = Vec::new();
-        let scan = segment::scan(&file, &log_path, start, start_offset, file_size, |m| {
-            index.on_batch(m, interval);
-            starts.push(*m);
-        })
-        .await?;
-        if scan.stop == ScanStop::Clean {
-            starts.iter().for_each(&mut push_epoch);
-            quick = Some((index, scan.valid_bytes, scan.next_offset));
+        if let Some(start_offset) = start_offset {
+            index.resume_at(start);
+            let mut starts = Vec::new();
+            let scan = segment::scan(&file, &log_path, start, start_offset, file_size, |m| {
+                index.on_batch(m, interval);
+                starts.push(*m);
+            })
+            .await?;
+            let ends_at_next = next_base.is_none_or(|next| scan.next_offset == next);
+            if scan.stop == ScanStop::Clean && ends_at_next {
+                starts.iter().for_each(&mut push_epoch);
+                quick = Some((index, scan.valid_bytes, scan.next_offset));
+            }
         }
     }
 
-    let (index, size, next_offset, scanned) = match (loaded_index, next_base, quick) {
-        (Some(index), Some(next), _) => (index, file_size, next, false),
-        (_, None, Some((index, size, next))) => (index, size, next, false),
-        _ => {
+    let (index, size, next_offset, scanned) = match quick {
+        Some((index, size, next)) => (index, size, next, false),
+        None => {
             let mut index = SegmentIndex::new(base);
             let scan = segment::scan(&file, &log_path, 0, base, file_size, |m| {
                 index.on_batch(m, interval);
@@ -323,7 +331,8 @@ async fn load_segment<F: Fs>(
             report.scanned_segments += 1;
             report.scanned_bytes += scan.valid_bytes;
             note_damage(&scan.stop, report);
-            if trusted && index_missing {
+            if trusted {
+                // Missing, inconsistent, or pointing past damage: rebuilt from the scan.
                 report.rebuilt_indexes += 1;
             }
             (index, scan.valid_bytes, scan.next_offset, true)

@@ -1,0 +1,132 @@
+//! Recovery from specific damage a crash or a bad disk can leave: a trusted segment that ends short, a
+//! partition deletion cut off half way, leftovers of unfinished atomic writes.
+
+mod common;
+
+use std::path::Path;
+
+use futures_lite::future::block_on;
+use shardlog_storage::fs::Fs;
+use shardlog_storage::fs::sim::SimFs;
+use shardlog_storage::{LeaderEpoch, LogDir, Offset, TopicPartition};
+
+use common::{ManualClock, make_batch, small_config, split_batches};
+
+const DATA: &str = "/data";
+
+fn open_dir(fs: &SimFs) -> LogDir<SimFs> {
+    block_on(LogDir::open(fs.clone(), ManualClock::new(1_700_000_000_000), Path::new(DATA), |_| small_config()))
+        .unwrap()
+        .0
+}
+
+/// Three segments of 10 offsets each plus an active one, synced and checkpointed.
+fn three_segments(fs: &SimFs, tp: &TopicPartition) {
+    let dir = open_dir(fs);
+    let log = block_on(dir.get_or_create(tp, small_config())).unwrap();
+    for seg in 0..4u64 {
+        for i in 0..5 {
+            block_on(log.append(&make_batch(seg * 10 + i, 2, 100, 0), LeaderEpoch(seg as i32))).unwrap();
+        }
+        if seg < 3 {
+            block_on(log.roll()).unwrap();
+        }
+    }
+    block_on(log.flush()).unwrap();
+    block_on(dir.checkpoint()).unwrap();
+    assert_eq!(log.segment_bases(), vec![Offset(0), Offset(10), Offset(20), Offset(30)]);
+}
+
+#[test]
+fn trusted_segment_that_ends_short_is_rescanned_and_later_segments_dropped() {
+    let fs = SimFs::new();
+    let tp = TopicPartition::new("t", 0);
+    three_segments(&fs, &tp);
+    // The first segment loses its last batch, as if a truncation had cut it and the deletion of the
+    // segments after it had been lost. The recovery point (40) vouches for all of it.
+    let first = Path::new("/data/t-0/00000000000000000000.log");
+    let bytes = fs.contents(first).unwrap();
+    let batches = split_batches(&bytes);
+    let keep: usize = batches[..4].iter().map(|b| b.2.len()).sum();
+    fs.set_contents(first, bytes[..keep].to_vec());
+
+    let dir = open_dir(&fs);
+    let log = dir.get(&tp).unwrap();
+    assert_eq!(log.log_end_offset(), Offset(8), "the log ends where the short segment ends");
+    assert_eq!(log.segment_bases(), vec![Offset(0)], "segments after a gap are removed");
+    let read = block_on(log.read(Offset(0), usize::MAX)).unwrap();
+    let offsets: Vec<u64> = split_batches(&read.bytes).iter().map(|b| b.0).collect();
+    assert_eq!(offsets, vec![0, 2, 4, 6], "the log stays contiguous");
+    assert!(!fs.exists(Path::new("/data/t-0/00000000000000000010.log")));
+}
+
+#[test]
+fn index_entry_pointing_at_the_wrong_batch_is_rebuilt() {
+    let fs = SimFs::new();
+    let tp = TopicPartition::new("t", 0);
+    three_segments(&fs, &tp);
+    // Corrupt the base offset of the first segment's last indexed batch: outside the CRC, so only the
+    // comparison with the index entry can notice.
+    let dir = open_dir(&fs);
+    let log = dir.get(&tp).unwrap();
+    block_on(dir.close()).unwrap();
+    drop((log, dir));
+    let first = Path::new("/data/t-0/00000000000000000000.log");
+    let index = fs.contents(Path::new("/data/t-0/00000000000000000000.index")).unwrap();
+    assert!(index.len() >= 8, "small segments still get index entries");
+    let pos = u32::from_be_bytes(index[index.len() - 4..].try_into().unwrap()) as usize;
+    let mut bytes = fs.contents(first).unwrap();
+    bytes[pos..pos + 8].copy_from_slice(&99i64.to_be_bytes());
+    fs.set_contents(first, bytes);
+
+    let (dir, reports) =
+        block_on(LogDir::open(fs.clone(), ManualClock::new(0), Path::new(DATA), |_| small_config())).unwrap();
+    let report = &reports[0].1;
+    assert!(report.damage.as_deref().is_some_and(|d| d.contains("base offset 99")), "{report:?}");
+    let log = dir.get(&tp).unwrap();
+    assert!(log.log_end_offset() < Offset(10), "the log is cut at the damaged batch");
+    assert_eq!(block_on(log.verify_indexes()), Ok(()));
+}
+
+#[test]
+fn deleting_a_partition_survives_a_crash_part_way() {
+    let fs = SimFs::new();
+    let tp = TopicPartition::new("t", 0);
+    three_segments(&fs, &tp);
+    // The first step of a deletion (the durable rename) happened, the removal of its files did not.
+    block_on(fs.rename(Path::new("/data/t-0"), Path::new("/data/t-0.deleted"))).unwrap();
+    let dir = open_dir(&fs);
+    assert!(dir.partitions().is_empty(), "a partition being deleted is not loaded");
+    assert!(!fs.exists(Path::new("/data/t-0.deleted")), "opening finishes the deletion");
+
+    // A whole deletion through the data dir.
+    let tp1 = TopicPartition::new("t", 1);
+    let log = block_on(dir.get_or_create(&tp1, small_config())).unwrap();
+    block_on(log.append(&make_batch(1, 1, 10, 0), LeaderEpoch(0))).unwrap();
+    block_on(dir.delete(&tp1)).unwrap();
+    assert!(!fs.exists(Path::new("/data/t-1")) && !fs.exists(Path::new("/data/t-1.deleted")));
+    assert!(open_dir(&fs).partitions().is_empty());
+}
+
+#[test]
+fn leftover_temporary_files_are_removed_on_open() {
+    let fs = SimFs::new();
+    let tp = TopicPartition::new("t", 0);
+    three_segments(&fs, &tp);
+    for path in [
+        "/data/recovery-point-offset-checkpoint.tmp",
+        "/data/.shardlog-iopoll-probe.77.tmp",
+        "/data/t-0/00000000000000000010.index.tmp",
+    ] {
+        block_on(fs.open(Path::new(path), true)).unwrap();
+    }
+    let dir = open_dir(&fs);
+    assert_eq!(dir.partitions(), vec![tp]);
+    for path in [
+        "/data/recovery-point-offset-checkpoint.tmp",
+        "/data/.shardlog-iopoll-probe.77.tmp",
+        "/data/t-0/00000000000000000010.index.tmp",
+    ] {
+        assert!(!fs.exists(Path::new(path)), "{path} left behind");
+    }
+}

@@ -30,7 +30,8 @@ pub const LOG_OVERHEAD: usize = 12;
 /// The only batch format the log accepts.
 pub const MAGIC_V2: i8 = 2;
 
-const CRC_START: usize = 21;
+/// Where the CRC32C's coverage starts: the attributes field.
+pub const CRC_START: usize = 21;
 
 /// Why a batch was refused. Each has its own Kafka error code at the broker.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

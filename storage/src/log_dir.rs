@@ -38,6 +38,7 @@ pub struct LogDir<F: Fs> {
     path: PathBuf,
     logs: RefCell<BTreeMap<TopicPartition, Rc<PartitionLog<F>>>>,
     checkpoint_lock: Mutex<()>,
+    create_lock: Mutex<()>,
 }
 
 impl<F: Fs> std::fmt::Debug for LogDir<F> {
@@ -103,8 +104,14 @@ impl<F: Fs> LogDir<F> {
             }
             durable::sync_dir(&fs, path).await;
         }
-        let dir =
-            LogDir { fs, clock, path: path.to_path_buf(), logs: RefCell::new(logs), checkpoint_lock: Mutex::new(()) };
+        let dir = LogDir {
+            fs,
+            clock,
+            path: path.to_path_buf(),
+            logs: RefCell::new(logs),
+            checkpoint_lock: Mutex::new(()),
+            create_lock: Mutex::new(()),
+        };
         Ok((dir, reports))
     }
 
@@ -127,11 +134,16 @@ impl<F: Fs> LogDir<F> {
         if let Some(log) = self.get(tp) {
             return Ok(log);
         }
+        // One creation at a time: two opens of one directory would undo each other's files.
+        let _creating = self.create_lock.lock().await;
+        if let Some(log) = self.get(tp) {
+            return Ok(log);
+        }
         let dir = self.path.join(tp.dir_name());
         let (log, _) =
             PartitionLog::open(self.fs.clone(), self.clock.clone(), &dir, config, OpenHints::default()).await?;
-        // Another task may have created it while this one awaited.
-        let log = self.logs.borrow_mut().entry(tp.clone()).or_insert_with(|| Rc::new(log)).clone();
+        let log = Rc::new(log);
+        self.logs.borrow_mut().insert(tp.clone(), log.clone());
         Ok(log)
     }
 

@@ -130,3 +130,35 @@ fn leftover_temporary_files_are_removed_on_open() {
         assert!(!fs.exists(Path::new(path)), "{path} left behind");
     }
 }
+
+#[test]
+fn batches_larger_than_a_scan_chunk_are_checked_piece_by_piece() {
+    use shardlog_storage::LogConfig;
+    let config = LogConfig { max_message_bytes: 8 << 20, segment_bytes: 64 << 20, ..small_config() };
+    let fs = SimFs::new();
+    let tp = TopicPartition::new("t", 0);
+    let open = |fs: &SimFs| {
+        let c = config.clone();
+        block_on(LogDir::open(fs.clone(), ManualClock::new(0), Path::new(DATA), move |_| c.clone())).unwrap()
+    };
+    {
+        let (dir, _) = open(&fs);
+        let log = block_on(dir.get_or_create(&tp, config.clone())).unwrap();
+        block_on(log.append(&make_batch(1, 1, 100, 0), LeaderEpoch(0))).unwrap();
+        block_on(log.append(&make_batch(2, 3, 1 << 20, 0), LeaderEpoch(0))).unwrap();
+        block_on(log.flush()).unwrap();
+    }
+    // Not closed, no checkpoint: both batches are scanned, the 3 MiB one in pieces.
+    let (dir, reports) = open(&fs);
+    assert_eq!(reports[0].1.damage, None);
+    assert_eq!(dir.get(&tp).unwrap().log_end_offset(), Offset(4));
+    drop(dir);
+    // One flipped byte deep inside the large batch is found.
+    let seg = Path::new("/data/t-0/00000000000000000000.log");
+    let mut bytes = fs.contents(seg).unwrap();
+    bytes[2 << 20] ^= 1;
+    fs.set_contents(seg, bytes);
+    let (dir, reports) = open(&fs);
+    assert!(reports[0].1.damage.as_deref().is_some_and(|d| d.contains("CRC")), "{:?}", reports[0].1);
+    assert_eq!(dir.get(&tp).unwrap().log_end_offset(), Offset(1));
+}

@@ -13,7 +13,7 @@ use crate::segment::index::SegmentIndex;
 use crate::segment::{self, Segment};
 use crate::types::Offset;
 
-use super::{PartitionLog, Tail};
+use super::{AppendPause, PartitionLog, Tail};
 
 /// Creates an empty segment file at `base` (replacing a stray one) and makes its directory entry durable.
 pub(super) async fn create_segment<F: Fs>(fs: &F, dir: &Path, base: Offset, now_ms: i64) -> Result<Segment<F>> {
@@ -65,6 +65,7 @@ impl<F: Fs> PartitionLog<F> {
         self.check_open()?;
         let now = self.clock.now_ms();
         if self.inner.borrow().needs_roll(batch_len, now) {
+            let _pause = AppendPause::new(self);
             self.roll_locked(now).await?;
         }
         Ok(())
@@ -75,6 +76,7 @@ impl<F: Fs> PartitionLog<F> {
         let _io = self.io.lock().await;
         self.check_open()?;
         if !self.inner.borrow().active().is_empty() {
+            let _pause = AppendPause::new(self);
             self.roll_locked(self.clock.now_ms()).await?;
         }
         Ok(())
@@ -86,11 +88,15 @@ impl<F: Fs> PartitionLog<F> {
         self.seal_active_locked().await?;
         let base = self.inner.borrow().log_end();
         let segment = create_segment(&self.fs, &self.dir, base, now).await?;
-        self.persist_epochs_locked().await?;
-        let mut inner = self.inner.borrow_mut();
-        inner.segments.push(segment);
-        inner.tail = Tail::default();
-        inner.durable = base;
+        {
+            // The new segment is the active one as soon as its file exists (nothing was appended since the
+            // seal: appends are paused), so a cancellation past this point leaves no stray file.
+            let mut inner = self.inner.borrow_mut();
+            assert_eq!(inner.log_end(), base, "appended during a roll");
+            inner.segments.push(segment);
+            inner.tail = Tail::default();
+            inner.durable = inner.durable.max(base);
+        }
         tracing::debug!(dir = %self.dir.display(), %base, "rolled segment");
         Ok(())
     }
@@ -144,6 +150,7 @@ impl<F: Fs> PartitionLog<F> {
         if offset < log_start {
             return Err(StorageError::OffsetOutOfRange { requested: offset, log_start, log_end });
         }
+        let _pause = AppendPause::new(self);
         // Everything below the cut must be in the file before the file is cut.
         self.write_out_locked().await?;
         let keep = self.inner.borrow().segment_for(offset);
@@ -202,9 +209,11 @@ impl<F: Fs> PartitionLog<F> {
             inner.high_watermark = inner.high_watermark.min(cut_offset);
             inner.log_start = inner.log_start.min(cut_offset);
             if inner.epochs.truncate_from_end(cut_offset) {
-                inner.epochs_dirty = true;
+                inner.epochs_version += 1;
             }
             inner.stats.fsyncs += 1;
+            // Reads that started while the cut was under way saw an old size: make them read again.
+            inner.generation += 1;
         }
         self.recompute_max_timestamp_locked(cut_pos).await?;
         self.persist_epochs_locked().await?;
@@ -282,6 +291,7 @@ impl<F: Fs> PartitionLog<F> {
     pub async fn truncate_fully_and_start_at(&self, offset: Offset) -> Result<()> {
         let _io = self.io.lock().await;
         self.check_open()?;
+        let _pause = AppendPause::new(self);
         let doomed: Vec<Offset> = self.inner.borrow().segments.iter().map(|s| s.base).collect();
         {
             let mut inner = self.inner.borrow_mut();
@@ -301,7 +311,7 @@ impl<F: Fs> PartitionLog<F> {
             inner.sync_covering = offset;
             inner.high_watermark = offset;
             inner.epochs = Default::default();
-            inner.epochs_dirty = true;
+            inner.epochs_version += 1;
         }
         self.persist_epochs_locked().await
     }
@@ -347,7 +357,7 @@ impl<F: Fs> PartitionLog<F> {
             if offset > inner.log_start {
                 inner.log_start = offset;
                 if inner.epochs.clamp(offset, log_end) {
-                    inner.epochs_dirty = true;
+                    inner.epochs_version += 1;
                 }
             }
             let n = inner.segments.len();
@@ -371,7 +381,7 @@ impl<F: Fs> PartitionLog<F> {
             inner.log_start = inner.log_start.max(first);
             let (start, end) = (inner.log_start, inner.log_end());
             if inner.epochs.clamp(start, end) {
-                inner.epochs_dirty = true;
+                inner.epochs_version += 1;
             }
             inner.generation += 1;
             doomed
@@ -391,6 +401,7 @@ impl<F: Fs> PartitionLog<F> {
         if self.inner.borrow().closed {
             return Ok(());
         }
+        let _pause = AppendPause::new(self);
         self.seal_active_locked().await?;
         self.persist_epochs_locked().await?;
         self.inner.borrow_mut().closed = true;

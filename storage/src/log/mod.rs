@@ -101,8 +101,12 @@ struct Inner<F: Fs> {
     sync_covering: Offset,
     high_watermark: Offset,
     epochs: LeaderEpochCache,
-    /// The epoch cache changed and must be written before the next sync completes.
-    epochs_dirty: bool,
+    /// Bumped on every change of the epoch cache; `epochs_persisted` is the version last written to disk.
+    /// A sync writes the file before its durable offset is published.
+    epochs_version: u64,
+    epochs_persisted: u64,
+    /// Roll, truncation and close are rewriting the active segment: appends wait.
+    appends_paused: bool,
     last_sync_ms: i64,
     /// Bumped whenever bytes already in the log are removed, so a read that awaited can tell.
     generation: u64,
@@ -123,6 +127,24 @@ impl<F: Fs> Drop for SyncTurn<'_, F> {
             inner.sync_covering = inner.durable;
         }
         drop(inner);
+        self.0.progress.notify(usize::MAX);
+    }
+}
+
+/// Holds appends back while the active segment is rewritten (roll, truncation, close), also when the
+/// operation's future is dropped.
+pub(super) struct AppendPause<'a, F: Fs>(&'a PartitionLog<F>);
+
+impl<'a, F: Fs> AppendPause<'a, F> {
+    pub(super) fn new(log: &'a PartitionLog<F>) -> Self {
+        log.inner.borrow_mut().appends_paused = true;
+        AppendPause(log)
+    }
+}
+
+impl<F: Fs> Drop for AppendPause<'_, F> {
+    fn drop(&mut self) {
+        self.0.inner.borrow_mut().appends_paused = false;
         self.0.progress.notify(usize::MAX);
     }
 }
@@ -301,6 +323,14 @@ impl<F: Fs> PartitionLog<F> {
         loop {
             self.check_open()?;
             let now = self.clock.now_ms();
+            let paused = self.inner.borrow().appends_paused.then(|| self.progress.listen());
+            if let Some(listener) = paused {
+                // Re-checked after registering, so the end of the pause cannot be missed.
+                if self.inner.borrow().appends_paused {
+                    listener.await;
+                }
+                continue;
+            }
             let (roll, write) = {
                 let mut inner = self.inner.borrow_mut();
                 if let Some(latest) = inner.epochs.latest()
@@ -318,14 +348,15 @@ impl<F: Fs> PartitionLog<F> {
             if roll {
                 self.roll_if_needed(batch.len() as u64).await?;
             } else if write {
-                // Too much waits in memory. Write it out, unless a write is already under way: then wait
-                // for it (every appender writing in turn would serialise them all behind the lock).
-                let listener = self.progress.listen();
-                match self.io.try_lock() {
-                    Some(_io) => {
-                        self.write_out_locked().await?;
-                    }
-                    None => listener.await,
+                // Too much waits in memory: write it out. Appenders queued here find, once they hold the
+                // lock, that the first one's write made room, and do not write again.
+                let _io = self.io.lock().await;
+                let still_full = {
+                    let inner = self.inner.borrow();
+                    inner.unwritten_bytes() >= inner.config.max_unwritten_bytes as u64
+                };
+                if still_full {
+                    self.write_out_locked().await?;
                 }
             }
         }
@@ -345,7 +376,7 @@ impl<F: Fs> PartitionLog<F> {
             max_timestamp: header.max_timestamp,
         };
         if inner.epochs.assign(epoch, base) {
-            inner.epochs_dirty = true;
+            inner.epochs_version += 1;
         }
         let interval = inner.config.index_interval_bytes;
         let position = inner.active().size;
@@ -513,17 +544,20 @@ impl<F: Fs> PartitionLog<F> {
         Ok(covered)
     }
 
-    /// Writes the leader-epoch file if it changed.
+    /// Writes the leader-epoch file if it changed. The change counts as persisted only once the file is
+    /// replaced, so a cancelled or failed write is retried by the next sync.
     async fn persist_epochs_locked(&self) -> Result<()> {
-        let body = {
-            let mut inner = self.inner.borrow_mut();
-            if !inner.epochs_dirty {
+        let (version, body) = {
+            let inner = self.inner.borrow();
+            if inner.epochs_persisted == inner.epochs_version {
                 return Ok(());
             }
-            inner.epochs_dirty = false;
-            inner.epochs.encode()
+            (inner.epochs_version, inner.epochs.encode())
         };
-        durable::replace_file(&self.fs, &self.dir.join(LEADER_EPOCH_FILE), body.as_bytes()).await
+        durable::replace_file(&self.fs, &self.dir.join(LEADER_EPOCH_FILE), body.as_bytes()).await?;
+        let mut inner = self.inner.borrow_mut();
+        inner.epochs_persisted = inner.epochs_persisted.max(version);
+        Ok(())
     }
 
     /// Reads whole batches from `from` on, up to `max_bytes` (at least one whole batch if any is there).
@@ -536,11 +570,12 @@ impl<F: Fs> PartitionLog<F> {
     pub async fn read_until(&self, from: Offset, max_bytes: usize, end: Offset) -> Result<LogRead> {
         loop {
             let generation = self.inner.borrow().generation;
-            let read = self.read_once(from, max_bytes, end).await?;
+            let read = self.read_once(from, max_bytes, end).await;
             if self.inner.borrow().generation == generation {
-                return Ok(read);
+                return read;
             }
-            // Bytes were removed while the read waited for the disk: what it got may be stale.
+            // Bytes were removed while the read waited for the disk: what it got (or failed on) may be
+            // stale. Read again.
         }
     }
 
@@ -605,7 +640,12 @@ impl<F: Fs> PartitionLog<F> {
                             .await?;
                         chunk_pos = file_pos;
                         at = 0;
-                        assert!(chunk.len() >= total, "segment shorter than its recorded size");
+                        if chunk.len() < total {
+                            return Err(StorageError::CorruptFile {
+                                path: self.dir.clone(),
+                                detail: format!("batch at position {file_pos} runs past the segment's end"),
+                            });
+                        }
                     }
                     out.bytes.extend_from_slice(&chunk[at..at + total]);
                     out.first_offset.get_or_insert(Offset(header.base_offset as u64));
@@ -638,7 +678,7 @@ impl<F: Fs> PartitionLog<F> {
                 return Ok(Vec::new());
             }
             let is_active = seg_idx + 1 == inner.segments.len();
-            let mem_from = if is_active { inner.tail.start.max(pos) } else { end };
+            let mem_from = if is_active { inner.tail.start.max(pos).min(end) } else { end };
             let mem_part = if mem_from < end {
                 let t = &inner.tail;
                 t.bytes[(mem_from - t.start) as usize..(end - t.start) as usize].to_vec()

@@ -102,6 +102,33 @@ impl<F: Fs> PartitionLog<F> {
                 removed_strays = true;
             }
         }
+        // An empty segment holds nothing, and only a roll cut short leaves one anywhere but at the end,
+        // where it would make the segment before it look damaged: keep the newest empty one only when
+        // every segment is empty.
+        let mut sizes = Vec::with_capacity(bases.len());
+        for &base in &bases {
+            let path = dir.join(segment::file_name(base, segment::LOG_SUFFIX));
+            let file = fs.open(&path, false).await.map_err(|e| StorageError::io("open segment", &path, e))?;
+            sizes.push(file.size().await.map_err(|e| StorageError::io("stat", &path, e))?);
+        }
+        let all_empty = sizes.iter().all(|&s| s == 0);
+        let mut kept = Vec::with_capacity(bases.len());
+        for (i, (&base, &size)) in bases.iter().zip(&sizes).enumerate() {
+            if size == 0 && !(all_empty && i + 1 == bases.len()) {
+                for suffix in [segment::INDEX_SUFFIX, segment::TIME_INDEX_SUFFIX, segment::LOG_SUFFIX] {
+                    let path = dir.join(segment::file_name(base, suffix));
+                    if fs.exists(&path)
+                        && let Err(e) = fs.remove(&path).await
+                    {
+                        fatal::disk_failure("remove", &path, &e);
+                    }
+                }
+                removed_strays = true;
+            } else {
+                kept.push(base);
+            }
+        }
+        let bases = kept;
         let epoch_path = dir.join(LEADER_EPOCH_FILE);
         let mut epochs = match durable::read_file(&fs, &epoch_path, 1 << 20).await? {
             Some(bytes) => {
@@ -174,7 +201,8 @@ impl<F: Fs> PartitionLog<F> {
         let log_end = segments.last().expect("at least one segment").next_offset;
         let mut epochs_dirty = epochs.truncate_from_end(log_end);
         for (epoch, start) in epoch_starts {
-            if epochs.latest().is_none_or(|l| epoch > l.epoch) && start < log_end {
+            // The epoch field is outside the CRC: an entry out of order is damage, not a new epoch.
+            if epochs.latest().is_none_or(|l| epoch > l.epoch && start >= l.start_offset) && start < log_end {
                 epochs.assign(epoch, start);
                 epochs_dirty = true;
             }
@@ -212,7 +240,9 @@ impl<F: Fs> PartitionLog<F> {
             sync_covering: log_end,
             high_watermark: hints.high_watermark.min(log_end),
             epochs,
-            epochs_dirty,
+            epochs_version: u64::from(epochs_dirty),
+            epochs_persisted: 0,
+            appends_paused: false,
             last_sync_ms: now,
             generation: 0,
             end_cuts: 0,

@@ -8,7 +8,7 @@ pub mod index;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-use crate::batch::{self, BatchHeader, HEADER_BYTES, MAGIC_V2};
+use crate::batch::{self, BatchHeader, CRC_START, HEADER_BYTES, MAGIC_V2};
 use crate::durable::read_failure;
 use crate::error::Result;
 use crate::fs::{Fs, SegmentFile};
@@ -87,6 +87,23 @@ pub struct ScanResult {
     pub stop: ScanStop,
 }
 
+/// The CRC32C of the batch at `pos` (`total` bytes), read a chunk at a time. `None` if the file ends first.
+async fn streamed_crc<F: SegmentFile>(file: &F, path: &Path, pos: u64, total: u64) -> Result<Option<u32>> {
+    let mut crc = 0u32;
+    let mut at = pos + CRC_START as u64;
+    let end = pos + total;
+    while at < end {
+        let want = (end - at).min(SCAN_CHUNK_BYTES as u64) as usize;
+        let piece = file.read_at(at, want).await.map_err(|e| read_failure("read", path, e))?;
+        if piece.len() < want {
+            return Ok(None);
+        }
+        crc = crc32c::crc32c_append(crc, &piece);
+        at += want as u64;
+    }
+    Ok(Some(crc))
+}
+
 /// Reads batches from `start` (a batch boundary at offset `start_offset`) until `end` or the first invalid
 /// batch, checking length bounds before reading a batch, then its magic, CRC32C and offset contiguity.
 ///
@@ -136,22 +153,34 @@ pub async fn scan<F: SegmentFile>(
             break ScanStop::Invalid(format!("batch length {claimed} out of bounds ({remaining} bytes left)"));
         }
         let total = claimed as usize;
-        // The length is bounded by the file: now the whole batch may be read.
-        if at + total > chunk.len() {
-            let want = (SCAN_CHUNK_BYTES as u64).max(total as u64).min(remaining) as usize;
-            chunk = file.read_at(pos, want).await.map_err(|e| read_failure("read", path, e))?;
-            chunk_pos = pos;
-            if chunk.len() < total {
-                break ScanStop::Invalid(format!("file ends inside a {total}-byte batch"));
-            }
-        }
-        let at = (pos - chunk_pos) as usize;
-        let bytes = &chunk[at..at + total];
-        let header = BatchHeader::parse(bytes).expect("length checked");
+        let header = BatchHeader::parse(&chunk[at..]).expect("header is in the chunk");
         if header.magic != MAGIC_V2 {
             break ScanStop::Invalid(format!("magic {}", header.magic));
         }
-        let crc = batch::compute_crc(bytes);
+        // The length is bounded by the file. A batch that fits a chunk is read whole; a larger one is
+        // checked piece by piece, so memory stays bounded whatever a damaged length field says.
+        let crc = if total <= SCAN_CHUNK_BYTES {
+            if at + total > chunk.len() {
+                chunk = file
+                    .read_at(pos, SCAN_CHUNK_BYTES.min(remaining as usize))
+                    .await
+                    .map_err(|e| read_failure("read", path, e))?;
+                chunk_pos = pos;
+                if chunk.len() < total {
+                    break ScanStop::Invalid(format!("file ends inside a {total}-byte batch"));
+                }
+            }
+            let at = (pos - chunk_pos) as usize;
+            Some(batch::compute_crc(&chunk[at..at + total]))
+        } else {
+            let crc = streamed_crc(file, path, pos, total as u64).await?;
+            chunk.clear();
+            chunk_pos = pos + total as u64;
+            crc
+        };
+        let Some(crc) = crc else {
+            break ScanStop::Invalid(format!("file ends inside a {total}-byte batch"));
+        };
         if crc != header.crc {
             break ScanStop::Invalid(format!("CRC32C {crc:#010x} != stored {:#010x}", header.crc));
         }

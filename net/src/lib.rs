@@ -1,3 +1,7 @@
-//! shardlog's wire formats: the Kafka protocol codec and the inter-broker framed protocol.
+//! shardlog's wire formats. [`kafka`] frames, decodes and encodes the Kafka protocol through the
+//! `kafka-protocol` crate; the inter-broker protocol comes with replication.
 //!
-//! Empty until the broker issue lands; the storage engine comes first and knows nothing of the network.
+//! Nothing here does I/O: callers hand in bytes read from a socket and get back decoded requests or the
+//! bytes to write, so every malformed input can be tested without a network.
+
+pub mod kafka;

@@ -1,0 +1,13 @@
+//! The Kafka protocol: size-prefixed frames, request headers and bodies decoded at the version the
+//! client asked for, responses encoded with the matching header version.
+//!
+//! What the broker implements is declared once, in [`versions::SupportedApis`]; a request for anything
+//! else is refused the way Kafka refuses it (see [`codec::decode_request`]).
+
+pub mod codec;
+pub mod frame;
+pub mod versions;
+
+pub use codec::{DecodedRequest, EncodeError, RequestError, decode_request, encode_response};
+pub use frame::{FrameError, FrameReader};
+pub use versions::SupportedApis;

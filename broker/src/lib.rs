@@ -1,4 +1,4 @@
 //! The `shardlog` broker: configuration, shard runtime, request handlers, replication and the quorum
-//! service.
-//!
-//! Empty until the broker issue lands; it builds on `shardlog-storage`.
+//! service. The runtime and handlers are being built; [`config`] is the settings model they read.
+
+pub mod config;

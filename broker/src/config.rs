@@ -1,0 +1,357 @@
+//! Broker settings: a TOML file whose keys are Kafka's broker setting names, every value overridable on
+//! the command line, validated once into [`BrokerConfig`], the only form the rest of the broker reads.
+//!
+//! Kafka's names contain dots. In TOML `log.retention.ms = 60000` is a dotted key (nested tables); the
+//! file is flattened back to dotted names, so both that and `"log.retention.ms" = 60000` work. An unknown
+//! key or an invalid value stops the start with a message naming the key.
+//!
+//! | key | default | meaning |
+//! |---|---|---|
+//! | `node.id` | 1 | this broker's id |
+//! | `log.dirs` | `./data` | data directory |
+//! | `listeners` | `127.0.0.1:9092` | Kafka listener, `HOST:PORT` or `PLAINTEXT://HOST:PORT` |
+//! | `advertised.listeners` | the listener | address given to clients in Metadata |
+//! | `shards` | number of CPUs | shard executors (one per core, pinned when there are enough cores) |
+//! | `controller.quorum.voters` | `<node.id>@<listener host>:9093` | quorum voters, `ID@HOST:PORT,...` |
+//! | `metrics.listen` | off | Prometheus endpoint `HOST:PORT` |
+//! | `auto.create.topics.enable` | true | create unknown topics on Metadata/Produce |
+//! | `num.partitions` | 3 | partitions of an auto-created topic |
+//! | `default.replication.factor` | 1 | replication factor of an auto-created topic |
+//! | `socket.request.max.bytes` | 104857600 | largest request frame accepted |
+//! | `message.max.bytes` | 1048588 | default `max.message.bytes` of topics |
+//! | `log.segment.bytes` | 1073741824 | default `segment.bytes` |
+//! | `log.roll.ms` | 604800000 | default `segment.ms` |
+//! | `log.retention.ms` | 604800000 | default `retention.ms` (-1: keep forever) |
+//! | `log.retention.bytes` | -1 | default `retention.bytes` (-1: no limit) |
+//! | `log.flush.interval.messages` | unset | with `log.flush.interval.ms`: Kafka's interval flush instead of fsync-before-ack |
+//! | `log.flush.interval.ms` | unset | see above |
+//! | `log.index.interval.bytes` | 4096 | bytes between offset index entries |
+//! | `min.insync.replicas` | 1 | default `min.insync.replicas` |
+//! | `unclean.leader.election.enable` | false | default `unclean.leader.election.enable` |
+
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use shardlog_storage::{FlushPolicy, LogConfig};
+
+/// Why the settings cannot be used. The message names the key or file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    #[error("read config file {path}: {reason}")]
+    Read { path: PathBuf, reason: String },
+    #[error("config file {path}: {reason}")]
+    Parse { path: PathBuf, reason: String },
+    #[error("unknown setting `{key}`")]
+    UnknownKey { key: String },
+    #[error("invalid value for `{key}`: {reason}")]
+    Invalid { key: String, reason: String },
+    #[error("override `{0}` is not KEY=VALUE")]
+    BadOverride(String),
+}
+
+/// A quorum voter: `ID@HOST:PORT`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Voter {
+    pub id: u32,
+    pub host: String,
+    pub port: u16,
+}
+
+/// A `HOST:PORT` endpoint as configured (the host is kept as written, for advertising).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    pub host: String,
+    pub port: u16,
+}
+
+impl Endpoint {
+    /// Resolves the endpoint for binding.
+    pub fn socket_addr(&self) -> std::io::Result<SocketAddr> {
+        (self.host.as_str(), self.port)
+            .to_socket_addrs()?
+            .next()
+            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, format!("{} does not resolve", self.host)))
+    }
+}
+
+impl std::fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.host, self.port)
+    }
+}
+
+/// Validated broker settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerConfig {
+    pub node_id: u32,
+    pub data_dir: PathBuf,
+    pub listener: Endpoint,
+    pub advertised_listener: Endpoint,
+    pub shards: usize,
+    pub quorum_voters: Vec<Voter>,
+    pub metrics_listen: Option<Endpoint>,
+    pub auto_create_topics: bool,
+    pub num_partitions: u32,
+    pub default_replication_factor: u16,
+    pub socket_request_max_bytes: usize,
+    pub min_insync_replicas: u16,
+    pub unclean_leader_election: bool,
+    /// Defaults for each topic's log settings.
+    pub log: LogConfig,
+}
+
+/// The file's keys, each optional; `deny_unknown_fields` turns a typo into an error naming it.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Settings {
+    #[serde(rename = "node.id")]
+    node_id: Option<u32>,
+    #[serde(rename = "log.dirs")]
+    log_dirs: Option<PathBuf>,
+    listeners: Option<String>,
+    #[serde(rename = "advertised.listeners")]
+    advertised_listeners: Option<String>,
+    shards: Option<usize>,
+    #[serde(rename = "controller.quorum.voters")]
+    quorum_voters: Option<String>,
+    #[serde(rename = "metrics.listen")]
+    metrics_listen: Option<String>,
+    #[serde(rename = "auto.create.topics.enable")]
+    auto_create_topics: Option<bool>,
+    #[serde(rename = "num.partitions")]
+    num_partitions: Option<i64>,
+    #[serde(rename = "default.replication.factor")]
+    default_replication_factor: Option<i64>,
+    #[serde(rename = "socket.request.max.bytes")]
+    socket_request_max_bytes: Option<i64>,
+    #[serde(rename = "message.max.bytes")]
+    message_max_bytes: Option<i64>,
+    #[serde(rename = "log.segment.bytes")]
+    segment_bytes: Option<i64>,
+    #[serde(rename = "log.roll.ms")]
+    roll_ms: Option<i64>,
+    #[serde(rename = "log.retention.ms")]
+    retention_ms: Option<i64>,
+    #[serde(rename = "log.retention.bytes")]
+    retention_bytes: Option<i64>,
+    #[serde(rename = "log.flush.interval.messages")]
+    flush_messages: Option<i64>,
+    #[serde(rename = "log.flush.interval.ms")]
+    flush_ms: Option<i64>,
+    #[serde(rename = "log.index.interval.bytes")]
+    index_interval_bytes: Option<i64>,
+    #[serde(rename = "min.insync.replicas")]
+    min_insync_replicas: Option<i64>,
+    #[serde(rename = "unclean.leader.election.enable")]
+    unclean_leader_election: Option<bool>,
+}
+
+/// Everything that goes into the settings, in increasing precedence: the file, then command-line
+/// overrides (`KEY=VALUE`, Kafka names; the dedicated flags are turned into these).
+#[derive(Debug, Clone, Default)]
+pub struct Sources {
+    pub file: Option<PathBuf>,
+    pub overrides: Vec<String>,
+}
+
+impl BrokerConfig {
+    /// Reads, merges and validates the settings.
+    pub fn load(sources: &Sources) -> Result<BrokerConfig, ConfigError> {
+        let mut flat = BTreeMap::new();
+        if let Some(path) = &sources.file {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| ConfigError::Read { path: path.clone(), reason: e.to_string() })?;
+            let table: toml::Table =
+                toml::from_str(&text).map_err(|e| ConfigError::Parse { path: path.clone(), reason: e.to_string() })?;
+            flatten("", table, &mut flat);
+        }
+        for item in &sources.overrides {
+            let (key, value) = parse_override(item)?;
+            flat.insert(key, value);
+        }
+        Self::from_flat(flat)
+    }
+
+    /// Parses settings from TOML text (for tests and tools).
+    pub fn from_toml(text: &str) -> Result<BrokerConfig, ConfigError> {
+        let table: toml::Table = toml::from_str(text)
+            .map_err(|e| ConfigError::Parse { path: Path::new("<text>").into(), reason: e.to_string() })?;
+        let mut flat = BTreeMap::new();
+        flatten("", table, &mut flat);
+        Self::from_flat(flat)
+    }
+
+    fn from_flat(flat: BTreeMap<String, toml::Value>) -> Result<BrokerConfig, ConfigError> {
+        let table: toml::Table = flat.clone().into_iter().collect();
+        let settings = Settings::deserialize(toml::Value::Table(table)).map_err(|e| {
+            let message = e.message().to_string();
+            if let Some(key) = message.strip_prefix("unknown field `").and_then(|rest| rest.split('`').next()) {
+                return ConfigError::UnknownKey { key: key.to_string() };
+            }
+            // A value of the wrong type: serde does not say which key, so find the one that fails alone.
+            let culprit = flat.iter().find(|(key, value)| {
+                let single: toml::Table = [((*key).clone(), (*value).clone())].into_iter().collect();
+                Settings::deserialize(toml::Value::Table(single)).is_err()
+            });
+            let key = culprit.map_or_else(|| "settings".to_string(), |(key, _)| key.clone());
+            ConfigError::Invalid { key, reason: message }
+        })?;
+        settings.validate()
+    }
+}
+
+fn flatten(prefix: &str, table: toml::Table, out: &mut BTreeMap<String, toml::Value>) {
+    for (key, value) in table {
+        let name = if prefix.is_empty() { key } else { format!("{prefix}.{key}") };
+        match value {
+            toml::Value::Table(inner) => flatten(&name, inner, out),
+            other => {
+                out.insert(name, other);
+            }
+        }
+    }
+}
+
+/// `KEY=VALUE`: the value as TOML if it parses as a TOML value, else as a plain string.
+fn parse_override(item: &str) -> Result<(String, toml::Value), ConfigError> {
+    let (key, raw) = item.split_once('=').ok_or_else(|| ConfigError::BadOverride(item.to_string()))?;
+    let key = key.trim();
+    if key.is_empty() {
+        return Err(ConfigError::BadOverride(item.to_string()));
+    }
+    let value = toml::from_str::<toml::Table>(&format!("v = {raw}"))
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(raw.to_string()));
+    Ok((key.to_string(), value))
+}
+
+fn invalid(key: &str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid { key: key.to_string(), reason: reason.into() }
+}
+
+fn endpoint(key: &str, text: &str) -> Result<Endpoint, ConfigError> {
+    let text = text.trim();
+    let bare = text.strip_prefix("PLAINTEXT://").unwrap_or(text);
+    if bare.contains("://") {
+        return Err(invalid(key, format!("{text:?}: only PLAINTEXT listeners are supported")));
+    }
+    let (host, port) = bare.rsplit_once(':').ok_or_else(|| invalid(key, format!("{text:?} is not HOST:PORT")))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.is_empty() {
+        return Err(invalid(key, format!("{text:?} has no host")));
+    }
+    let port = port.parse().map_err(|_| invalid(key, format!("{text:?}: port is not a number 0-65535")))?;
+    Ok(Endpoint { host: host.to_string(), port })
+}
+
+fn voters(key: &str, text: &str) -> Result<Vec<Voter>, ConfigError> {
+    let mut out: Vec<Voter> = Vec::new();
+    for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (id, addr) = item.split_once('@').ok_or_else(|| invalid(key, format!("{item:?} is not ID@HOST:PORT")))?;
+        let id: u32 = id.parse().map_err(|_| invalid(key, format!("{item:?}: id is not a number")))?;
+        let ep = endpoint(key, addr)?;
+        if out.iter().any(|v| v.id == id) {
+            return Err(invalid(key, format!("voter id {id} appears twice")));
+        }
+        out.push(Voter { id, host: ep.host, port: ep.port });
+    }
+    if ![1, 3, 5].contains(&out.len()) {
+        return Err(invalid(key, format!("{} voters given; a quorum has 1, 3 or 5", out.len())));
+    }
+    Ok(out)
+}
+
+fn in_range(key: &str, value: i64, min: i64, max: i64) -> Result<i64, ConfigError> {
+    if value < min || value > max {
+        return Err(invalid(key, format!("{value} is outside [{min}, {max}]")));
+    }
+    Ok(value)
+}
+
+impl Settings {
+    fn validate(self) -> Result<BrokerConfig, ConfigError> {
+        let node_id = self.node_id.unwrap_or(1);
+        let listener = endpoint("listeners", self.listeners.as_deref().unwrap_or("127.0.0.1:9092"))?;
+        let advertised_listener = match &self.advertised_listeners {
+            Some(text) => endpoint("advertised.listeners", text)?,
+            None => listener.clone(),
+        };
+        if advertised_listener.port == 0 {
+            return Err(invalid("advertised.listeners", "port 0 cannot be advertised"));
+        }
+        let default_shards = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let shards = self.shards.unwrap_or(default_shards);
+        if shards == 0 || shards > 1024 {
+            return Err(invalid("shards", format!("{shards} is outside [1, 1024]")));
+        }
+        let quorum_voters = match &self.quorum_voters {
+            Some(text) => voters("controller.quorum.voters", text)?,
+            None => vec![Voter { id: node_id, host: listener.host.clone(), port: 9093 }],
+        };
+        let metrics_listen = self.metrics_listen.as_deref().map(|t| endpoint("metrics.listen", t)).transpose()?;
+
+        let mut log = LogConfig::default();
+        if let Some(v) = self.message_max_bytes {
+            log.max_message_bytes = in_range("message.max.bytes", v, 1024, i32::MAX as i64)? as usize;
+        }
+        if let Some(v) = self.segment_bytes {
+            log.segment_bytes = in_range("log.segment.bytes", v, 14, i32::MAX as i64)? as u64;
+        }
+        if let Some(v) = self.roll_ms {
+            log.segment_ms = in_range("log.roll.ms", v, 1, i64::MAX)?;
+        }
+        if let Some(v) = self.retention_ms {
+            log.retention_ms = (in_range("log.retention.ms", v, -1, i64::MAX)? >= 0).then_some(v);
+        }
+        if let Some(v) = self.retention_bytes {
+            log.retention_bytes = (in_range("log.retention.bytes", v, -1, i64::MAX)? >= 0).then_some(v as u64);
+        }
+        if let Some(v) = self.index_interval_bytes {
+            log.index_interval_bytes = in_range("log.index.interval.bytes", v, 1, i32::MAX as i64)? as u64;
+        }
+        log.flush = match (self.flush_messages, self.flush_ms) {
+            (None, None) => FlushPolicy::Always,
+            (messages, ms) => FlushPolicy::Interval {
+                messages: in_range("log.flush.interval.messages", messages.unwrap_or(i64::MAX), 1, i64::MAX)? as u64,
+                ms: in_range("log.flush.interval.ms", ms.unwrap_or(i64::MAX), 1, i64::MAX)? as u64,
+            },
+        };
+        log.validate().map_err(|e| invalid("log settings", e.to_string()))?;
+
+        Ok(BrokerConfig {
+            node_id,
+            data_dir: self.log_dirs.unwrap_or_else(|| PathBuf::from("data")),
+            listener,
+            advertised_listener,
+            shards,
+            quorum_voters,
+            metrics_listen,
+            auto_create_topics: self.auto_create_topics.unwrap_or(true),
+            num_partitions: in_range("num.partitions", self.num_partitions.unwrap_or(3), 1, 100_000)? as u32,
+            default_replication_factor: in_range(
+                "default.replication.factor",
+                self.default_replication_factor.unwrap_or(1),
+                1,
+                i16::MAX as i64,
+            )? as u16,
+            socket_request_max_bytes: in_range(
+                "socket.request.max.bytes",
+                self.socket_request_max_bytes.unwrap_or(100 << 20),
+                1024,
+                i32::MAX as i64,
+            )? as usize,
+            min_insync_replicas: in_range(
+                "min.insync.replicas",
+                self.min_insync_replicas.unwrap_or(1),
+                1,
+                i16::MAX as i64,
+            )? as u16,
+            unclean_leader_election: self.unclean_leader_election.unwrap_or(false),
+            log,
+        })
+    }
+}

@@ -1,0 +1,118 @@
+//! Broker settings: defaults, Kafka key names in TOML (dotted or quoted), command-line overrides, and a
+//! clear refusal naming the key for anything unknown or invalid.
+
+use std::path::PathBuf;
+
+use shardlog_broker::config::{BrokerConfig, ConfigError, Endpoint, Sources, Voter};
+use shardlog_storage::FlushPolicy;
+
+#[test]
+fn no_settings_give_the_documented_single_node_defaults() {
+    let c = BrokerConfig::load(&Sources::default()).unwrap();
+    assert_eq!(c.node_id, 1);
+    assert_eq!(c.data_dir, PathBuf::from("data"));
+    assert_eq!(c.listener, Endpoint { host: "127.0.0.1".into(), port: 9092 });
+    assert_eq!(c.advertised_listener, c.listener);
+    assert_eq!(c.quorum_voters, vec![Voter { id: 1, host: "127.0.0.1".into(), port: 9093 }]);
+    assert!(c.shards >= 1);
+    assert!(c.auto_create_topics);
+    assert_eq!(c.num_partitions, 3);
+    assert_eq!(c.socket_request_max_bytes, 100 << 20);
+    assert_eq!(c.log.flush, FlushPolicy::Always, "acks mean fsynced unless Kafka's interval flush is asked for");
+    assert_eq!(c.log.segment_bytes, 1 << 30);
+    assert_eq!(c.metrics_listen, None);
+}
+
+#[test]
+fn kafka_names_work_as_dotted_or_quoted_toml_keys() {
+    let dotted = BrokerConfig::from_toml(
+        r#"
+        node.id = 3
+        log.dirs = "/var/lib/shardlog"
+        listeners = "PLAINTEXT://0.0.0.0:19092"
+        advertised.listeners = "broker3.example:19092"
+        shards = 4
+        controller.quorum.voters = "1@h1:9093,2@h2:9093,3@h3:9093"
+        log.retention.ms = 3600000
+        log.segment.bytes = 1048576
+        num.partitions = 6
+        auto.create.topics.enable = false
+        "#,
+    )
+    .unwrap();
+    let quoted = BrokerConfig::from_toml(
+        r#"
+        "node.id" = 3
+        "log.dirs" = "/var/lib/shardlog"
+        listeners = "PLAINTEXT://0.0.0.0:19092"
+        "advertised.listeners" = "broker3.example:19092"
+        shards = 4
+        "controller.quorum.voters" = "1@h1:9093,2@h2:9093,3@h3:9093"
+        "log.retention.ms" = 3600000
+        "log.segment.bytes" = 1048576
+        "num.partitions" = 6
+        "auto.create.topics.enable" = false
+        "#,
+    )
+    .unwrap();
+    assert_eq!(dotted, quoted);
+    assert_eq!(dotted.node_id, 3);
+    assert_eq!(dotted.listener, Endpoint { host: "0.0.0.0".into(), port: 19092 });
+    assert_eq!(dotted.advertised_listener.host, "broker3.example");
+    assert_eq!(dotted.quorum_voters.len(), 3);
+    assert_eq!(dotted.log.retention_ms, Some(3_600_000));
+    assert_eq!(dotted.log.segment_bytes, 1 << 20);
+    assert!(!dotted.auto_create_topics);
+}
+
+#[test]
+fn command_line_overrides_beat_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("shardlog.toml");
+    std::fs::write(&file, "node.id = 2\nlisteners = \"127.0.0.1:9100\"\nlog.flush.interval.ms = 1000\n").unwrap();
+    let c = BrokerConfig::load(&Sources {
+        file: Some(file),
+        overrides: vec!["node.id=7".into(), "listeners=127.0.0.1:9200".into(), "log.retention.ms=-1".into()],
+    })
+    .unwrap();
+    assert_eq!(c.node_id, 7);
+    assert_eq!(c.listener.port, 9200, "a bare HOST:PORT override is taken as a string");
+    assert_eq!(c.log.retention_ms, None, "-1 keeps data forever");
+    assert_eq!(c.log.flush, FlushPolicy::Interval { messages: i64::MAX as u64, ms: 1000 });
+}
+
+#[test]
+fn unknown_keys_and_invalid_values_are_refused_by_name() {
+    let err = BrokerConfig::from_toml("log.retention.mins = 5").unwrap_err();
+    assert_eq!(err, ConfigError::UnknownKey { key: "log.retention.mins".into() });
+    assert_eq!(err.to_string(), "unknown setting `log.retention.mins`");
+
+    let cases = [
+        ("num.partitions = 0", "num.partitions"),
+        ("listeners = \"localhost\"", "listeners"),
+        ("listeners = \"SSL://h:9093\"", "listeners"),
+        ("listeners = \"h:99999\"", "listeners"),
+        ("shards = 0", "shards"),
+        ("controller.quorum.voters = \"1@a:1,2@b:2\"", "controller.quorum.voters"),
+        ("controller.quorum.voters = \"1@a:1,1@b:2,3@c:3\"", "controller.quorum.voters"),
+        ("log.segment.bytes = 10", "log.segment.bytes"),
+        ("log.retention.ms = -5", "log.retention.ms"),
+        ("socket.request.max.bytes = 12", "socket.request.max.bytes"),
+        ("log.flush.interval.messages = 0", "log.flush.interval.messages"),
+    ];
+    for (text, key) in cases {
+        match BrokerConfig::from_toml(text) {
+            Err(ConfigError::Invalid { key: k, reason }) => assert_eq!(k, key, "{text}: {reason}"),
+            other => panic!("{text}: expected an invalid-value error for {key}, got {other:?}"),
+        }
+    }
+    // A value of the wrong type names its key too.
+    let err = BrokerConfig::from_toml("listeners = \"127.0.0.1:9092\"\nnum.partitions = \"three\"").unwrap_err();
+    assert!(matches!(&err, ConfigError::Invalid { key, .. } if key == "num.partitions"), "{err}");
+    assert!(matches!(
+        BrokerConfig::load(&Sources { file: None, overrides: vec!["nonsense".into()] }),
+        Err(ConfigError::BadOverride(_))
+    ));
+    let missing = BrokerConfig::load(&Sources { file: Some("/nonexistent/shardlog.toml".into()), overrides: vec![] });
+    assert!(matches!(missing, Err(ConfigError::Read { .. })));
+}

@@ -1,4 +1,7 @@
 //! The `shardlog` broker: configuration, shard runtime, request handlers, replication and the quorum
-//! service. The runtime and handlers are being built; [`config`] is the settings model they read.
+//! service. Being built: settings, the shard runtime and the Kafka handlers listed in
+//! [`handlers::supported_apis`] are here; storage-backed topics come next.
 
 pub mod config;
+pub mod handlers;
+pub mod runtime;

@@ -1,0 +1,102 @@
+//! The `shardlog` command.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand};
+use shardlog_broker::config::{BrokerConfig, Sources};
+use shardlog_broker::handlers::{BrokerContext, supported_apis};
+use shardlog_broker::runtime::{self, Shutdown};
+
+#[derive(Debug, Parser)]
+#[command(name = "shardlog", version, about = "A durable, Kafka-compatible message broker")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a broker. With no arguments: node 1 on 127.0.0.1:9092, data in ./data.
+    Start(StartArgs),
+}
+
+/// Every flag is a shorthand for a setting of the config file; `--set KEY=VALUE` reaches any of them.
+#[derive(Debug, Args)]
+struct StartArgs {
+    /// TOML settings file (Kafka's broker setting names).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// `node.id`
+    #[arg(long)]
+    node_id: Option<u32>,
+    /// `log.dirs`
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// `listeners`, HOST:PORT
+    #[arg(long)]
+    listen: Option<String>,
+    /// `advertised.listeners`, HOST:PORT
+    #[arg(long)]
+    advertised_listener: Option<String>,
+    /// `shards`: shard executors (default: number of CPUs)
+    #[arg(long)]
+    shards: Option<usize>,
+    /// `controller.quorum.voters`, ID@HOST:PORT,...
+    #[arg(long)]
+    quorum_voters: Option<String>,
+    /// `metrics.listen`, HOST:PORT
+    #[arg(long)]
+    metrics_listen: Option<String>,
+    /// Any setting, KEY=VALUE (repeatable); wins over the file and the flags above.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
+}
+
+impl StartArgs {
+    fn sources(&self) -> Sources {
+        let quoted = |v: &str| format!("{v:?}");
+        let mut overrides = Vec::new();
+        let mut push = |key: &str, value: Option<String>| {
+            if let Some(v) = value {
+                overrides.push(format!("{key}={v}"));
+            }
+        };
+        push("node.id", self.node_id.map(|v| v.to_string()));
+        push("log.dirs", self.data_dir.as_ref().map(|p| quoted(&p.to_string_lossy())));
+        push("listeners", self.listen.as_deref().map(quoted));
+        push("advertised.listeners", self.advertised_listener.as_deref().map(quoted));
+        push("shards", self.shards.map(|v| v.to_string()));
+        push("controller.quorum.voters", self.quorum_voters.as_deref().map(quoted));
+        push("metrics.listen", self.metrics_listen.as_deref().map(quoted));
+        overrides.extend(self.set.iter().cloned());
+        Sources { file: self.config.clone(), overrides }
+    }
+}
+
+fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Start(args) => start(args),
+    }
+}
+
+fn start(args: StartArgs) -> Result<()> {
+    let config = BrokerConfig::load(&args.sources()).context("invalid settings")?;
+    let shutdown = Shutdown::default();
+    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(signal, shutdown.flag()).context("install signal handler")?;
+    }
+    tracing::info!(node = config.node_id, listener = %config.listener, shards = config.shards, "starting");
+    let ctx = BrokerContext { cluster_id: format!("shardlog-{}", config.node_id), apis: supported_apis(), config };
+    runtime::run(ctx, shutdown)?;
+    tracing::info!("stopped");
+    Ok(())
+}

@@ -5,3 +5,4 @@
 pub mod config;
 pub mod handlers;
 pub mod runtime;
+pub mod topics;

@@ -5,6 +5,7 @@
 //! restarts; only a change of shard count moves partitions whose recorded shard no longer exists.
 
 pub mod configs;
+pub mod store;
 
 /// Kafka's longest topic name.
 pub const MAX_TOPIC_NAME_LEN: usize = 249;

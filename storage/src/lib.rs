@@ -20,5 +20,5 @@ pub mod types;
 
 pub use error::{Result, StorageError};
 pub use log::{AppendInfo, FlushPolicy, LogConfig, LogRead, OpenReport, PartitionLog, Recovery};
-pub use log_dir::LogDir;
+pub use log_dir::{LogDir, LogDirScope};
 pub use types::{Clock, LeaderEpoch, Offset, SystemClock, TopicPartition};

@@ -39,11 +39,28 @@ pub struct LogDir<F: Fs> {
     logs: RefCell<BTreeMap<TopicPartition, Rc<PartitionLog<F>>>>,
     checkpoint_lock: Mutex<()>,
     create_lock: Mutex<()>,
+    /// `.<scope name>` for a scoped dir, empty otherwise: part of the checkpoint and marker names.
+    suffix: String,
 }
 
 impl<F: Fs> std::fmt::Debug for LogDir<F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LogDir").field("path", &self.path).field("logs", &self.logs.borrow().len()).finish()
+    }
+}
+
+/// Which partitions of a shared data dir one owner (a shard) opens, and the suffix that keeps its
+/// checkpoint files and clean-shutdown marker apart from the other owners'.
+pub struct LogDirScope {
+    /// Appended to the checkpoint and marker file names as `.<name>`.
+    pub name: String,
+    /// Whether a partition belongs to this owner.
+    pub owns: Box<dyn Fn(&TopicPartition) -> bool>,
+}
+
+impl std::fmt::Debug for LogDirScope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LogDirScope").field("name", &self.name).finish()
     }
 }
 
@@ -56,27 +73,50 @@ impl<F: Fs> LogDir<F> {
         path: &Path,
         config_for: impl Fn(&TopicPartition) -> LogConfig,
     ) -> Result<(LogDir<F>, Vec<(TopicPartition, OpenReport)>)> {
+        Self::open_scoped(fs, clock, path, None, config_for).await
+    }
+
+    /// Like [`LogDir::open`], for one of several owners sharing the data dir: only the partitions the
+    /// scope owns are opened, and the checkpoints and marker carry the scope's name. Leftovers of other
+    /// owners (their temporaries, their half-deleted partitions) are left to them.
+    pub async fn open_scoped(
+        fs: F,
+        clock: Rc<dyn Clock>,
+        path: &Path,
+        scope: Option<LogDirScope>,
+        config_for: impl Fn(&TopicPartition) -> LogConfig,
+    ) -> Result<(LogDir<F>, Vec<(TopicPartition, OpenReport)>)> {
         if !fs.exists(path) {
             fs.create_dir_all(path).await.map_err(|e| StorageError::io("create data dir", path, e))?;
             durable::sync_parent(&fs, path).await;
         }
-        let marker = path.join(CLEAN_SHUTDOWN_FILE);
+        let suffix = scope.as_ref().map_or(String::new(), |s| format!(".{}", s.name));
+        let owns = |tp: &TopicPartition| scope.as_ref().is_none_or(|s| (s.owns)(tp));
+        let marker = path.join(format!("{CLEAN_SHUTDOWN_FILE}{suffix}"));
         let clean = fs.exists(&marker);
-        let recovery_points = checkpoint::read_offsets(&fs, &path.join(RECOVERY_POINT_FILE)).await?;
-        let log_starts = checkpoint::read_offsets(&fs, &path.join(LOG_START_FILE)).await?;
-        let hws = checkpoint::read_offsets(&fs, &path.join(HIGH_WATERMARK_FILE)).await?;
+        let recovery_points =
+            checkpoint::read_offsets(&fs, &path.join(format!("{RECOVERY_POINT_FILE}{suffix}"))).await?;
+        let log_starts = checkpoint::read_offsets(&fs, &path.join(format!("{LOG_START_FILE}{suffix}"))).await?;
+        let hws = checkpoint::read_offsets(&fs, &path.join(format!("{HIGH_WATERMARK_FILE}{suffix}"))).await?;
+        let own_files: Vec<String> = [RECOVERY_POINT_FILE, LOG_START_FILE, HIGH_WATERMARK_FILE, CLEAN_SHUTDOWN_FILE]
+            .iter()
+            .map(|f| format!("{f}{suffix}.tmp"))
+            .collect();
         let mut logs = BTreeMap::new();
         let mut reports = Vec::new();
         for name in fs.list_dir(path).map_err(|e| StorageError::io("list", path, e))? {
             let entry = path.join(&name);
-            if name.ends_with(".tmp") && !fs.is_dir(&entry) {
-                // An atomic replacement or a device probe that did not finish.
+            if own_files.contains(&name) && !fs.is_dir(&entry) {
+                // One of this owner's atomic replacements that did not finish.
                 if let Err(e) = fs.remove(&entry).await {
                     fatal::disk_failure("remove", &entry, &e);
                 }
                 continue;
             }
-            if name.ends_with(DELETED_SUFFIX) && fs.is_dir(&entry) {
+            if let Some(partition) = name.strip_suffix(DELETED_SUFFIX)
+                && fs.is_dir(&entry)
+                && TopicPartition::parse_dir_name(partition).is_some_and(|tp| owns(&tp))
+            {
                 remove_dir_contents(&fs, &entry).await?;
                 continue;
             }
@@ -84,6 +124,9 @@ impl<F: Fs> LogDir<F> {
                 continue;
             }
             let Some(tp) = TopicPartition::parse_dir_name(&name) else { continue };
+            if !owns(&tp) {
+                continue;
+            }
             let hints = OpenHints {
                 recovery: if clean {
                     Recovery::Clean
@@ -107,6 +150,7 @@ impl<F: Fs> LogDir<F> {
         let dir = LogDir {
             fs,
             clock,
+            suffix,
             path: path.to_path_buf(),
             logs: RefCell::new(logs),
             checkpoint_lock: Mutex::new(()),
@@ -173,9 +217,10 @@ impl<F: Fs> LogDir<F> {
             starts.insert(tp.clone(), log.log_start_offset());
             hws.insert(tp, log.high_watermark());
         }
-        checkpoint::write_offsets(&self.fs, &self.path.join(RECOVERY_POINT_FILE), &recovery).await?;
-        checkpoint::write_offsets(&self.fs, &self.path.join(LOG_START_FILE), &starts).await?;
-        checkpoint::write_offsets(&self.fs, &self.path.join(HIGH_WATERMARK_FILE), &hws).await
+        let file = |name: &str| self.path.join(format!("{name}{}", self.suffix));
+        checkpoint::write_offsets(&self.fs, &file(RECOVERY_POINT_FILE), &recovery).await?;
+        checkpoint::write_offsets(&self.fs, &file(LOG_START_FILE), &starts).await?;
+        checkpoint::write_offsets(&self.fs, &file(HIGH_WATERMARK_FILE), &hws).await
     }
 
     /// Deletes old segments of every log by its retention settings, then checkpoints log start offsets.
@@ -198,7 +243,7 @@ impl<F: Fs> LogDir<F> {
             log.close().await?;
         }
         self.checkpoint().await?;
-        durable::replace_file(&self.fs, &self.path.join(CLEAN_SHUTDOWN_FILE), b"").await?;
+        durable::replace_file(&self.fs, &self.path.join(format!("{CLEAN_SHUTDOWN_FILE}{}", self.suffix)), b"").await?;
         Ok(())
     }
 }

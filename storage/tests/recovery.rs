@@ -113,22 +113,58 @@ fn leftover_temporary_files_are_removed_on_open() {
     let fs = SimFs::new();
     let tp = TopicPartition::new("t", 0);
     three_segments(&fs, &tp);
-    for path in [
-        "/data/recovery-point-offset-checkpoint.tmp",
-        "/data/.shardlog-iopoll-probe.77.tmp",
-        "/data/t-0/00000000000000000010.index.tmp",
-    ] {
+    let ours = ["/data/recovery-point-offset-checkpoint.tmp", "/data/t-0/00000000000000000010.index.tmp"];
+    let probe = "/data/.shardlog-iopoll-probe.77.0.tmp";
+    for path in ours.iter().chain([&probe]) {
         block_on(fs.open(Path::new(path), true)).unwrap();
     }
     let dir = open_dir(&fs);
-    assert_eq!(dir.partitions(), vec![tp]);
-    for path in [
-        "/data/recovery-point-offset-checkpoint.tmp",
-        "/data/.shardlog-iopoll-probe.77.tmp",
-        "/data/t-0/00000000000000000010.index.tmp",
-    ] {
+    assert_eq!(dir.partitions(), vec![tp], "a stray file is not a partition");
+    for path in ours {
         assert!(!fs.exists(Path::new(path)), "{path} left behind");
     }
+}
+
+#[test]
+fn scoped_owners_share_a_data_dir_without_touching_each_other() {
+    use shardlog_storage::LogDirScope;
+    let fs = SimFs::new();
+    let scope = |shard: u32| LogDirScope {
+        name: format!("shard-{shard}"),
+        owns: Box::new(move |tp: &TopicPartition| tp.partition % 2 == shard),
+    };
+    let open = |shard: u32| {
+        block_on(LogDir::open_scoped(fs.clone(), ManualClock::new(0), Path::new(DATA), Some(scope(shard)), |_| {
+            small_config()
+        }))
+        .unwrap()
+        .0
+    };
+    let (a, b) = (open(0), open(1));
+    for p in 0..4u32 {
+        let dir = if p % 2 == 0 { &a } else { &b };
+        let log = block_on(dir.get_or_create(&TopicPartition::new("t", p), small_config())).unwrap();
+        block_on(log.append(&make_batch(p as u64, 1 + p as usize, 10, 0), LeaderEpoch(0))).unwrap();
+        block_on(log.flush()).unwrap();
+    }
+    block_on(a.close()).unwrap();
+    block_on(b.checkpoint()).unwrap();
+    drop((a, b));
+    for name in [
+        ".shardlog-clean-shutdown.shard-0",
+        "recovery-point-offset-checkpoint.shard-0",
+        "recovery-point-offset-checkpoint.shard-1",
+    ] {
+        assert!(fs.exists(&Path::new(DATA).join(name)), "{name} missing");
+    }
+    let (a, b) = (open(0), open(1));
+    assert_eq!(a.partitions(), vec![TopicPartition::new("t", 0), TopicPartition::new("t", 2)]);
+    assert_eq!(b.partitions(), vec![TopicPartition::new("t", 1), TopicPartition::new("t", 3)]);
+    assert_eq!(b.get(&TopicPartition::new("t", 3)).unwrap().log_end_offset(), Offset(4));
+    assert!(
+        !fs.exists(&Path::new(DATA).join(".shardlog-clean-shutdown.shard-0")),
+        "the marker is consumed by its owner"
+    );
 }
 
 #[test]

@@ -28,7 +28,9 @@ pub async fn probe_device(dir: &Path) -> io::Result<()> {
         return Ok(());
     }
     // Named so that nothing mistakes a leftover for a partition or a segment; data dirs remove `.tmp` files.
-    let probe = dir.join(format!(".shardlog-iopoll-probe.{}.tmp", std::process::id()));
+    static PROBES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = PROBES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let probe = dir.join(format!(".shardlog-iopoll-probe.{}.{n}.tmp", std::process::id()));
     std::fs::write(&probe, [0u8; ALIGN as usize])?;
     let opened = DmaFile::open(&probe).await.map_err(io::Error::from);
     std::fs::remove_file(&probe)?;

@@ -1,59 +1,491 @@
 //! Request handlers: one function per API, from a decoded request to a response body.
 //!
 //! Only what is implemented is listed in [`supported_apis`]; the codec refuses everything else before a
-//! handler sees it.
+//! handler sees it. Partition work is sent to the owning shard ([`crate::shard`]); topic changes go to
+//! shard 0, which applies them one at a time ([`admin`]).
 
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
 use kafka_protocol::ResponseError;
-use kafka_protocol::messages::metadata_response::{MetadataResponseBroker, MetadataResponseTopic};
-use kafka_protocol::messages::{ApiKey, BrokerId, MetadataRequest, MetadataResponse, RequestKind, ResponseKind};
+use kafka_protocol::messages::create_topics_response::{CreatableTopicConfigs, CreatableTopicResult};
+use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::{
+    ApiKey, BrokerId, CreateTopicsRequest, CreateTopicsResponse, FetchRequest, FetchResponse, ListOffsetsRequest,
+    ListOffsetsResponse, MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse, RequestKind, ResponseKind,
+    TopicName,
+};
 use kafka_protocol::protocol::StrBytes;
 use shardlog_net::kafka::{DecodedRequest, SupportedApis};
+use shardlog_storage::{LeaderEpoch, Offset, TopicPartition};
 
 use crate::config::BrokerConfig;
+use crate::shard::{FetchOutcome, ListOutcome, OffsetSpec, PartitionRequest, ProduceOutcome};
+use crate::topics::configs::{TopicConfig, TopicDefaults};
+use crate::topics::store::{TopicError, TopicStore};
 
 /// The APIs and versions this broker serves. Grows with each handler.
 pub fn supported_apis() -> SupportedApis {
-    SupportedApis::new(&[(ApiKey::ApiVersions, 0, 4), (ApiKey::Metadata, 0, 12)])
+    SupportedApis::new(&[
+        (ApiKey::Produce, 3, 12),
+        (ApiKey::Fetch, 4, 12),
+        (ApiKey::ListOffsets, 1, 8),
+        (ApiKey::Metadata, 0, 12),
+        (ApiKey::ApiVersions, 0, 4),
+        (ApiKey::CreateTopics, 2, 7),
+    ])
 }
 
-/// What a handler needs of the broker.
+/// Topic changes, applied by shard 0 one at a time.
+#[derive(Debug)]
+pub enum AdminRequest {
+    CreateTopics { request: CreateTopicsRequest, reply: flume::Sender<CreateTopicsResponse> },
+}
+
+/// What every handler on every shard shares.
 #[derive(Debug)]
 pub struct BrokerContext {
     pub config: BrokerConfig,
     pub apis: SupportedApis,
     pub cluster_id: String,
+    pub topics: RwLock<TopicStore>,
+    /// One channel per shard for partition work.
+    pub shards: Vec<flume::Sender<PartitionRequest>>,
+    /// Shard 0's channel for topic changes.
+    pub admin: flume::Sender<AdminRequest>,
 }
 
-/// Answers a decoded request. Every API in [`supported_apis`] has an arm here.
-pub fn handle(ctx: &BrokerContext, request: DecodedRequest) -> ResponseKind {
-    match request.body {
-        RequestKind::ApiVersions(_) => ResponseKind::ApiVersions(ctx.apis.api_versions_response(0)),
-        RequestKind::Metadata(req) => ResponseKind::Metadata(metadata(ctx, &req)),
-        other => unreachable!("the codec admitted an API without a handler: {other:?}"),
+impl BrokerContext {
+    pub fn topic_defaults(&self) -> TopicDefaults {
+        TopicDefaults {
+            log: self.config.log.clone(),
+            min_insync_replicas: self.config.min_insync_replicas,
+            unclean_leader_election: self.config.unclean_leader_election,
+        }
+    }
+
+    /// The shard serving a partition, or `None` if the topic or partition does not exist.
+    pub fn owner(&self, topic: &str, partition: i32) -> Option<usize> {
+        let partition = u32::try_from(partition).ok()?;
+        self.topics.read().expect("topic lock").serving_shard(topic, partition, self.shards.len())
+    }
+
+    fn leader_epoch(&self, topic: &str, partition: i32) -> i32 {
+        let topics = self.topics.read().expect("topic lock");
+        topics.topics.get(topic).and_then(|t| t.partitions.get(partition as usize)).map_or(0, |p| p.leader_epoch)
     }
 }
 
-/// Metadata: this broker, and an error for every topic asked about (topic storage comes next).
-fn metadata(ctx: &BrokerContext, req: &MetadataRequest) -> MetadataResponse {
+/// Answers a decoded request; `None` for requests Kafka does not answer (produce with acks=0).
+pub async fn handle(ctx: &Arc<BrokerContext>, request: DecodedRequest) -> Option<ResponseKind> {
+    let version = request.version;
+    Some(match request.body {
+        RequestKind::ApiVersions(_) => ResponseKind::ApiVersions(ctx.apis.api_versions_response(0)),
+        RequestKind::Metadata(req) => ResponseKind::Metadata(metadata(ctx, &req, version).await),
+        RequestKind::CreateTopics(req) => ResponseKind::CreateTopics(create_topics(ctx, req).await),
+        RequestKind::Produce(req) => return produce(ctx, req).await.map(ResponseKind::Produce),
+        RequestKind::Fetch(req) => ResponseKind::Fetch(fetch(ctx, req).await),
+        RequestKind::ListOffsets(req) => ResponseKind::ListOffsets(list_offsets(ctx, req).await),
+        other => unreachable!("the codec admitted an API without a handler: {other:?}"),
+    })
+}
+
+fn code(error: Option<ResponseError>) -> i16 {
+    error.map_or(0, |e| e.code())
+}
+
+fn topic_name(name: &str) -> TopicName {
+    TopicName(StrBytes::from_string(name.to_string()))
+}
+
+/// Sends a partition request to its shard and waits for the reply; `None` if the shard is gone.
+async fn ask<T>(
+    ctx: &BrokerContext,
+    shard: usize,
+    make: impl FnOnce(flume::Sender<T>) -> PartitionRequest,
+) -> Option<T> {
+    let (tx, rx) = flume::bounded(1);
+    ctx.shards[shard].send_async(make(tx)).await.ok()?;
+    rx.recv_async().await.ok()
+}
+
+async fn metadata(ctx: &Arc<BrokerContext>, req: &MetadataRequest, version: i16) -> MetadataResponse {
+    let node = BrokerId(ctx.config.node_id as i32);
     let advertised = &ctx.config.advertised_listener;
     let broker = MetadataResponseBroker::default()
-        .with_node_id(BrokerId(ctx.config.node_id as i32))
+        .with_node_id(node)
         .with_host(StrBytes::from_string(advertised.host.clone()))
         .with_port(advertised.port as i32);
-    let topics = req
-        .topics
+    // Before v4 there is no flag and auto-creation is always asked for.
+    let auto_create = ctx.config.auto_create_topics && (version < 4 || req.allow_auto_topic_creation);
+    let names: Vec<String> = match &req.topics {
+        None => ctx.topics.read().expect("topic lock").topics.keys().cloned().collect(),
+        Some(topics) => topics.iter().filter_map(|t| t.name.as_ref().map(|n| n.0.as_str().to_string())).collect(),
+    };
+    let missing: Vec<String> =
+        names.iter().filter(|n| !ctx.topics.read().expect("topic lock").topics.contains_key(*n)).cloned().collect();
+    if auto_create && !missing.is_empty() {
+        let mut request = CreateTopicsRequest::default();
+        request.topics = missing
+            .iter()
+            .filter(|n| crate::topics::validate_topic_name(n).is_ok())
+            .map(|n| {
+                kafka_protocol::messages::create_topics_request::CreatableTopic::default()
+                    .with_name(topic_name(n))
+                    .with_num_partitions(-1)
+                    .with_replication_factor(-1)
+            })
+            .collect();
+        let (tx, rx) = flume::bounded(1);
+        if ctx.admin.send_async(AdminRequest::CreateTopics { request, reply: tx }).await.is_ok() {
+            let _ = rx.recv_async().await;
+        }
+    }
+    let topics = ctx.topics.read().expect("topic lock").clone();
+    let topic_entries = names
         .iter()
-        .flatten()
-        .map(|t| {
-            MetadataResponseTopic::default()
-                .with_name(t.name.clone())
-                .with_topic_id(t.topic_id)
-                .with_error_code(ResponseError::UnknownTopicOrPartition.code())
+        .map(|name| match topics.topics.get(name) {
+            Some(meta) => MetadataResponseTopic::default()
+                .with_name(Some(topic_name(name)))
+                .with_topic_id(meta.id)
+                .with_partitions(
+                    meta.partitions
+                        .iter()
+                        .enumerate()
+                        .map(|(i, p)| {
+                            MetadataResponsePartition::default()
+                                .with_partition_index(i as i32)
+                                .with_leader_id(node)
+                                .with_leader_epoch(p.leader_epoch)
+                                .with_replica_nodes(vec![node])
+                                .with_isr_nodes(vec![node])
+                        })
+                        .collect(),
+                ),
+            None => {
+                let error = if crate::topics::validate_topic_name(name).is_err() {
+                    ResponseError::InvalidTopicException
+                } else {
+                    ResponseError::UnknownTopicOrPartition
+                };
+                MetadataResponseTopic::default().with_name(Some(topic_name(name))).with_error_code(error.code())
+            }
         })
         .collect();
     MetadataResponse::default()
         .with_brokers(vec![broker])
         .with_cluster_id(Some(StrBytes::from_string(ctx.cluster_id.clone())))
-        .with_controller_id(BrokerId(ctx.config.node_id as i32))
-        .with_topics(topics)
+        .with_controller_id(node)
+        .with_topics(topic_entries)
+}
+
+async fn create_topics(ctx: &Arc<BrokerContext>, request: CreateTopicsRequest) -> CreateTopicsResponse {
+    let (tx, rx) = flume::bounded(1);
+    if ctx.admin.send_async(AdminRequest::CreateTopics { request: request.clone(), reply: tx }).await.is_ok()
+        && let Ok(response) = rx.recv_async().await
+    {
+        return response;
+    }
+    let mut response = CreateTopicsResponse::default();
+    response.topics = request
+        .topics
+        .iter()
+        .map(|t| {
+            CreatableTopicResult::default()
+                .with_name(t.name.clone())
+                .with_error_code(ResponseError::KafkaStorageError.code())
+        })
+        .collect();
+    response
+}
+
+/// Shard 0's loop applying topic changes one at a time, so the durable topic record never loses an
+/// update to a concurrent one.
+pub async fn admin(ctx: Arc<BrokerContext>, requests: flume::Receiver<AdminRequest>) {
+    while let Ok(request) = requests.recv_async().await {
+        match request {
+            AdminRequest::CreateTopics { request, reply } => {
+                let response = apply_create_topics(&ctx, request).await;
+                let _ = reply.send(response);
+            }
+        }
+    }
+}
+
+fn topic_error_code(e: &TopicError) -> ResponseError {
+    match e {
+        TopicError::InvalidName(_) => ResponseError::InvalidTopicException,
+        TopicError::AlreadyExists(_) => ResponseError::TopicAlreadyExists,
+        TopicError::Unknown(_) => ResponseError::UnknownTopicOrPartition,
+        TopicError::InvalidPartitions { .. } => ResponseError::InvalidPartitions,
+        TopicError::InvalidConfig(_) => ResponseError::InvalidConfig,
+        _ => ResponseError::KafkaStorageError,
+    }
+}
+
+async fn apply_create_topics(ctx: &Arc<BrokerContext>, request: CreateTopicsRequest) -> CreateTopicsResponse {
+    let defaults = ctx.topic_defaults();
+    let shards = ctx.shards.len();
+    let mut updated = ctx.topics.read().expect("topic lock").clone();
+    let mut results = Vec::new();
+    let mut created = Vec::new();
+    for topic in &request.topics {
+        let name = topic.name.0.as_str().to_string();
+        let partitions =
+            if topic.num_partitions == -1 { ctx.config.num_partitions as i64 } else { topic.num_partitions as i64 };
+        let replication = if topic.replication_factor == -1 {
+            ctx.config.default_replication_factor as i64
+        } else {
+            topic.replication_factor as i64
+        };
+        let result =
+            CreatableTopicResult::default().with_name(topic.name.clone()).with_replication_factor(replication as i16);
+        let refuse = |error: ResponseError, message: String| {
+            result.clone().with_error_code(error.code()).with_error_message(Some(StrBytes::from_string(message)))
+        };
+        if replication != 1 {
+            results.push(refuse(
+                ResponseError::InvalidReplicationFactor,
+                format!("replication factor {replication}: this cluster has 1 broker"),
+            ));
+            continue;
+        }
+        if !topic.assignments.is_empty() {
+            results.push(refuse(
+                ResponseError::InvalidReplicaAssignment,
+                "manual replica assignment is not supported".into(),
+            ));
+            continue;
+        }
+        let mut configs = BTreeMap::new();
+        let mut bad_config = None;
+        for c in &topic.configs {
+            match &c.value {
+                Some(v) => {
+                    configs.insert(c.name.as_str().to_string(), v.as_str().to_string());
+                }
+                None => bad_config = Some(format!("config {} has no value", c.name.as_str())),
+            }
+        }
+        if let Some(message) = bad_config {
+            results.push(refuse(ResponseError::InvalidConfig, message));
+            continue;
+        }
+        match updated.create(&name, partitions, configs, &defaults, shards) {
+            Ok(meta) => {
+                let resolved = TopicConfig::resolve(&defaults, &meta.configs).expect("validated by create");
+                let described = resolved
+                    .describe()
+                    .into_iter()
+                    .map(|(k, v, set)| {
+                        CreatableTopicConfigs::default()
+                            .with_name(StrBytes::from_static_str(k))
+                            .with_value(Some(StrBytes::from_string(v)))
+                            .with_config_source(if set { 1 } else { 5 })
+                    })
+                    .collect();
+                results.push(
+                    result
+                        .clone()
+                        .with_topic_id(meta.id)
+                        .with_num_partitions(partitions as i32)
+                        .with_configs(Some(described)),
+                );
+                created.push((name, resolved));
+            }
+            Err(e) => results.push(refuse(topic_error_code(&e), e.to_string())),
+        }
+    }
+    if !request.validate_only && !created.is_empty() {
+        // Durable first, then visible, then the logs: a crash in between leaves a recorded topic whose
+        // partitions are created empty on the next start.
+        if let Err(e) = updated.save(&shardlog_storage::fs::dma::DmaFs, &ctx.config.data_dir).await {
+            tracing::error!(error = %e, "cannot record topics");
+            for r in results.iter_mut().filter(|r| r.error_code == 0) {
+                r.error_code = ResponseError::KafkaStorageError.code();
+            }
+            return CreateTopicsResponse::default().with_topics(results);
+        }
+        *ctx.topics.write().expect("topic lock") = updated;
+        for (name, config) in &created {
+            let partitions = ctx.topics.read().expect("topic lock").topics[name].partitions.len();
+            for p in 0..partitions {
+                let Some(shard) = ctx.owner(name, p as i32) else { continue };
+                let tp = TopicPartition::new(name.clone(), p as u32);
+                let log = config.log.clone();
+                match ask(ctx, shard, |reply| PartitionRequest::Create { tp: tp.clone(), config: log, reply }).await {
+                    Some(Ok(())) => {}
+                    other => tracing::error!(partition = %tp, outcome = ?other, "cannot create partition log"),
+                }
+            }
+            tracing::info!(topic = %name, partitions, "created topic");
+        }
+    }
+    CreateTopicsResponse::default().with_topics(results)
+}
+
+async fn produce(ctx: &Arc<BrokerContext>, req: ProduceRequest) -> Option<ProduceResponse> {
+    let acks = req.acks;
+    let mut pending = Vec::new();
+    for topic in &req.topic_data {
+        let name = topic.name.0.as_str().to_string();
+        for partition in &topic.partition_data {
+            let outcome: Result<flume::Receiver<ProduceOutcome>, ResponseError> = if ![-1, 0, 1].contains(&acks) {
+                Err(ResponseError::InvalidRequiredAcks)
+            } else if let Some(shard) = ctx.owner(&name, partition.index) {
+                match &partition.records {
+                    Some(records) => {
+                        let (tx, rx) = flume::bounded(1);
+                        let request = PartitionRequest::Produce {
+                            tp: TopicPartition::new(name.clone(), partition.index as u32),
+                            batch: records.clone(),
+                            epoch: LeaderEpoch(ctx.leader_epoch(&name, partition.index)),
+                            acks,
+                            reply: tx,
+                        };
+                        match ctx.shards[shard].send_async(request).await {
+                            Ok(()) => Ok(rx),
+                            Err(_) => Err(ResponseError::KafkaStorageError),
+                        }
+                    }
+                    None => Err(ResponseError::CorruptMessage),
+                }
+            } else {
+                Err(ResponseError::UnknownTopicOrPartition)
+            };
+            pending.push((topic.name.clone(), partition.index, outcome));
+        }
+    }
+    let mut by_topic: Vec<TopicProduceResponse> = Vec::new();
+    for (name, index, outcome) in pending {
+        let outcome = match outcome {
+            Ok(rx) => rx.recv_async().await.unwrap_or(ProduceOutcome {
+                error: Some(ResponseError::KafkaStorageError),
+                base_offset: -1,
+                log_start_offset: -1,
+            }),
+            Err(error) => ProduceOutcome { error: Some(error), base_offset: -1, log_start_offset: -1 },
+        };
+        let partition = PartitionProduceResponse::default()
+            .with_index(index)
+            .with_error_code(code(outcome.error))
+            .with_base_offset(outcome.base_offset)
+            .with_log_append_time_ms(-1)
+            .with_log_start_offset(outcome.log_start_offset);
+        match by_topic.iter_mut().find(|t| t.name == name) {
+            Some(t) => t.partition_responses.push(partition),
+            None => {
+                by_topic.push(TopicProduceResponse::default().with_name(name).with_partition_responses(vec![partition]))
+            }
+        }
+    }
+    (acks != 0).then(|| ProduceResponse::default().with_responses(by_topic))
+}
+
+async fn fetch(ctx: &Arc<BrokerContext>, req: FetchRequest) -> FetchResponse {
+    let deadline = Instant::now() + Duration::from_millis(req.max_wait_ms.clamp(0, 60_000) as u64);
+    let min_bytes = req.min_bytes.max(0) as usize;
+    loop {
+        let (response, bytes) = fetch_once(ctx, &req).await;
+        if bytes >= min_bytes.max(1) || Instant::now() >= deadline {
+            return response;
+        }
+        // Long poll: look again shortly, until enough data arrived or max.wait.ms passed.
+        glommio::timer::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+async fn fetch_once(ctx: &Arc<BrokerContext>, req: &FetchRequest) -> (FetchResponse, usize) {
+    let mut budget = if req.max_bytes <= 0 { usize::MAX } else { req.max_bytes as usize };
+    let mut total = 0usize;
+    let mut topics = Vec::new();
+    for topic in &req.topics {
+        let name = topic.topic.0.as_str().to_string();
+        let mut partitions = Vec::new();
+        for p in &topic.partitions {
+            let outcome = match (ctx.owner(&name, p.partition), u64::try_from(p.fetch_offset)) {
+                (Some(shard), Ok(offset)) => {
+                    let max_bytes = (p.partition_max_bytes.max(0) as usize).min(budget);
+                    let tp = TopicPartition::new(name.clone(), p.partition as u32);
+                    ask(ctx, shard, |reply| PartitionRequest::Fetch { tp, offset: Offset(offset), max_bytes, reply })
+                        .await
+                }
+                (Some(_), Err(_)) => Some(FetchOutcome {
+                    error: Some(ResponseError::OffsetOutOfRange),
+                    records: Bytes::new(),
+                    high_watermark: -1,
+                    log_start_offset: -1,
+                }),
+                (None, _) => None,
+            };
+            let outcome = outcome.unwrap_or(FetchOutcome {
+                error: Some(ResponseError::UnknownTopicOrPartition),
+                records: Bytes::new(),
+                high_watermark: -1,
+                log_start_offset: -1,
+            });
+            total += outcome.records.len();
+            budget = budget.saturating_sub(outcome.records.len());
+            partitions.push(
+                PartitionData::default()
+                    .with_partition_index(p.partition)
+                    .with_error_code(code(outcome.error))
+                    .with_high_watermark(outcome.high_watermark)
+                    .with_last_stable_offset(outcome.high_watermark)
+                    .with_log_start_offset(outcome.log_start_offset)
+                    .with_preferred_read_replica(BrokerId(-1))
+                    .with_records(Some(outcome.records)),
+            );
+        }
+        topics.push(FetchableTopicResponse::default().with_topic(topic.topic.clone()).with_partitions(partitions));
+    }
+    (FetchResponse::default().with_responses(topics), total)
+}
+
+async fn list_offsets(ctx: &Arc<BrokerContext>, req: ListOffsetsRequest) -> ListOffsetsResponse {
+    let mut topics = Vec::new();
+    for topic in &req.topics {
+        let name = topic.name.0.as_str().to_string();
+        let mut partitions = Vec::new();
+        for p in &topic.partitions {
+            let spec = match p.timestamp {
+                -2 => Some(OffsetSpec::Earliest),
+                -1 => Some(OffsetSpec::Latest),
+                ts if ts >= 0 => Some(OffsetSpec::Timestamp(ts)),
+                _ => None,
+            };
+            let outcome = match (ctx.owner(&name, p.partition_index), spec) {
+                (Some(shard), Some(spec)) => {
+                    let tp = TopicPartition::new(name.clone(), p.partition_index as u32);
+                    ask(ctx, shard, |reply| PartitionRequest::ListOffsets { tp, spec, reply }).await
+                }
+                (Some(_), None) => {
+                    Some(ListOutcome { error: Some(ResponseError::InvalidRequest), offset: -1, timestamp: -1 })
+                }
+                (None, _) => None,
+            };
+            let outcome = outcome.unwrap_or(ListOutcome {
+                error: Some(ResponseError::UnknownTopicOrPartition),
+                offset: -1,
+                timestamp: -1,
+            });
+            partitions.push(
+                ListOffsetsPartitionResponse::default()
+                    .with_partition_index(p.partition_index)
+                    .with_error_code(code(outcome.error))
+                    .with_offset(outcome.offset)
+                    .with_timestamp(outcome.timestamp)
+                    .with_leader_epoch(ctx.leader_epoch(&name, p.partition_index)),
+            );
+        }
+        topics.push(ListOffsetsTopicResponse::default().with_name(topic.name.clone()).with_partitions(partitions));
+    }
+    ListOffsetsResponse::default().with_topics(topics)
 }

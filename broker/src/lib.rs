@@ -5,4 +5,5 @@
 pub mod config;
 pub mod handlers;
 pub mod runtime;
+pub mod shard;
 pub mod topics;

@@ -5,7 +5,6 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use shardlog_broker::config::{BrokerConfig, Sources};
-use shardlog_broker::handlers::{BrokerContext, supported_apis};
 use shardlog_broker::runtime::{self, Shutdown};
 
 #[derive(Debug, Parser)]
@@ -95,8 +94,7 @@ fn start(args: StartArgs) -> Result<()> {
         signal_hook::flag::register(signal, shutdown.flag()).context("install signal handler")?;
     }
     tracing::info!(node = config.node_id, listener = %config.listener, shards = config.shards, "starting");
-    let ctx = BrokerContext { cluster_id: format!("shardlog-{}", config.node_id), apis: supported_apis(), config };
-    runtime::run(ctx, shutdown)?;
+    runtime::run(config, shutdown)?;
     tracing::info!("stopped");
     Ok(())
 }

@@ -33,7 +33,7 @@ pub(super) async fn serve(mut stream: TcpStream, ctx: Arc<BrokerContext>, shutdo
                     return;
                 }
             };
-            let (reply, next) = answer(&ctx, frame, &peer);
+            let (reply, next) = answer(&ctx, frame, &peer).await;
             if let Some(bytes) = reply
                 && let Err(e) = stream.write_all(&bytes).await
             {
@@ -64,11 +64,13 @@ pub(super) async fn serve(mut stream: TcpStream, ctx: Arc<BrokerContext>, shutdo
 }
 
 /// The response frame for one request frame, and whether the connection stays open.
-fn answer(ctx: &BrokerContext, frame: bytes::Bytes, peer: &str) -> (Option<bytes::BytesMut>, Next) {
+async fn answer(ctx: &Arc<BrokerContext>, frame: bytes::Bytes, peer: &str) -> (Option<bytes::BytesMut>, Next) {
     match decode_request(frame, &ctx.apis) {
         Ok(request) => {
             let (api_key, version, correlation_id) = (request.api_key, request.version, request.header.correlation_id);
-            let body = handlers::handle(ctx, request);
+            let Some(body) = handlers::handle(ctx, request).await else {
+                return (None, Next::Continue); // produce with acks=0: Kafka sends nothing back
+            };
             match encode_response(correlation_id, api_key, version, &body) {
                 Ok(bytes) => (Some(bytes), Next::Continue),
                 Err(e) => {

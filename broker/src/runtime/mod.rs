@@ -17,7 +17,14 @@ use futures_lite::future;
 use glommio::net::TcpListener;
 use glommio::{LocalExecutorBuilder, Placement};
 
-use crate::handlers::BrokerContext;
+use shardlog_storage::fs::dma::DmaFs;
+use shardlog_storage::{LogDir, LogDirScope, SystemClock, TopicPartition};
+
+use crate::config::BrokerConfig;
+use crate::handlers::{self, AdminRequest, BrokerContext, supported_apis};
+use crate::shard::{self, PartitionRequest};
+use crate::topics::configs::TopicConfig;
+use crate::topics::store::TopicStore;
 
 /// Set once to stop every shard.
 #[derive(Debug, Clone, Default)]
@@ -45,22 +52,33 @@ impl Shutdown {
     }
 }
 
-/// Runs `ctx.config.shards` shards until shutdown; returns once every shard has stopped.
-pub fn run(ctx: BrokerContext, shutdown: Shutdown) -> Result<()> {
-    let ctx = Arc::new(ctx);
-    let shards = ctx.config.shards;
+/// Runs the broker's shards until shutdown; returns once every shard has stopped and closed its logs.
+pub fn run(config: BrokerConfig, shutdown: Shutdown) -> Result<()> {
+    std::fs::create_dir_all(&config.data_dir)
+        .with_context(|| format!("create data dir {}", config.data_dir.display()))?;
+    let topics = TopicStore::load_blocking(&config.data_dir).context("read the topic record")?;
+    let shards = config.shards;
+    let (senders, receivers): (Vec<_>, Vec<_>) = (0..shards).map(|_| flume::unbounded()).unzip();
+    let (admin_tx, admin_rx) = flume::unbounded();
+    let addr = config.listener.socket_addr().with_context(|| format!("resolve listener {}", config.listener))?;
+    let ctx = Arc::new(BrokerContext {
+        cluster_id: format!("shardlog-{}", config.node_id),
+        apis: supported_apis(),
+        topics: std::sync::RwLock::new(topics),
+        shards: senders,
+        admin: admin_tx,
+        config,
+    });
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let addr =
-        ctx.config.listener.socket_addr().with_context(|| format!("resolve listener {}", ctx.config.listener))?;
+    let mut admin_rx = Some(admin_rx);
     let mut handles = Vec::with_capacity(shards);
-    for shard in 0..shards {
+    for (shard, requests) in receivers.into_iter().enumerate() {
         // Pinned one per core when every shard has its own core; unpinned when there are more shards.
         let placement = if shards <= cpus { Placement::Fixed(shard) } else { Placement::Unbound };
-        let ctx = ctx.clone();
-        let shutdown = shutdown.clone();
+        let (ctx, shutdown, admin) = (ctx.clone(), shutdown.clone(), admin_rx.take());
         let handle = LocalExecutorBuilder::new(placement)
             .name(&format!("shard-{shard}"))
-            .spawn(move || async move { serve(shard, addr, ctx, shutdown).await })
+            .spawn(move || async move { run_shard(shard, addr, ctx, requests, admin, shutdown).await })
             .map_err(|e| anyhow::anyhow!("start shard {shard}: {e}"))?;
         handles.push(handle);
     }
@@ -68,10 +86,71 @@ pub fn run(ctx: BrokerContext, shutdown: Shutdown) -> Result<()> {
     for (shard, handle) in handles.into_iter().enumerate() {
         let outcome = handle.join().map_err(|e| anyhow::anyhow!("shard {shard} executor failed: {e}"));
         if let Err(e) = outcome.and_then(|r| r) {
+            if !shutdown.is_triggered() {
+                // One shard failing stops the broker: the others would serve a partial cluster view.
+                shutdown.trigger();
+            }
             first_error.get_or_insert(e);
         }
     }
     first_error.map_or(Ok(()), Err)
+}
+
+async fn run_shard(
+    shard: usize,
+    addr: std::net::SocketAddr,
+    ctx: Arc<BrokerContext>,
+    requests: flume::Receiver<PartitionRequest>,
+    admin: Option<flume::Receiver<AdminRequest>>,
+    shutdown: Shutdown,
+) -> Result<()> {
+    let defaults = ctx.topic_defaults();
+    let owner_ctx = ctx.clone();
+    let scope = LogDirScope {
+        name: format!("shard-{shard}"),
+        owns: Box::new(move |tp| owner_ctx.owner(&tp.topic, tp.partition as i32) == Some(shard)),
+    };
+    let config_ctx = ctx.clone();
+    let config_for = move |tp: &TopicPartition| {
+        let topics = config_ctx.topics.read().expect("topic lock");
+        let overrides = topics.topics.get(&tp.topic).map(|t| t.configs.clone()).unwrap_or_default();
+        TopicConfig::resolve(&defaults, &overrides).map_or_else(|_| defaults.log.clone(), |c| c.log)
+    };
+    let (logs, reports) =
+        LogDir::open_scoped(DmaFs, Rc::new(SystemClock), &ctx.config.data_dir, Some(scope), &config_for)
+            .await
+            .with_context(|| format!("shard {shard}: open logs"))?;
+    for (tp, report) in &reports {
+        if report.damage.is_some() || report.scanned_segments > 0 {
+            tracing::info!(shard, partition = %tp, ?report, "recovered partition");
+        }
+    }
+    // Recorded partitions whose logs do not exist yet (a crash right after the topic was recorded).
+    let owned: Vec<TopicPartition> = {
+        let topics = ctx.topics.read().expect("topic lock");
+        topics
+            .topics
+            .iter()
+            .flat_map(|(name, t)| (0..t.partitions.len() as u32).map(move |p| TopicPartition::new(name.clone(), p)))
+            .filter(|tp| topics.serving_shard(&tp.topic, tp.partition, ctx.shards.len()) == Some(shard))
+            .collect()
+    };
+    for tp in owned {
+        if logs.get(&tp).is_none() {
+            logs.get_or_create(&tp, config_for(&tp)).await.with_context(|| format!("create log {tp}"))?;
+        }
+    }
+    let logs = Rc::new(logs);
+    glommio::spawn_local(shard::serve(logs.clone(), requests)).detach();
+    let upkeep = glommio::spawn_local(shard::upkeep(logs.clone(), shutdown.clone()));
+    if let Some(admin) = admin {
+        glommio::spawn_local(handlers::admin(ctx.clone(), admin)).detach();
+    }
+    let served = serve(shard, addr, ctx, shutdown).await;
+    upkeep.await;
+    logs.close().await.with_context(|| format!("shard {shard}: close logs"))?;
+    tracing::info!(shard, "logs closed");
+    served
 }
 
 async fn serve(shard: usize, addr: std::net::SocketAddr, ctx: Arc<BrokerContext>, shutdown: Shutdown) -> Result<()> {

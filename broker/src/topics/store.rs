@@ -77,6 +77,24 @@ impl TopicStore {
             return Ok(TopicStore::default());
         };
         let text = std::str::from_utf8(&bytes).map_err(|e| corrupt(e.to_string()))?;
+        Self::parse(&path, text)
+    }
+
+    /// Reads the record with plain blocking I/O, before any shard runs; a missing file is an empty store.
+    pub fn load_blocking(data_dir: &Path) -> Result<TopicStore, TopicError> {
+        let path = data_dir.join(TOPICS_FILE);
+        match std::fs::read_to_string(&path) {
+            Ok(text) => Self::parse(&path, &text),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(TopicStore::default()),
+            Err(e) => Err(TopicError::Corrupt { path: path.display().to_string(), reason: e.to_string() }),
+        }
+    }
+
+    fn parse(path: &Path, text: &str) -> Result<TopicStore, TopicError> {
+        let corrupt = |reason: String| TopicError::Corrupt { path: path.display().to_string(), reason };
+        if text.len() as u64 > MAX_TOPICS_FILE_BYTES {
+            return Err(corrupt("larger than the record's bound".into()));
+        }
         let store: TopicStore = toml::from_str(text).map_err(|e| corrupt(e.to_string()))?;
         for (name, topic) in &store.topics {
             validate_topic_name(name).map_err(|e| corrupt(e.to_string()))?;

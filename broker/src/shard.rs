@@ -1,0 +1,244 @@
+//! A shard's partitions: the storage logs it owns and the requests other shards send it for them.
+//!
+//! Every operation on a partition runs on the shard that owns it. A request handler on any shard sends
+//! a [`PartitionRequest`] over the owner's channel (the same path for the local shard) and awaits the
+//! reply, so logs are only ever touched from their own thread.
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_lite::future;
+use kafka_protocol::ResponseError;
+use shardlog_storage::fs::dma::DmaFs;
+use shardlog_storage::{
+    FlushPolicy, LeaderEpoch, LogConfig, LogDir, Offset, PartitionLog, StorageError, TopicPartition,
+};
+
+use crate::runtime::Shutdown;
+
+/// How often interval-policy logs are checked for a due flush.
+const FLUSH_CHECK_INTERVAL: Duration = Duration::from_millis(100);
+/// How often retention runs (Kafka's `log.retention.check.interval.ms` default).
+const RETENTION_CHECK_INTERVAL: Duration = Duration::from_secs(300);
+/// How often checkpoints are written (Kafka's `log.flush.offset.checkpoint.interval.ms` default).
+const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Which offset ListOffsets asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OffsetSpec {
+    Earliest,
+    Latest,
+    Timestamp(i64),
+}
+
+/// Work for the shard owning a partition.
+#[derive(Debug)]
+pub enum PartitionRequest {
+    Create { tp: TopicPartition, config: LogConfig, reply: flume::Sender<Result<(), String>> },
+    Delete { tp: TopicPartition, reply: flume::Sender<Result<(), String>> },
+    Produce { tp: TopicPartition, batch: Bytes, epoch: LeaderEpoch, acks: i16, reply: flume::Sender<ProduceOutcome> },
+    Fetch { tp: TopicPartition, offset: Offset, max_bytes: usize, reply: flume::Sender<FetchOutcome> },
+    ListOffsets { tp: TopicPartition, spec: OffsetSpec, reply: flume::Sender<ListOutcome> },
+}
+
+/// A produce result: the base offset, or a Kafka error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProduceOutcome {
+    pub error: Option<ResponseError>,
+    pub base_offset: i64,
+    pub log_start_offset: i64,
+}
+
+/// A fetch result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchOutcome {
+    pub error: Option<ResponseError>,
+    pub records: Bytes,
+    pub high_watermark: i64,
+    pub log_start_offset: i64,
+}
+
+/// A ListOffsets result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListOutcome {
+    pub error: Option<ResponseError>,
+    pub offset: i64,
+    pub timestamp: i64,
+}
+
+/// The offset consumers may read up to. With one replica it is what is acknowledged: the durable offset
+/// when acknowledgements wait for fdatasync, the log end under Kafka's interval flush.
+pub fn high_watermark(log: &PartitionLog<DmaFs>) -> Offset {
+    match log.config().flush {
+        FlushPolicy::Always => log.durable_offset(),
+        FlushPolicy::Interval { .. } => log.log_end_offset(),
+    }
+}
+
+/// Serves partition requests for this shard until the channel closes.
+pub async fn serve(logs: Rc<LogDir<DmaFs>>, requests: flume::Receiver<PartitionRequest>) {
+    while let Ok(request) = requests.recv_async().await {
+        let logs = logs.clone();
+        glommio::spawn_local(async move { handle(&logs, request).await }).detach();
+    }
+}
+
+/// Background upkeep: interval flushes, retention, checkpoints; stops at shutdown.
+pub async fn upkeep(logs: Rc<LogDir<DmaFs>>, shutdown: Shutdown) {
+    let mut since_retention = Duration::ZERO;
+    let mut since_checkpoint = Duration::ZERO;
+    loop {
+        let stop = future::or(
+            async {
+                glommio::timer::sleep(FLUSH_CHECK_INTERVAL).await;
+                false
+            },
+            async {
+                shutdown.wait().await;
+                true
+            },
+        )
+        .await;
+        if stop {
+            return;
+        }
+        since_retention += FLUSH_CHECK_INTERVAL;
+        since_checkpoint += FLUSH_CHECK_INTERVAL;
+        for tp in logs.partitions() {
+            if let Some(log) = logs.get(&tp)
+                && let Err(e) = log.flush_if_due().await
+            {
+                tracing::warn!(partition = %tp, error = %e, "interval flush failed");
+            }
+        }
+        if since_retention >= RETENTION_CHECK_INTERVAL {
+            since_retention = Duration::ZERO;
+            if let Err(e) = logs.apply_retention().await {
+                tracing::warn!(error = %e, "retention pass failed");
+            }
+        }
+        if since_checkpoint >= CHECKPOINT_INTERVAL {
+            since_checkpoint = Duration::ZERO;
+            if let Err(e) = logs.checkpoint().await {
+                tracing::warn!(error = %e, "checkpoint failed");
+            }
+        }
+    }
+}
+
+async fn handle(logs: &LogDir<DmaFs>, request: PartitionRequest) {
+    match request {
+        PartitionRequest::Create { tp, config, reply } => {
+            let result = logs.get_or_create(&tp, config).await.map(|_| ()).map_err(|e| e.to_string());
+            let _ = reply.send(result);
+        }
+        PartitionRequest::Delete { tp, reply } => {
+            let _ = reply.send(logs.delete(&tp).await.map_err(|e| e.to_string()));
+        }
+        PartitionRequest::Produce { tp, batch, epoch, acks, reply } => {
+            let _ = reply.send(produce(logs, &tp, &batch, epoch, acks).await);
+        }
+        PartitionRequest::Fetch { tp, offset, max_bytes, reply } => {
+            let _ = reply.send(fetch(logs, &tp, offset, max_bytes).await);
+        }
+        PartitionRequest::ListOffsets { tp, spec, reply } => {
+            let _ = reply.send(list_offsets(logs, &tp, spec).await);
+        }
+    }
+}
+
+/// The Kafka error for a storage refusal.
+pub fn kafka_error(e: &StorageError) -> ResponseError {
+    use shardlog_storage::batch::BatchError;
+    match e {
+        StorageError::InvalidBatch(BatchError::TooLarge { .. }) => ResponseError::MessageTooLarge,
+        StorageError::InvalidBatch(BatchError::BadMagic { .. }) => ResponseError::UnsupportedForMessageFormat,
+        StorageError::InvalidBatch(_) => ResponseError::CorruptMessage,
+        StorageError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
+        StorageError::StaleEpoch { .. } => ResponseError::FencedLeaderEpoch,
+        StorageError::Closed(_) => ResponseError::NotLeaderOrFollower,
+        _ => ResponseError::KafkaStorageError,
+    }
+}
+
+async fn produce(
+    logs: &LogDir<DmaFs>,
+    tp: &TopicPartition,
+    batch: &[u8],
+    epoch: LeaderEpoch,
+    acks: i16,
+) -> ProduceOutcome {
+    let failed = |error| ProduceOutcome { error: Some(error), base_offset: -1, log_start_offset: -1 };
+    let Some(log) = logs.get(tp) else { return failed(ResponseError::UnknownTopicOrPartition) };
+    let info = match log.append(batch, epoch).await {
+        Ok(info) => info,
+        Err(e) => {
+            tracing::debug!(partition = %tp, error = %e, "produce refused");
+            return failed(kafka_error(&e));
+        }
+    };
+    // acks=0 and acks=1 wait as acks=all does under the default policy: an acknowledgement means the
+    // data is on disk. Under Kafka's interval policy the append is the acknowledgement point.
+    let durable = match log.config().flush {
+        FlushPolicy::Always if acks != 0 => log.wait_durable(info.next_offset()).await,
+        FlushPolicy::Always => Ok(()),
+        FlushPolicy::Interval { .. } => log.flush_if_due().await.map(|_| ()),
+    };
+    match durable {
+        Ok(()) => ProduceOutcome {
+            error: None,
+            base_offset: info.base_offset.as_i64(),
+            log_start_offset: log.log_start_offset().as_i64(),
+        },
+        Err(e) => failed(kafka_error(&e)),
+    }
+}
+
+async fn fetch(logs: &LogDir<DmaFs>, tp: &TopicPartition, offset: Offset, max_bytes: usize) -> FetchOutcome {
+    let Some(log) = logs.get(tp) else {
+        return FetchOutcome {
+            error: Some(ResponseError::UnknownTopicOrPartition),
+            records: Bytes::new(),
+            high_watermark: -1,
+            log_start_offset: -1,
+        };
+    };
+    let hw = high_watermark(&log);
+    let outcome = |error, records| FetchOutcome {
+        error,
+        records,
+        high_watermark: hw.as_i64(),
+        log_start_offset: log.log_start_offset().as_i64(),
+    };
+    if offset > hw {
+        // Beyond what consumers may see: out of range unless it is within the appended-but-unsynced tail.
+        return if offset <= log.log_end_offset() {
+            outcome(None, Bytes::new())
+        } else {
+            outcome(Some(ResponseError::OffsetOutOfRange), Bytes::new())
+        };
+    }
+    match log.read_until(offset, max_bytes, hw).await {
+        Ok(read) => outcome(None, Bytes::from(read.bytes)),
+        Err(e) => outcome(Some(kafka_error(&e)), Bytes::new()),
+    }
+}
+
+async fn list_offsets(logs: &LogDir<DmaFs>, tp: &TopicPartition, spec: OffsetSpec) -> ListOutcome {
+    let Some(log) = logs.get(tp) else {
+        return ListOutcome { error: Some(ResponseError::UnknownTopicOrPartition), offset: -1, timestamp: -1 };
+    };
+    let found = |offset: Offset| ListOutcome { error: None, offset: offset.as_i64(), timestamp: -1 };
+    match spec {
+        OffsetSpec::Earliest => found(log.log_start_offset()),
+        OffsetSpec::Latest => found(high_watermark(&log)),
+        OffsetSpec::Timestamp(ts) => match log.offset_for_timestamp(ts).await {
+            Ok(Some((offset, timestamp))) if offset < high_watermark(&log) => {
+                ListOutcome { error: None, offset: offset.as_i64(), timestamp }
+            }
+            Ok(_) => ListOutcome { error: None, offset: -1, timestamp: -1 },
+            Err(e) => ListOutcome { error: Some(kafka_error(&e)), offset: -1, timestamp: -1 },
+        },
+    }
+}

@@ -1,0 +1,131 @@
+//! The real `shardlog` binary as a test subject: started as a process on a free port with its own data
+//! dir, spoken to over TCP with requests encoded by `kafka-protocol`'s client side.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader, ResponseKind};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+
+pub struct Broker {
+    child: Child,
+    pub port: u16,
+    data: std::path::PathBuf,
+    _owned: Option<tempfile::TempDir>,
+}
+
+impl Broker {
+    pub fn start(shards: usize) -> Broker {
+        Self::start_with(shards, &[])
+    }
+
+    pub fn start_with(shards: usize, extra: &[&str]) -> Broker {
+        let data = tempfile::tempdir().unwrap();
+        let mut broker = Self::start_in(data.path(), shards, extra);
+        broker._owned = Some(data);
+        broker
+    }
+
+    /// Starts on an existing data dir (for restarts); the caller keeps the dir alive.
+    pub fn start_in(data: &Path, shards: usize, extra: &[&str]) -> Broker {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let child = Command::new(env!("CARGO_BIN_EXE_shardlog"))
+            .args(["start", "--listen", &format!("127.0.0.1:{port}"), "--shards", &shards.to_string()])
+            .arg("--data-dir")
+            .arg(data)
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start shardlog");
+        let broker = Broker { child, port, data: data.to_path_buf(), _owned: None };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "broker did not listen within 30 s");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        broker
+    }
+
+    pub fn connect(&self) -> TcpStream {
+        let s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s
+    }
+
+    /// Sends SIGTERM and returns the exit status.
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        let pid = self.child.id() as i32;
+        // SAFETY: kill(2) with a pid we spawned and a valid signal number.
+        assert_eq!(unsafe { libc_kill(pid, 15) }, 0);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "broker did not stop within 20 s of SIGTERM");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+unsafe extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+}
+
+impl Broker {
+    /// SIGKILL, as a crash would.
+    pub fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn send<T: Encodable>(stream: &mut TcpStream, api_key: ApiKey, version: i16, correlation_id: i32, body: &T) {
+    let header = RequestHeader::default()
+        .with_request_api_key(api_key as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(correlation_id)
+        .with_client_id(Some(StrBytes::from_static_str("wire-test")));
+    let mut out = BytesMut::new();
+    out.put_i32(0);
+    header.encode(&mut out, api_key.request_header_version(version)).unwrap();
+    body.encode(&mut out, version).unwrap();
+    let size = (out.len() - 4) as i32;
+    out[..4].copy_from_slice(&size.to_be_bytes());
+    stream.write_all(&out).unwrap();
+}
+
+pub fn receive(stream: &mut TcpStream, api_key: ApiKey, version: i16) -> (i32, ResponseKind) {
+    let mut size = [0u8; 4];
+    stream.read_exact(&mut size).expect("a response");
+    let mut frame = vec![0u8; i32::from_be_bytes(size) as usize];
+    stream.read_exact(&mut frame).unwrap();
+    let mut frame = Bytes::from(frame);
+    let header = ResponseHeader::decode(&mut frame, api_key.response_header_version(version)).unwrap();
+    let body = ResponseKind::decode(api_key, &mut frame, version).unwrap();
+    assert_eq!(frame.remaining(), 0);
+    (header.correlation_id, body)
+}
+
+pub fn assert_closed(stream: &mut TcpStream) {
+    let mut byte = [0u8; 1];
+    match stream.read(&mut byte) {
+        Ok(0) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        other => panic!("connection should be closed, read gave {other:?}"),
+    }
+}

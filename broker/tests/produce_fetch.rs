@@ -1,0 +1,210 @@
+//! Topics on the storage engine through the real binary: CreateTopics, Produce (acks 0, 1, all), Fetch,
+//! ListOffsets, refusals with Kafka's error codes, and restarts after SIGKILL and SIGTERM.
+
+mod common;
+
+use std::net::TcpStream;
+
+use bytes::Bytes;
+use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{
+    ApiKey, CreateTopicsRequest, FetchRequest, ListOffsetsRequest, ProduceRequest, ResponseKind, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use shardlog_storage::batch::{build_batch, stamp};
+use shardlog_storage::{LeaderEpoch, Offset};
+
+use common::{Broker, receive, send};
+
+fn name(n: &str) -> TopicName {
+    TopicName(StrBytes::from_string(n.to_string()))
+}
+
+fn create(s: &mut TcpStream, topic: &str, partitions: i32, replication: i16, configs: &[(&str, &str)]) -> i16 {
+    let t = CreatableTopic::default()
+        .with_name(name(topic))
+        .with_num_partitions(partitions)
+        .with_replication_factor(replication)
+        .with_configs(
+            configs
+                .iter()
+                .map(|(k, v)| {
+                    CreatableTopicConfig::default()
+                        .with_name(StrBytes::from_string(k.to_string()))
+                        .with_value(Some(StrBytes::from_string(v.to_string())))
+                })
+                .collect(),
+        );
+    send(s, ApiKey::CreateTopics, 7, 1, &CreateTopicsRequest::default().with_topics(vec![t]).with_timeout_ms(5000));
+    let (_, body) = receive(s, ApiKey::CreateTopics, 7);
+    let ResponseKind::CreateTopics(r) = body else { panic!("wrong response") };
+    r.topics[0].error_code
+}
+
+/// Produces one batch, returns (error code, base offset); `None` for acks=0.
+fn produce(
+    s: &mut TcpStream,
+    topic: &str,
+    partition: i32,
+    batch: &[u8],
+    acks: i16,
+    correlation_id: i32,
+) -> Option<(i16, i64)> {
+    let req = ProduceRequest::default().with_acks(acks).with_timeout_ms(5000).with_topic_data(vec![
+        TopicProduceData::default().with_name(name(topic)).with_partition_data(vec![
+            PartitionProduceData::default().with_index(partition).with_records(Some(Bytes::copy_from_slice(batch))),
+        ]),
+    ]);
+    send(s, ApiKey::Produce, 9, correlation_id, &req);
+    if acks == 0 {
+        return None;
+    }
+    let (cid, body) = receive(s, ApiKey::Produce, 9);
+    assert_eq!(cid, correlation_id);
+    let ResponseKind::Produce(r) = body else { panic!("wrong response") };
+    let p = &r.responses[0].partition_responses[0];
+    Some((p.error_code, p.base_offset))
+}
+
+/// Fetches from `offset`: (error code, high watermark, records).
+fn fetch(s: &mut TcpStream, topic: &str, partition: i32, offset: i64, max_wait_ms: i32) -> (i16, i64, Bytes) {
+    let req =
+        FetchRequest::default().with_max_wait_ms(max_wait_ms).with_min_bytes(1).with_max_bytes(50 << 20).with_topics(
+            vec![
+                FetchTopic::default().with_topic(name(topic)).with_partitions(vec![
+                    FetchPartition::default()
+                        .with_partition(partition)
+                        .with_fetch_offset(offset)
+                        .with_partition_max_bytes(10 << 20),
+                ]),
+            ],
+        );
+    send(s, ApiKey::Fetch, 11, 3, &req);
+    let (_, body) = receive(s, ApiKey::Fetch, 11);
+    let ResponseKind::Fetch(r) = body else { panic!("wrong response") };
+    let p = &r.responses[0].partitions[0];
+    (p.error_code, p.high_watermark, p.records.clone().unwrap_or_default())
+}
+
+fn list_offset(s: &mut TcpStream, topic: &str, partition: i32, timestamp: i64) -> (i16, i64) {
+    let req = ListOffsetsRequest::default().with_topics(vec![
+        ListOffsetsTopic::default().with_name(name(topic)).with_partitions(vec![
+            ListOffsetsPartition::default().with_partition_index(partition).with_timestamp(timestamp),
+        ]),
+    ]);
+    send(s, ApiKey::ListOffsets, 7, 4, &req);
+    let (_, body) = receive(s, ApiKey::ListOffsets, 7);
+    let ResponseKind::ListOffsets(r) = body else { panic!("wrong response") };
+    let p = &r.topics[0].partitions[0];
+    (p.error_code, p.offset)
+}
+
+fn batch(seed: u8, records: usize, ts: i64) -> Vec<u8> {
+    let values: Vec<Vec<u8>> = (0..records).map(|i| vec![seed.wrapping_add(i as u8); 100]).collect();
+    let refs: Vec<&[u8]> = values.iter().map(|v| v.as_slice()).collect();
+    build_batch(ts, &refs)
+}
+
+/// The bytes the log stores for `b` at `base`.
+fn stored(b: &[u8], base: i64) -> Vec<u8> {
+    let mut s = b.to_vec();
+    stamp(&mut s, Offset(base as u64), LeaderEpoch(0));
+    s
+}
+
+#[test]
+fn create_produce_fetch_list_offsets_across_shards() {
+    let broker = Broker::start(3);
+    let mut s = broker.connect();
+    assert_eq!(create(&mut s, "orders", 6, 1, &[("retention.ms", "3600000")]), 0);
+    assert_eq!(create(&mut s, "orders", 6, 1, &[]), 36, "TOPIC_ALREADY_EXISTS");
+    assert_eq!(create(&mut s, "bad name", 1, 1, &[]), 17, "INVALID_TOPIC_EXCEPTION");
+    assert_eq!(create(&mut s, "replicated", 1, 3, &[]), 38, "INVALID_REPLICATION_FACTOR");
+    assert_eq!(create(&mut s, "typo", 1, 1, &[("retention.hours", "1")]), 40, "INVALID_CONFIG");
+    assert_eq!(create(&mut s, "none", 0, 1, &[]), 37, "INVALID_PARTITIONS");
+
+    let mut expected = vec![Vec::new(); 6];
+    for round in 0..4u8 {
+        for p in 0..6 {
+            let b = batch(round * 10 + p as u8, 3, 1_700_000_000_000 + round as i64);
+            let (err, base) = produce(&mut s, "orders", p, &b, -1, 100 + p).unwrap();
+            assert_eq!((err, base), (0, round as i64 * 3), "partition {p} round {round}");
+            expected[p as usize].extend_from_slice(&stored(&b, base));
+        }
+    }
+    for p in 0..6 {
+        let (err, hw, records) = fetch(&mut s, "orders", p, 0, 0);
+        assert_eq!((err, hw), (0, 12));
+        assert_eq!(records.as_ref(), expected[p as usize].as_slice(), "partition {p} reads back byte for byte");
+        // A fetch from inside a batch starts with that whole batch.
+        let (_, _, from_middle) = fetch(&mut s, "orders", p, 4, 0);
+        assert_eq!(from_middle.as_ref(), &expected[p as usize][expected[p as usize].len() / 4..]);
+        assert_eq!(list_offset(&mut s, "orders", p, -2), (0, 0));
+        assert_eq!(list_offset(&mut s, "orders", p, -1), (0, 12));
+        assert_eq!(list_offset(&mut s, "orders", p, 1_700_000_000_002), (0, 6));
+    }
+    // Refusals with Kafka's codes, and nothing stored by them.
+    let mut corrupt = batch(1, 1, 0);
+    *corrupt.last_mut().unwrap() ^= 1;
+    assert_eq!(produce(&mut s, "orders", 0, &corrupt, -1, 7), Some((2, -1)), "CORRUPT_MESSAGE");
+    assert_eq!(produce(&mut s, "orders", 99, &batch(1, 1, 0), -1, 8), Some((3, -1)), "UNKNOWN_TOPIC_OR_PARTITION");
+    assert_eq!(produce(&mut s, "orders", 0, &batch(1, 1, 0), 2, 9), Some((21, -1)), "INVALID_REQUIRED_ACKS");
+    assert_eq!(fetch(&mut s, "orders", 0, 13, 0).0, 1, "OFFSET_OUT_OF_RANGE");
+    assert_eq!(fetch(&mut s, "nope", 0, 0, 0).0, 3);
+    assert_eq!(list_offset(&mut s, "orders", 0, -1), (0, 12));
+
+    // acks=0 gets no answer; the next request's answer comes next, and the data is there.
+    assert_eq!(produce(&mut s, "orders", 0, &batch(50, 2, 0), 0, 10), None);
+    assert_eq!(produce(&mut s, "orders", 0, &batch(51, 2, 0), 1, 11), Some((0, 14)));
+}
+
+#[test]
+fn long_poll_returns_when_data_arrives() {
+    let broker = Broker::start(2);
+    let mut s = broker.connect();
+    assert_eq!(create(&mut s, "events", 1, 1, &[]), 0);
+    let port = broker.port;
+    let producer = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let mut p = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        produce(&mut p, "events", 0, &batch(9, 1, 0), -1, 1).unwrap()
+    });
+    let (err, hw, records) = fetch(&mut s, "events", 0, 0, 10_000);
+    assert_eq!((err, hw), (0, 1), "the long poll returned with the new record");
+    assert!(!records.is_empty());
+    assert_eq!(producer.join().unwrap(), (0, 0));
+}
+
+#[test]
+fn acknowledged_records_survive_sigkill_and_a_clean_restart() {
+    let data = tempfile::tempdir().unwrap();
+    let mut expected = Vec::new();
+    {
+        let broker = Broker::start_in(data.path(), 2, &[]);
+        let mut s = broker.connect();
+        assert_eq!(create(&mut s, "audit", 2, 1, &[]), 0);
+        for i in 0..50u8 {
+            let b = batch(i, 2, 0);
+            let (err, base) = produce(&mut s, "audit", 1, &b, -1, i as i32).unwrap();
+            assert_eq!(err, 0);
+            expected.extend_from_slice(&stored(&b, base));
+        }
+        broker.kill();
+    }
+    {
+        let broker = Broker::start_in(data.path(), 2, &[]);
+        let mut s = broker.connect();
+        let (err, hw, records) = fetch(&mut s, "audit", 1, 0, 0);
+        assert_eq!((err, hw), (0, 100), "every acknowledged record is back after kill -9");
+        assert_eq!(records.as_ref(), expected.as_slice(), "at the offsets it was acknowledged with");
+        assert_eq!(create(&mut s, "audit", 2, 1, &[]), 36, "the topic record survived too");
+        assert!(broker.terminate().success());
+    }
+    assert!(data.path().join(".shardlog-clean-shutdown.shard-0").exists(), "a clean stop leaves the marker");
+    let broker = Broker::start_in(data.path(), 2, &[]);
+    let mut s = broker.connect();
+    assert_eq!(fetch(&mut s, "audit", 1, 0, 0).2.as_ref(), expected.as_slice());
+}

@@ -92,7 +92,7 @@ pub async fn handle(ctx: &Arc<BrokerContext>, request: DecodedRequest) -> Option
         RequestKind::CreateTopics(req) => ResponseKind::CreateTopics(create_topics(ctx, req).await),
         RequestKind::Produce(req) => return produce(ctx, req).await.map(ResponseKind::Produce),
         RequestKind::Fetch(req) => ResponseKind::Fetch(fetch(ctx, req).await),
-        RequestKind::ListOffsets(req) => ResponseKind::ListOffsets(list_offsets(ctx, req).await),
+        RequestKind::ListOffsets(req) => ResponseKind::ListOffsets(list_offsets(ctx, req, version).await),
         other => unreachable!("the codec admitted an API without a handler: {other:?}"),
     })
 }
@@ -449,7 +449,7 @@ async fn fetch_once(ctx: &Arc<BrokerContext>, req: &FetchRequest) -> (FetchRespo
     (FetchResponse::default().with_responses(topics), total)
 }
 
-async fn list_offsets(ctx: &Arc<BrokerContext>, req: ListOffsetsRequest) -> ListOffsetsResponse {
+async fn list_offsets(ctx: &Arc<BrokerContext>, req: ListOffsetsRequest, version: i16) -> ListOffsetsResponse {
     let mut topics = Vec::new();
     for topic in &req.topics {
         let name = topic.name.0.as_str().to_string();
@@ -476,14 +476,16 @@ async fn list_offsets(ctx: &Arc<BrokerContext>, req: ListOffsetsRequest) -> List
                 offset: -1,
                 timestamp: -1,
             });
-            partitions.push(
-                ListOffsetsPartitionResponse::default()
-                    .with_partition_index(p.partition_index)
-                    .with_error_code(code(outcome.error))
-                    .with_offset(outcome.offset)
-                    .with_timestamp(outcome.timestamp)
-                    .with_leader_epoch(ctx.leader_epoch(&name, p.partition_index)),
-            );
+            let mut answer = ListOffsetsPartitionResponse::default()
+                .with_partition_index(p.partition_index)
+                .with_error_code(code(outcome.error))
+                .with_offset(outcome.offset)
+                .with_timestamp(outcome.timestamp);
+            // The leader epoch is in the answer from v4 on; the codec refuses it earlier.
+            if version >= 4 && outcome.error.is_none() {
+                answer.leader_epoch = ctx.leader_epoch(&name, p.partition_index);
+            }
+            partitions.push(answer);
         }
         topics.push(ListOffsetsTopicResponse::default().with_name(topic.name.clone()).with_partitions(partitions));
     }

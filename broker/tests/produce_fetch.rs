@@ -53,16 +53,28 @@ fn produce(
     acks: i16,
     correlation_id: i32,
 ) -> Option<(i16, i64)> {
+    produce_at(s, topic, partition, batch, acks, correlation_id, 9)
+}
+
+fn produce_at(
+    s: &mut TcpStream,
+    topic: &str,
+    partition: i32,
+    batch: &[u8],
+    acks: i16,
+    correlation_id: i32,
+    version: i16,
+) -> Option<(i16, i64)> {
     let req = ProduceRequest::default().with_acks(acks).with_timeout_ms(5000).with_topic_data(vec![
         TopicProduceData::default().with_name(name(topic)).with_partition_data(vec![
             PartitionProduceData::default().with_index(partition).with_records(Some(Bytes::copy_from_slice(batch))),
         ]),
     ]);
-    send(s, ApiKey::Produce, 9, correlation_id, &req);
+    send(s, ApiKey::Produce, version, correlation_id, &req);
     if acks == 0 {
         return None;
     }
-    let (cid, body) = receive(s, ApiKey::Produce, 9);
+    let (cid, body) = receive(s, ApiKey::Produce, version);
     assert_eq!(cid, correlation_id);
     let ResponseKind::Produce(r) = body else { panic!("wrong response") };
     let p = &r.responses[0].partition_responses[0];
@@ -71,32 +83,45 @@ fn produce(
 
 /// Fetches from `offset`: (error code, high watermark, records).
 fn fetch(s: &mut TcpStream, topic: &str, partition: i32, offset: i64, max_wait_ms: i32) -> (i16, i64, Bytes) {
+    fetch_at(s, topic, partition, offset, max_wait_ms, 11)
+}
+
+fn fetch_at(
+    s: &mut TcpStream,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+    max_wait_ms: i32,
+    version: i16,
+) -> (i16, i64, Bytes) {
     let req =
         FetchRequest::default().with_max_wait_ms(max_wait_ms).with_min_bytes(1).with_max_bytes(50 << 20).with_topics(
-            vec![
-                FetchTopic::default().with_topic(name(topic)).with_partitions(vec![
+            vec![FetchTopic::default().with_topic(name(topic)).with_partitions(vec![
                     FetchPartition::default()
                         .with_partition(partition)
                         .with_fetch_offset(offset)
                         .with_partition_max_bytes(10 << 20),
-                ]),
-            ],
+                ])],
         );
-    send(s, ApiKey::Fetch, 11, 3, &req);
-    let (_, body) = receive(s, ApiKey::Fetch, 11);
+    send(s, ApiKey::Fetch, version, 3, &req);
+    let (_, body) = receive(s, ApiKey::Fetch, version);
     let ResponseKind::Fetch(r) = body else { panic!("wrong response") };
     let p = &r.responses[0].partitions[0];
     (p.error_code, p.high_watermark, p.records.clone().unwrap_or_default())
 }
 
 fn list_offset(s: &mut TcpStream, topic: &str, partition: i32, timestamp: i64) -> (i16, i64) {
+    list_offset_at(s, topic, partition, timestamp, 7)
+}
+
+fn list_offset_at(s: &mut TcpStream, topic: &str, partition: i32, timestamp: i64, version: i16) -> (i16, i64) {
     let req = ListOffsetsRequest::default().with_topics(vec![
         ListOffsetsTopic::default().with_name(name(topic)).with_partitions(vec![
             ListOffsetsPartition::default().with_partition_index(partition).with_timestamp(timestamp),
         ]),
     ]);
-    send(s, ApiKey::ListOffsets, 7, 4, &req);
-    let (_, body) = receive(s, ApiKey::ListOffsets, 7);
+    send(s, ApiKey::ListOffsets, version, 4, &req);
+    let (_, body) = receive(s, ApiKey::ListOffsets, version);
     let ResponseKind::ListOffsets(r) = body else { panic!("wrong response") };
     let p = &r.topics[0].partitions[0];
     (p.error_code, p.offset)
@@ -145,6 +170,10 @@ fn create_produce_fetch_list_offsets_across_shards() {
         assert_eq!(list_offset(&mut s, "orders", p, -2), (0, 0));
         assert_eq!(list_offset(&mut s, "orders", p, -1), (0, 12));
         assert_eq!(list_offset(&mut s, "orders", p, 1_700_000_000_002), (0, 6));
+        // Every supported version encodes (the leader epoch only exists from v4 on).
+        for version in 1..=8 {
+            assert_eq!(list_offset_at(&mut s, "orders", p, -1, version), (0, 12), "ListOffsets v{version}");
+        }
     }
     // Refusals with Kafka's codes, and nothing stored by them.
     let mut corrupt = batch(1, 1, 0);
@@ -207,4 +236,38 @@ fn acknowledged_records_survive_sigkill_and_a_clean_restart() {
     let broker = Broker::start_in(data.path(), 2, &[]);
     let mut s = broker.connect();
     assert_eq!(fetch(&mut s, "audit", 1, 0, 0).2.as_ref(), expected.as_slice());
+}
+
+#[test]
+fn every_advertised_version_is_answered() {
+    use kafka_protocol::messages::MetadataRequest;
+    use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+    let broker = Broker::start(2);
+    let mut s = broker.connect();
+    for version in 2..=7 {
+        let topic = format!("v{version}");
+        let t = CreatableTopic::default().with_name(name(&topic)).with_num_partitions(1).with_replication_factor(1);
+        send(&mut s, ApiKey::CreateTopics, version, 1, &CreateTopicsRequest::default().with_topics(vec![t]));
+        let (_, body) = receive(&mut s, ApiKey::CreateTopics, version);
+        let ResponseKind::CreateTopics(r) = body else { panic!() };
+        assert_eq!(r.topics[0].error_code, 0, "CreateTopics v{version}");
+    }
+    let mut next = 0;
+    for version in 3..=12 {
+        let (err, base) = produce_at(&mut s, "v2", 0, &batch(version as u8, 1, 0), -1, 1, version).unwrap();
+        assert_eq!((err, base), (0, next), "Produce v{version}");
+        next += 1;
+    }
+    for version in 4..=12 {
+        let (err, hw, records) = fetch_at(&mut s, "v2", 0, 0, 0, version);
+        assert_eq!((err, hw), (0, next), "Fetch v{version}");
+        assert!(!records.is_empty());
+    }
+    for version in 0..=12 {
+        let topics = Some(vec![MetadataRequestTopic::default().with_name(Some(name("v2")))]);
+        send(&mut s, ApiKey::Metadata, version, 1, &MetadataRequest::default().with_topics(topics));
+        let (_, body) = receive(&mut s, ApiKey::Metadata, version);
+        let ResponseKind::Metadata(m) = body else { panic!() };
+        assert_eq!(m.topics[0].partitions.len(), 1, "Metadata v{version}");
+    }
 }

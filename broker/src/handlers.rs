@@ -10,7 +10,11 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use kafka_protocol::ResponseError;
+use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use kafka_protocol::messages::create_topics_response::{CreatableTopicConfigs, CreatableTopicResult};
+use kafka_protocol::messages::delete_records_response::{DeleteRecordsPartitionResult, DeleteRecordsTopicResult};
+use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
+use kafka_protocol::messages::describe_configs_response::{DescribeConfigsResourceResult, DescribeConfigsResult};
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
 use kafka_protocol::messages::metadata_response::{
@@ -18,9 +22,10 @@ use kafka_protocol::messages::metadata_response::{
 };
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{
-    ApiKey, BrokerId, CreateTopicsRequest, CreateTopicsResponse, FetchRequest, FetchResponse, ListOffsetsRequest,
-    ListOffsetsResponse, MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse, RequestKind, ResponseKind,
-    TopicName,
+    ApiKey, BrokerId, CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse,
+    DeleteRecordsRequest, DeleteRecordsResponse, DeleteTopicsRequest, DeleteTopicsResponse, DescribeConfigsRequest,
+    DescribeConfigsResponse, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse, MetadataRequest,
+    MetadataResponse, ProduceRequest, ProduceResponse, RequestKind, ResponseKind, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use shardlog_net::kafka::{DecodedRequest, SupportedApis};
@@ -40,6 +45,10 @@ pub fn supported_apis() -> SupportedApis {
         (ApiKey::Metadata, 0, 12),
         (ApiKey::ApiVersions, 0, 4),
         (ApiKey::CreateTopics, 2, 7),
+        (ApiKey::DeleteTopics, 1, 6),
+        (ApiKey::DeleteRecords, 0, 2),
+        (ApiKey::DescribeConfigs, 1, 4),
+        (ApiKey::CreatePartitions, 0, 3),
     ])
 }
 
@@ -47,6 +56,8 @@ pub fn supported_apis() -> SupportedApis {
 #[derive(Debug)]
 pub enum AdminRequest {
     CreateTopics { request: CreateTopicsRequest, reply: flume::Sender<CreateTopicsResponse> },
+    DeleteTopics { names: Vec<String>, reply: flume::Sender<Vec<(String, Option<ResponseError>)>> },
+    CreatePartitions { request: CreatePartitionsRequest, reply: flume::Sender<CreatePartitionsResponse> },
 }
 
 /// What every handler on every shard shares.
@@ -93,6 +104,10 @@ pub async fn handle(ctx: &Arc<BrokerContext>, request: DecodedRequest) -> Option
         RequestKind::Produce(req) => return produce(ctx, req).await.map(ResponseKind::Produce),
         RequestKind::Fetch(req) => ResponseKind::Fetch(fetch(ctx, req).await),
         RequestKind::ListOffsets(req) => ResponseKind::ListOffsets(list_offsets(ctx, req, version).await),
+        RequestKind::DeleteTopics(req) => ResponseKind::DeleteTopics(delete_topics(ctx, req).await),
+        RequestKind::CreatePartitions(req) => ResponseKind::CreatePartitions(create_partitions(ctx, req).await),
+        RequestKind::DeleteRecords(req) => ResponseKind::DeleteRecords(delete_records(ctx, req).await),
+        RequestKind::DescribeConfigs(req) => ResponseKind::DescribeConfigs(describe_configs(ctx, req, version)),
         other => unreachable!("the codec admitted an API without a handler: {other:?}"),
     })
 }
@@ -214,6 +229,12 @@ pub async fn admin(ctx: Arc<BrokerContext>, requests: flume::Receiver<AdminReque
             AdminRequest::CreateTopics { request, reply } => {
                 let response = apply_create_topics(&ctx, request).await;
                 let _ = reply.send(response);
+            }
+            AdminRequest::DeleteTopics { names, reply } => {
+                let _ = reply.send(apply_delete_topics(&ctx, names).await);
+            }
+            AdminRequest::CreatePartitions { request, reply } => {
+                let _ = reply.send(apply_create_partitions(&ctx, request).await);
             }
         }
     }
@@ -490,4 +511,231 @@ async fn list_offsets(ctx: &Arc<BrokerContext>, req: ListOffsetsRequest, version
         topics.push(ListOffsetsTopicResponse::default().with_name(topic.name.clone()).with_partitions(partitions));
     }
     ListOffsetsResponse::default().with_topics(topics)
+}
+
+/// Asks shard 0 to apply a topic change and waits for its answer; `None` if shard 0 is gone.
+async fn ask_admin<T>(ctx: &BrokerContext, make: impl FnOnce(flume::Sender<T>) -> AdminRequest) -> Option<T> {
+    let (tx, rx) = flume::bounded(1);
+    ctx.admin.send_async(make(tx)).await.ok()?;
+    rx.recv_async().await.ok()
+}
+
+async fn delete_topics(ctx: &Arc<BrokerContext>, req: DeleteTopicsRequest) -> DeleteTopicsResponse {
+    // v6 names topics in `topics` (by name; deletion by id is not supported), earlier versions in `topic_names`.
+    let mut names: Vec<Option<String>> = req.topic_names.iter().map(|n| Some(n.0.as_str().to_string())).collect();
+    names.extend(req.topics.iter().map(|t| t.name.as_ref().map(|n| n.0.as_str().to_string())));
+    let known: Vec<String> = names.iter().flatten().cloned().collect();
+    let outcomes = ask_admin(ctx, |reply| AdminRequest::DeleteTopics { names: known, reply }).await.unwrap_or_default();
+    let responses = names
+        .iter()
+        .map(|name| match name {
+            Some(name) => {
+                let error = outcomes
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .map_or(Some(ResponseError::KafkaStorageError), |(_, e)| *e);
+                DeletableTopicResult::default().with_name(Some(topic_name(name))).with_error_code(code(error))
+            }
+            None => DeletableTopicResult::default().with_error_code(ResponseError::UnsupportedVersion.code()),
+        })
+        .collect();
+    DeleteTopicsResponse::default().with_responses(responses)
+}
+
+async fn apply_delete_topics(ctx: &Arc<BrokerContext>, names: Vec<String>) -> Vec<(String, Option<ResponseError>)> {
+    let mut updated = ctx.topics.read().expect("topic lock").clone();
+    let mut outcomes = Vec::new();
+    let mut deleted = Vec::new();
+    for name in names {
+        match updated.delete(&name) {
+            Ok(meta) => {
+                deleted.push((name.clone(), meta.partitions.len()));
+                outcomes.push((name, None));
+            }
+            Err(e) => outcomes.push((name, Some(topic_error_code(&e)))),
+        }
+    }
+    if deleted.is_empty() {
+        return outcomes;
+    }
+    if let Err(e) = updated.save(&shardlog_storage::fs::dma::DmaFs, &ctx.config.data_dir).await {
+        tracing::error!(error = %e, "cannot record topic deletion");
+        return outcomes.into_iter().map(|(n, _)| (n, Some(ResponseError::KafkaStorageError))).collect();
+    }
+    // Owners are looked up before the record changes; the logs go after it, so a crash in between leaves
+    // unrecorded partition directories, which no shard opens.
+    let owners: Vec<(TopicPartition, Option<usize>)> = deleted
+        .iter()
+        .flat_map(|(name, count)| (0..*count).map(move |p| (name.clone(), p)))
+        .map(|(name, p)| {
+            let owner = ctx.owner(&name, p as i32);
+            (TopicPartition::new(name, p as u32), owner)
+        })
+        .collect();
+    *ctx.topics.write().expect("topic lock") = updated;
+    for (tp, owner) in owners {
+        let Some(shard) = owner else { continue };
+        let log = tp.clone();
+        match ask(ctx, shard, |reply| PartitionRequest::Delete { tp: log, reply }).await {
+            Some(Ok(())) => {}
+            other => tracing::error!(partition = %tp, outcome = ?other, "cannot delete partition log"),
+        }
+    }
+    for (name, _) in &deleted {
+        tracing::info!(topic = %name, "deleted topic");
+    }
+    outcomes
+}
+
+async fn create_partitions(ctx: &Arc<BrokerContext>, req: CreatePartitionsRequest) -> CreatePartitionsResponse {
+    let fallback = req
+        .topics
+        .iter()
+        .map(|t| {
+            CreatePartitionsTopicResult::default()
+                .with_name(t.name.clone())
+                .with_error_code(ResponseError::KafkaStorageError.code())
+        })
+        .collect();
+    ask_admin(ctx, |reply| AdminRequest::CreatePartitions { request: req, reply })
+        .await
+        .unwrap_or_else(|| CreatePartitionsResponse::default().with_results(fallback))
+}
+
+async fn apply_create_partitions(ctx: &Arc<BrokerContext>, req: CreatePartitionsRequest) -> CreatePartitionsResponse {
+    let shards = ctx.shards.len();
+    let mut updated = ctx.topics.read().expect("topic lock").clone();
+    let mut results = Vec::new();
+    let mut grown = Vec::new();
+    for topic in &req.topics {
+        let name = topic.name.0.as_str().to_string();
+        let result = CreatePartitionsTopicResult::default().with_name(topic.name.clone());
+        if topic.assignments.as_ref().is_some_and(|a| !a.is_empty()) {
+            results.push(result.with_error_code(ResponseError::InvalidReplicaAssignment.code()));
+            continue;
+        }
+        let before = updated.topics.get(&name).map_or(0, |t| t.partitions.len());
+        match updated.add_partitions(&name, topic.count as i64, shards) {
+            Ok(()) => {
+                grown.push((name, before, topic.count as usize));
+                results.push(result);
+            }
+            Err(e) => results.push(
+                result
+                    .with_error_code(topic_error_code(&e).code())
+                    .with_error_message(Some(StrBytes::from_string(e.to_string()))),
+            ),
+        }
+    }
+    if req.validate_only || grown.is_empty() {
+        return CreatePartitionsResponse::default().with_results(results);
+    }
+    if let Err(e) = updated.save(&shardlog_storage::fs::dma::DmaFs, &ctx.config.data_dir).await {
+        tracing::error!(error = %e, "cannot record new partitions");
+        for r in results.iter_mut().filter(|r| r.error_code == 0) {
+            r.error_code = ResponseError::KafkaStorageError.code();
+        }
+        return CreatePartitionsResponse::default().with_results(results);
+    }
+    *ctx.topics.write().expect("topic lock") = updated;
+    let defaults = ctx.topic_defaults();
+    for (name, from, to) in grown {
+        let overrides = ctx.topics.read().expect("topic lock").topics[&name].configs.clone();
+        let log = TopicConfig::resolve(&defaults, &overrides).map_or_else(|_| defaults.log.clone(), |c| c.log);
+        for p in from..to {
+            let Some(shard) = ctx.owner(&name, p as i32) else { continue };
+            let tp = TopicPartition::new(name.clone(), p as u32);
+            let config = log.clone();
+            if !matches!(
+                ask(ctx, shard, |reply| PartitionRequest::Create { tp: tp.clone(), config, reply }).await,
+                Some(Ok(()))
+            ) {
+                tracing::error!(partition = %tp, "cannot create partition log");
+            }
+        }
+    }
+    CreatePartitionsResponse::default().with_results(results)
+}
+
+async fn delete_records(ctx: &Arc<BrokerContext>, req: DeleteRecordsRequest) -> DeleteRecordsResponse {
+    let mut topics = Vec::new();
+    for topic in &req.topics {
+        let name = topic.name.0.as_str().to_string();
+        let mut partitions = Vec::new();
+        for p in &topic.partitions {
+            let outcome = match ctx.owner(&name, p.partition_index) {
+                Some(shard) => {
+                    let tp = TopicPartition::new(name.clone(), p.partition_index as u32);
+                    ask(ctx, shard, |reply| PartitionRequest::DeleteRecords { tp, offset: p.offset, reply }).await
+                }
+                None => None,
+            };
+            let (error, low_watermark) = outcome.unwrap_or((Some(ResponseError::UnknownTopicOrPartition), -1));
+            partitions.push(
+                DeleteRecordsPartitionResult::default()
+                    .with_partition_index(p.partition_index)
+                    .with_error_code(code(error))
+                    .with_low_watermark(low_watermark),
+            );
+        }
+        topics.push(DeleteRecordsTopicResult::default().with_name(topic.name.clone()).with_partitions(partitions));
+    }
+    DeleteRecordsResponse::default().with_topics(topics)
+}
+
+/// Kafka's config resource types.
+const RESOURCE_TOPIC: i8 = 2;
+const RESOURCE_BROKER: i8 = 4;
+
+fn describe_configs(ctx: &Arc<BrokerContext>, req: DescribeConfigsRequest, version: i16) -> DescribeConfigsResponse {
+    let defaults = ctx.topic_defaults();
+    let results = req
+        .resources
+        .iter()
+        .map(|resource| {
+            let result = DescribeConfigsResult::default()
+                .with_resource_type(resource.resource_type)
+                .with_resource_name(resource.resource_name.clone());
+            match resource.resource_type {
+                RESOURCE_TOPIC => {
+                    let name = resource.resource_name.as_str();
+                    let overrides = ctx.topics.read().expect("topic lock").topics.get(name).map(|t| t.configs.clone());
+                    let Some(overrides) = overrides else {
+                        return result.with_error_code(ResponseError::UnknownTopicOrPartition.code());
+                    };
+                    let Ok(config) = TopicConfig::resolve(&defaults, &overrides) else {
+                        return result.with_error_code(ResponseError::InvalidConfig.code());
+                    };
+                    let wanted = |key: &str| {
+                        resource
+                            .configuration_keys
+                            .as_ref()
+                            .is_none_or(|keys| keys.is_empty() || keys.iter().any(|k| k.as_str() == key))
+                    };
+                    let configs = config
+                        .describe()
+                        .into_iter()
+                        .filter(|(key, _, _)| wanted(key))
+                        .map(|(key, value, set)| {
+                            let mut entry = DescribeConfigsResourceResult::default()
+                                .with_name(StrBytes::from_static_str(key))
+                                .with_value(Some(StrBytes::from_string(value)))
+                                // DYNAMIC_TOPIC_CONFIG when set on the topic, DEFAULT_CONFIG otherwise.
+                                .with_config_source(if set { 1 } else { 5 });
+                            if version >= 3 {
+                                // BOOLEAN (1) or LONG (5).
+                                entry.config_type = if key == "unclean.leader.election.enable" { 1 } else { 5 };
+                            }
+                            entry
+                        })
+                        .collect();
+                    result.with_configs(configs)
+                }
+                RESOURCE_BROKER if resource.resource_name.as_str() == ctx.config.node_id.to_string() => result,
+                RESOURCE_BROKER => result.with_error_code(ResponseError::InvalidRequest.code()),
+                _ => result.with_error_code(ResponseError::InvalidRequest.code()),
+            }
+        })
+        .collect();
+    DescribeConfigsResponse::default().with_results(results)
 }

@@ -35,11 +35,39 @@ pub enum OffsetSpec {
 /// Work for the shard owning a partition.
 #[derive(Debug)]
 pub enum PartitionRequest {
-    Create { tp: TopicPartition, config: LogConfig, reply: flume::Sender<Result<(), String>> },
-    Delete { tp: TopicPartition, reply: flume::Sender<Result<(), String>> },
-    Produce { tp: TopicPartition, batch: Bytes, epoch: LeaderEpoch, acks: i16, reply: flume::Sender<ProduceOutcome> },
-    Fetch { tp: TopicPartition, offset: Offset, max_bytes: usize, reply: flume::Sender<FetchOutcome> },
-    ListOffsets { tp: TopicPartition, spec: OffsetSpec, reply: flume::Sender<ListOutcome> },
+    Create {
+        tp: TopicPartition,
+        config: LogConfig,
+        reply: flume::Sender<Result<(), String>>,
+    },
+    Delete {
+        tp: TopicPartition,
+        reply: flume::Sender<Result<(), String>>,
+    },
+    Produce {
+        tp: TopicPartition,
+        batch: Bytes,
+        epoch: LeaderEpoch,
+        acks: i16,
+        reply: flume::Sender<ProduceOutcome>,
+    },
+    Fetch {
+        tp: TopicPartition,
+        offset: Offset,
+        max_bytes: usize,
+        reply: flume::Sender<FetchOutcome>,
+    },
+    ListOffsets {
+        tp: TopicPartition,
+        spec: OffsetSpec,
+        reply: flume::Sender<ListOutcome>,
+    },
+    /// Kafka's DeleteRecords: `offset` -1 means the high watermark. Replies (error, new log start).
+    DeleteRecords {
+        tp: TopicPartition,
+        offset: i64,
+        reply: flume::Sender<(Option<ResponseError>, i64)>,
+    },
 }
 
 /// A produce result: the base offset, or a Kafka error.
@@ -145,6 +173,9 @@ async fn handle(logs: &LogDir<DmaFs>, request: PartitionRequest) {
         PartitionRequest::ListOffsets { tp, spec, reply } => {
             let _ = reply.send(list_offsets(logs, &tp, spec).await);
         }
+        PartitionRequest::DeleteRecords { tp, offset, reply } => {
+            let _ = reply.send(delete_records(logs, &tp, offset).await);
+        }
     }
 }
 
@@ -240,5 +271,19 @@ async fn list_offsets(logs: &LogDir<DmaFs>, tp: &TopicPartition, spec: OffsetSpe
             Ok(_) => ListOutcome { error: None, offset: -1, timestamp: -1 },
             Err(e) => ListOutcome { error: Some(kafka_error(&e)), offset: -1, timestamp: -1 },
         },
+    }
+}
+
+async fn delete_records(logs: &LogDir<DmaFs>, tp: &TopicPartition, offset: i64) -> (Option<ResponseError>, i64) {
+    let Some(log) = logs.get(tp) else { return (Some(ResponseError::UnknownTopicOrPartition), -1) };
+    let hw = high_watermark(&log);
+    let target = match offset {
+        -1 => hw,
+        o if o >= 0 && (o as u64) <= hw.0 => Offset(o as u64),
+        _ => return (Some(ResponseError::OffsetOutOfRange), log.log_start_offset().as_i64()),
+    };
+    match logs.delete_records(tp, target).await {
+        Ok(start) => (None, start.as_i64()),
+        Err(e) => (Some(kafka_error(&e)), log.log_start_offset().as_i64()),
     }
 }

@@ -29,7 +29,21 @@ fn api_versions_lists_exactly_what_is_served() {
     let ResponseKind::ApiVersions(r) = body else { panic!("wrong response kind") };
     assert_eq!(r.error_code, 0);
     let listed: Vec<_> = r.api_keys.iter().map(|a| (a.api_key, a.min_version, a.max_version)).collect();
-    assert_eq!(listed, vec![(0, 3, 12), (1, 4, 12), (2, 1, 8), (3, 0, 12), (18, 0, 4), (19, 2, 7)]);
+    assert_eq!(
+        listed,
+        vec![
+            (0, 3, 12),
+            (1, 4, 12),
+            (2, 1, 8),
+            (3, 0, 12),
+            (18, 0, 4),
+            (19, 2, 7),
+            (20, 1, 6),
+            (21, 0, 2),
+            (32, 1, 4),
+            (37, 0, 3)
+        ]
+    );
 }
 
 #[test]

@@ -271,3 +271,74 @@ fn every_advertised_version_is_answered() {
         assert_eq!(m.topics[0].partitions.len(), 1, "Metadata v{version}");
     }
 }
+
+#[test]
+fn topic_admin_describe_configs_delete_records_add_partitions_delete_topics() {
+    use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
+    use kafka_protocol::messages::delete_records_request::{DeleteRecordsPartition, DeleteRecordsTopic};
+    use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+    use kafka_protocol::messages::{
+        CreatePartitionsRequest, DeleteRecordsRequest, DeleteTopicsRequest, DescribeConfigsRequest,
+    };
+    let broker = Broker::start(2);
+    let mut s = broker.connect();
+    assert_eq!(create(&mut s, "admin", 2, 1, &[("retention.ms", "60000"), ("segment.bytes", "1048576")]), 0);
+
+    let describe = DescribeConfigsRequest::default().with_resources(vec![
+        DescribeConfigsResource::default().with_resource_type(2).with_resource_name(StrBytes::from_static_str("admin")),
+        DescribeConfigsResource::default()
+            .with_resource_type(2)
+            .with_resource_name(StrBytes::from_static_str("missing")),
+    ]);
+    send(&mut s, ApiKey::DescribeConfigs, 4, 1, &describe);
+    let (_, body) = receive(&mut s, ApiKey::DescribeConfigs, 4);
+    let ResponseKind::DescribeConfigs(r) = body else { panic!() };
+    let configs: Vec<(String, String, i8)> = r.results[0]
+        .configs
+        .iter()
+        .map(|c| (c.name.as_str().to_string(), c.value.as_ref().unwrap().as_str().to_string(), c.config_source))
+        .collect();
+    assert!(configs.contains(&("retention.ms".into(), "60000".into(), 1)), "{configs:?}");
+    assert!(configs.contains(&("segment.bytes".into(), "1048576".into(), 1)));
+    assert!(configs.contains(&("max.message.bytes".into(), "1048588".into(), 5)));
+    assert_eq!(r.results[1].error_code, 3);
+
+    for i in 0..10u8 {
+        produce(&mut s, "admin", 0, &batch(i, 1, 0), -1, 1).unwrap();
+    }
+    let delete = DeleteRecordsRequest::default().with_topics(vec![
+        DeleteRecordsTopic::default().with_name(name("admin")).with_partitions(vec![
+            DeleteRecordsPartition::default().with_partition_index(0).with_offset(4),
+            DeleteRecordsPartition::default().with_partition_index(1).with_offset(5),
+        ]),
+    ]);
+    send(&mut s, ApiKey::DeleteRecords, 2, 1, &delete);
+    let (_, body) = receive(&mut s, ApiKey::DeleteRecords, 2);
+    let ResponseKind::DeleteRecords(r) = body else { panic!() };
+    let results: Vec<(i16, i64)> = r.topics[0].partitions.iter().map(|p| (p.error_code, p.low_watermark)).collect();
+    assert_eq!(results, vec![(0, 4), (1, 0)], "partition 1 is empty: offset 5 is out of range");
+    assert_eq!(list_offset(&mut s, "admin", 0, -2), (0, 4));
+    assert_eq!(fetch(&mut s, "admin", 0, 2, 0).0, 1, "below the new log start");
+
+    let grow = CreatePartitionsRequest::default()
+        .with_topics(vec![CreatePartitionsTopic::default().with_name(name("admin")).with_count(5)]);
+    send(&mut s, ApiKey::CreatePartitions, 3, 1, &grow);
+    let (_, body) = receive(&mut s, ApiKey::CreatePartitions, 3);
+    let ResponseKind::CreatePartitions(r) = body else { panic!() };
+    assert_eq!(r.results[0].error_code, 0);
+    assert_eq!(produce(&mut s, "admin", 4, &batch(1, 1, 0), -1, 1), Some((0, 0)), "a new partition takes records");
+    send(&mut s, ApiKey::CreatePartitions, 3, 1, &grow);
+    let (_, body) = receive(&mut s, ApiKey::CreatePartitions, 3);
+    let ResponseKind::CreatePartitions(r) = body else { panic!() };
+    assert_eq!(r.results[0].error_code, 37, "INVALID_PARTITIONS: the count only grows");
+
+    let delete_topics = DeleteTopicsRequest::default().with_topic_names(vec![name("admin"), name("missing")]);
+    send(&mut s, ApiKey::DeleteTopics, 5, 1, &delete_topics);
+    let (_, body) = receive(&mut s, ApiKey::DeleteTopics, 5);
+    let ResponseKind::DeleteTopics(r) = body else { panic!() };
+    let codes: Vec<i16> = r.responses.iter().map(|t| t.error_code).collect();
+    assert_eq!(codes, vec![0, 3]);
+    assert_eq!(produce(&mut s, "admin", 0, &batch(1, 1, 0), -1, 1), Some((3, -1)), "gone");
+    assert_eq!(create(&mut s, "admin", 1, 1, &[]), 0, "the name can be reused");
+    assert_eq!(produce(&mut s, "admin", 0, &batch(1, 1, 0), -1, 1), Some((0, 0)), "and starts empty");
+}

@@ -265,12 +265,31 @@ async fn list_offsets(logs: &LogDir<DmaFs>, tp: &TopicPartition, spec: OffsetSpe
         OffsetSpec::Earliest => found(log.log_start_offset()),
         OffsetSpec::Latest => found(high_watermark(&log)),
         OffsetSpec::Timestamp(ts) => match log.offset_for_timestamp(ts).await {
-            Ok(Some((offset, timestamp))) if offset < high_watermark(&log) => {
-                ListOutcome { error: None, offset: offset.as_i64(), timestamp }
+            Ok(Some((offset, _))) if offset < high_watermark(&log) => {
+                match first_record_at_or_after(&log, offset, ts).await {
+                    Some((offset, timestamp)) => ListOutcome { error: None, offset, timestamp },
+                    None => ListOutcome { error: None, offset: -1, timestamp: -1 },
+                }
             }
             Ok(_) => ListOutcome { error: None, offset: -1, timestamp: -1 },
             Err(e) => ListOutcome { error: Some(kafka_error(&e)), offset: -1, timestamp: -1 },
         },
+    }
+}
+
+/// The storage engine finds the first batch whose newest record is at or after `ts`; Kafka answers with
+/// the record itself, so the batch is decoded (decompressed if need be) to find it.
+async fn first_record_at_or_after(log: &PartitionLog<DmaFs>, batch_offset: Offset, ts: i64) -> Option<(i64, i64)> {
+    let read = log.read(batch_offset, 1).await.ok()?;
+    let mut bytes = Bytes::from(read.bytes);
+    let start = log.log_start_offset().as_i64();
+    match kafka_protocol::records::RecordBatchDecoder::decode(&mut bytes) {
+        Ok(set) => set.records.iter().find(|r| r.timestamp >= ts && r.offset >= start).map(|r| (r.offset, r.timestamp)),
+        Err(e) => {
+            // Stored batches were validated on append; one that does not decode can still be pointed at.
+            tracing::warn!(offset = %batch_offset, error = %e, "cannot decode a stored batch for a time lookup");
+            Some((batch_offset.as_i64().max(start), ts))
+        }
     }
 }
 

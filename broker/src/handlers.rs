@@ -14,18 +14,21 @@ use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicR
 use kafka_protocol::messages::create_topics_response::{CreatableTopicConfigs, CreatableTopicResult};
 use kafka_protocol::messages::delete_records_response::{DeleteRecordsPartitionResult, DeleteRecordsTopicResult};
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
+use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use kafka_protocol::messages::describe_configs_response::{DescribeConfigsResourceResult, DescribeConfigsResult};
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
+use kafka_protocol::messages::offset_for_leader_epoch_response::{EpochEndOffset, OffsetForLeaderTopicResult};
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{
     ApiKey, BrokerId, CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse,
-    DeleteRecordsRequest, DeleteRecordsResponse, DeleteTopicsRequest, DeleteTopicsResponse, DescribeConfigsRequest,
-    DescribeConfigsResponse, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse, MetadataRequest,
-    MetadataResponse, ProduceRequest, ProduceResponse, RequestKind, ResponseKind, TopicName,
+    DeleteRecordsRequest, DeleteRecordsResponse, DeleteTopicsRequest, DeleteTopicsResponse, DescribeClusterResponse,
+    DescribeConfigsRequest, DescribeConfigsResponse, FetchRequest, FetchResponse, ListOffsetsRequest,
+    ListOffsetsResponse, MetadataRequest, MetadataResponse, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse,
+    ProduceRequest, ProduceResponse, RequestKind, ResponseKind, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use shardlog_net::kafka::{DecodedRequest, SupportedApis};
@@ -49,6 +52,8 @@ pub fn supported_apis() -> SupportedApis {
         (ApiKey::DeleteRecords, 0, 2),
         (ApiKey::DescribeConfigs, 1, 4),
         (ApiKey::CreatePartitions, 0, 3),
+        (ApiKey::OffsetForLeaderEpoch, 2, 4),
+        (ApiKey::DescribeCluster, 0, 2),
     ])
 }
 
@@ -108,6 +113,10 @@ pub async fn handle(ctx: &Arc<BrokerContext>, request: DecodedRequest) -> Option
         RequestKind::CreatePartitions(req) => ResponseKind::CreatePartitions(create_partitions(ctx, req).await),
         RequestKind::DeleteRecords(req) => ResponseKind::DeleteRecords(delete_records(ctx, req).await),
         RequestKind::DescribeConfigs(req) => ResponseKind::DescribeConfigs(describe_configs(ctx, req, version)),
+        RequestKind::OffsetForLeaderEpoch(req) => {
+            ResponseKind::OffsetForLeaderEpoch(offset_for_leader_epoch(ctx, req).await)
+        }
+        RequestKind::DescribeCluster(_) => ResponseKind::DescribeCluster(describe_cluster(ctx)),
         other => unreachable!("the codec admitted an API without a handler: {other:?}"),
     })
 }
@@ -738,4 +747,56 @@ fn describe_configs(ctx: &Arc<BrokerContext>, req: DescribeConfigsRequest, versi
         })
         .collect();
     DescribeConfigsResponse::default().with_results(results)
+}
+
+fn describe_cluster(ctx: &Arc<BrokerContext>) -> DescribeClusterResponse {
+    let node = BrokerId(ctx.config.node_id as i32);
+    let advertised = &ctx.config.advertised_listener;
+    DescribeClusterResponse::default()
+        .with_cluster_id(StrBytes::from_string(ctx.cluster_id.clone()))
+        .with_controller_id(node)
+        .with_brokers(vec![
+            DescribeClusterBroker::default()
+                .with_broker_id(node)
+                .with_host(StrBytes::from_string(advertised.host.clone()))
+                .with_port(advertised.port as i32),
+        ])
+}
+
+async fn offset_for_leader_epoch(
+    ctx: &Arc<BrokerContext>,
+    req: OffsetForLeaderEpochRequest,
+) -> OffsetForLeaderEpochResponse {
+    let mut topics = Vec::new();
+    for topic in &req.topics {
+        let name = topic.topic.0.as_str().to_string();
+        let mut partitions = Vec::new();
+        for p in &topic.partitions {
+            let current = ctx.leader_epoch(&name, p.partition);
+            let answer =
+                EpochEndOffset::default().with_partition(p.partition).with_leader_epoch(-1).with_end_offset(-1);
+            let answer = match ctx.owner(&name, p.partition) {
+                None => answer.with_error_code(ResponseError::UnknownTopicOrPartition.code()),
+                // The client's view of the leader epoch must be ours (-1: it has none).
+                Some(_) if p.current_leader_epoch > current => {
+                    answer.with_error_code(ResponseError::UnknownLeaderEpoch.code())
+                }
+                Some(_) if p.current_leader_epoch >= 0 && p.current_leader_epoch < current => {
+                    answer.with_error_code(ResponseError::FencedLeaderEpoch.code())
+                }
+                Some(shard) => {
+                    let tp = TopicPartition::new(name.clone(), p.partition as u32);
+                    let epoch = LeaderEpoch(p.leader_epoch);
+                    match ask(ctx, shard, |reply| PartitionRequest::EpochEnd { tp, epoch, reply }).await {
+                        Some(Some((epoch, end))) => answer.with_leader_epoch(epoch.0).with_end_offset(end.as_i64()),
+                        Some(None) => answer,
+                        None => answer.with_error_code(ResponseError::KafkaStorageError.code()),
+                    }
+                }
+            };
+            partitions.push(answer);
+        }
+        topics.push(OffsetForLeaderTopicResult::default().with_topic(topic.topic.clone()).with_partitions(partitions));
+    }
+    OffsetForLeaderEpochResponse::default().with_topics(topics)
 }

@@ -62,6 +62,12 @@ pub enum PartitionRequest {
         spec: OffsetSpec,
         reply: flume::Sender<ListOutcome>,
     },
+    /// Kafka's OffsetForLeaderEpoch: the largest epoch not above `epoch` and where it ended.
+    EpochEnd {
+        tp: TopicPartition,
+        epoch: LeaderEpoch,
+        reply: flume::Sender<Option<(LeaderEpoch, Offset)>>,
+    },
     /// Kafka's DeleteRecords: `offset` -1 means the high watermark. Replies (error, new log start).
     DeleteRecords {
         tp: TopicPartition,
@@ -172,6 +178,9 @@ async fn handle(logs: &LogDir<DmaFs>, request: PartitionRequest) {
         }
         PartitionRequest::ListOffsets { tp, spec, reply } => {
             let _ = reply.send(list_offsets(logs, &tp, spec).await);
+        }
+        PartitionRequest::EpochEnd { tp, epoch, reply } => {
+            let _ = reply.send(logs.get(&tp).and_then(|log| log.end_offset_for_epoch(epoch)));
         }
         PartitionRequest::DeleteRecords { tp, offset, reply } => {
             let _ = reply.send(delete_records(logs, &tp, offset).await);

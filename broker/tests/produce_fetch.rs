@@ -342,3 +342,40 @@ fn topic_admin_describe_configs_delete_records_add_partitions_delete_topics() {
     assert_eq!(create(&mut s, "admin", 1, 1, &[]), 0, "the name can be reused");
     assert_eq!(produce(&mut s, "admin", 0, &batch(1, 1, 0), -1, 1), Some((0, 0)), "and starts empty");
 }
+
+#[test]
+fn offset_for_leader_epoch_and_describe_cluster() {
+    use kafka_protocol::messages::offset_for_leader_epoch_request::{OffsetForLeaderPartition, OffsetForLeaderTopic};
+    use kafka_protocol::messages::{DescribeClusterRequest, OffsetForLeaderEpochRequest};
+    let broker = Broker::start(2);
+    let mut s = broker.connect();
+    assert_eq!(create(&mut s, "epochs", 1, 1, &[]), 0);
+    for i in 0..3u8 {
+        produce(&mut s, "epochs", 0, &batch(i, 2, 0), -1, 1).unwrap();
+    }
+    let ask = |s: &mut TcpStream, current: i32, epoch: i32| {
+        let req = OffsetForLeaderEpochRequest::default().with_topics(vec![
+            OffsetForLeaderTopic::default().with_topic(name("epochs")).with_partitions(vec![
+                OffsetForLeaderPartition::default()
+                    .with_partition(0)
+                    .with_current_leader_epoch(current)
+                    .with_leader_epoch(epoch),
+            ]),
+        ]);
+        send(s, ApiKey::OffsetForLeaderEpoch, 4, 1, &req);
+        let (_, body) = receive(s, ApiKey::OffsetForLeaderEpoch, 4);
+        let ResponseKind::OffsetForLeaderEpoch(r) = body else { panic!() };
+        let p = &r.topics[0].partitions[0];
+        (p.error_code, p.leader_epoch, p.end_offset)
+    };
+    assert_eq!(ask(&mut s, 0, 0), (0, 0, 6), "the current epoch ends at the log end");
+    assert_eq!(ask(&mut s, -1, 0), (0, 0, 6), "a client without an epoch is answered too");
+    assert_eq!(ask(&mut s, 3, 0), (75, -1, -1), "UNKNOWN_LEADER_EPOCH (75): the client is ahead of us");
+
+    send(&mut s, ApiKey::DescribeCluster, 1, 1, &DescribeClusterRequest::default());
+    let (_, body) = receive(&mut s, ApiKey::DescribeCluster, 1);
+    let ResponseKind::DescribeCluster(r) = body else { panic!() };
+    assert_eq!(r.brokers.len(), 1);
+    assert_eq!((r.brokers[0].broker_id.0, r.brokers[0].port), (1, broker.port as i32));
+    assert_eq!(r.controller_id.0, 1);
+}

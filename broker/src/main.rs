@@ -18,6 +18,45 @@ struct Cli {
 enum Command {
     /// Run a broker. With no arguments: node 1 on 127.0.0.1:9092, data in ./data.
     Start(StartArgs),
+    /// Manage topics over the Kafka protocol (works against any Kafka-compatible broker).
+    Topic {
+        #[command(subcommand)]
+        command: TopicCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum TopicCommand {
+    /// Create a topic.
+    Create {
+        name: String,
+        #[arg(long)]
+        partitions: i32,
+        #[arg(long)]
+        replication_factor: i16,
+        /// A topic setting, KEY=VALUE with Kafka's names (repeatable).
+        #[arg(long = "config", value_name = "KEY=VALUE")]
+        configs: Vec<String>,
+        #[arg(long, default_value = "127.0.0.1:9092")]
+        bootstrap: String,
+    },
+    /// List topic names.
+    List {
+        #[arg(long, default_value = "127.0.0.1:9092")]
+        bootstrap: String,
+    },
+    /// Show a topic's partitions (leader, replicas, ISR, log start and end offsets) and settings.
+    Describe {
+        name: String,
+        #[arg(long, default_value = "127.0.0.1:9092")]
+        bootstrap: String,
+    },
+    /// Delete a topic and its data.
+    Delete {
+        name: String,
+        #[arg(long, default_value = "127.0.0.1:9092")]
+        bootstrap: String,
+    },
 }
 
 /// Every flag is a shorthand for a setting of the config file; `--set KEY=VALUE` reaches any of them.
@@ -84,6 +123,7 @@ fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Start(args) => start(args),
+        Command::Topic { command } => topic(command),
     }
 }
 
@@ -96,5 +136,32 @@ fn start(args: StartArgs) -> Result<()> {
     tracing::info!(node = config.node_id, listener = %config.listener, shards = config.shards, "starting");
     runtime::run(config, shutdown)?;
     tracing::info!("stopped");
+    Ok(())
+}
+
+fn topic(command: TopicCommand) -> Result<()> {
+    use shardlog_broker::admin_cli::{self, AdminClient};
+    match command {
+        TopicCommand::Create { name, partitions, replication_factor, configs, bootstrap } => {
+            let configs = configs
+                .iter()
+                .map(|c| {
+                    c.split_once('=')
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .with_context(|| format!("--config {c:?} is not KEY=VALUE"))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            AdminClient::connect(&bootstrap)?.create_topic(&name, partitions, replication_factor, &configs)?;
+            println!("Created topic {name}.");
+        }
+        TopicCommand::List { bootstrap } => print!("{}", admin_cli::list(&mut AdminClient::connect(&bootstrap)?)?),
+        TopicCommand::Describe { name, bootstrap } => {
+            print!("{}", admin_cli::describe(&mut AdminClient::connect(&bootstrap)?, &name)?)
+        }
+        TopicCommand::Delete { name, bootstrap } => {
+            AdminClient::connect(&bootstrap)?.delete_topic(&name)?;
+            println!("Deleted topic {name}.");
+        }
+    }
     Ok(())
 }

@@ -1,0 +1,70 @@
+//! `shardlog topic ...` against the real broker, as a user runs it.
+
+mod common;
+
+use std::process::Command;
+
+use common::Broker;
+
+fn shardlog(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_shardlog")).args(args).output().unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+}
+
+#[test]
+fn topic_create_list_describe_delete() {
+    let broker = Broker::start(2);
+    let bootstrap = format!("127.0.0.1:{}", broker.port);
+    let b = bootstrap.as_str();
+
+    let (ok, out, err) = shardlog(&[
+        "topic",
+        "create",
+        "orders",
+        "--partitions",
+        "3",
+        "--replication-factor",
+        "1",
+        "--config",
+        "retention.ms=1000",
+        "--bootstrap",
+        b,
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(out, "Created topic orders.\n");
+    assert!(
+        shardlog(&["topic", "create", "events", "--partitions", "1", "--replication-factor", "1", "--bootstrap", b]).0
+    );
+
+    let (ok, out, _) = shardlog(&["topic", "list", "--bootstrap", b]);
+    assert!(ok);
+    assert_eq!(out, "events\norders\n");
+
+    let (ok, out, err) = shardlog(&["topic", "describe", "orders", "--bootstrap", b]);
+    assert!(ok, "{err}");
+    assert!(out.contains("PartitionCount: 3"), "{out}");
+    for p in 0..3 {
+        assert!(
+            out.contains(&format!(
+                "Partition: {p}\tLeader: 1\tEpoch: 0\tReplicas: 1\tIsr: 1\tLogStartOffset: 0\tLogEndOffset: 0"
+            )),
+            "{out}"
+        );
+    }
+    assert!(out.contains("\tretention.ms=1000\n"), "set on the topic: {out}");
+    assert!(out.contains("\tsegment.bytes=1073741824 (default)\n"), "{out}");
+
+    let (ok, _, err) =
+        shardlog(&["topic", "create", "orders", "--partitions", "3", "--replication-factor", "1", "--bootstrap", b]);
+    assert!(!ok && err.contains("already exists"), "{err}");
+    let (ok, _, err) =
+        shardlog(&["topic", "create", "r3", "--partitions", "1", "--replication-factor", "3", "--bootstrap", b]);
+    assert!(!ok && err.contains("replication factor"), "{err}");
+
+    let (ok, out, _) = shardlog(&["topic", "delete", "orders", "--bootstrap", b]);
+    assert!(ok);
+    assert_eq!(out, "Deleted topic orders.\n");
+    assert_eq!(shardlog(&["topic", "list", "--bootstrap", b]).1, "events\n");
+    let (ok, _, err) = shardlog(&["topic", "describe", "orders", "--bootstrap", b]);
+    assert!(!ok && err.contains("topic orders"), "{err}");
+}

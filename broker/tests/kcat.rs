@@ -27,7 +27,8 @@ fn kcat(args: &[&str], input: Option<&str>) -> String {
 
 #[test]
 fn kcat_round_trip_with_acks_all() {
-    let broker = Broker::start(2);
+    // More shards than the machine's two cores: the same client checks must hold.
+    let broker = Broker::start(4);
     let bootstrap = format!("127.0.0.1:{}", broker.port);
     let input: String = (0..1000).map(|i| format!("key-{}:value-{i}\n", i % 17)).collect();
     kcat(&["-b", &bootstrap, "-t", "kcat-topic", "-P", "-K", ":", "-X", "acks=all", "-z", "snappy"], Some(&input));

@@ -24,9 +24,10 @@ use kafka_protocol::messages::metadata_response::{
 use kafka_protocol::messages::offset_for_leader_epoch_response::{EpochEndOffset, OffsetForLeaderTopicResult};
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{
-    ApiKey, BrokerId, CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse,
-    DeleteRecordsRequest, DeleteRecordsResponse, DeleteTopicsRequest, DeleteTopicsResponse, DescribeClusterResponse,
-    DescribeConfigsRequest, DescribeConfigsResponse, FetchRequest, FetchResponse, ListOffsetsRequest,
+    AlterConfigsRequest, AlterConfigsResponse, ApiKey, BrokerId, CreatePartitionsRequest, CreatePartitionsResponse,
+    CreateTopicsRequest, CreateTopicsResponse, DeleteRecordsRequest, DeleteRecordsResponse, DeleteTopicsRequest,
+    DeleteTopicsResponse, DescribeClusterResponse, DescribeConfigsRequest, DescribeConfigsResponse, FetchRequest,
+    FetchResponse, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, ListOffsetsRequest,
     ListOffsetsResponse, MetadataRequest, MetadataResponse, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse,
     ProduceRequest, ProduceResponse, RequestKind, ResponseKind, TopicName,
 };
@@ -54,15 +55,48 @@ pub fn supported_apis() -> SupportedApis {
         (ApiKey::CreatePartitions, 0, 3),
         (ApiKey::OffsetForLeaderEpoch, 2, 4),
         (ApiKey::DescribeCluster, 0, 2),
+        (ApiKey::AlterConfigs, 0, 2),
+        (ApiKey::IncrementalAlterConfigs, 0, 1),
     ])
 }
 
 /// Topic changes, applied by shard 0 one at a time.
 #[derive(Debug)]
 pub enum AdminRequest {
-    CreateTopics { request: CreateTopicsRequest, reply: flume::Sender<CreateTopicsResponse> },
-    DeleteTopics { names: Vec<String>, reply: flume::Sender<Vec<(String, Option<ResponseError>)>> },
-    CreatePartitions { request: CreatePartitionsRequest, reply: flume::Sender<CreatePartitionsResponse> },
+    CreateTopics {
+        request: CreateTopicsRequest,
+        reply: flume::Sender<CreateTopicsResponse>,
+    },
+    DeleteTopics {
+        names: Vec<String>,
+        reply: flume::Sender<Vec<(String, Option<ResponseError>)>>,
+    },
+    CreatePartitions {
+        request: CreatePartitionsRequest,
+        reply: flume::Sender<CreatePartitionsResponse>,
+    },
+    /// New topic settings, per resource: the outcome of each, in order.
+    AlterConfigs {
+        changes: Vec<ConfigChange>,
+        validate_only: bool,
+        reply: flume::Sender<Vec<Result<(), (ResponseError, String)>>>,
+    },
+}
+
+/// One topic's settings change, from AlterConfigs (replace all) or IncrementalAlterConfigs (edit).
+#[derive(Debug, Clone)]
+pub enum ConfigChange {
+    /// A resource that is not a topic, or an operation that is not supported.
+    Refused(ResponseError, String),
+    Replace {
+        topic: String,
+        configs: BTreeMap<String, String>,
+    },
+    /// (key, Some(value)) sets, (key, None) deletes back to the default.
+    Edit {
+        topic: String,
+        edits: Vec<(String, Option<String>)>,
+    },
 }
 
 /// What every handler on every shard shares.
@@ -117,6 +151,10 @@ pub async fn handle(ctx: &Arc<BrokerContext>, request: DecodedRequest) -> Option
             ResponseKind::OffsetForLeaderEpoch(offset_for_leader_epoch(ctx, req).await)
         }
         RequestKind::DescribeCluster(_) => ResponseKind::DescribeCluster(describe_cluster(ctx)),
+        RequestKind::AlterConfigs(req) => ResponseKind::AlterConfigs(alter_configs(ctx, req).await),
+        RequestKind::IncrementalAlterConfigs(req) => {
+            ResponseKind::IncrementalAlterConfigs(incremental_alter_configs(ctx, req).await)
+        }
         other => unreachable!("the codec admitted an API without a handler: {other:?}"),
     })
 }
@@ -244,6 +282,9 @@ pub async fn admin(ctx: Arc<BrokerContext>, requests: flume::Receiver<AdminReque
             }
             AdminRequest::CreatePartitions { request, reply } => {
                 let _ = reply.send(apply_create_partitions(&ctx, request).await);
+            }
+            AdminRequest::AlterConfigs { changes, validate_only, reply } => {
+                let _ = reply.send(apply_alter_configs(&ctx, changes, validate_only).await);
             }
         }
     }
@@ -799,4 +840,191 @@ async fn offset_for_leader_epoch(
         topics.push(OffsetForLeaderTopicResult::default().with_topic(topic.topic.clone()).with_partitions(partitions));
     }
     OffsetForLeaderEpochResponse::default().with_topics(topics)
+}
+
+async fn alter_configs(ctx: &Arc<BrokerContext>, req: AlterConfigsRequest) -> AlterConfigsResponse {
+    use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse;
+    let changes = req
+        .resources
+        .iter()
+        .map(|r| {
+            if r.resource_type != RESOURCE_TOPIC {
+                return ConfigChange::Refused(
+                    ResponseError::InvalidRequest,
+                    "only topic configs can be altered".into(),
+                );
+            }
+            let mut configs = BTreeMap::new();
+            for c in &r.configs {
+                match &c.value {
+                    Some(v) => {
+                        configs.insert(c.name.as_str().to_string(), v.as_str().to_string());
+                    }
+                    None => {
+                        return ConfigChange::Refused(
+                            ResponseError::InvalidConfig,
+                            format!("{} has no value", c.name.as_str()),
+                        );
+                    }
+                }
+            }
+            ConfigChange::Replace { topic: r.resource_name.as_str().to_string(), configs }
+        })
+        .collect();
+    let outcomes = alter(ctx, changes, req.validate_only, req.resources.len()).await;
+    let responses = req
+        .resources
+        .iter()
+        .zip(outcomes)
+        .map(|(r, outcome)| {
+            let base = AlterConfigsResourceResponse::default()
+                .with_resource_type(r.resource_type)
+                .with_resource_name(r.resource_name.clone());
+            match outcome {
+                Ok(()) => base,
+                Err((e, m)) => base.with_error_code(e.code()).with_error_message(Some(StrBytes::from_string(m))),
+            }
+        })
+        .collect();
+    AlterConfigsResponse::default().with_responses(responses)
+}
+
+async fn incremental_alter_configs(
+    ctx: &Arc<BrokerContext>,
+    req: IncrementalAlterConfigsRequest,
+) -> IncrementalAlterConfigsResponse {
+    use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse;
+    let changes = req
+        .resources
+        .iter()
+        .map(|r| {
+            if r.resource_type != RESOURCE_TOPIC {
+                return ConfigChange::Refused(
+                    ResponseError::InvalidRequest,
+                    "only topic configs can be altered".into(),
+                );
+            }
+            let mut edits = Vec::new();
+            for c in &r.configs {
+                let key = c.name.as_str().to_string();
+                match (c.config_operation, &c.value) {
+                    (0, Some(v)) => edits.push((key, Some(v.as_str().to_string()))),
+                    (0, None) => {
+                        return ConfigChange::Refused(
+                            ResponseError::InvalidConfig,
+                            format!("SET {key} without a value"),
+                        );
+                    }
+                    (1, _) => edits.push((key, None)),
+                    // APPEND and SUBTRACT are for list-valued settings; none of the topic settings is one.
+                    (op, _) => {
+                        return ConfigChange::Refused(
+                            ResponseError::InvalidConfig,
+                            format!("operation {op} does not apply to {key}"),
+                        );
+                    }
+                }
+            }
+            ConfigChange::Edit { topic: r.resource_name.as_str().to_string(), edits }
+        })
+        .collect();
+    let outcomes = alter(ctx, changes, req.validate_only, req.resources.len()).await;
+    let responses = req
+        .resources
+        .iter()
+        .zip(outcomes)
+        .map(|(r, outcome)| {
+            let base = AlterConfigsResourceResponse::default()
+                .with_resource_type(r.resource_type)
+                .with_resource_name(r.resource_name.clone());
+            match outcome {
+                Ok(()) => base,
+                Err((e, m)) => base.with_error_code(e.code()).with_error_message(Some(StrBytes::from_string(m))),
+            }
+        })
+        .collect();
+    IncrementalAlterConfigsResponse::default().with_responses(responses)
+}
+
+async fn alter(
+    ctx: &Arc<BrokerContext>,
+    changes: Vec<ConfigChange>,
+    validate_only: bool,
+    count: usize,
+) -> Vec<Result<(), (ResponseError, String)>> {
+    ask_admin(ctx, |reply| AdminRequest::AlterConfigs { changes, validate_only, reply })
+        .await
+        .unwrap_or_else(|| vec![Err((ResponseError::KafkaStorageError, "broker is stopping".into())); count])
+}
+
+async fn apply_alter_configs(
+    ctx: &Arc<BrokerContext>,
+    changes: Vec<ConfigChange>,
+    validate_only: bool,
+) -> Vec<Result<(), (ResponseError, String)>> {
+    let defaults = ctx.topic_defaults();
+    let mut updated = ctx.topics.read().expect("topic lock").clone();
+    let mut outcomes = Vec::new();
+    let mut changed = Vec::new();
+    for change in changes {
+        let (topic, configs) = match change {
+            ConfigChange::Refused(e, m) => {
+                outcomes.push(Err((e, m)));
+                continue;
+            }
+            ConfigChange::Replace { topic, configs } => (topic, Some(configs)),
+            ConfigChange::Edit { topic, edits } => {
+                let current = updated.topics.get(&topic).map(|t| t.configs.clone());
+                let edited = current.map(|mut c| {
+                    for (key, value) in edits {
+                        match value {
+                            Some(v) => c.insert(key, v),
+                            None => c.remove(&key),
+                        };
+                    }
+                    c
+                });
+                (topic, edited)
+            }
+        };
+        let Some(meta) = updated.topics.get_mut(&topic) else {
+            outcomes.push(Err((ResponseError::UnknownTopicOrPartition, format!("topic {topic:?} does not exist"))));
+            continue;
+        };
+        let configs = configs.expect("present for an existing topic");
+        match TopicConfig::resolve(&defaults, &configs) {
+            Ok(resolved) => {
+                meta.configs = configs;
+                changed.push((topic, resolved, meta.partitions.len()));
+                outcomes.push(Ok(()));
+            }
+            Err(e) => outcomes.push(Err((ResponseError::InvalidConfig, e.to_string()))),
+        }
+    }
+    if validate_only || changed.is_empty() {
+        return outcomes;
+    }
+    if let Err(e) = updated.save(&shardlog_storage::fs::dma::DmaFs, &ctx.config.data_dir).await {
+        tracing::error!(error = %e, "cannot record topic configs");
+        return outcomes
+            .into_iter()
+            .map(|o| o.and(Err((ResponseError::KafkaStorageError, "cannot record the change".into()))))
+            .collect();
+    }
+    *ctx.topics.write().expect("topic lock") = updated;
+    for (topic, resolved, partitions) in changed {
+        for p in 0..partitions {
+            let Some(shard) = ctx.owner(&topic, p as i32) else { continue };
+            let tp = TopicPartition::new(topic.clone(), p as u32);
+            let config = resolved.log.clone();
+            if !matches!(
+                ask(ctx, shard, |reply| PartitionRequest::SetConfig { tp: tp.clone(), config, reply }).await,
+                Some(Ok(()))
+            ) {
+                tracing::error!(partition = %tp, "cannot apply new settings");
+            }
+        }
+        tracing::info!(topic = %topic, "altered topic configs");
+    }
+    outcomes
 }

@@ -40,6 +40,11 @@ pub enum PartitionRequest {
         config: LogConfig,
         reply: flume::Sender<Result<(), String>>,
     },
+    SetConfig {
+        tp: TopicPartition,
+        config: LogConfig,
+        reply: flume::Sender<Result<(), String>>,
+    },
     Delete {
         tp: TopicPartition,
         reply: flume::Sender<Result<(), String>>,
@@ -165,6 +170,13 @@ async fn handle(logs: &LogDir<DmaFs>, request: PartitionRequest) {
     match request {
         PartitionRequest::Create { tp, config, reply } => {
             let result = logs.get_or_create(&tp, config).await.map(|_| ()).map_err(|e| e.to_string());
+            let _ = reply.send(result);
+        }
+        PartitionRequest::SetConfig { tp, config, reply } => {
+            let result = match logs.get(&tp) {
+                Some(log) => log.set_config(config).map_err(|e| e.to_string()),
+                None => Err(format!("no log for {tp}")),
+            };
             let _ = reply.send(result);
         }
         PartitionRequest::Delete { tp, reply } => {

@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::net::TcpStream;
 
 use bytes::Bytes;
@@ -378,4 +379,83 @@ fn offset_for_leader_epoch_and_describe_cluster() {
     assert_eq!(r.brokers.len(), 1);
     assert_eq!((r.brokers[0].broker_id.0, r.brokers[0].port), (1, broker.port as i32));
     assert_eq!(r.controller_id.0, 1);
+}
+
+#[test]
+fn alter_configs_and_incremental_alter_configs_apply_to_live_logs() {
+    use kafka_protocol::messages::alter_configs_request::{AlterConfigsResource, AlterableConfig};
+    use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+    use kafka_protocol::messages::incremental_alter_configs_request as inc;
+    use kafka_protocol::messages::{AlterConfigsRequest, DescribeConfigsRequest, IncrementalAlterConfigsRequest};
+    let broker = Broker::start(2);
+    let mut s = broker.connect();
+    assert_eq!(create(&mut s, "tuned", 2, 1, &[("segment.bytes", "1048576")]), 0);
+    let describe = |s: &mut TcpStream| -> BTreeMap<String, (String, i8)> {
+        let req = DescribeConfigsRequest::default().with_resources(vec![
+            DescribeConfigsResource::default()
+                .with_resource_type(2)
+                .with_resource_name(StrBytes::from_static_str("tuned")),
+        ]);
+        send(s, ApiKey::DescribeConfigs, 4, 1, &req);
+        let (_, body) = receive(s, ApiKey::DescribeConfigs, 4);
+        let ResponseKind::DescribeConfigs(r) = body else { panic!() };
+        r.results[0]
+            .configs
+            .iter()
+            .map(|c| (c.name.as_str().to_string(), (c.value.as_ref().unwrap().as_str().to_string(), c.config_source)))
+            .collect()
+    };
+    let incremental = |s: &mut TcpStream, topic: &str, edits: &[(&str, i8, Option<&str>)]| -> i16 {
+        let req = IncrementalAlterConfigsRequest::default().with_resources(vec![
+            inc::AlterConfigsResource::default()
+                .with_resource_type(2)
+                .with_resource_name(StrBytes::from_string(topic.to_string()))
+                .with_configs(
+                    edits
+                        .iter()
+                        .map(|(k, op, v)| {
+                            inc::AlterableConfig::default()
+                                .with_name(StrBytes::from_string(k.to_string()))
+                                .with_config_operation(*op)
+                                .with_value(v.map(|v| StrBytes::from_string(v.to_string())))
+                        })
+                        .collect(),
+                ),
+        ]);
+        send(s, ApiKey::IncrementalAlterConfigs, 1, 1, &req);
+        let (_, body) = receive(s, ApiKey::IncrementalAlterConfigs, 1);
+        let ResponseKind::IncrementalAlterConfigs(r) = body else { panic!() };
+        r.responses[0].error_code
+    };
+    // SET one, DELETE another: the deleted one is back to its default.
+    assert_eq!(incremental(&mut s, "tuned", &[("max.message.bytes", 0, Some("2000")), ("segment.bytes", 1, None)]), 0);
+    let configs = describe(&mut s);
+    assert_eq!(configs["max.message.bytes"], ("2000".to_string(), 1));
+    assert_eq!(configs["segment.bytes"], ("1073741824".to_string(), 5));
+    // The live logs use it at once: a batch over 2000 bytes is refused.
+    let big = build_batch(0, &[&[7u8; 3000]]);
+    assert_eq!(produce(&mut s, "tuned", 1, &big, -1, 1), Some((10, -1)), "MESSAGE_TOO_LARGE");
+    assert_eq!(produce(&mut s, "tuned", 1, &batch(1, 1, 0), -1, 1), Some((0, 0)));
+    assert_eq!(incremental(&mut s, "tuned", &[("retention.hours", 0, Some("1"))]), 40, "INVALID_CONFIG");
+    assert_eq!(incremental(&mut s, "missing", &[("retention.ms", 0, Some("1"))]), 3);
+
+    // AlterConfigs replaces the whole set.
+    let req = AlterConfigsRequest::default().with_resources(vec![
+        AlterConfigsResource::default()
+            .with_resource_type(2)
+            .with_resource_name(StrBytes::from_static_str("tuned"))
+            .with_configs(vec![
+                AlterableConfig::default()
+                    .with_name(StrBytes::from_static_str("retention.ms"))
+                    .with_value(Some(StrBytes::from_static_str("5000"))),
+            ]),
+    ]);
+    send(&mut s, ApiKey::AlterConfigs, 2, 1, &req);
+    let (_, body) = receive(&mut s, ApiKey::AlterConfigs, 2);
+    let ResponseKind::AlterConfigs(r) = body else { panic!() };
+    assert_eq!(r.responses[0].error_code, 0);
+    let configs = describe(&mut s);
+    assert_eq!(configs["retention.ms"], ("5000".to_string(), 1));
+    assert_eq!(configs["max.message.bytes"].1, 5, "no longer set: back to the default");
+    assert_eq!(produce(&mut s, "tuned", 1, &big, -1, 1), Some((0, 1)), "the default limit admits it again");
 }

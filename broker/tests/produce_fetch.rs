@@ -231,12 +231,14 @@ fn acknowledged_records_survive_sigkill_and_a_clean_restart() {
         assert_eq!((err, hw), (0, 100), "every acknowledged record is back after kill -9");
         assert_eq!(records.as_ref(), expected.as_slice(), "at the offsets it was acknowledged with");
         assert_eq!(create(&mut s, "audit", 2, 1, &[]), 36, "the topic record survived too");
+        assert!(broker.log().contains("recovered partition"), "after kill -9 the logs are scanned");
         assert!(broker.terminate().success());
     }
     assert!(data.path().join(".shardlog-clean-shutdown.shard-0").exists(), "a clean stop leaves the marker");
     let broker = Broker::start_in(data.path(), 2, &[]);
     let mut s = broker.connect();
     assert_eq!(fetch(&mut s, "audit", 1, 0, 0).2.as_ref(), expected.as_slice());
+    assert!(!broker.log().contains("recovered partition"), "after SIGTERM nothing is scanned: {}", broker.log());
 }
 
 #[test]

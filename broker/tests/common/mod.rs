@@ -17,6 +17,8 @@ pub struct Broker {
     pub port: u16,
     data: std::path::PathBuf,
     _owned: Option<tempfile::TempDir>,
+    /// The broker's stderr (its log), kept in a file; printed if the test fails.
+    log: tempfile::NamedTempFile,
 }
 
 impl Broker {
@@ -34,16 +36,17 @@ impl Broker {
     /// Starts on an existing data dir (for restarts); the caller keeps the dir alive.
     pub fn start_in(data: &Path, shards: usize, extra: &[&str]) -> Broker {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let log = tempfile::NamedTempFile::new().unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_shardlog"))
             .args(["start", "--listen", &format!("127.0.0.1:{port}"), "--shards", &shards.to_string()])
             .arg("--data-dir")
             .arg(data)
             .args(extra)
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
+            .stderr(log.reopen().unwrap())
             .spawn()
             .expect("start shardlog");
-        let broker = Broker { child, port, data: data.to_path_buf(), _owned: None };
+        let broker = Broker { child, port, data: data.to_path_buf(), _owned: None, log };
         let deadline = Instant::now() + Duration::from_secs(30);
         while TcpStream::connect(("127.0.0.1", port)).is_err() {
             assert!(Instant::now() < deadline, "broker did not listen within 30 s");
@@ -87,8 +90,18 @@ impl Broker {
     }
 }
 
+impl Broker {
+    /// What the broker has logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log.path()).unwrap_or_default()
+    }
+}
+
 impl Drop for Broker {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("--- broker log ---\n{}", self.log());
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

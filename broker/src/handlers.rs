@@ -460,6 +460,9 @@ async fn produce(ctx: &Arc<BrokerContext>, req: ProduceRequest) -> Option<Produc
     (acks != 0).then(|| ProduceResponse::default().with_responses(by_topic))
 }
 
+/// Kafka's default `fetch.max.bytes`: the most one Fetch answer carries (at least one batch is always sent).
+const FETCH_MAX_BYTES: usize = 57_671_680;
+
 async fn fetch(ctx: &Arc<BrokerContext>, req: FetchRequest) -> FetchResponse {
     let deadline = Instant::now() + Duration::from_millis(req.max_wait_ms.clamp(0, 60_000) as u64);
     let min_bytes = req.min_bytes.max(0) as usize;
@@ -474,7 +477,8 @@ async fn fetch(ctx: &Arc<BrokerContext>, req: FetchRequest) -> FetchResponse {
 }
 
 async fn fetch_once(ctx: &Arc<BrokerContext>, req: &FetchRequest) -> (FetchResponse, usize) {
-    let mut budget = if req.max_bytes <= 0 { usize::MAX } else { req.max_bytes as usize };
+    // Kafka's fetch.max.bytes bounds what one answer holds, whatever the client asks for.
+    let mut budget = if req.max_bytes <= 0 { FETCH_MAX_BYTES } else { (req.max_bytes as usize).min(FETCH_MAX_BYTES) };
     let mut total = 0usize;
     let mut topics = Vec::new();
     for topic in &req.topics {

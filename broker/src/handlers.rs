@@ -45,7 +45,8 @@ pub fn supported_apis() -> SupportedApis {
     SupportedApis::new(&[
         (ApiKey::Produce, 3, 12),
         (ApiKey::Fetch, 4, 12),
-        (ApiKey::ListOffsets, 1, 8),
+        // v7 and v8 add special timestamps (-3 max timestamp, -4 earliest local) not served yet.
+        (ApiKey::ListOffsets, 1, 6),
         (ApiKey::Metadata, 0, 12),
         (ApiKey::ApiVersions, 0, 4),
         (ApiKey::CreateTopics, 2, 7),
@@ -468,7 +469,8 @@ async fn fetch(ctx: &Arc<BrokerContext>, req: FetchRequest) -> FetchResponse {
     let min_bytes = req.min_bytes.max(0) as usize;
     loop {
         let (response, bytes) = fetch_once(ctx, &req).await;
-        if bytes >= min_bytes.max(1) || Instant::now() >= deadline {
+        let any_error = response.responses.iter().flat_map(|t| &t.partitions).any(|p| p.error_code != 0);
+        if bytes >= min_bytes || any_error || Instant::now() >= deadline {
             return response;
         }
         // Long poll: look again shortly, until enough data arrived or max.wait.ms passed.
@@ -486,6 +488,10 @@ async fn fetch_once(ctx: &Arc<BrokerContext>, req: &FetchRequest) -> (FetchRespo
         let mut partitions = Vec::new();
         for p in &topic.partitions {
             let outcome = match (ctx.owner(&name, p.partition), u64::try_from(p.fetch_offset)) {
+                // The answer is full: later partitions get nothing this time (Kafka's fetch.max.bytes).
+                (Some(_), Ok(_)) if budget == 0 && total > 0 => {
+                    Some(FetchOutcome { error: None, records: Bytes::new(), high_watermark: -1, log_start_offset: -1 })
+                }
                 (Some(shard), Ok(offset)) => {
                     let max_bytes = (p.partition_max_bytes.max(0) as usize).min(budget);
                     let tp = TopicPartition::new(name.clone(), p.partition as u32);

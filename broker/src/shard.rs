@@ -17,6 +17,8 @@ use shardlog_storage::{
 
 use crate::runtime::Shutdown;
 
+/// The most records a time lookup decodes from one batch.
+const MAX_DECODED_RECORDS: i32 = 1 << 20;
 /// How often interval-policy logs are checked for a due flush.
 const FLUSH_CHECK_INTERVAL: Duration = Duration::from_millis(100);
 /// How often retention runs (Kafka's `log.retention.check.interval.ms` default).
@@ -145,10 +147,16 @@ pub async fn upkeep(logs: Rc<LogDir<DmaFs>>, shutdown: Shutdown) {
         since_retention += FLUSH_CHECK_INTERVAL;
         since_checkpoint += FLUSH_CHECK_INTERVAL;
         for tp in logs.partitions() {
-            if let Some(log) = logs.get(&tp)
-                && let Err(e) = log.flush_if_due().await
-            {
-                tracing::warn!(partition = %tp, error = %e, "interval flush failed");
+            let Some(log) = logs.get(&tp) else { continue };
+            // Under the default policy only acknowledged produces sync; acks=0 data would otherwise stay
+            // above the high watermark until the next one.
+            let result = match log.config().flush {
+                FlushPolicy::Always if log.durable_offset() < log.log_end_offset() => log.flush().await.map(|_| true),
+                FlushPolicy::Always => Ok(false),
+                FlushPolicy::Interval { .. } => log.flush_if_due().await,
+            };
+            if let Err(e) = result {
+                tracing::warn!(partition = %tp, error = %e, "background flush failed");
             }
         }
         if since_retention >= RETENTION_CHECK_INTERVAL {
@@ -302,8 +310,14 @@ async fn list_offsets(logs: &LogDir<DmaFs>, tp: &TopicPartition, spec: OffsetSpe
 /// the record itself, so the batch is decoded (decompressed if need be) to find it.
 async fn first_record_at_or_after(log: &PartitionLog<DmaFs>, batch_offset: Offset, ts: i64) -> Option<(i64, i64)> {
     let read = log.read(batch_offset, 1).await.ok()?;
-    let mut bytes = Bytes::from(read.bytes);
     let start = log.log_start_offset().as_i64();
+    // Decoding sizes its record list from the count; stored counts were checked against the body on
+    // append, but a very large one is still answered at batch level rather than decoded.
+    let header = shardlog_storage::batch::BatchHeader::parse(&read.bytes).ok()?;
+    if header.record_count > MAX_DECODED_RECORDS {
+        return Some((batch_offset.as_i64().max(start), ts));
+    }
+    let mut bytes = Bytes::from(read.bytes);
     match kafka_protocol::records::RecordBatchDecoder::decode(&mut bytes) {
         Ok(set) => set.records.iter().find(|r| r.timestamp >= ts && r.offset >= start).map(|r| (r.offset, r.timestamp)),
         Err(e) => {

@@ -34,7 +34,7 @@ fn api_versions_lists_exactly_what_is_served() {
         vec![
             (0, 3, 12),
             (1, 4, 12),
-            (2, 1, 8),
+            (2, 1, 6),
             (3, 0, 12),
             (18, 0, 4),
             (19, 2, 7),

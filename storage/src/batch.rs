@@ -30,6 +30,12 @@ pub const LOG_OVERHEAD: usize = 12;
 /// The only batch format the log accepts.
 pub const MAGIC_V2: i8 = 2;
 
+/// The smallest uncompressed v2 record: length, attributes, timestamp delta, offset delta, key length,
+/// value length and header count, one byte each.
+const MIN_RECORD_BYTES: u64 = 7;
+/// The most a compressed batch body is taken to expand.
+const MAX_COMPRESSION_RATIO: u64 = 1024;
+
 /// Where the CRC32C's coverage starts: the attributes field.
 pub const CRC_START: usize = 21;
 
@@ -159,6 +165,18 @@ pub fn validate(bytes: &[u8], max_batch_bytes: usize) -> Result<BatchHeader, Bat
             last_offset_delta: header.last_offset_delta,
         });
     }
+    // The count must fit the body: an uncompressed record takes at least 7 bytes; a compressed body can
+    // expand, but not beyond a generous ratio. A count no body could hold would move the log end by
+    // billions of offsets and make any decoder size its buffers from it.
+    let body = (bytes.len() - HEADER_BYTES) as u64;
+    let most =
+        if header.compression() == 0 { body / MIN_RECORD_BYTES } else { body.saturating_mul(MAX_COMPRESSION_RATIO) };
+    if header.record_count as u64 > most {
+        return Err(BatchError::BadRecordCount {
+            count: header.record_count,
+            last_offset_delta: header.last_offset_delta,
+        });
+    }
     Ok(header)
 }
 
@@ -251,6 +269,15 @@ mod tests {
             Err(BatchError::TooLarge { size: good.len(), max: good.len() - 1 })
         );
         assert_eq!(validate(&good[..30], 1 << 20), Err(BatchError::TooShort { len: 30 }));
+        let mut huge = good.clone();
+        huge[23..27].copy_from_slice(&(i32::MAX - 1).to_be_bytes());
+        huge[57..61].copy_from_slice(&i32::MAX.to_be_bytes());
+        let crc = compute_crc(&huge);
+        huge[17..21].copy_from_slice(&crc.to_be_bytes());
+        assert!(
+            matches!(validate(&huge, 1 << 20), Err(BatchError::BadRecordCount { count: i32::MAX, .. })),
+            "a count no body could hold"
+        );
         let mut count = good.clone();
         count[57..61].copy_from_slice(&5i32.to_be_bytes());
         let crc = compute_crc(&count);

@@ -34,11 +34,21 @@ pub(super) async fn serve(mut stream: TcpStream, ctx: Arc<BrokerContext>, shutdo
                 }
             };
             let (reply, next) = answer(&ctx, frame, &peer).await;
-            if let Some(bytes) = reply
-                && let Err(e) = stream.write_all(&bytes).await
-            {
-                tracing::debug!(%peer, error = %e, "connection lost while writing");
-                return;
+            if let Some(bytes) = reply {
+                // A client that stops reading must not hold the broker's shutdown hostage.
+                let written = future::or(async { Some(stream.write_all(&bytes).await) }, async {
+                    shutdown.wait().await;
+                    None
+                })
+                .await;
+                match written {
+                    Some(Ok(())) => {}
+                    Some(Err(e)) => {
+                        tracing::debug!(%peer, error = %e, "connection lost while writing");
+                        return;
+                    }
+                    None => return,
+                }
             }
             if let Next::Close = next {
                 return;

@@ -52,6 +52,20 @@ impl Shutdown {
     }
 }
 
+/// Triggers shutdown if dropped while its thread panics.
+struct StopOnFailure(Shutdown);
+
+impl Drop for StopOnFailure {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.trigger();
+        }
+    }
+}
+
+/// How long a stopping shard waits for its connections to finish before closing its logs anyway.
+const DRAIN_LIMIT: Duration = Duration::from_secs(10);
+
 /// Runs the broker's shards until shutdown; returns once every shard has stopped and closed its logs.
 pub fn run(config: BrokerConfig, shutdown: Shutdown) -> Result<()> {
     std::fs::create_dir_all(&config.data_dir)
@@ -78,7 +92,17 @@ pub fn run(config: BrokerConfig, shutdown: Shutdown) -> Result<()> {
         let (ctx, shutdown, admin) = (ctx.clone(), shutdown.clone(), admin_rx.take());
         let handle = LocalExecutorBuilder::new(placement)
             .name(&format!("shard-{shard}"))
-            .spawn(move || async move { run_shard(shard, addr, ctx, requests, admin, shutdown).await })
+            .spawn(move || async move {
+                // A shard that fails or panics stops the whole broker: the others would serve a
+                // cluster view with its partitions missing.
+                let guard = StopOnFailure(shutdown.clone());
+                let result = run_shard(shard, addr, ctx, requests, admin, shutdown).await;
+                if let Err(e) = &result {
+                    tracing::error!(shard, error = %e, "shard failed; stopping the broker");
+                    guard.0.trigger();
+                }
+                result
+            })
             .map_err(|e| anyhow::anyhow!("start shard {shard}: {e}"))?;
         handles.push(handle);
     }
@@ -86,10 +110,7 @@ pub fn run(config: BrokerConfig, shutdown: Shutdown) -> Result<()> {
     for (shard, handle) in handles.into_iter().enumerate() {
         let outcome = handle.join().map_err(|e| anyhow::anyhow!("shard {shard} executor failed: {e}"));
         if let Err(e) = outcome.and_then(|r| r) {
-            if !shutdown.is_triggered() {
-                // One shard failing stops the broker: the others would serve a partial cluster view.
-                shutdown.trigger();
-            }
+            shutdown.trigger();
             first_error.get_or_insert(e);
         }
     }
@@ -185,7 +206,8 @@ async fn serve(shard: usize, addr: std::net::SocketAddr, ctx: Arc<BrokerContext>
     }
     drop(listener);
     tracing::info!(shard, connections = open_connections.get(), "stopped accepting; finishing connections");
-    while open_connections.get() > 0 {
+    let deadline = std::time::Instant::now() + DRAIN_LIMIT;
+    while open_connections.get() > 0 && std::time::Instant::now() < deadline {
         glommio::timer::sleep(Duration::from_millis(10)).await;
     }
     Ok(())

@@ -91,6 +91,13 @@ pub struct ProduceOutcome {
     pub log_start_offset: i64,
 }
 
+impl FetchOutcome {
+    /// No records and no offsets known; `error` if the partition could not be read at all.
+    pub fn empty(error: Option<ResponseError>) -> Self {
+        FetchOutcome { error, records: Bytes::new(), high_watermark: -1, log_start_offset: -1 }
+    }
+}
+
 /// A fetch result.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FetchOutcome {
@@ -257,12 +264,7 @@ async fn produce(
 
 async fn fetch(logs: &LogDir<DmaFs>, tp: &TopicPartition, offset: Offset, max_bytes: usize) -> FetchOutcome {
     let Some(log) = logs.get(tp) else {
-        return FetchOutcome {
-            error: Some(ResponseError::UnknownTopicOrPartition),
-            records: Bytes::new(),
-            high_watermark: -1,
-            log_start_offset: -1,
-        };
+        return FetchOutcome::empty(Some(ResponseError::UnknownTopicOrPartition));
     };
     let hw = high_watermark(&log);
     let outcome = |error, records| FetchOutcome {

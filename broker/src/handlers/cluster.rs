@@ -1,0 +1,148 @@
+//! What the cluster looks like: Metadata (with topic auto-creation), DescribeConfigs, DescribeCluster.
+
+use super::*;
+
+pub(super) async fn metadata(ctx: &Arc<BrokerContext>, req: &MetadataRequest, version: i16) -> MetadataResponse {
+    let node = BrokerId(ctx.config.node_id as i32);
+    let advertised = &ctx.config.advertised_listener;
+    let broker = MetadataResponseBroker::default()
+        .with_node_id(node)
+        .with_host(StrBytes::from_string(advertised.host.clone()))
+        .with_port(advertised.port as i32);
+    // Before v4 there is no flag and auto-creation is always asked for.
+    let auto_create = ctx.config.auto_create_topics && (version < 4 || req.allow_auto_topic_creation);
+    let names: Vec<String> = match &req.topics {
+        None => ctx.topics.read().expect("topic lock").topics.keys().cloned().collect(),
+        Some(topics) => topics.iter().filter_map(|t| t.name.as_ref().map(|n| n.0.as_str().to_string())).collect(),
+    };
+    let missing: Vec<String> =
+        names.iter().filter(|n| !ctx.topics.read().expect("topic lock").topics.contains_key(*n)).cloned().collect();
+    if auto_create && !missing.is_empty() {
+        let mut request = CreateTopicsRequest::default();
+        request.topics = missing
+            .iter()
+            .filter(|n| crate::topics::validate_topic_name(n).is_ok())
+            .map(|n| {
+                kafka_protocol::messages::create_topics_request::CreatableTopic::default()
+                    .with_name(topic_name(n))
+                    .with_num_partitions(-1)
+                    .with_replication_factor(-1)
+            })
+            .collect();
+        let (tx, rx) = flume::bounded(1);
+        if ctx.admin.send_async(AdminRequest::CreateTopics { request, reply: tx }).await.is_ok() {
+            let _ = rx.recv_async().await;
+        }
+    }
+    let topics = ctx.topics.read().expect("topic lock").clone();
+    let topic_entries = names
+        .iter()
+        .map(|name| match topics.topics.get(name) {
+            Some(meta) => MetadataResponseTopic::default()
+                .with_name(Some(topic_name(name)))
+                .with_topic_id(meta.id)
+                .with_partitions(
+                    meta.partitions
+                        .iter()
+                        .enumerate()
+                        .map(|(i, p)| {
+                            MetadataResponsePartition::default()
+                                .with_partition_index(i as i32)
+                                .with_leader_id(node)
+                                .with_leader_epoch(p.leader_epoch)
+                                .with_replica_nodes(vec![node])
+                                .with_isr_nodes(vec![node])
+                        })
+                        .collect(),
+                ),
+            None => {
+                let error = if crate::topics::validate_topic_name(name).is_err() {
+                    ResponseError::InvalidTopicException
+                } else {
+                    ResponseError::UnknownTopicOrPartition
+                };
+                MetadataResponseTopic::default().with_name(Some(topic_name(name))).with_error_code(error.code())
+            }
+        })
+        .collect();
+    MetadataResponse::default()
+        .with_brokers(vec![broker])
+        .with_cluster_id(Some(StrBytes::from_string(ctx.cluster_id.clone())))
+        .with_controller_id(node)
+        .with_topics(topic_entries)
+}
+
+/// Kafka's config resource types.
+pub(super) const RESOURCE_TOPIC: i8 = 2;
+pub(super) const RESOURCE_BROKER: i8 = 4;
+
+pub(super) fn describe_configs(
+    ctx: &Arc<BrokerContext>,
+    req: DescribeConfigsRequest,
+    version: i16,
+) -> DescribeConfigsResponse {
+    let defaults = ctx.topic_defaults();
+    let results = req
+        .resources
+        .iter()
+        .map(|resource| {
+            let result = DescribeConfigsResult::default()
+                .with_resource_type(resource.resource_type)
+                .with_resource_name(resource.resource_name.clone());
+            match resource.resource_type {
+                RESOURCE_TOPIC => {
+                    let name = resource.resource_name.as_str();
+                    let overrides = ctx.topics.read().expect("topic lock").topics.get(name).map(|t| t.configs.clone());
+                    let Some(overrides) = overrides else {
+                        return result.with_error_code(ResponseError::UnknownTopicOrPartition.code());
+                    };
+                    let Ok(config) = TopicConfig::resolve(&defaults, &overrides) else {
+                        return result.with_error_code(ResponseError::InvalidConfig.code());
+                    };
+                    let wanted = |key: &str| {
+                        resource
+                            .configuration_keys
+                            .as_ref()
+                            .is_none_or(|keys| keys.is_empty() || keys.iter().any(|k| k.as_str() == key))
+                    };
+                    let configs = config
+                        .describe()
+                        .into_iter()
+                        .filter(|(key, _, _)| wanted(key))
+                        .map(|(key, value, set)| {
+                            let mut entry = DescribeConfigsResourceResult::default()
+                                .with_name(StrBytes::from_static_str(key))
+                                .with_value(Some(StrBytes::from_string(value)))
+                                // DYNAMIC_TOPIC_CONFIG when set on the topic, DEFAULT_CONFIG otherwise.
+                                .with_config_source(if set { 1 } else { 5 });
+                            if version >= 3 {
+                                // BOOLEAN (1) or LONG (5).
+                                entry.config_type = if key == "unclean.leader.election.enable" { 1 } else { 5 };
+                            }
+                            entry
+                        })
+                        .collect();
+                    result.with_configs(configs)
+                }
+                RESOURCE_BROKER if resource.resource_name.as_str() == ctx.config.node_id.to_string() => result,
+                RESOURCE_BROKER => result.with_error_code(ResponseError::InvalidRequest.code()),
+                _ => result.with_error_code(ResponseError::InvalidRequest.code()),
+            }
+        })
+        .collect();
+    DescribeConfigsResponse::default().with_results(results)
+}
+
+pub(super) fn describe_cluster(ctx: &Arc<BrokerContext>) -> DescribeClusterResponse {
+    let node = BrokerId(ctx.config.node_id as i32);
+    let advertised = &ctx.config.advertised_listener;
+    DescribeClusterResponse::default()
+        .with_cluster_id(StrBytes::from_string(ctx.cluster_id.clone()))
+        .with_controller_id(node)
+        .with_brokers(vec![
+            DescribeClusterBroker::default()
+                .with_broker_id(node)
+                .with_host(StrBytes::from_string(advertised.host.clone()))
+                .with_port(advertised.port as i32),
+        ])
+}

@@ -1,0 +1,230 @@
+//! Partition data: Produce, Fetch, ListOffsets, DeleteRecords and OffsetForLeaderEpoch, each routed to
+//! the shards owning the partitions and merged into one answer.
+
+use super::*;
+
+pub(super) async fn produce(ctx: &Arc<BrokerContext>, req: ProduceRequest) -> Option<ProduceResponse> {
+    let acks = req.acks;
+    let mut pending = Vec::new();
+    for topic in &req.topic_data {
+        let name = topic.name.0.as_str().to_string();
+        for partition in &topic.partition_data {
+            let outcome: Result<flume::Receiver<ProduceOutcome>, ResponseError> = if ![-1, 0, 1].contains(&acks) {
+                Err(ResponseError::InvalidRequiredAcks)
+            } else if let Some(shard) = ctx.owner(&name, partition.index) {
+                match &partition.records {
+                    Some(records) => {
+                        let (tx, rx) = flume::bounded(1);
+                        let request = PartitionRequest::Produce {
+                            tp: TopicPartition::new(name.clone(), partition.index as u32),
+                            batch: records.clone(),
+                            epoch: LeaderEpoch(ctx.leader_epoch(&name, partition.index)),
+                            acks,
+                            reply: tx,
+                        };
+                        match ctx.shards[shard].send_async(request).await {
+                            Ok(()) => Ok(rx),
+                            Err(_) => Err(ResponseError::KafkaStorageError),
+                        }
+                    }
+                    None => Err(ResponseError::CorruptMessage),
+                }
+            } else {
+                Err(ResponseError::UnknownTopicOrPartition)
+            };
+            pending.push((topic.name.clone(), partition.index, outcome));
+        }
+    }
+    let mut by_topic: Vec<TopicProduceResponse> = Vec::new();
+    for (name, index, outcome) in pending {
+        let outcome = match outcome {
+            Ok(rx) => rx.recv_async().await.unwrap_or(ProduceOutcome {
+                error: Some(ResponseError::KafkaStorageError),
+                base_offset: -1,
+                log_start_offset: -1,
+            }),
+            Err(error) => ProduceOutcome { error: Some(error), base_offset: -1, log_start_offset: -1 },
+        };
+        let partition = PartitionProduceResponse::default()
+            .with_index(index)
+            .with_error_code(code(outcome.error))
+            .with_base_offset(outcome.base_offset)
+            .with_log_append_time_ms(-1)
+            .with_log_start_offset(outcome.log_start_offset);
+        match by_topic.iter_mut().find(|t| t.name == name) {
+            Some(t) => t.partition_responses.push(partition),
+            None => {
+                by_topic.push(TopicProduceResponse::default().with_name(name).with_partition_responses(vec![partition]))
+            }
+        }
+    }
+    (acks != 0).then(|| ProduceResponse::default().with_responses(by_topic))
+}
+
+/// Kafka's default `fetch.max.bytes`: the most one Fetch answer carries (at least one batch is always sent).
+pub(super) const FETCH_MAX_BYTES: usize = 57_671_680;
+
+pub(super) async fn fetch(ctx: &Arc<BrokerContext>, req: FetchRequest) -> FetchResponse {
+    let deadline = Instant::now() + Duration::from_millis(req.max_wait_ms.clamp(0, 60_000) as u64);
+    let min_bytes = req.min_bytes.max(0) as usize;
+    loop {
+        let (response, bytes) = fetch_once(ctx, &req).await;
+        let any_error = response.responses.iter().flat_map(|t| &t.partitions).any(|p| p.error_code != 0);
+        if bytes >= min_bytes || any_error || Instant::now() >= deadline {
+            return response;
+        }
+        // Long poll: look again shortly, until enough data arrived or max.wait.ms passed.
+        glommio::timer::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+pub(super) async fn fetch_once(ctx: &Arc<BrokerContext>, req: &FetchRequest) -> (FetchResponse, usize) {
+    // Kafka's fetch.max.bytes bounds what one answer holds, whatever the client asks for.
+    let mut budget = if req.max_bytes <= 0 { FETCH_MAX_BYTES } else { (req.max_bytes as usize).min(FETCH_MAX_BYTES) };
+    let mut total = 0usize;
+    let mut topics = Vec::new();
+    for topic in &req.topics {
+        let name = topic.topic.0.as_str().to_string();
+        let mut partitions = Vec::new();
+        for p in &topic.partitions {
+            let outcome = match (ctx.owner(&name, p.partition), u64::try_from(p.fetch_offset)) {
+                // The answer is full: later partitions get nothing this time (Kafka's fetch.max.bytes).
+                (Some(_), Ok(_)) if budget == 0 && total > 0 => Some(FetchOutcome::empty(None)),
+                (Some(shard), Ok(offset)) => {
+                    let max_bytes = (p.partition_max_bytes.max(0) as usize).min(budget);
+                    let tp = TopicPartition::new(name.clone(), p.partition as u32);
+                    ask(ctx, shard, |reply| PartitionRequest::Fetch { tp, offset: Offset(offset), max_bytes, reply })
+                        .await
+                }
+                (Some(_), Err(_)) => Some(FetchOutcome::empty(Some(ResponseError::OffsetOutOfRange))),
+                (None, _) => None,
+            };
+            let outcome = outcome.unwrap_or_else(|| FetchOutcome::empty(Some(ResponseError::UnknownTopicOrPartition)));
+            total += outcome.records.len();
+            budget = budget.saturating_sub(outcome.records.len());
+            partitions.push(
+                PartitionData::default()
+                    .with_partition_index(p.partition)
+                    .with_error_code(code(outcome.error))
+                    .with_high_watermark(outcome.high_watermark)
+                    .with_last_stable_offset(outcome.high_watermark)
+                    .with_log_start_offset(outcome.log_start_offset)
+                    .with_preferred_read_replica(BrokerId(-1))
+                    .with_records(Some(outcome.records)),
+            );
+        }
+        topics.push(FetchableTopicResponse::default().with_topic(topic.topic.clone()).with_partitions(partitions));
+    }
+    (FetchResponse::default().with_responses(topics), total)
+}
+
+pub(super) async fn list_offsets(
+    ctx: &Arc<BrokerContext>,
+    req: ListOffsetsRequest,
+    version: i16,
+) -> ListOffsetsResponse {
+    let mut topics = Vec::new();
+    for topic in &req.topics {
+        let name = topic.name.0.as_str().to_string();
+        let mut partitions = Vec::new();
+        for p in &topic.partitions {
+            let spec = match p.timestamp {
+                -2 => Some(OffsetSpec::Earliest),
+                -1 => Some(OffsetSpec::Latest),
+                ts if ts >= 0 => Some(OffsetSpec::Timestamp(ts)),
+                _ => None,
+            };
+            let outcome = match (ctx.owner(&name, p.partition_index), spec) {
+                (Some(shard), Some(spec)) => {
+                    let tp = TopicPartition::new(name.clone(), p.partition_index as u32);
+                    ask(ctx, shard, |reply| PartitionRequest::ListOffsets { tp, spec, reply }).await
+                }
+                (Some(_), None) => {
+                    Some(ListOutcome { error: Some(ResponseError::InvalidRequest), offset: -1, timestamp: -1 })
+                }
+                (None, _) => None,
+            };
+            let outcome = outcome.unwrap_or(ListOutcome {
+                error: Some(ResponseError::UnknownTopicOrPartition),
+                offset: -1,
+                timestamp: -1,
+            });
+            let mut answer = ListOffsetsPartitionResponse::default()
+                .with_partition_index(p.partition_index)
+                .with_error_code(code(outcome.error))
+                .with_offset(outcome.offset)
+                .with_timestamp(outcome.timestamp);
+            // The leader epoch is in the answer from v4 on; the codec refuses it earlier.
+            if version >= 4 && outcome.error.is_none() {
+                answer.leader_epoch = ctx.leader_epoch(&name, p.partition_index);
+            }
+            partitions.push(answer);
+        }
+        topics.push(ListOffsetsTopicResponse::default().with_name(topic.name.clone()).with_partitions(partitions));
+    }
+    ListOffsetsResponse::default().with_topics(topics)
+}
+
+pub(super) async fn delete_records(ctx: &Arc<BrokerContext>, req: DeleteRecordsRequest) -> DeleteRecordsResponse {
+    let mut topics = Vec::new();
+    for topic in &req.topics {
+        let name = topic.name.0.as_str().to_string();
+        let mut partitions = Vec::new();
+        for p in &topic.partitions {
+            let outcome = match ctx.owner(&name, p.partition_index) {
+                Some(shard) => {
+                    let tp = TopicPartition::new(name.clone(), p.partition_index as u32);
+                    ask(ctx, shard, |reply| PartitionRequest::DeleteRecords { tp, offset: p.offset, reply }).await
+                }
+                None => None,
+            };
+            let (error, low_watermark) = outcome.unwrap_or((Some(ResponseError::UnknownTopicOrPartition), -1));
+            partitions.push(
+                DeleteRecordsPartitionResult::default()
+                    .with_partition_index(p.partition_index)
+                    .with_error_code(code(error))
+                    .with_low_watermark(low_watermark),
+            );
+        }
+        topics.push(DeleteRecordsTopicResult::default().with_name(topic.name.clone()).with_partitions(partitions));
+    }
+    DeleteRecordsResponse::default().with_topics(topics)
+}
+
+pub(super) async fn offset_for_leader_epoch(
+    ctx: &Arc<BrokerContext>,
+    req: OffsetForLeaderEpochRequest,
+) -> OffsetForLeaderEpochResponse {
+    let mut topics = Vec::new();
+    for topic in &req.topics {
+        let name = topic.topic.0.as_str().to_string();
+        let mut partitions = Vec::new();
+        for p in &topic.partitions {
+            let current = ctx.leader_epoch(&name, p.partition);
+            let answer =
+                EpochEndOffset::default().with_partition(p.partition).with_leader_epoch(-1).with_end_offset(-1);
+            let answer = match ctx.owner(&name, p.partition) {
+                None => answer.with_error_code(ResponseError::UnknownTopicOrPartition.code()),
+                // The client's view of the leader epoch must be ours (-1: it has none).
+                Some(_) if p.current_leader_epoch > current => {
+                    answer.with_error_code(ResponseError::UnknownLeaderEpoch.code())
+                }
+                Some(_) if p.current_leader_epoch >= 0 && p.current_leader_epoch < current => {
+                    answer.with_error_code(ResponseError::FencedLeaderEpoch.code())
+                }
+                Some(shard) => {
+                    let tp = TopicPartition::new(name.clone(), p.partition as u32);
+                    let epoch = LeaderEpoch(p.leader_epoch);
+                    match ask(ctx, shard, |reply| PartitionRequest::EpochEnd { tp, epoch, reply }).await {
+                        Some(Some((epoch, end))) => answer.with_leader_epoch(epoch.0).with_end_offset(end.as_i64()),
+                        Some(None) => answer,
+                        None => answer.with_error_code(ResponseError::KafkaStorageError.code()),
+                    }
+                }
+            };
+            partitions.push(answer);
+        }
+        topics.push(OffsetForLeaderTopicResult::default().with_topic(topic.topic.clone()).with_partitions(partitions));
+    }
+    OffsetForLeaderEpochResponse::default().with_topics(topics)
+}

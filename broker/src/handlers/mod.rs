@@ -1,0 +1,188 @@
+//! Request handlers: one function per API, from a decoded request to a response body.
+//!
+//! Only what is implemented is listed in [`supported_apis`]; the codec refuses everything else before a
+//! handler sees it. Partition work is sent to the owning shard ([`crate::shard`]); topic changes go to
+//! shard 0, which applies them one at a time ([`admin`]).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use kafka_protocol::ResponseError;
+use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
+use kafka_protocol::messages::create_topics_response::{CreatableTopicConfigs, CreatableTopicResult};
+use kafka_protocol::messages::delete_records_response::{DeleteRecordsPartitionResult, DeleteRecordsTopicResult};
+use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
+use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
+use kafka_protocol::messages::describe_configs_response::{DescribeConfigsResourceResult, DescribeConfigsResult};
+use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use kafka_protocol::messages::offset_for_leader_epoch_response::{EpochEndOffset, OffsetForLeaderTopicResult};
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::{
+    AlterConfigsRequest, AlterConfigsResponse, ApiKey, BrokerId, CreatePartitionsRequest, CreatePartitionsResponse,
+    CreateTopicsRequest, CreateTopicsResponse, DeleteRecordsRequest, DeleteRecordsResponse, DeleteTopicsRequest,
+    DeleteTopicsResponse, DescribeClusterResponse, DescribeConfigsRequest, DescribeConfigsResponse, FetchRequest,
+    FetchResponse, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, ListOffsetsRequest,
+    ListOffsetsResponse, MetadataRequest, MetadataResponse, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse,
+    ProduceRequest, ProduceResponse, RequestKind, ResponseKind, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use shardlog_net::kafka::{DecodedRequest, SupportedApis};
+use shardlog_storage::{LeaderEpoch, Offset, TopicPartition};
+
+mod admin;
+mod cluster;
+mod data;
+
+pub use admin::admin;
+use admin::*;
+use cluster::*;
+use data::*;
+
+use crate::config::BrokerConfig;
+use crate::shard::{FetchOutcome, ListOutcome, OffsetSpec, PartitionRequest, ProduceOutcome};
+use crate::topics::configs::{TopicConfig, TopicDefaults};
+use crate::topics::store::{TopicError, TopicStore};
+
+/// The APIs and versions this broker serves. Grows with each handler.
+pub fn supported_apis() -> SupportedApis {
+    SupportedApis::new(&[
+        (ApiKey::Produce, 3, 12),
+        (ApiKey::Fetch, 4, 12),
+        // v7 and v8 add special timestamps (-3 max timestamp, -4 earliest local) not served yet.
+        (ApiKey::ListOffsets, 1, 6),
+        (ApiKey::Metadata, 0, 12),
+        (ApiKey::ApiVersions, 0, 4),
+        (ApiKey::CreateTopics, 2, 7),
+        (ApiKey::DeleteTopics, 1, 6),
+        (ApiKey::DeleteRecords, 0, 2),
+        (ApiKey::DescribeConfigs, 1, 4),
+        (ApiKey::CreatePartitions, 0, 3),
+        (ApiKey::OffsetForLeaderEpoch, 2, 4),
+        (ApiKey::DescribeCluster, 0, 2),
+        (ApiKey::AlterConfigs, 0, 2),
+        (ApiKey::IncrementalAlterConfigs, 0, 1),
+    ])
+}
+
+/// Topic changes, applied by shard 0 one at a time.
+#[derive(Debug)]
+pub enum AdminRequest {
+    CreateTopics {
+        request: CreateTopicsRequest,
+        reply: flume::Sender<CreateTopicsResponse>,
+    },
+    DeleteTopics {
+        names: Vec<String>,
+        reply: flume::Sender<Vec<(String, Option<ResponseError>)>>,
+    },
+    CreatePartitions {
+        request: CreatePartitionsRequest,
+        reply: flume::Sender<CreatePartitionsResponse>,
+    },
+    /// New topic settings, per resource: the outcome of each, in order.
+    AlterConfigs {
+        changes: Vec<ConfigChange>,
+        validate_only: bool,
+        reply: flume::Sender<Vec<Result<(), (ResponseError, String)>>>,
+    },
+}
+
+/// One topic's settings change, from AlterConfigs (replace all) or IncrementalAlterConfigs (edit).
+#[derive(Debug, Clone)]
+pub enum ConfigChange {
+    /// A resource that is not a topic, or an operation that is not supported.
+    Refused(ResponseError, String),
+    Replace {
+        topic: String,
+        configs: BTreeMap<String, String>,
+    },
+    /// (key, Some(value)) sets, (key, None) deletes back to the default.
+    Edit {
+        topic: String,
+        edits: Vec<(String, Option<String>)>,
+    },
+}
+
+/// What every handler on every shard shares.
+#[derive(Debug)]
+pub struct BrokerContext {
+    pub config: BrokerConfig,
+    pub apis: SupportedApis,
+    pub cluster_id: String,
+    pub topics: RwLock<TopicStore>,
+    /// One channel per shard for partition work.
+    pub shards: Vec<flume::Sender<PartitionRequest>>,
+    /// Shard 0's channel for topic changes.
+    pub admin: flume::Sender<AdminRequest>,
+}
+
+impl BrokerContext {
+    pub fn topic_defaults(&self) -> TopicDefaults {
+        TopicDefaults {
+            log: self.config.log.clone(),
+            min_insync_replicas: self.config.min_insync_replicas,
+            unclean_leader_election: self.config.unclean_leader_election,
+        }
+    }
+
+    /// The shard serving a partition, or `None` if the topic or partition does not exist.
+    pub fn owner(&self, topic: &str, partition: i32) -> Option<usize> {
+        let partition = u32::try_from(partition).ok()?;
+        self.topics.read().expect("topic lock").serving_shard(topic, partition, self.shards.len())
+    }
+
+    fn leader_epoch(&self, topic: &str, partition: i32) -> i32 {
+        let topics = self.topics.read().expect("topic lock");
+        topics.topics.get(topic).and_then(|t| t.partitions.get(partition as usize)).map_or(0, |p| p.leader_epoch)
+    }
+}
+
+/// Answers a decoded request; `None` for requests Kafka does not answer (produce with acks=0).
+pub async fn handle(ctx: &Arc<BrokerContext>, request: DecodedRequest) -> Option<ResponseKind> {
+    let version = request.version;
+    Some(match request.body {
+        RequestKind::ApiVersions(_) => ResponseKind::ApiVersions(ctx.apis.api_versions_response(0)),
+        RequestKind::Metadata(req) => ResponseKind::Metadata(metadata(ctx, &req, version).await),
+        RequestKind::CreateTopics(req) => ResponseKind::CreateTopics(create_topics(ctx, req).await),
+        RequestKind::Produce(req) => return produce(ctx, req).await.map(ResponseKind::Produce),
+        RequestKind::Fetch(req) => ResponseKind::Fetch(fetch(ctx, req).await),
+        RequestKind::ListOffsets(req) => ResponseKind::ListOffsets(list_offsets(ctx, req, version).await),
+        RequestKind::DeleteTopics(req) => ResponseKind::DeleteTopics(delete_topics(ctx, req).await),
+        RequestKind::CreatePartitions(req) => ResponseKind::CreatePartitions(create_partitions(ctx, req).await),
+        RequestKind::DeleteRecords(req) => ResponseKind::DeleteRecords(delete_records(ctx, req).await),
+        RequestKind::DescribeConfigs(req) => ResponseKind::DescribeConfigs(describe_configs(ctx, req, version)),
+        RequestKind::OffsetForLeaderEpoch(req) => {
+            ResponseKind::OffsetForLeaderEpoch(offset_for_leader_epoch(ctx, req).await)
+        }
+        RequestKind::DescribeCluster(_) => ResponseKind::DescribeCluster(describe_cluster(ctx)),
+        RequestKind::AlterConfigs(req) => ResponseKind::AlterConfigs(alter_configs(ctx, req).await),
+        RequestKind::IncrementalAlterConfigs(req) => {
+            ResponseKind::IncrementalAlterConfigs(incremental_alter_configs(ctx, req).await)
+        }
+        other => unreachable!("the codec admitted an API without a handler: {other:?}"),
+    })
+}
+
+fn code(error: Option<ResponseError>) -> i16 {
+    error.map_or(0, |e| e.code())
+}
+
+fn topic_name(name: &str) -> TopicName {
+    TopicName(StrBytes::from_string(name.to_string()))
+}
+
+/// Sends a partition request to its shard and waits for the reply; `None` if the shard is gone.
+async fn ask<T>(
+    ctx: &BrokerContext,
+    shard: usize,
+    make: impl FnOnce(flume::Sender<T>) -> PartitionRequest,
+) -> Option<T> {
+    let (tx, rx) = flume::bounded(1);
+    ctx.shards[shard].send_async(make(tx)).await.ok()?;
+    rx.recv_async().await.ok()
+}

@@ -4,6 +4,7 @@
 //! a [`PartitionRequest`] over the owner's channel (the same path for the local shard) and awaits the
 //! reply, so logs are only ever touched from their own thread.
 
+use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -124,11 +125,51 @@ pub fn high_watermark(log: &PartitionLog<DmaFs>) -> Offset {
     }
 }
 
-/// Serves partition requests for this shard until the channel closes.
+/// Serves partition requests for this shard until the channel closes. Each request runs as its own task,
+/// so a produce waiting for its fdatasync does not hold up the next one; appends to one partition still
+/// happen in the order their requests arrived (see [`AppendTurn`]).
 pub async fn serve(logs: Rc<LogDir<DmaFs>>, requests: flume::Receiver<PartitionRequest>) {
+    let mut last_appends: HashMap<TopicPartition, flume::Receiver<()>> = HashMap::new();
     while let Ok(request) = requests.recv_async().await {
+        let turn = match &request {
+            PartitionRequest::Produce { tp, .. } => Some(AppendTurn::take(&mut last_appends, tp)),
+            PartitionRequest::Delete { tp, .. } => {
+                last_appends.remove(tp);
+                None
+            }
+            _ => None,
+        };
+        if last_appends.len() > 1024 {
+            // Forget partitions whose last append is done; a later produce to them need not wait.
+            last_appends.retain(|_, done| !done.is_disconnected());
+        }
         let logs = logs.clone();
-        glommio::spawn_local(async move { handle(&logs, request).await }).detach();
+        glommio::spawn_local(async move { handle(&logs, request, turn).await }).detach();
+    }
+}
+
+/// A produce's place in its partition's line of appends: it appends after the produce that arrived
+/// before it has appended (not after that one is durable, so consecutive produces share fdatasyncs).
+/// An append that pauses (for a segment roll, or to write out buffered data) would otherwise let a later
+/// produce overtake it.
+struct AppendTurn {
+    previous: Option<flume::Receiver<()>>,
+    /// Dropped once this produce's append is done, which lets the next one go.
+    done: flume::Sender<()>,
+}
+
+impl AppendTurn {
+    fn take(last_appends: &mut HashMap<TopicPartition, flume::Receiver<()>>, tp: &TopicPartition) -> AppendTurn {
+        let (done, next) = flume::bounded(1);
+        let previous = last_appends.insert(tp.clone(), next);
+        AppendTurn { previous, done }
+    }
+
+    async fn wait(&mut self) {
+        if let Some(previous) = self.previous.take() {
+            // Resolves with an error when the previous produce's `done` is dropped: that is the signal.
+            let _ = previous.recv_async().await;
+        }
     }
 }
 
@@ -181,7 +222,7 @@ pub async fn upkeep(logs: Rc<LogDir<DmaFs>>, shutdown: Shutdown) {
     }
 }
 
-async fn handle(logs: &LogDir<DmaFs>, request: PartitionRequest) {
+async fn handle(logs: &LogDir<DmaFs>, request: PartitionRequest, turn: Option<AppendTurn>) {
     match request {
         PartitionRequest::Create { tp, config, reply } => {
             let result = logs.get_or_create(&tp, config).await.map(|_| ()).map_err(|e| e.to_string());
@@ -198,7 +239,8 @@ async fn handle(logs: &LogDir<DmaFs>, request: PartitionRequest) {
             let _ = reply.send(logs.delete(&tp).await.map_err(|e| e.to_string()));
         }
         PartitionRequest::Produce { tp, batch, epoch, acks, reply } => {
-            let _ = reply.send(produce(logs, &tp, &batch, epoch, acks).await);
+            let turn = turn.expect("every produce gets an append turn");
+            let _ = reply.send(produce(logs, &tp, &batch, epoch, acks, turn).await);
         }
         PartitionRequest::Fetch { tp, offset, max_bytes, reply } => {
             let _ = reply.send(fetch(logs, &tp, offset, max_bytes).await);
@@ -235,10 +277,14 @@ async fn produce(
     batch: &[u8],
     epoch: LeaderEpoch,
     acks: i16,
+    mut turn: AppendTurn,
 ) -> ProduceOutcome {
     let failed = |error| ProduceOutcome { error: Some(error), base_offset: -1, log_start_offset: -1 };
+    turn.wait().await;
     let Some(log) = logs.get(tp) else { return failed(ResponseError::UnknownTopicOrPartition) };
-    let info = match log.append(batch, epoch).await {
+    let appended = log.append(batch, epoch).await;
+    drop(turn.done);
+    let info = match appended {
         Ok(info) => info,
         Err(e) => {
             tracing::debug!(partition = %tp, error = %e, "produce refused");

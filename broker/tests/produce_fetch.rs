@@ -7,43 +7,14 @@ use std::collections::BTreeMap;
 use std::net::TcpStream;
 
 use bytes::Bytes;
-use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::{
-    ApiKey, CreateTopicsRequest, FetchRequest, ListOffsetsRequest, ProduceRequest, ResponseKind, TopicName,
-};
+use kafka_protocol::messages::{ApiKey, CreateTopicsRequest, ListOffsetsRequest, ResponseKind};
 use kafka_protocol::protocol::StrBytes;
-use shardlog_storage::batch::{build_batch, stamp};
-use shardlog_storage::{LeaderEpoch, Offset};
+use shardlog_storage::batch::build_batch;
 
+use common::requests::{batch, create, fetch_request, name, produce_request, stored};
 use common::{Broker, receive, send};
-
-fn name(n: &str) -> TopicName {
-    TopicName(StrBytes::from_string(n.to_string()))
-}
-
-fn create(s: &mut TcpStream, topic: &str, partitions: i32, replication: i16, configs: &[(&str, &str)]) -> i16 {
-    let t = CreatableTopic::default()
-        .with_name(name(topic))
-        .with_num_partitions(partitions)
-        .with_replication_factor(replication)
-        .with_configs(
-            configs
-                .iter()
-                .map(|(k, v)| {
-                    CreatableTopicConfig::default()
-                        .with_name(StrBytes::from_string(k.to_string()))
-                        .with_value(Some(StrBytes::from_string(v.to_string())))
-                })
-                .collect(),
-        );
-    send(s, ApiKey::CreateTopics, 7, 1, &CreateTopicsRequest::default().with_topics(vec![t]).with_timeout_ms(5000));
-    let (_, body) = receive(s, ApiKey::CreateTopics, 7);
-    let ResponseKind::CreateTopics(r) = body else { panic!("wrong response") };
-    r.topics[0].error_code
-}
 
 /// Produces one batch, returns (error code, base offset); `None` for acks=0.
 fn produce(
@@ -66,12 +37,7 @@ fn produce_at(
     correlation_id: i32,
     version: i16,
 ) -> Option<(i16, i64)> {
-    let req = ProduceRequest::default().with_acks(acks).with_timeout_ms(5000).with_topic_data(vec![
-        TopicProduceData::default().with_name(name(topic)).with_partition_data(vec![
-            PartitionProduceData::default().with_index(partition).with_records(Some(Bytes::copy_from_slice(batch))),
-        ]),
-    ]);
-    send(s, ApiKey::Produce, version, correlation_id, &req);
+    send(s, ApiKey::Produce, version, correlation_id, &produce_request(topic, partition, batch, acks));
     if acks == 0 {
         return None;
     }
@@ -95,16 +61,7 @@ fn fetch_at(
     max_wait_ms: i32,
     version: i16,
 ) -> (i16, i64, Bytes) {
-    let req =
-        FetchRequest::default().with_max_wait_ms(max_wait_ms).with_min_bytes(1).with_max_bytes(50 << 20).with_topics(
-            vec![FetchTopic::default().with_topic(name(topic)).with_partitions(vec![
-                    FetchPartition::default()
-                        .with_partition(partition)
-                        .with_fetch_offset(offset)
-                        .with_partition_max_bytes(10 << 20),
-                ])],
-        );
-    send(s, ApiKey::Fetch, version, 3, &req);
+    send(s, ApiKey::Fetch, version, 3, &fetch_request(topic, partition, offset, max_wait_ms));
     let (_, body) = receive(s, ApiKey::Fetch, version);
     let ResponseKind::Fetch(r) = body else { panic!("wrong response") };
     let p = &r.responses[0].partitions[0];
@@ -126,19 +83,6 @@ fn list_offset_at(s: &mut TcpStream, topic: &str, partition: i32, timestamp: i64
     let ResponseKind::ListOffsets(r) = body else { panic!("wrong response") };
     let p = &r.topics[0].partitions[0];
     (p.error_code, p.offset)
-}
-
-fn batch(seed: u8, records: usize, ts: i64) -> Vec<u8> {
-    let values: Vec<Vec<u8>> = (0..records).map(|i| vec![seed.wrapping_add(i as u8); 100]).collect();
-    let refs: Vec<&[u8]> = values.iter().map(|v| v.as_slice()).collect();
-    build_batch(ts, &refs)
-}
-
-/// The bytes the log stores for `b` at `base`.
-fn stored(b: &[u8], base: i64) -> Vec<u8> {
-    let mut s = b.to_vec();
-    stamp(&mut s, Offset(base as u64), LeaderEpoch(0));
-    s
 }
 
 #[test]

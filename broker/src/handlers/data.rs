@@ -3,27 +3,39 @@
 
 use super::*;
 
-pub(super) async fn produce(ctx: &Arc<BrokerContext>, req: ProduceRequest) -> Option<ProduceResponse> {
+/// A produce request whose batches have been handed to their shards, waiting for the outcomes.
+#[derive(Debug)]
+pub struct DispatchedProduce {
+    acks: i16,
+    pending: Vec<(TopicName, i32, Result<flume::Receiver<ProduceOutcome>, ResponseError>)>,
+}
+
+/// Hands every batch of a produce request to the shard owning its partition, without waiting: nothing in
+/// here awaits, so the batches of requests dispatched one after another reach each shard in that order,
+/// and each shard appends a partition's batches in the order they arrive.
+pub fn dispatch_produce(ctx: &Arc<BrokerContext>, req: ProduceRequest) -> DispatchedProduce {
     let acks = req.acks;
     let mut pending = Vec::new();
-    for topic in &req.topic_data {
+    for topic in req.topic_data {
         let name = topic.name.0.as_str().to_string();
-        for partition in &topic.partition_data {
-            let outcome: Result<flume::Receiver<ProduceOutcome>, ResponseError> = if ![-1, 0, 1].contains(&acks) {
+        for partition in topic.partition_data {
+            let outcome = if ![-1, 0, 1].contains(&acks) {
                 Err(ResponseError::InvalidRequiredAcks)
             } else if let Some(shard) = ctx.owner(&name, partition.index) {
-                match &partition.records {
-                    Some(records) => {
-                        let (tx, rx) = flume::bounded(1);
+                match partition.records {
+                    Some(batch) => {
+                        let (reply, outcome) = flume::bounded(1);
                         let request = PartitionRequest::Produce {
                             tp: TopicPartition::new(name.clone(), partition.index as u32),
-                            batch: records.clone(),
+                            batch,
                             epoch: LeaderEpoch(ctx.leader_epoch(&name, partition.index)),
                             acks,
-                            reply: tx,
+                            reply,
                         };
-                        match ctx.shards[shard].send_async(request).await {
-                            Ok(()) => Ok(rx),
+                        // Shard channels are unbounded: the number of requests in flight is bounded per
+                        // connection instead.
+                        match ctx.shards[shard].send(request) {
+                            Ok(()) => Ok(outcome),
                             Err(_) => Err(ResponseError::KafkaStorageError),
                         }
                     }
@@ -35,30 +47,36 @@ pub(super) async fn produce(ctx: &Arc<BrokerContext>, req: ProduceRequest) -> Op
             pending.push((topic.name.clone(), partition.index, outcome));
         }
     }
-    let mut by_topic: Vec<TopicProduceResponse> = Vec::new();
-    for (name, index, outcome) in pending {
-        let outcome = match outcome {
-            Ok(rx) => rx.recv_async().await.unwrap_or(ProduceOutcome {
-                error: Some(ResponseError::KafkaStorageError),
-                base_offset: -1,
-                log_start_offset: -1,
-            }),
-            Err(error) => ProduceOutcome { error: Some(error), base_offset: -1, log_start_offset: -1 },
-        };
-        let partition = PartitionProduceResponse::default()
-            .with_index(index)
-            .with_error_code(code(outcome.error))
-            .with_base_offset(outcome.base_offset)
-            .with_log_append_time_ms(-1)
-            .with_log_start_offset(outcome.log_start_offset);
-        match by_topic.iter_mut().find(|t| t.name == name) {
-            Some(t) => t.partition_responses.push(partition),
-            None => {
-                by_topic.push(TopicProduceResponse::default().with_name(name).with_partition_responses(vec![partition]))
+    DispatchedProduce { acks, pending }
+}
+
+impl DispatchedProduce {
+    /// The answer once every partition has replied; `None` for acks=0 (Kafka sends nothing back).
+    pub async fn answer(self) -> Option<ProduceResponse> {
+        let mut by_topic: Vec<TopicProduceResponse> = Vec::new();
+        for (name, index, outcome) in self.pending {
+            let outcome = match outcome {
+                Ok(rx) => rx.recv_async().await.unwrap_or(ProduceOutcome {
+                    error: Some(ResponseError::KafkaStorageError),
+                    base_offset: -1,
+                    log_start_offset: -1,
+                }),
+                Err(error) => ProduceOutcome { error: Some(error), base_offset: -1, log_start_offset: -1 },
+            };
+            let partition = PartitionProduceResponse::default()
+                .with_index(index)
+                .with_error_code(code(outcome.error))
+                .with_base_offset(outcome.base_offset)
+                .with_log_append_time_ms(-1)
+                .with_log_start_offset(outcome.log_start_offset);
+            match by_topic.iter_mut().find(|t| t.name == name) {
+                Some(t) => t.partition_responses.push(partition),
+                None => by_topic
+                    .push(TopicProduceResponse::default().with_name(name).with_partition_responses(vec![partition])),
             }
         }
+        (self.acks != 0).then(|| ProduceResponse::default().with_responses(by_topic))
     }
-    (acks != 0).then(|| ProduceResponse::default().with_responses(by_topic))
 }
 
 /// Kafka's default `fetch.max.bytes`: the most one Fetch answer carries (at least one batch is always sent).

@@ -42,6 +42,7 @@ pub use admin::admin;
 use admin::*;
 use cluster::*;
 use data::*;
+pub use data::{DispatchedProduce, dispatch_produce};
 
 use crate::config::BrokerConfig;
 use crate::shard::{FetchOutcome, ListOutcome, OffsetSpec, PartitionRequest, ProduceOutcome};
@@ -149,7 +150,7 @@ pub async fn handle(ctx: &Arc<BrokerContext>, request: DecodedRequest) -> Option
         RequestKind::ApiVersions(_) => ResponseKind::ApiVersions(ctx.apis.api_versions_response(0)),
         RequestKind::Metadata(req) => ResponseKind::Metadata(metadata(ctx, &req, version).await),
         RequestKind::CreateTopics(req) => ResponseKind::CreateTopics(create_topics(ctx, req).await),
-        RequestKind::Produce(req) => return produce(ctx, req).await.map(ResponseKind::Produce),
+        RequestKind::Produce(req) => return dispatch_produce(ctx, req).answer().await.map(ResponseKind::Produce),
         RequestKind::Fetch(req) => ResponseKind::Fetch(fetch(ctx, req).await),
         RequestKind::ListOffsets(req) => ResponseKind::ListOffsets(list_offsets(ctx, req, version).await),
         RequestKind::DeleteTopics(req) => ResponseKind::DeleteTopics(delete_topics(ctx, req).await),

@@ -2,6 +2,8 @@
 //! dir, spoken to over TCP with requests encoded by `kafka-protocol`'s client side.
 #![allow(dead_code)]
 
+pub mod requests;
+
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;

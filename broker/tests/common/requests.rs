@@ -1,0 +1,75 @@
+//! Requests the wire tests build again and again, and the batches they produce.
+
+use std::net::TcpStream;
+
+use bytes::Bytes;
+use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{ApiKey, CreateTopicsRequest, FetchRequest, ProduceRequest, ResponseKind, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use shardlog_storage::batch::{build_batch, stamp};
+use shardlog_storage::{LeaderEpoch, Offset};
+
+use super::{receive, send};
+
+pub fn name(n: &str) -> TopicName {
+    TopicName(StrBytes::from_string(n.to_string()))
+}
+
+/// Creates a topic with CreateTopics v7; returns its error code.
+pub fn create(s: &mut TcpStream, topic: &str, partitions: i32, replication: i16, configs: &[(&str, &str)]) -> i16 {
+    let t = CreatableTopic::default()
+        .with_name(name(topic))
+        .with_num_partitions(partitions)
+        .with_replication_factor(replication)
+        .with_configs(
+            configs
+                .iter()
+                .map(|(k, v)| {
+                    CreatableTopicConfig::default()
+                        .with_name(StrBytes::from_string(k.to_string()))
+                        .with_value(Some(StrBytes::from_string(v.to_string())))
+                })
+                .collect(),
+        );
+    send(s, ApiKey::CreateTopics, 7, 1, &CreateTopicsRequest::default().with_topics(vec![t]).with_timeout_ms(5000));
+    let (_, body) = receive(s, ApiKey::CreateTopics, 7);
+    let ResponseKind::CreateTopics(r) = body else { panic!("wrong response") };
+    r.topics[0].error_code
+}
+
+/// A Produce request carrying one batch for one partition.
+pub fn produce_request(topic: &str, partition: i32, batch: &[u8], acks: i16) -> ProduceRequest {
+    ProduceRequest::default().with_acks(acks).with_timeout_ms(5000).with_topic_data(vec![
+        TopicProduceData::default().with_name(name(topic)).with_partition_data(vec![
+            PartitionProduceData::default().with_index(partition).with_records(Some(Bytes::copy_from_slice(batch))),
+        ]),
+    ])
+}
+
+/// A Fetch request for one partition from `offset`, answered once one byte is there or `max_wait_ms` passed.
+pub fn fetch_request(topic: &str, partition: i32, offset: i64, max_wait_ms: i32) -> FetchRequest {
+    FetchRequest::default().with_max_wait_ms(max_wait_ms).with_min_bytes(1).with_max_bytes(50 << 20).with_topics(vec![
+        FetchTopic::default().with_topic(name(topic)).with_partitions(vec![
+            FetchPartition::default()
+                .with_partition(partition)
+                .with_fetch_offset(offset)
+                .with_partition_max_bytes(10 << 20),
+        ]),
+    ])
+}
+
+/// A batch of `records` records of 100 bytes each, all with timestamp `ts`.
+pub fn batch(seed: u8, records: usize, ts: i64) -> Vec<u8> {
+    let values: Vec<Vec<u8>> = (0..records).map(|i| vec![seed.wrapping_add(i as u8); 100]).collect();
+    let refs: Vec<&[u8]> = values.iter().map(|v| v.as_slice()).collect();
+    build_batch(ts, &refs)
+}
+
+/// The bytes the log stores for `b` at `base`.
+pub fn stored(b: &[u8], base: i64) -> Vec<u8> {
+    let mut s = b.to_vec();
+    stamp(&mut s, Offset(base as u64), LeaderEpoch(0));
+    s
+}

@@ -6,6 +6,11 @@ use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use shardlog_broker::config::{BrokerConfig, Sources};
 use shardlog_broker::runtime::{self, Shutdown};
+use shardlog_net::alloc::ReservingAllocator;
+
+/// A request claiming a huge array must not abort the broker (see `shardlog_net::alloc`).
+#[global_allocator]
+static ALLOCATOR: ReservingAllocator = ReservingAllocator;
 
 #[derive(Debug, Parser)]
 #[command(name = "shardlog", version, about = "A durable, Kafka-compatible message broker")]

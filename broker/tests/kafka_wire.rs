@@ -7,6 +7,7 @@ use std::io::Write;
 use std::net::TcpStream;
 
 use bytes::{BufMut, BytesMut};
+use common::requests::{batch, create, fetch_request, produce_request, stored};
 use common::{Broker, assert_closed, receive, send};
 use kafka_protocol::messages::api_versions_request::ApiVersionsRequest;
 use kafka_protocol::messages::metadata_request::{MetadataRequest, MetadataRequestTopic};
@@ -91,25 +92,48 @@ fn unknown_api_versions_version_is_answered_then_the_client_retries() {
     assert_eq!(receive(&mut s, ApiKey::ApiVersions, 3).0, 6);
 }
 
+/// The fuzz target's corpus of malformed frames (`net/fuzz/malformed-frames/`).
+fn malformed_frames() -> Vec<(String, Vec<u8>)> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../net/fuzz/malformed-frames");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap()))
+        .collect();
+    files.sort();
+    files
+}
+
 #[test]
-fn bad_input_closes_only_that_connection() {
+fn each_malformed_frame_closes_only_its_connection_is_logged_once_and_changes_no_log() {
     let broker = Broker::start(2);
-    let bad: [&[u8]; 5] = [
-        b"\x00\x00\x00\x0cGARBAGE!GARB",                             // unknown API key
-        b"\xff\xff\xff\xff",                                         // negative length
-        b"\x7f\xff\xff\xff",                                         // 2 GiB frame
-        b"\x00\x00\x00\x02\x00\x12",                                 // too short for a header
-        b"\x00\x00\x00\x0a\x00\x00\x00\x02\x00\x00\x00\x01\x00\x00", // Produce v2, not served
-    ];
-    for bytes in bad {
-        let mut s = broker.connect();
-        s.write_all(bytes).unwrap();
-        assert_closed(&mut s);
+    let mut s = broker.connect();
+    assert_eq!(create(&mut s, "events", 1, 1, &[]), 0);
+    send(&mut s, ApiKey::Produce, 9, 1, &produce_request("events", 0, &batch(1, 2, 0), -1));
+    assert_eq!(receive(&mut s, ApiKey::Produce, 9).0, 1);
+
+    let corpus = malformed_frames();
+    assert!(corpus.len() >= 15, "the corpus is there");
+    for (name, bytes) in &corpus {
+        let mut bad = broker.connect();
+        bad.write_all(bytes).unwrap();
+        // End of stream: a frame that was never completed is closed too.
+        bad.shutdown(std::net::Shutdown::Write).unwrap();
+        assert_closed(&mut bad);
         // The broker is still there for everyone else.
-        let mut ok = broker.connect();
-        send(&mut ok, ApiKey::ApiVersions, 3, 1, &api_versions_v3());
-        assert_eq!(receive(&mut ok, ApiKey::ApiVersions, 3).0, 1);
+        send(&mut s, ApiKey::ApiVersions, 3, 2, &api_versions_v3());
+        assert_eq!(receive(&mut s, ApiKey::ApiVersions, 3).0, 2, "after {name}");
     }
+    let log = broker.log();
+    let closings = log.lines().filter(|l| l.contains("closing connection")).count();
+    assert_eq!(closings, corpus.len(), "one log line per bad connection:\n{log}");
+
+    send(&mut s, ApiKey::Fetch, 11, 3, &fetch_request("events", 0, 0, 0));
+    let (_, body) = receive(&mut s, ApiKey::Fetch, 11);
+    let ResponseKind::Fetch(r) = body else { panic!("wrong response") };
+    let p = &r.responses[0].partitions[0];
+    assert_eq!(p.high_watermark, 2, "no log changed");
+    assert_eq!(p.records.as_deref(), Some(&stored(&batch(1, 2, 0), 0)[..]));
 }
 
 #[test]

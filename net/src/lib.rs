@@ -4,4 +4,5 @@
 //! Nothing here does I/O: callers hand in bytes read from a socket and get back decoded requests or the
 //! bytes to write, so every malformed input can be tested without a network.
 
+pub mod alloc;
 pub mod kafka;

@@ -11,9 +11,10 @@
 //!   closed (the client cannot read an answer at a version nobody agreed on).
 //!
 //! Known limit: `kafka-protocol` 0.18 sizes decoded arrays from their length prefix before reading them
-//! (upstream pull requests #152/#161/#200 are open), so a request declaring a huge array can ask the
-//! allocator for gigabytes. The broker must bound that before it accepts connections from untrusted
-//! clients; see the issue notes.
+//! (upstream pull requests #152/#161/#200 are open), so a request declaring a huge array asks the
+//! allocator for gigabytes. A process that decodes untrusted requests must use
+//! [`crate::alloc::ReservingAllocator`], which turns such a claim into an untouched address-space
+//! reservation instead of an abort.
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};

@@ -53,7 +53,8 @@ impl FrameReader {
             return Err(FrameError::TooLarge { size, max: self.max_frame_bytes });
         }
         if self.buf.len() < 4 + size {
-            self.buf.reserve(4 + size - self.buf.len());
+            // Nothing is reserved for the claimed size: the buffer grows with what really arrives, so a
+            // client announcing large frames and sending little costs little.
             return Ok(None);
         }
         self.buf.advance(4);

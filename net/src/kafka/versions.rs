@@ -48,6 +48,16 @@ impl SupportedApis {
         SupportedApis { ranges }
     }
 
+    /// Every API at every version the codec decodes: for fuzzing and testing the decoder itself, never
+    /// for a broker's answer.
+    pub fn everything_decodable() -> Self {
+        let entries: Vec<_> = (0..=i16::from(u8::MAX))
+            .filter_map(|key| ApiKey::try_from(key).ok())
+            .map(|api| (api, api.valid_versions().min, api.valid_versions().max))
+            .collect();
+        Self::new(&entries)
+    }
+
     /// The range the broker implements for `api`, if any.
     pub fn range(&self, api: ApiKey) -> Option<VersionRange> {
         self.ranges.get(&(api as i16)).map(|(_, r)| *r)

@@ -22,6 +22,7 @@ use crate::durable;
 use crate::error::{Result, StorageError};
 use crate::fatal;
 use crate::fs::Fs;
+use crate::fs::open_files::{DEFAULT_MAX_OPEN_FILES, OpenFiles};
 use crate::log::maintenance::{DELETED_SUFFIX, remove_dir_contents};
 use crate::log::{LogConfig, OpenHints, OpenReport, PartitionLog, Recovery};
 use crate::types::{Clock, Offset, TopicPartition};
@@ -34,6 +35,8 @@ pub const CLEAN_SHUTDOWN_FILE: &str = ".shardlog-clean-shutdown";
 /// The partition logs of one data directory.
 pub struct LogDir<F: Fs> {
     fs: F,
+    /// Segment files of every log here, opened on demand under one bound.
+    files: Rc<OpenFiles<F>>,
     clock: Rc<dyn Clock>,
     path: PathBuf,
     logs: RefCell<BTreeMap<TopicPartition, Rc<PartitionLog<F>>>>,
@@ -56,6 +59,8 @@ pub struct LogDirScope {
     pub name: String,
     /// Whether a partition belongs to this owner.
     pub owns: Box<dyn Fn(&TopicPartition) -> bool>,
+    /// The most segment files this owner keeps open at once.
+    pub max_open_files: usize,
 }
 
 impl std::fmt::Debug for LogDirScope {
@@ -92,6 +97,7 @@ impl<F: Fs> LogDir<F> {
         }
         let suffix = scope.as_ref().map_or(String::new(), |s| format!(".{}", s.name));
         let owns = |tp: &TopicPartition| scope.as_ref().is_none_or(|s| (s.owns)(tp));
+        let files = OpenFiles::new(fs.clone(), scope.as_ref().map_or(DEFAULT_MAX_OPEN_FILES, |s| s.max_open_files));
         let marker = path.join(format!("{CLEAN_SHUTDOWN_FILE}{suffix}"));
         let clean = fs.exists(&marker);
         let recovery_points =
@@ -137,7 +143,8 @@ impl<F: Fs> LogDir<F> {
                 high_watermark: hws.get(&tp).copied().unwrap_or(Offset::ZERO),
             };
             let (log, report) =
-                PartitionLog::open(fs.clone(), clock.clone(), &path.join(&name), config_for(&tp), hints).await?;
+                PartitionLog::open_with_files(files.clone(), clock.clone(), &path.join(&name), config_for(&tp), hints)
+                    .await?;
             logs.insert(tp.clone(), Rc::new(log));
             reports.push((tp, report));
         }
@@ -149,6 +156,7 @@ impl<F: Fs> LogDir<F> {
         }
         let dir = LogDir {
             fs,
+            files,
             clock,
             suffix,
             path: path.to_path_buf(),
@@ -161,6 +169,11 @@ impl<F: Fs> LogDir<F> {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Segment files open now, across every log here.
+    pub fn open_files(&self) -> usize {
+        self.files.open_count()
     }
 
     /// The log of a partition, if this directory holds it.
@@ -185,7 +198,8 @@ impl<F: Fs> LogDir<F> {
         }
         let dir = self.path.join(tp.dir_name());
         let (log, _) =
-            PartitionLog::open(self.fs.clone(), self.clock.clone(), &dir, config, OpenHints::default()).await?;
+            PartitionLog::open_with_files(self.files.clone(), self.clock.clone(), &dir, config, OpenHints::default())
+                .await?;
         let log = Rc::new(log);
         self.logs.borrow_mut().insert(tp.clone(), log.clone());
         Ok(log)

@@ -13,7 +13,7 @@ use futures_lite::future::block_on;
 use proptest::prelude::*;
 use shardlog_storage::epoch_cache::LeaderEpochCache;
 use shardlog_storage::fs::sim::{SimFs, SimRng};
-use shardlog_storage::{FlushPolicy, LeaderEpoch, LogConfig, LogDir, Offset, TopicPartition};
+use shardlog_storage::{FlushPolicy, LeaderEpoch, LogConfig, LogDir, LogDirScope, Offset, TopicPartition};
 
 use common::{ManualClock, make_batch, small_config, split_batches};
 
@@ -22,6 +22,7 @@ enum Op {
     Append { partition: u32, records: usize, value_len: usize, epoch_bump: bool },
     Flush { partition: u32 },
     WriteOut { partition: u32 },
+    ReleaseCache { partition: u32 },
     Roll { partition: u32 },
     Truncate { partition: u32, back: u64 },
     Retention { keep: u64 },
@@ -35,6 +36,7 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(partition, records, value_len, epoch_bump)| Op::Append { partition, records, value_len, epoch_bump }),
         3 => p.clone().prop_map(|partition| Op::Flush { partition }),
         2 => p.clone().prop_map(|partition| Op::WriteOut { partition }),
+        1 => p.clone().prop_map(|partition| Op::ReleaseCache { partition }),
         1 => p.clone().prop_map(|partition| Op::Roll { partition }),
         1 => (p.clone(), 1u64..20).prop_map(|(partition, back)| Op::Truncate { partition, back }),
         1 => (4_000u64..40_000).prop_map(|keep| Op::Retention { keep }),
@@ -59,7 +61,10 @@ fn run(ops: Vec<Op>, crash_seed: u64, flush_interval: bool) -> Result<(), TestCa
     let clock = ManualClock::new(1_700_000_000_000);
     let data = Path::new("/data");
     let config = config_for(flush_interval);
-    let (dir, _) = block_on(LogDir::open(fs.clone(), clock.clone(), data, |_| config.clone())).expect("open");
+    // One segment file open at a time for both logs: every access may go through a reopen.
+    let scope = LogDirScope { name: "s".into(), owns: Box::new(|_| true), max_open_files: 1 };
+    let (dir, _) =
+        block_on(LogDir::open_scoped(fs.clone(), clock.clone(), data, Some(scope), |_| config.clone())).expect("open");
     let tps = [TopicPartition::new("t", 0), TopicPartition::new("t", 1)];
     let mut appended: [Vec<Appended>; 2] = [Vec::new(), Vec::new()];
     let mut epochs = [0i32; 2];
@@ -84,6 +89,9 @@ fn run(ops: Vec<Op>, crash_seed: u64, flush_interval: bool) -> Result<(), TestCa
             Op::Flush { partition } => block_on(dir.get(&tps[partition as usize]).unwrap().flush()).expect("flush"),
             Op::WriteOut { partition } => {
                 block_on(dir.get(&tps[partition as usize]).unwrap().write_out()).expect("write")
+            }
+            Op::ReleaseCache { partition } => {
+                block_on(dir.get(&tps[partition as usize]).unwrap().release_cache()).expect("release")
             }
             Op::Roll { partition } => block_on(dir.get(&tps[partition as usize]).unwrap().roll()).expect("roll"),
             Op::Truncate { partition, back } => {

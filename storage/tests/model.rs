@@ -26,6 +26,7 @@ enum Op {
     RetainBytes { keep: u64 },
     DeleteRecords { to_pct: u8 },
     Flush,
+    ReleaseCache,
     Reopen { clean: bool },
 }
 
@@ -41,6 +42,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (2_000u64..30_000).prop_map(|keep| Op::RetainBytes { keep }),
         1 => any::<u8>().prop_map(|to_pct| Op::DeleteRecords { to_pct }),
         1 => Just(Op::Flush),
+        1 => Just(Op::ReleaseCache),
         1 => any::<bool>().prop_map(|clean| Op::Reopen { clean }),
     ]
 }
@@ -202,6 +204,10 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 let start = block_on(log.delete_records(Offset(to))).expect("delete records");
                 model.log_start = model.log_start.max(to);
                 prop_assert_eq!(start, Offset(model.log_start));
+            }
+            Op::ReleaseCache => {
+                block_on(log.release_cache()).expect("release");
+                prop_assert!(log.cached_bytes() < 4096);
             }
             Op::Flush => {
                 block_on(log.flush()).expect("flush");

@@ -131,3 +131,48 @@ fn recent_reads_come_from_the_tail_cache_and_old_ones_from_disk() {
     assert_eq!(old, recent, "the same bytes from disk");
     assert!(fs.read_count() > reads, "a rolled segment is read from disk");
 }
+
+#[test]
+fn an_idle_log_releases_its_cache_and_files_and_reads_come_from_disk() {
+    use shardlog_storage::{LogDir, LogDirScope, TopicPartition};
+    let fs = SimFs::new();
+    let clock = ManualClock::new(1_700_000_000_000);
+    // A large tail cache, and interval flushing so appended data also waits in memory.
+    let config = LogConfig {
+        tail_cache_bytes: 1 << 20,
+        segment_bytes: 64 << 10,
+        flush: FlushPolicy::Interval { messages: 1 << 40, ms: 1 << 40 },
+        ..small_config()
+    };
+    let scope = LogDirScope { name: "s".into(), owns: Box::new(|_| true), max_open_files: 3 };
+    let config_for = |_: &shardlog_storage::TopicPartition| config.clone();
+    let (dir, _) =
+        block_on(LogDir::open_scoped(fs.clone(), clock.clone(), Path::new("/data"), Some(scope), config_for)).unwrap();
+    let mut appended = vec![Vec::new(); 2];
+    for p in 0..2u32 {
+        let log = block_on(dir.get_or_create(&TopicPartition::new("t", p), config.clone())).unwrap();
+        for i in 0..300u64 {
+            block_on(log.append(&make_batch(i, 2, 500, clock.0.get()), LeaderEpoch(0))).unwrap();
+        }
+        appended[p as usize] = block_on(log.read(Offset(0), usize::MAX)).unwrap().bytes;
+        assert!(log.segment_count() > 3, "several segments, more than the files allowed open");
+    }
+    assert!(dir.open_files() <= 3, "{} segment files open", dir.open_files());
+
+    let log = dir.get(&TopicPartition::new("t", 0)).unwrap();
+    let writes_before = log.stats().writes;
+    assert!(log.cached_bytes() > 16 << 10, "recent data is cached: {} bytes", log.cached_bytes());
+    block_on(log.release_cache()).unwrap();
+    assert!(log.cached_bytes() < 4096, "only the partial last block stays: {} bytes", log.cached_bytes());
+    assert!(log.stats().writes > writes_before, "data waiting in memory was written out first");
+
+    for p in 0..2u32 {
+        let log = dir.get(&TopicPartition::new("t", p)).unwrap();
+        let read = block_on(log.read(Offset(0), usize::MAX)).unwrap().bytes;
+        assert_eq!(read, appended[p as usize], "partition {p} reads back the same after release");
+        // And appends go on after the release.
+        let info = block_on(log.append(&make_batch(999, 1, 10, clock.0.get()), LeaderEpoch(0))).unwrap();
+        assert_eq!(info.base_offset, Offset(600));
+    }
+    assert!(dir.open_files() <= 3, "{} segment files open", dir.open_files());
+}

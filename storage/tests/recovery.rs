@@ -132,6 +132,8 @@ fn scoped_owners_share_a_data_dir_without_touching_each_other() {
     let scope = |shard: u32| LogDirScope {
         name: format!("shard-{shard}"),
         owns: Box::new(move |tp: &TopicPartition| tp.partition % 2 == shard),
+        // One open file per owner: every segment access goes through the file cache.
+        max_open_files: 1,
     };
     let open = |shard: u32| {
         block_on(LogDir::open_scoped(fs.clone(), ManualClock::new(0), Path::new(DATA), Some(scope(shard)), |_| {

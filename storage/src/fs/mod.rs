@@ -14,6 +14,7 @@ use std::io;
 use std::path::Path;
 
 pub mod dma;
+pub mod open_files;
 pub mod sim;
 
 /// Alignment of every write's position and length.

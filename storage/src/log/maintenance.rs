@@ -2,12 +2,12 @@
 //! DeleteRecords and close. Each holds the `io` lock for its whole duration.
 
 use std::path::Path;
-use std::rc::Rc;
 
 use crate::batch::{BatchHeader, HEADER_BYTES};
 use crate::durable;
 use crate::error::{Result, StorageError};
 use crate::fatal;
+use crate::fs::open_files::OpenFiles;
 use crate::fs::{Fs, SegmentFile, align_down};
 use crate::segment::index::SegmentIndex;
 use crate::segment::{self, Segment};
@@ -16,7 +16,13 @@ use crate::types::Offset;
 use super::{AppendPause, PartitionLog, Tail};
 
 /// Creates an empty segment file at `base` (replacing a stray one) and makes its directory entry durable.
-pub(super) async fn create_segment<F: Fs>(fs: &F, dir: &Path, base: Offset, now_ms: i64) -> Result<Segment<F>> {
+pub(super) async fn create_segment<F: Fs>(
+    fs: &F,
+    files: &OpenFiles<F>,
+    dir: &Path,
+    base: Offset,
+    now_ms: i64,
+) -> Result<Segment<F>> {
     let path = dir.join(segment::file_name(base, segment::LOG_SUFFIX));
     let file = fs.open(&path, true).await.map_err(|e| StorageError::io("create segment", &path, e))?;
     if let Err(e) = file.truncate(0).await {
@@ -26,7 +32,7 @@ pub(super) async fn create_segment<F: Fs>(fs: &F, dir: &Path, base: Offset, now_
     Ok(Segment {
         base,
         dir: dir.to_path_buf(),
-        file: Rc::new(file),
+        file: files.adopt(path, file),
         size: 0,
         next_offset: base,
         index: SegmentIndex::new(base),
@@ -59,6 +65,43 @@ async fn remove_segment_files<F: Fs>(fs: &F, dir: &Path, base: Offset) -> Result
 }
 
 impl<F: Fs> PartitionLog<F> {
+    /// Memory the log holds for its data now: the in-memory tail of the active segment.
+    pub fn cached_bytes(&self) -> usize {
+        self.inner.borrow().tail.bytes.capacity()
+    }
+
+    /// Whether any of the log's segment files is open now.
+    pub fn holds_open_files(&self) -> bool {
+        self.inner.borrow().segments.iter().any(|s| s.file.is_open())
+    }
+
+    /// When the log was last appended to or read (by its clock).
+    pub fn last_used_ms(&self) -> i64 {
+        self.inner.borrow().last_used_ms
+    }
+
+    /// Lets go of what the log holds while it is not being used: appended data still in memory is written
+    /// out (not synced; the flush policy decides that), the cached tail is cut to the block the next
+    /// write-out rewrites, and segment files no operation is using are closed. Reads of the released
+    /// data go to the disk; the next use opens files again.
+    pub async fn release_cache(&self) -> Result<()> {
+        let _io = self.io.lock().await;
+        self.check_open()?;
+        self.write_out_locked().await?;
+        let mut inner = self.inner.borrow_mut();
+        let tail = &mut inner.tail;
+        let keep_from = align_down(tail.written);
+        if keep_from > tail.start {
+            tail.bytes.drain(..(keep_from - tail.start) as usize);
+            tail.start = keep_from;
+        }
+        tail.bytes.shrink_to_fit();
+        for segment in &inner.segments {
+            segment.file.close_if_unused();
+        }
+        Ok(())
+    }
+
     /// Rolls the active segment if a `batch_len`-byte append still needs a new one.
     pub(super) async fn roll_if_needed(&self, batch_len: u64) -> Result<()> {
         let _io = self.io.lock().await;
@@ -87,7 +130,7 @@ impl<F: Fs> PartitionLog<F> {
     async fn roll_locked(&self, now: i64) -> Result<()> {
         self.seal_active_locked().await?;
         let base = self.inner.borrow().log_end();
-        let segment = create_segment(&self.fs, &self.dir, base, now).await?;
+        let segment = create_segment(&self.fs, &self.files, &self.dir, base, now).await?;
         {
             // The new segment is the active one as soon as its file exists (nothing was appended since the
             // seal: appends are paused), so a cancellation past this point leaves no stray file.
@@ -120,6 +163,7 @@ impl<F: Fs> PartitionLog<F> {
                 covered,
             )
         };
+        let file = self.open_file(&file).await?;
         if let Err(e) = file.truncate(size).await {
             fatal::disk_failure("truncate", &path, &e);
         }
@@ -185,6 +229,7 @@ impl<F: Fs> PartitionLog<F> {
             let inner = self.inner.borrow();
             (inner.active().file.clone(), inner.active().log_path())
         };
+        let file = self.open_file(&file).await?;
         if let Err(e) = file.truncate(cut_pos).await {
             fatal::disk_failure("truncate", &path, &e);
         }
@@ -301,7 +346,7 @@ impl<F: Fs> PartitionLog<F> {
         for base in doomed.iter().rev() {
             remove_segment_files(&self.fs, &self.dir, *base).await?;
         }
-        let segment = create_segment(&self.fs, &self.dir, offset, self.clock.now_ms()).await?;
+        let segment = create_segment(&self.fs, &self.files, &self.dir, offset, self.clock.now_ms()).await?;
         {
             let mut inner = self.inner.borrow_mut();
             inner.segments = vec![segment];

@@ -30,6 +30,7 @@ use crate::durable::{self, read_failure};
 use crate::epoch_cache::LeaderEpochCache;
 use crate::error::{Result, StorageError};
 use crate::fatal;
+use crate::fs::open_files::{FileHandle, OpenFiles};
 use crate::fs::{ALIGN, Fs, SegmentFile, align_down, align_up};
 use crate::segment::Segment;
 use crate::segment::index::BatchMeta;
@@ -108,6 +109,8 @@ struct Inner<F: Fs> {
     /// Roll, truncation and close are rewriting the active segment: appends wait.
     appends_paused: bool,
     last_sync_ms: i64,
+    /// When the log was last appended to or read, for releasing what an idle log holds.
+    last_used_ms: i64,
     /// Bumped whenever bytes already in the log are removed, so a read that awaited can tell.
     generation: u64,
     /// Bumped when the end of the log is cut, so a sync under way does not claim the cut offsets.
@@ -159,6 +162,8 @@ const WRITE_CHUNK_BYTES: u64 = 1 << 20;
 /// A partition's log. See the module documentation.
 pub struct PartitionLog<F: Fs> {
     fs: F,
+    /// The owner's segment files, opened on demand (shared by every log of a shard).
+    files: Rc<OpenFiles<F>>,
     dir: PathBuf,
     clock: Rc<dyn Clock>,
     inner: RefCell<Inner<F>>,
@@ -341,6 +346,7 @@ impl<F: Fs> PartitionLog<F> {
                 let roll = inner.needs_roll(batch.len() as u64, now);
                 let write = inner.unwritten_bytes() >= inner.config.max_unwritten_bytes as u64;
                 if !roll && !write {
+                    inner.last_used_ms = now;
                     return Ok(self.append_in_memory(&mut inner, batch, &header, epoch));
                 }
                 (roll, write)
@@ -450,6 +456,7 @@ impl<F: Fs> PartitionLog<F> {
             let active = inner.active();
             (active.file.clone(), active.log_path(), covered, inner.end_cuts)
         };
+        let file = self.open_file(&file).await?;
         if let Err(e) = file.fdatasync().await {
             fatal::disk_failure("fdatasync", &path, &e);
         }
@@ -501,16 +508,27 @@ impl<F: Fs> PartitionLog<F> {
         Ok(due)
     }
 
+    /// A segment's file, opened again if the shard's file cache closed it.
+    async fn open_file(&self, handle: &FileHandle<F>) -> Result<Rc<F::File>> {
+        self.files.get(handle).await.map_err(|e| StorageError::io("open segment", handle.path(), e))
+    }
+
     /// Writes the active segment's unwritten bytes, in chunks of at most `WRITE_CHUNK_BYTES` submitted
     /// together. Returns the log end offset the write covers.
     async fn write_out_locked(&self) -> Result<Offset> {
-        let (file, path, writes, end, covered) = {
+        let handle = {
+            let inner = self.inner.borrow();
+            if inner.tail.written == inner.active().size {
+                return Ok(inner.log_end());
+            }
+            inner.active().file.clone()
+        };
+        // The io lock is held: the active segment stays the same while its file is opened.
+        let file = self.open_file(&handle).await?;
+        let (path, writes, end, covered) = {
             let inner = self.inner.borrow();
             let end = inner.active().size;
             let covered = inner.log_end();
-            if inner.tail.written == end {
-                return Ok(covered);
-            }
             let tail = &inner.tail;
             let active = inner.active();
             let first = align_down(tail.written);
@@ -520,13 +538,13 @@ impl<F: Fs> PartitionLog<F> {
             while pos < end {
                 let len = (end - pos).min(WRITE_CHUNK_BYTES) as usize;
                 let from = (pos - tail.start) as usize;
-                let mut buf = active.file.alloc(align_up(len as u64) as usize);
+                let mut buf = file.alloc(align_up(len as u64) as usize);
                 buf.as_mut()[..len].copy_from_slice(&tail.bytes[from..from + len]);
                 buf.as_mut()[len..].fill(0);
                 writes.push((buf, pos));
                 pos += len as u64;
             }
-            (active.file.clone(), active.log_path(), writes, end, covered)
+            (active.log_path(), writes, end, covered)
         };
         let len: u64 = writes.iter().map(|(b, _)| b.as_ref().len() as u64).sum();
         let count = writes.len() as u64;
@@ -534,7 +552,7 @@ impl<F: Fs> PartitionLog<F> {
             fatal::disk_failure("write", &path, &e);
         }
         let mut inner = self.inner.borrow_mut();
-        assert!(Rc::ptr_eq(&inner.active().file, &file), "active segment changed during a locked write");
+        assert!(inner.active().file.same(&handle), "active segment changed during a locked write");
         inner.tail.written = end;
         inner.stats.writes += count;
         inner.stats.bytes_written += len;
@@ -568,6 +586,7 @@ impl<F: Fs> PartitionLog<F> {
     /// Like [`PartitionLog::read`], but returns only batches whose last offset is below `end` (a consumer's
     /// high watermark).
     pub async fn read_until(&self, from: Offset, max_bytes: usize, end: Offset) -> Result<LogRead> {
+        self.inner.borrow_mut().last_used_ms = self.clock.now_ms();
         loop {
             let generation = self.inner.borrow().generation;
             let read = self.read_once(from, max_bytes, end).await;
@@ -690,6 +709,7 @@ impl<F: Fs> PartitionLog<F> {
         if disk_len == 0 {
             return Ok(mem_part);
         }
+        let file = self.open_file(&file).await?;
         let mut bytes = file.read_at(pos, disk_len as usize).await.map_err(|e| read_failure("read", &path, e))?;
         if (bytes.len() as u64) < disk_len {
             return Err(StorageError::io(

@@ -19,6 +19,7 @@ use crate::durable::{self, read_failure};
 use crate::epoch_cache::LeaderEpochCache;
 use crate::error::{Result, StorageError};
 use crate::fatal;
+use crate::fs::open_files::{DEFAULT_MAX_OPEN_FILES, OpenFiles};
 use crate::fs::{Fs, SegmentFile, align_down};
 use crate::segment::index::{BatchMeta, OFFSET_ENTRY_BYTES, SegmentIndex, TIME_ENTRY_BYTES};
 use crate::segment::{self, ScanStop, Segment};
@@ -80,6 +81,20 @@ impl<F: Fs> PartitionLog<F> {
         config: LogConfig,
         hints: OpenHints,
     ) -> Result<(PartitionLog<F>, OpenReport)> {
+        let files = OpenFiles::new(fs, DEFAULT_MAX_OPEN_FILES);
+        Self::open_with_files(files, clock, dir, config, hints).await
+    }
+
+    /// Like [`PartitionLog::open`], with segment files opened through `files`, which the owner's other
+    /// logs share (so the bound on open files holds for all of them).
+    pub async fn open_with_files(
+        files: Rc<OpenFiles<F>>,
+        clock: Rc<dyn Clock>,
+        dir: &Path,
+        config: LogConfig,
+        hints: OpenHints,
+    ) -> Result<(PartitionLog<F>, OpenReport)> {
+        let fs = files.fs().clone();
         config.validate()?;
         if !fs.exists(dir) {
             fs.create_dir_all(dir).await.map_err(|e| StorageError::io("create directory", dir, e))?;
@@ -151,6 +166,7 @@ impl<F: Fs> PartitionLog<F> {
             let next_base = bases.get(i + 1).copied();
             let loaded = load_segment(
                 &fs,
+                &files,
                 dir,
                 base,
                 next_base,
@@ -165,10 +181,11 @@ impl<F: Fs> PartitionLog<F> {
                 loaded.size < loaded.file_size || next_base.is_some_and(|nb| loaded.segment.next_offset != nb);
             if loaded.size < loaded.file_size {
                 let path = loaded.segment.log_path();
-                if let Err(e) = loaded.segment.file.truncate(loaded.size).await {
+                let file = files.get(&loaded.segment.file).await.map_err(|e| StorageError::io("open", &path, e))?;
+                if let Err(e) = file.truncate(loaded.size).await {
                     fatal::disk_failure("truncate", &path, &e);
                 }
-                if let Err(e) = loaded.segment.file.fdatasync().await {
+                if let Err(e) = file.fdatasync().await {
                     fatal::disk_failure("fdatasync", &path, &e);
                 }
                 report.truncated_bytes += loaded.file_size - loaded.size;
@@ -191,7 +208,7 @@ impl<F: Fs> PartitionLog<F> {
             }
         }
         if segments.is_empty() {
-            segments.push(create_segment(&fs, dir, hints.log_start, now).await?);
+            segments.push(create_segment(&fs, &files, dir, hints.log_start, now).await?);
         }
         if removed_strays {
             durable::sync_dir(&fs, dir).await;
@@ -212,8 +229,10 @@ impl<F: Fs> PartitionLog<F> {
 
         let active = segments.last().expect("at least one segment");
         let tail_start = align_down(active.size);
-        let tail_bytes = active
-            .file
+        let tail_bytes = files
+            .get(&active.file)
+            .await
+            .map_err(|e| StorageError::io("open", active.log_path(), e))?
             .read_at(tail_start, (active.size - tail_start) as usize)
             .await
             .map_err(|e| read_failure("read", &active.log_path(), e))?;
@@ -244,6 +263,7 @@ impl<F: Fs> PartitionLog<F> {
             epochs_persisted: 0,
             appends_paused: false,
             last_sync_ms: now,
+            last_used_ms: now,
             generation: 0,
             end_cuts: 0,
             closed: false,
@@ -251,6 +271,7 @@ impl<F: Fs> PartitionLog<F> {
         };
         let log = PartitionLog {
             fs,
+            files,
             dir: dir.to_path_buf(),
             clock,
             inner: RefCell::new(inner),
@@ -278,6 +299,7 @@ struct Loaded<F: Fs> {
 #[allow(clippy::too_many_arguments)]
 async fn load_segment<F: Fs>(
     fs: &F,
+    files: &OpenFiles<F>,
     dir: &Path,
     base: Offset,
     next_base: Option<Offset>,
@@ -379,8 +401,15 @@ async fn load_segment<F: Fs>(
             write_index_files(fs, &index, &index_path, &time_index_path).await?;
         }
     }
-    let segment =
-        Segment { base, dir: dir.to_path_buf(), file: Rc::new(file), size, next_offset, index, created_ms: now };
+    let segment = Segment {
+        base,
+        dir: dir.to_path_buf(),
+        file: files.adopt(log_path, file),
+        size,
+        next_offset,
+        index,
+        created_ms: now,
+    };
     Ok(Loaded { segment, file_size, size })
 }
 

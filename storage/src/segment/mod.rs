@@ -6,11 +6,11 @@
 pub mod index;
 
 use std::path::{Path, PathBuf};
-use std::rc::Rc;
 
 use crate::batch::{self, BatchHeader, CRC_START, HEADER_BYTES, MAGIC_V2};
 use crate::durable::read_failure;
 use crate::error::Result;
+use crate::fs::open_files::FileHandle;
 use crate::fs::{Fs, SegmentFile};
 use crate::types::Offset;
 
@@ -42,7 +42,7 @@ pub fn parse_file_name(name: &str, suffix: &str) -> Option<Offset> {
 pub struct Segment<F: Fs> {
     pub base: Offset,
     pub dir: PathBuf,
-    pub file: Rc<F::File>,
+    pub file: FileHandle<F>,
     /// Logical size: bytes of whole batches. The file may be longer (zero padding of the tail block).
     pub size: u64,
     /// The offset after the segment's last batch.

@@ -1,0 +1,192 @@
+//! Segment files opened on demand, with a bound on how many are open at once.
+//!
+//! A segment holds a [`FileHandle`]: its path and, while open, its file. [`OpenFiles::get`] returns the
+//! open file, opening it first if need be; once more than `max_open` are open, the least recently used
+//! ones that no operation is using are closed. One `OpenFiles` serves all the logs of one owner (a shard),
+//! so the bound is per shard, however many partitions it holds.
+//!
+//! What it must never do: close a file under an operation. An operation holds a clone of the file's `Rc`
+//! for as long as it uses it, and a file whose `Rc` is shared is not closed; so the bound can be passed
+//! briefly by files in use, and is restored on a later open.
+
+use std::cell::{Cell, RefCell};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::rc::{Rc, Weak};
+
+use super::Fs;
+
+/// Default bound on open segment files per owner.
+pub const DEFAULT_MAX_OPEN_FILES: usize = 4096;
+
+/// Where a segment's file is, and the file while it is open.
+#[derive(Debug)]
+pub struct FileHandle<F: Fs>(Rc<Slot<F>>);
+
+impl<F: Fs> Clone for FileHandle<F> {
+    fn clone(&self) -> Self {
+        FileHandle(self.0.clone())
+    }
+}
+
+#[derive(Debug)]
+struct Slot<F: Fs> {
+    path: PathBuf,
+    file: RefCell<Option<Rc<F::File>>>,
+    last_used: Cell<u64>,
+}
+
+impl<F: Fs> FileHandle<F> {
+    pub fn path(&self) -> &Path {
+        &self.0.path
+    }
+
+    /// Whether two handles are the same segment's.
+    pub fn same(&self, other: &Self) -> bool {
+        Rc::ptr_eq(&self.0, &other.0)
+    }
+
+    /// Whether the file is open now.
+    pub fn is_open(&self) -> bool {
+        self.0.file.borrow().is_some()
+    }
+
+    /// Closes the file if no operation is using it (it is opened again on the next use).
+    pub fn close_if_unused(&self) {
+        let mut file = self.0.file.borrow_mut();
+        if file.as_ref().is_some_and(|f| Rc::strong_count(f) == 1) {
+            *file = None;
+        }
+    }
+}
+
+/// The files open for one owner's logs. See the module documentation.
+#[derive(Debug)]
+pub struct OpenFiles<F: Fs> {
+    fs: F,
+    max_open: usize,
+    /// Bumped on every use: a file's `last_used` orders it for closing.
+    uses: Cell<u64>,
+    /// Handles whose file was opened here (some may have been closed or dropped since).
+    open: RefCell<Vec<Weak<Slot<F>>>>,
+    opens: Cell<u64>,
+}
+
+impl<F: Fs> OpenFiles<F> {
+    pub fn new(fs: F, max_open: usize) -> Rc<Self> {
+        assert!(max_open > 0, "at least one file must be allowed open");
+        Rc::new(OpenFiles { fs, max_open, uses: Cell::new(0), open: RefCell::new(Vec::new()), opens: Cell::new(0) })
+    }
+
+    pub fn fs(&self) -> &F {
+        &self.fs
+    }
+
+    /// A handle for the file at `path`, not opened yet.
+    pub fn handle(&self, path: PathBuf) -> FileHandle<F> {
+        FileHandle(Rc::new(Slot { path, file: RefCell::new(None), last_used: Cell::new(0) }))
+    }
+
+    /// A handle for a file the caller has just opened (or created).
+    pub fn adopt(&self, path: PathBuf, file: F::File) -> FileHandle<F> {
+        let handle = self.handle(path);
+        self.install(&handle, Rc::new(file));
+        handle
+    }
+
+    /// The handle's file, opened if it is not.
+    pub async fn get(&self, handle: &FileHandle<F>) -> io::Result<Rc<F::File>> {
+        handle.0.last_used.set(self.tick());
+        if let Some(file) = handle.0.file.borrow().clone() {
+            return Ok(file);
+        }
+        let opened = Rc::new(self.fs.open(&handle.0.path, false).await?);
+        self.opens.set(self.opens.get() + 1);
+        // Another task may have opened it while this one waited; keep theirs.
+        if let Some(file) = handle.0.file.borrow().clone() {
+            return Ok(file);
+        }
+        self.install(handle, opened.clone());
+        Ok(opened)
+    }
+
+    /// Files open now (including any beyond the bound that are in use).
+    pub fn open_count(&self) -> usize {
+        self.open.borrow().iter().filter(|w| w.upgrade().is_some_and(|s| s.file.borrow().is_some())).count()
+    }
+
+    /// How many times a file was opened again after being closed (or first used after start).
+    pub fn reopens(&self) -> u64 {
+        self.opens.get()
+    }
+
+    fn tick(&self) -> u64 {
+        self.uses.set(self.uses.get() + 1);
+        self.uses.get()
+    }
+
+    fn install(&self, handle: &FileHandle<F>, file: Rc<F::File>) {
+        *handle.0.file.borrow_mut() = Some(file);
+        handle.0.last_used.set(self.tick());
+        let mut open = self.open.borrow_mut();
+        open.push(Rc::downgrade(&handle.0));
+        if open.len() <= self.max_open {
+            return;
+        }
+        // Over the bound: forget dropped and closed handles, then close the least recently used files
+        // that nothing is using until the bound holds again.
+        open.retain(|w| w.upgrade().is_some_and(|s| s.file.borrow().is_some()));
+        if open.len() <= self.max_open {
+            return;
+        }
+        let mut slots: Vec<Rc<Slot<F>>> = open.iter().filter_map(Weak::upgrade).collect();
+        slots.sort_by_key(|s| s.last_used.get());
+        let mut excess = slots.len() - self.max_open;
+        for slot in &slots {
+            if excess == 0 {
+                break;
+            }
+            let mut file = slot.file.borrow_mut();
+            if file.as_ref().is_some_and(|f| Rc::strong_count(f) == 1) {
+                *file = None;
+                excess -= 1;
+            }
+        }
+        open.retain(|w| w.upgrade().is_some_and(|s| s.file.borrow().is_some()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fs::sim::SimFs;
+    use futures_lite::future::block_on;
+
+    #[test]
+    fn least_recently_used_unused_files_are_closed_beyond_the_bound() {
+        let fs = SimFs::new();
+        block_on(async {
+            fs.create_dir_all(Path::new("/d")).await.unwrap();
+            let files = OpenFiles::new(fs.clone(), 2);
+            let mut handles = Vec::new();
+            for i in 0..3 {
+                let path = PathBuf::from(format!("/d/{i}"));
+                handles.push(files.adopt(path.clone(), fs.open(&path, true).await.unwrap()));
+            }
+            // Three opened, bound two: the least recently used (the first) was closed.
+            assert_eq!(files.open_count(), 2);
+            assert!(!handles[0].is_open() && handles[1].is_open() && handles[2].is_open());
+            // Using the first opens it again and closes the next least recently used, the second...
+            let in_use = files.get(&handles[0]).await.unwrap();
+            assert!(handles[0].is_open() && !handles[1].is_open());
+            // ...but a file in use is never closed: the bound is passed until it is released.
+            files.get(&handles[1]).await.unwrap();
+            assert!(handles[0].is_open(), "the file in use stays open");
+            assert!(!handles[2].is_open());
+            drop(in_use);
+            files.get(&handles[2]).await.unwrap();
+            assert_eq!(files.open_count(), 2);
+            assert_eq!(files.reopens(), 3);
+        });
+    }
+}

@@ -28,6 +28,14 @@
 //! | `log.index.interval.bytes` | 4096 | bytes between offset index entries |
 //! | `min.insync.replicas` | 1 | default `min.insync.replicas` |
 //! | `unclean.leader.election.enable` | false | default `unclean.leader.election.enable` |
+//! | `shard.open.files.max` | 4096 | segment files each shard keeps open (least recently used closed beyond it) |
+//! | `shard.cache.max.bytes` | 268435456 | memory each shard's partitions may hold in tail caches |
+//! | `shard.cache.idle.ms` | 10000 | a partition unused this long releases its cache and closes its files |
+//!
+//! Memory per shard is bounded by `shard.cache.max.bytes` for cached recent data, plus appended data
+//! waiting for its write-out (at most 16 MiB per partition; under the default flush policy it is written
+//! within 100 ms), plus the segment indexes (about 0.5% of the data stored). An idle partition keeps less
+//! than one 4 KiB block of its data in memory and no open file.
 
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -101,6 +109,28 @@ pub struct BrokerConfig {
     pub unclean_leader_election: bool,
     /// Defaults for each topic's log settings.
     pub log: LogConfig,
+    /// What each shard may hold for its partitions.
+    pub shard_limits: ShardLimits,
+}
+
+/// Per-shard bounds on what partitions hold (shardlog settings; Kafka has no equivalent).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShardLimits {
+    /// `shard.open.files.max`: segment files a shard keeps open; the least recently used are closed
+    /// beyond it and reopened on demand. Default 4096.
+    pub open_files_max: usize,
+    /// `shard.cache.max.bytes`: memory a shard's partitions may hold in their tail caches; beyond it the
+    /// least recently used partitions release theirs. Default 256 MiB.
+    pub cache_max_bytes: usize,
+    /// `shard.cache.idle.ms`: a partition neither written nor read for this long releases its cache and
+    /// closes its files. Default 10 s.
+    pub cache_idle_ms: i64,
+}
+
+impl Default for ShardLimits {
+    fn default() -> Self {
+        ShardLimits { open_files_max: 4096, cache_max_bytes: 256 << 20, cache_idle_ms: 10_000 }
+    }
 }
 
 /// The file's keys, each optional; `deny_unknown_fields` turns a typo into an error naming it.
@@ -147,6 +177,12 @@ struct Settings {
     min_insync_replicas: Option<i64>,
     #[serde(rename = "unclean.leader.election.enable")]
     unclean_leader_election: Option<bool>,
+    #[serde(rename = "shard.open.files.max")]
+    open_files_max: Option<i64>,
+    #[serde(rename = "shard.cache.max.bytes")]
+    cache_max_bytes: Option<i64>,
+    #[serde(rename = "shard.cache.idle.ms")]
+    cache_idle_ms: Option<i64>,
 }
 
 /// Everything that goes into the settings, in increasing precedence: the file, then command-line
@@ -321,6 +357,27 @@ impl Settings {
             },
         };
         log.validate().map_err(|e| invalid("log settings", e.to_string()))?;
+        let defaults = ShardLimits::default();
+        let shard_limits = ShardLimits {
+            open_files_max: in_range(
+                "shard.open.files.max",
+                self.open_files_max.unwrap_or(defaults.open_files_max as i64),
+                16,
+                1 << 20,
+            )? as usize,
+            cache_max_bytes: in_range(
+                "shard.cache.max.bytes",
+                self.cache_max_bytes.unwrap_or(defaults.cache_max_bytes as i64),
+                0,
+                i64::MAX,
+            )? as usize,
+            cache_idle_ms: in_range(
+                "shard.cache.idle.ms",
+                self.cache_idle_ms.unwrap_or(defaults.cache_idle_ms),
+                1,
+                i64::MAX,
+            )?,
+        };
 
         Ok(BrokerConfig {
             node_id,
@@ -352,6 +409,7 @@ impl Settings {
             )? as u16,
             unclean_leader_election: self.unclean_leader_election.unwrap_or(false),
             log,
+            shard_limits,
         })
     }
 }

@@ -13,9 +13,10 @@ use futures_lite::future;
 use kafka_protocol::ResponseError;
 use shardlog_storage::fs::dma::DmaFs;
 use shardlog_storage::{
-    FlushPolicy, LeaderEpoch, LogConfig, LogDir, Offset, PartitionLog, StorageError, TopicPartition,
+    Clock, FlushPolicy, LeaderEpoch, LogConfig, LogDir, Offset, PartitionLog, StorageError, SystemClock, TopicPartition,
 };
 
+use crate::config::ShardLimits;
 use crate::runtime::Shutdown;
 
 /// The most records a time lookup decodes from one batch.
@@ -24,6 +25,8 @@ const MAX_DECODED_RECORDS: i32 = 1 << 20;
 const FLUSH_CHECK_INTERVAL: Duration = Duration::from_millis(100);
 /// How often retention runs (Kafka's `log.retention.check.interval.ms` default).
 const RETENTION_CHECK_INTERVAL: Duration = Duration::from_secs(300);
+/// What a released cache may still hold: the partial last block, rewritten by the next write-out.
+const RELEASED_CACHE_BYTES: usize = 4096;
 /// How often checkpoints are written (Kafka's `log.flush.offset.checkpoint.interval.ms` default).
 const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(60);
 
@@ -173,8 +176,9 @@ impl AppendTurn {
     }
 }
 
-/// Background upkeep: interval flushes, retention, checkpoints; stops at shutdown.
-pub async fn upkeep(logs: Rc<LogDir<DmaFs>>, shutdown: Shutdown) {
+/// Background upkeep: interval flushes, releasing what idle partitions hold, retention, checkpoints;
+/// stops at shutdown.
+pub async fn upkeep(logs: Rc<LogDir<DmaFs>>, limits: ShardLimits, shutdown: Shutdown) {
     let mut since_retention = Duration::ZERO;
     let mut since_checkpoint = Duration::ZERO;
     loop {
@@ -207,6 +211,7 @@ pub async fn upkeep(logs: Rc<LogDir<DmaFs>>, shutdown: Shutdown) {
                 tracing::warn!(partition = %tp, error = %e, "background flush failed");
             }
         }
+        release_caches(&logs, &limits).await;
         if since_retention >= RETENTION_CHECK_INTERVAL {
             since_retention = Duration::ZERO;
             if let Err(e) = logs.apply_retention().await {
@@ -219,6 +224,37 @@ pub async fn upkeep(logs: Rc<LogDir<DmaFs>>, shutdown: Shutdown) {
                 tracing::warn!(error = %e, "checkpoint failed");
             }
         }
+    }
+}
+
+/// Keeps the shard within its limits: partitions unused for `cache_idle_ms` release their cached data and
+/// close their files; while the shard's caches together hold more than `cache_max_bytes`, the least
+/// recently used partitions release theirs too.
+async fn release_caches(logs: &LogDir<DmaFs>, limits: &ShardLimits) {
+    let now = SystemClock.now_ms();
+    let mut total = 0usize;
+    let mut candidates = Vec::new();
+    for tp in logs.partitions() {
+        let Some(log) = logs.get(&tp) else { continue };
+        let cached = log.cached_bytes();
+        total += cached;
+        let idle = now.saturating_sub(log.last_used_ms()) >= limits.cache_idle_ms;
+        let holds_something = cached > RELEASED_CACHE_BYTES || log.holds_open_files();
+        if holds_something {
+            candidates.push((!idle, log.last_used_ms(), log));
+        }
+    }
+    // Idle partitions first, then the least recently used, until the shard is within its budget.
+    candidates.sort_by_key(|(busy, last_used, _)| (*busy, *last_used));
+    for (busy, _, log) in candidates {
+        if busy && total <= limits.cache_max_bytes {
+            break;
+        }
+        let before = log.cached_bytes();
+        if let Err(e) = log.release_cache().await {
+            tracing::warn!(error = %e, "releasing a partition's cache failed");
+        }
+        total = total.saturating_sub(before.saturating_sub(log.cached_bytes()));
     }
 }
 

@@ -68,6 +68,7 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(10);
 
 /// Runs the broker's shards until shutdown; returns once every shard has stopped and closed its logs.
 pub fn run(config: BrokerConfig, shutdown: Shutdown) -> Result<()> {
+    raise_open_file_limit(config.shards * config.shard_limits.open_files_max);
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("create data dir {}", config.data_dir.display()))?;
     let topics = TopicStore::load_blocking(&config.data_dir).context("read the topic record")?;
@@ -117,6 +118,28 @@ pub fn run(config: BrokerConfig, shutdown: Shutdown) -> Result<()> {
     first_error.map_or(Ok(()), Err)
 }
 
+/// Raises the soft limit on open descriptors to the hard limit (many systems start at 1024), and warns
+/// when even that cannot hold the segment files every shard may keep open.
+fn raise_open_file_limit(wanted: usize) {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit with a valid resource and a pointer to a live rlimit.
+    let raised = unsafe {
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0
+        }
+    };
+    if !raised {
+        tracing::warn!(error = %std::io::Error::last_os_error(), "cannot raise the open file limit");
+    } else if (limit.rlim_cur as usize) < wanted + 1024 {
+        tracing::warn!(
+            limit = limit.rlim_cur,
+            segment_files = wanted,
+            "the open file limit is low for shards x shard.open.files.max; lower that setting or raise LimitNOFILE"
+        );
+    }
+}
+
 async fn run_shard(
     shard: usize,
     addr: std::net::SocketAddr,
@@ -130,6 +153,7 @@ async fn run_shard(
     let scope = LogDirScope {
         name: format!("shard-{shard}"),
         owns: Box::new(move |tp| owner_ctx.owner(&tp.topic, tp.partition as i32) == Some(shard)),
+        max_open_files: ctx.config.shard_limits.open_files_max,
     };
     let config_ctx = ctx.clone();
     let config_for = move |tp: &TopicPartition| {
@@ -163,7 +187,7 @@ async fn run_shard(
     }
     let logs = Rc::new(logs);
     glommio::spawn_local(shard::serve(logs.clone(), requests)).detach();
-    let upkeep = glommio::spawn_local(shard::upkeep(logs.clone(), shutdown.clone()));
+    let upkeep = glommio::spawn_local(shard::upkeep(logs.clone(), ctx.config.shard_limits, shutdown.clone()));
     if let Some(admin) = admin {
         glommio::spawn_local(handlers::admin(ctx.clone(), admin)).detach();
     }

@@ -62,9 +62,10 @@ pub enum PartitionRequest {
         acks: i16,
         reply: flume::Sender<ProduceOutcome>,
     },
+    /// A negative `offset` is out of range (answered with the partition's offsets, as Kafka does).
     Fetch {
         tp: TopicPartition,
-        offset: Offset,
+        offset: i64,
         max_bytes: usize,
         reply: flume::Sender<FetchOutcome>,
     },
@@ -344,7 +345,7 @@ async fn produce(
     }
 }
 
-async fn fetch(logs: &LogDir<DmaFs>, tp: &TopicPartition, offset: Offset, max_bytes: usize) -> FetchOutcome {
+async fn fetch(logs: &LogDir<DmaFs>, tp: &TopicPartition, offset: i64, max_bytes: usize) -> FetchOutcome {
     let Some(log) = logs.get(tp) else {
         return FetchOutcome::empty(Some(ResponseError::UnknownTopicOrPartition));
     };
@@ -354,6 +355,9 @@ async fn fetch(logs: &LogDir<DmaFs>, tp: &TopicPartition, offset: Offset, max_by
         records,
         high_watermark: hw.as_i64(),
         log_start_offset: log.log_start_offset().as_i64(),
+    };
+    let Ok(offset) = u64::try_from(offset).map(Offset) else {
+        return outcome(Some(ResponseError::OffsetOutOfRange), Bytes::new());
     };
     if offset > hw {
         // Beyond what consumers may see: out of range unless it is within the appended-but-unsynced tail.

@@ -74,6 +74,40 @@ fn metadata_names_this_broker_and_refuses_unknown_topics() {
 }
 
 #[test]
+fn metadata_v0_empty_list_means_every_topic_and_v12_finds_topics_by_id() {
+    let broker = Broker::start(1);
+    let mut s = broker.connect();
+    for name in ["a", "b"] {
+        assert_eq!(create(&mut s, name, 2, 1, &[]), 0);
+    }
+    // v0 has no null list: an empty one asks for every topic. From v1 on, an empty list asks for none.
+    let empty = MetadataRequest::default().with_topics(Some(Vec::new()));
+    for (version, expected) in [(0i16, vec!["a", "b"]), (1, vec![])] {
+        send(&mut s, ApiKey::Metadata, version, 1, &empty);
+        let ResponseKind::Metadata(m) = receive(&mut s, ApiKey::Metadata, version).1 else { panic!() };
+        let mut names: Vec<_> = m.topics.iter().map(|t| t.name.as_ref().unwrap().0.to_string()).collect();
+        names.sort();
+        assert_eq!(names, expected, "Metadata v{version} with an empty list");
+    }
+    // All topics at v12, to learn an id; then ask for it, and for an id nobody has.
+    send(&mut s, ApiKey::Metadata, 12, 2, &MetadataRequest::default().with_topics(None));
+    let ResponseKind::Metadata(all) = receive(&mut s, ApiKey::Metadata, 12).1 else { panic!() };
+    let b = all.topics.iter().find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == "b")).unwrap();
+    assert!(!b.topic_id.is_nil());
+    let unknown = uuid::Uuid::from_u128(42);
+    let by_id = MetadataRequest::default().with_topics(Some(vec![
+        MetadataRequestTopic::default().with_name(None).with_topic_id(b.topic_id),
+        MetadataRequestTopic::default().with_name(None).with_topic_id(unknown),
+    ]));
+    send(&mut s, ApiKey::Metadata, 12, 3, &by_id);
+    let ResponseKind::Metadata(m) = receive(&mut s, ApiKey::Metadata, 12).1 else { panic!() };
+    assert_eq!(m.topics.len(), 2);
+    assert_eq!((m.topics[0].name.as_ref().unwrap().0.as_str(), m.topics[0].error_code), ("b", 0));
+    assert_eq!(m.topics[0].partitions.len(), 2);
+    assert_eq!((m.topics[1].topic_id, m.topics[1].error_code), (unknown, 100), "UNKNOWN_TOPIC_ID");
+}
+
+#[test]
 fn unknown_api_versions_version_is_answered_then_the_client_retries() {
     let broker = Broker::start(1);
     let mut s = broker.connect();

@@ -127,6 +127,9 @@ fn create_produce_fetch_list_offsets_across_shards() {
     assert_eq!(produce(&mut s, "orders", 99, &batch(1, 1, 0), -1, 8), Some((3, -1)), "UNKNOWN_TOPIC_OR_PARTITION");
     assert_eq!(produce(&mut s, "orders", 0, &batch(1, 1, 0), 2, 9), Some((21, -1)), "INVALID_REQUIRED_ACKS");
     assert_eq!(fetch(&mut s, "orders", 0, 13, 0).0, 1, "OFFSET_OUT_OF_RANGE");
+    // A negative offset is out of range too, answered with the partition's offsets as Kafka does.
+    assert_eq!(fetch(&mut s, "orders", 0, -5, 0).0, 1, "OFFSET_OUT_OF_RANGE");
+    assert_eq!(fetch(&mut s, "orders", 0, -5, 0).1, 12, "with the high watermark");
     assert_eq!(fetch(&mut s, "nope", 0, 0, 0).0, 3);
     assert_eq!(list_offset(&mut s, "orders", 0, -1), (0, 12));
 

@@ -134,8 +134,8 @@ pub(super) async fn apply_create_topics(
         }
     }
     if !request.validate_only && !created.is_empty() {
-        // Durable first, then visible, then the logs: a crash in between leaves a recorded topic whose
-        // partitions are created empty on the next start.
+        // Durable first, then the logs, then visible: a crash in between leaves a recorded topic whose
+        // partitions are created empty on the next start, and no client sees a partition before its log.
         if let Err(e) = updated.save(&shardlog_storage::fs::dma::DmaFs, &ctx.config.data_dir).await {
             tracing::error!(error = %e, "cannot record topics");
             for r in results.iter_mut().filter(|r| r.error_code == 0) {
@@ -143,12 +143,12 @@ pub(super) async fn apply_create_topics(
             }
             return CreateTopicsResponse::default().with_topics(results);
         }
-        *ctx.topics.write().expect("topic lock") = updated;
         for (name, config) in &created {
-            let partitions = ctx.topics.read().expect("topic lock").topics[name].partitions.len();
-            create_logs(ctx, name, 0..partitions, &config.log).await;
+            let partitions = updated.topics[name].partitions.len();
+            create_logs(ctx, &updated, name, 0..partitions, &config.log).await;
             tracing::info!(topic = %name, partitions, "created topic");
         }
+        *ctx.topics.write().expect("topic lock") = updated;
     }
     CreateTopicsResponse::default().with_topics(results)
 }
@@ -289,13 +289,14 @@ pub(super) async fn apply_create_partitions(
         }
         return CreatePartitionsResponse::default().with_results(results);
     }
-    *ctx.topics.write().expect("topic lock") = updated;
+    // As for new topics: the logs exist before the partitions are visible.
     let defaults = ctx.topic_defaults();
     for (name, from, to) in grown {
-        let overrides = ctx.topics.read().expect("topic lock").topics[&name].configs.clone();
-        let log = TopicConfig::resolve(&defaults, &overrides).map_or_else(|_| defaults.log.clone(), |c| c.log);
-        create_logs(ctx, &name, from..to, &log).await;
+        let overrides = &updated.topics[&name].configs;
+        let log = TopicConfig::resolve(&defaults, overrides).map_or_else(|_| defaults.log.clone(), |c| c.log);
+        create_logs(ctx, &updated, &name, from..to, &log).await;
     }
+    *ctx.topics.write().expect("topic lock") = updated;
     CreatePartitionsResponse::default().with_results(results)
 }
 
@@ -489,12 +490,13 @@ pub(super) async fn apply_alter_configs(
 /// Creates the logs of partitions `range` of `topic` on their owning shards.
 async fn create_logs(
     ctx: &Arc<BrokerContext>,
+    store: &TopicStore,
     topic: &str,
     range: std::ops::Range<usize>,
     log: &shardlog_storage::LogConfig,
 ) {
     for p in range {
-        let Some(shard) = ctx.owner(topic, p as i32) else { continue };
+        let Some(shard) = store.serving_shard(topic, p as u32, ctx.shards.len()) else { continue };
         let tp = TopicPartition::new(topic.to_string(), p as u32);
         let config = log.clone();
         match ask(ctx, shard, |reply| PartitionRequest::Create { tp: tp.clone(), config, reply }).await {

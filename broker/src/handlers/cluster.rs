@@ -11,9 +11,31 @@ pub(super) async fn metadata(ctx: &Arc<BrokerContext>, req: &MetadataRequest, ve
         .with_port(advertised.port as i32);
     // Before v4 there is no flag and auto-creation is always asked for.
     let auto_create = ctx.config.auto_create_topics && (version < 4 || req.allow_auto_topic_creation);
+    // All topics: a null list, or (v0 only, which has no null) an empty one. From v10 on a topic may be
+    // asked for by id instead of name; an id nobody has is answered as unknown.
+    let mut unknown_ids = Vec::new();
     let names: Vec<String> = match &req.topics {
         None => ctx.topics.read().expect("topic lock").topics.keys().cloned().collect(),
-        Some(topics) => topics.iter().filter_map(|t| t.name.as_ref().map(|n| n.0.as_str().to_string())).collect(),
+        Some(topics) if version == 0 && topics.is_empty() => {
+            ctx.topics.read().expect("topic lock").topics.keys().cloned().collect()
+        }
+        Some(topics) => {
+            let store = ctx.topics.read().expect("topic lock");
+            topics
+                .iter()
+                .filter_map(|t| match &t.name {
+                    // Asked by id when the name is null (or, from lenient clients, empty with an id set).
+                    Some(name) if !name.0.is_empty() || t.topic_id.is_nil() => Some(name.0.as_str().to_string()),
+                    _ => {
+                        let found = store.topics.iter().find(|(_, meta)| meta.id == t.topic_id && !t.topic_id.is_nil());
+                        if found.is_none() {
+                            unknown_ids.push(t.topic_id);
+                        }
+                        found.map(|(name, _)| name.clone())
+                    }
+                })
+                .collect()
+        }
     };
     let missing: Vec<String> =
         names.iter().filter(|n| !ctx.topics.read().expect("topic lock").topics.contains_key(*n)).cloned().collect();
@@ -35,6 +57,9 @@ pub(super) async fn metadata(ctx: &Arc<BrokerContext>, req: &MetadataRequest, ve
         }
     }
     let topics = ctx.topics.read().expect("topic lock").clone();
+    let unknown_id_entries = unknown_ids.into_iter().map(|id| {
+        MetadataResponseTopic::default().with_topic_id(id).with_error_code(ResponseError::UnknownTopicId.code())
+    });
     let topic_entries = names
         .iter()
         .map(|name| match topics.topics.get(name) {
@@ -64,6 +89,7 @@ pub(super) async fn metadata(ctx: &Arc<BrokerContext>, req: &MetadataRequest, ve
                 MetadataResponseTopic::default().with_name(Some(topic_name(name))).with_error_code(error.code())
             }
         })
+        .chain(unknown_id_entries)
         .collect();
     MetadataResponse::default()
         .with_brokers(vec![broker])

@@ -105,17 +105,16 @@ pub(super) async fn fetch_once(ctx: &Arc<BrokerContext>, req: &FetchRequest) -> 
         let name = topic.topic.0.as_str().to_string();
         let mut partitions = Vec::new();
         for p in &topic.partitions {
-            let outcome = match (ctx.owner(&name, p.partition), u64::try_from(p.fetch_offset)) {
+            let outcome = match ctx.owner(&name, p.partition) {
                 // The answer is full: later partitions get nothing this time (Kafka's fetch.max.bytes).
-                (Some(_), Ok(_)) if budget == 0 && total > 0 => Some(FetchOutcome::empty(None)),
-                (Some(shard), Ok(offset)) => {
+                Some(_) if budget == 0 && total > 0 => Some(FetchOutcome::empty(None)),
+                Some(shard) => {
                     let max_bytes = (p.partition_max_bytes.max(0) as usize).min(budget);
                     let tp = TopicPartition::new(name.clone(), p.partition as u32);
-                    ask(ctx, shard, |reply| PartitionRequest::Fetch { tp, offset: Offset(offset), max_bytes, reply })
-                        .await
+                    let offset = p.fetch_offset;
+                    ask(ctx, shard, |reply| PartitionRequest::Fetch { tp, offset, max_bytes, reply }).await
                 }
-                (Some(_), Err(_)) => Some(FetchOutcome::empty(Some(ResponseError::OffsetOutOfRange))),
-                (None, _) => None,
+                None => None,
             };
             let outcome = outcome.unwrap_or_else(|| FetchOutcome::empty(Some(ResponseError::UnknownTopicOrPartition)));
             total += outcome.records.len();

@@ -32,7 +32,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use shardlog_net::kafka::{DecodedRequest, SupportedApis};
-use shardlog_storage::{LeaderEpoch, Offset, TopicPartition};
+use shardlog_storage::{LeaderEpoch, TopicPartition};
 
 mod admin;
 mod cluster;

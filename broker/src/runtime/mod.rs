@@ -1,15 +1,16 @@
 //! The shard runtime: one glommio executor per shard, pinned to a core when there are enough cores,
 //! each accepting connections on the shared listener address (SO_REUSEPORT) and serving them to the end.
 //!
-//! Shutdown: the process's signal thread sets [`Shutdown`]; every shard stops accepting, lets its
-//! connections finish the request in hand, and returns.
+//! Shutdown: the process's signal thread sets [`Shutdown`]; every shard stops accepting and lets its
+//! connections finish the requests in hand. Only when every shard has done so do the shards close their
+//! logs: a request on one shard may still need a partition another shard owns.
 
 mod connection;
 
 use std::cell::Cell;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -63,6 +64,25 @@ impl Drop for StopOnFailure {
     }
 }
 
+/// Shards still finishing their connections; each shard counts itself out once.
+struct Drained(Option<Arc<AtomicUsize>>);
+
+impl Drained {
+    fn done(&mut self) -> Arc<AtomicUsize> {
+        let count = self.0.take().expect("counted out once");
+        count.fetch_sub(1, Ordering::SeqCst);
+        count
+    }
+}
+
+impl Drop for Drained {
+    fn drop(&mut self) {
+        if let Some(count) = self.0.take() {
+            count.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
 /// How long a stopping shard waits for its connections to finish before closing its logs anyway.
 const DRAIN_LIMIT: Duration = Duration::from_secs(10);
 
@@ -84,20 +104,21 @@ pub fn run(config: BrokerConfig, shutdown: Shutdown) -> Result<()> {
         admin: admin_tx,
         config,
     });
+    let draining = Arc::new(AtomicUsize::new(shards));
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut admin_rx = Some(admin_rx);
     let mut handles = Vec::with_capacity(shards);
     for (shard, requests) in receivers.into_iter().enumerate() {
         // Pinned one per core when every shard has its own core; unpinned when there are more shards.
         let placement = if shards <= cpus { Placement::Fixed(shard) } else { Placement::Unbound };
-        let (ctx, shutdown, admin) = (ctx.clone(), shutdown.clone(), admin_rx.take());
+        let (ctx, shutdown, admin, draining) = (ctx.clone(), shutdown.clone(), admin_rx.take(), draining.clone());
         let handle = LocalExecutorBuilder::new(placement)
             .name(&format!("shard-{shard}"))
             .spawn(move || async move {
                 // A shard that fails or panics stops the whole broker: the others would serve a
                 // cluster view with its partitions missing.
                 let guard = StopOnFailure(shutdown.clone());
-                let result = run_shard(shard, addr, ctx, requests, admin, shutdown).await;
+                let result = run_shard(shard, addr, ctx, requests, admin, shutdown, draining).await;
                 if let Err(e) = &result {
                     tracing::error!(shard, error = %e, "shard failed; stopping the broker");
                     guard.0.trigger();
@@ -147,7 +168,11 @@ async fn run_shard(
     requests: flume::Receiver<PartitionRequest>,
     admin: Option<flume::Receiver<AdminRequest>>,
     shutdown: Shutdown,
+    draining: Arc<AtomicUsize>,
 ) -> Result<()> {
+    // Counts this shard out of the drain however it ends, so a shard that fails to start does not hold
+    // the others' shutdown.
+    let mut drained = Drained(Some(draining));
     let defaults = ctx.topic_defaults();
     let owner_ctx = ctx.clone();
     let scope = LogDirScope {
@@ -192,6 +217,12 @@ async fn run_shard(
         glommio::spawn_local(handlers::admin(ctx.clone(), admin)).detach();
     }
     let served = serve(shard, addr, ctx, shutdown).await;
+    // Every shard's connections are done (or past the drain limit) before any shard closes its logs.
+    let draining = drained.done();
+    let deadline = std::time::Instant::now() + DRAIN_LIMIT;
+    while draining.load(Ordering::SeqCst) > 0 && std::time::Instant::now() < deadline {
+        glommio::timer::sleep(Duration::from_millis(10)).await;
+    }
     upkeep.await;
     logs.close().await.with_context(|| format!("shard {shard}: close logs"))?;
     tracing::info!(shard, "logs closed");

@@ -114,6 +114,17 @@ impl Drop for Broker {
 }
 
 pub fn send<T: Encodable>(stream: &mut TcpStream, api_key: ApiKey, version: i16, correlation_id: i32, body: &T) {
+    try_send(stream, api_key, version, correlation_id, body).unwrap();
+}
+
+/// Like [`send`], for a connection the broker may close.
+pub fn try_send<T: Encodable>(
+    stream: &mut TcpStream,
+    api_key: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    body: &T,
+) -> std::io::Result<()> {
     let header = RequestHeader::default()
         .with_request_api_key(api_key as i16)
         .with_request_api_version(version)
@@ -125,7 +136,7 @@ pub fn send<T: Encodable>(stream: &mut TcpStream, api_key: ApiKey, version: i16,
     body.encode(&mut out, version).unwrap();
     let size = (out.len() - 4) as i32;
     out[..4].copy_from_slice(&size.to_be_bytes());
-    stream.write_all(&out).unwrap();
+    stream.write_all(&out)
 }
 
 pub fn receive(stream: &mut TcpStream, api_key: ApiKey, version: i16) -> (i32, ResponseKind) {

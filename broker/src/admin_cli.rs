@@ -19,8 +19,10 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
-/// Versions this client speaks (widely supported ones).
+/// Versions this client speaks (widely supported ones). Metadata goes up to v12 (topic ids, from v10)
+/// when the broker has it.
 const METADATA_V: i16 = 9;
+const METADATA_V_MAX: i16 = 12;
 const CREATE_TOPICS_V: i16 = 5;
 const DELETE_TOPICS_V: i16 = 4;
 const LIST_OFFSETS_V: i16 = 5;
@@ -31,6 +33,7 @@ const DESCRIBE_CONFIGS_V: i16 = 2;
 pub struct AdminClient {
     stream: TcpStream,
     next_correlation_id: i32,
+    metadata_version: i16,
 }
 
 fn name(n: &str) -> TopicName {
@@ -48,7 +51,18 @@ impl AdminClient {
     pub fn connect(bootstrap: &str) -> Result<AdminClient> {
         let stream = TcpStream::connect(bootstrap).with_context(|| format!("connect to {bootstrap}"))?;
         stream.set_read_timeout(Some(Duration::from_secs(30)))?;
-        Ok(AdminClient { stream, next_correlation_id: 1 })
+        let mut client = AdminClient { stream, next_correlation_id: 1, metadata_version: METADATA_V };
+        // ApiVersions v0 is answered by every broker version; use the newest Metadata both sides have.
+        let ResponseKind::ApiVersions(versions) =
+            client.call(ApiKey::ApiVersions, 0, &kafka_protocol::messages::ApiVersionsRequest::default())?
+        else {
+            bail!("wrong response")
+        };
+        check(versions.error_code, "ApiVersions")?;
+        if let Some(metadata) = versions.api_keys.iter().find(|k| k.api_key == ApiKey::Metadata as i16) {
+            client.metadata_version = METADATA_V_MAX.min(metadata.max_version).max(METADATA_V);
+        }
+        Ok(client)
     }
 
     fn call<T: Encodable>(&mut self, api: ApiKey, version: i16, body: &T) -> Result<ResponseKind> {
@@ -128,7 +142,9 @@ impl AdminClient {
         let req = MetadataRequest::default().with_allow_auto_topic_creation(false).with_topics(
             topics.map(|ts| ts.iter().map(|t| MetadataRequestTopic::default().with_name(Some(name(t)))).collect()),
         );
-        let ResponseKind::Metadata(r) = self.call(ApiKey::Metadata, METADATA_V, &req)? else { bail!("wrong response") };
+        let ResponseKind::Metadata(r) = self.call(ApiKey::Metadata, self.metadata_version, &req)? else {
+            bail!("wrong response")
+        };
         Ok(r)
     }
 
@@ -201,7 +217,8 @@ pub fn describe(client: &mut AdminClient, topic: &str) -> Result<String> {
     let mut partitions: Vec<_> = t.partitions.iter().collect();
     partitions.sort_by_key(|p| p.partition_index);
     let offsets = client.offsets(topic, partitions.len() as i32)?;
-    let mut out = format!("Topic: {topic}\tTopicId: {}\tPartitionCount: {}\n", t.topic_id, partitions.len());
+    let id = if t.topic_id.is_nil() { "-".to_string() } else { t.topic_id.to_string() };
+    let mut out = format!("Topic: {topic}\tTopicId: {id}\tPartitionCount: {}\n", partitions.len());
     let ids =
         |v: &[kafka_protocol::messages::BrokerId]| v.iter().map(|b| b.0.to_string()).collect::<Vec<_>>().join(",");
     for (p, (start, end)) in partitions.iter().zip(&offsets) {

@@ -43,6 +43,9 @@ fn topic_create_list_describe_delete() {
     let (ok, out, err) = shardlog(&["topic", "describe", "orders", "--bootstrap", b]);
     assert!(ok, "{err}");
     assert!(out.contains("PartitionCount: 3"), "{out}");
+    // Metadata was negotiated up to a version with topic ids.
+    let id = out.split("TopicId: ").nth(1).and_then(|rest| rest.split('\t').next()).unwrap_or("");
+    assert!(uuid::Uuid::parse_str(id).is_ok_and(|id| !id.is_nil()), "a topic id: {out}");
     for p in 0..3 {
         assert!(
             out.contains(&format!(

@@ -34,8 +34,9 @@
 //!
 //! Memory per shard is bounded by `shard.cache.max.bytes` for cached recent data, plus appended data
 //! waiting for its write-out (at most 16 MiB per partition; under the default flush policy it is written
-//! within 100 ms), plus the segment indexes (about 0.5% of the data stored). An idle partition keeps less
-//! than one 4 KiB block of its data in memory and no open file.
+//! within 100 ms) and one aligned I/O buffer copy of it while it is written, plus the segment indexes
+//! (about 0.5% of the data stored), plus per connection at most 32 requests / 64 MiB in flight. An idle
+//! partition keeps less than one 4 KiB block of its data in memory and no open file.
 
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, ToSocketAddrs};

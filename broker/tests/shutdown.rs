@@ -117,3 +117,21 @@ fn read_partition(s: &mut TcpStream, partition: i32) -> std::collections::HashMa
         }
     }
 }
+
+#[test]
+fn sigterm_answers_a_long_poll_at_once_instead_of_cutting_it_off() {
+    let broker = Broker::start(2);
+    let mut s = broker.connect();
+    assert_eq!(create(&mut s, "quiet", 1, 1, &[]), 0);
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    // Waits up to 40 s for data that never comes: longer than the broker's 10 s drain limit.
+    send(&mut s, ApiKey::Fetch, 11, 7, &fetch_request("quiet", 0, 0, 40_000));
+    std::thread::sleep(Duration::from_millis(300));
+    let status = broker.terminate();
+    assert!(status.success(), "exit status {status:?}");
+    let (correlation_id, body) = receive(&mut s, ApiKey::Fetch, 11);
+    assert_eq!(correlation_id, 7, "the long poll was answered before the broker stopped");
+    let ResponseKind::Fetch(r) = body else { panic!("wrong response") };
+    let p = &r.responses[0].partitions[0];
+    assert_eq!((p.error_code, p.high_watermark), (0, 0));
+}

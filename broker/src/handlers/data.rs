@@ -88,7 +88,7 @@ pub(super) async fn fetch(ctx: &Arc<BrokerContext>, req: FetchRequest) -> FetchR
     loop {
         let (response, bytes) = fetch_once(ctx, &req).await;
         let any_error = response.responses.iter().flat_map(|t| &t.partitions).any(|p| p.error_code != 0);
-        if bytes >= min_bytes || any_error || Instant::now() >= deadline {
+        if bytes >= min_bytes || any_error || Instant::now() >= deadline || ctx.shutdown.is_triggered() {
             return response;
         }
         // Long poll: look again shortly, until enough data arrived or max.wait.ms passed.

@@ -120,6 +120,8 @@ pub struct BrokerContext {
     pub shards: Vec<flume::Sender<PartitionRequest>>,
     /// Shard 0's channel for topic changes.
     pub admin: flume::Sender<AdminRequest>,
+    /// Set when the broker is stopping: long polls answer at once.
+    pub shutdown: crate::runtime::Shutdown,
 }
 
 impl BrokerContext {

@@ -102,6 +102,7 @@ pub fn run(config: BrokerConfig, shutdown: Shutdown) -> Result<()> {
         topics: std::sync::RwLock::new(topics),
         shards: senders,
         admin: admin_tx,
+        shutdown: shutdown.clone(),
         config,
     });
     let draining = Arc::new(AtomicUsize::new(shards));

@@ -7,7 +7,7 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
@@ -15,9 +15,10 @@ use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListO
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{
     ApiKey, CreateTopicsRequest, DeleteTopicsRequest, DescribeConfigsRequest, ListOffsetsRequest, MetadataRequest,
-    MetadataResponse, RequestHeader, ResponseHeader, ResponseKind, TopicName,
+    MetadataResponse, ResponseKind, TopicName,
 };
-use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::protocol::{Encodable, StrBytes};
+use shardlog_net::kafka::{decode_response, encode_request};
 
 /// Versions this client speaks (widely supported ones). Metadata goes up to v12 (topic ids, from v10)
 /// when the broker has it.
@@ -68,17 +69,7 @@ impl AdminClient {
     fn call<T: Encodable>(&mut self, api: ApiKey, version: i16, body: &T) -> Result<ResponseKind> {
         let correlation_id = self.next_correlation_id;
         self.next_correlation_id += 1;
-        let header = RequestHeader::default()
-            .with_request_api_key(api as i16)
-            .with_request_api_version(version)
-            .with_correlation_id(correlation_id)
-            .with_client_id(Some(StrBytes::from_static_str("shardlog-admin")));
-        let mut out = BytesMut::new();
-        out.put_i32(0);
-        header.encode(&mut out, api.request_header_version(version))?;
-        body.encode(&mut out, version)?;
-        let size = (out.len() - 4) as i32;
-        out[..4].copy_from_slice(&size.to_be_bytes());
+        let out = encode_request(api, version, correlation_id, "shardlog-admin", body)?;
         self.stream.write_all(&out).context("send request")?;
         let mut size = [0u8; 4];
         self.stream.read_exact(&mut size).context("read response (the broker closed the connection?)")?;
@@ -88,14 +79,9 @@ impl AdminClient {
         }
         let mut frame = vec![0u8; size as usize];
         self.stream.read_exact(&mut frame)?;
-        let mut frame = Bytes::from(frame);
-        let header = ResponseHeader::decode(&mut frame, api.response_header_version(version))?;
-        if header.correlation_id != correlation_id {
-            bail!("response to request {} while waiting for {correlation_id}", header.correlation_id);
-        }
-        let body = ResponseKind::decode(api, &mut frame, version)?;
-        if frame.has_remaining() {
-            bail!("{} trailing bytes in the response", frame.remaining());
+        let (answered, body) = decode_response(Bytes::from(frame), api, version)?;
+        if answered != correlation_id {
+            bail!("response to request {answered} while waiting for {correlation_id}");
         }
         Ok(body)
     }

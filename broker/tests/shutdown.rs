@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use kafka_protocol::messages::{ApiKey, ResponseKind};
 
+use shardlog_net::kafka::decode_response;
 use shardlog_storage::batch::BatchHeader;
 
 use common::requests::{batch, create, fetch_request, produce_request, stored};
@@ -46,14 +47,8 @@ fn produce_stream(port: u16, stop: Arc<AtomicBool>, seed: u8) -> Vec<(i32, i16, 
         if std::io::Read::read_exact(&mut s, &mut frame).is_err() {
             return answers;
         }
-        let mut frame = bytes::Bytes::from(frame);
-        let header = <kafka_protocol::messages::ResponseHeader as kafka_protocol::protocol::Decodable>::decode(
-            &mut frame,
-            ApiKey::Produce.response_header_version(9),
-        )
-        .unwrap();
-        assert_eq!(header.correlation_id, correlation_id, "answers in request order");
-        let body = ResponseKind::decode(ApiKey::Produce, &mut frame, 9).unwrap();
+        let (answered, body) = decode_response(bytes::Bytes::from(frame), ApiKey::Produce, 9).unwrap();
+        assert_eq!(answered, correlation_id, "answers in request order");
         let ResponseKind::Produce(r) = body else { panic!("wrong response") };
         let p = &r.responses[0].partition_responses[0];
         answers.push((partition, p.error_code, p.base_offset, b));

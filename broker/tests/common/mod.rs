@@ -10,9 +10,10 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader, ResponseKind};
-use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use bytes::Bytes;
+use kafka_protocol::messages::{ApiKey, ResponseKind};
+use kafka_protocol::protocol::Encodable;
+use shardlog_net::kafka::{decode_response, encode_request};
 
 pub struct Broker {
     child: Child,
@@ -125,17 +126,7 @@ pub fn try_send<T: Encodable>(
     correlation_id: i32,
     body: &T,
 ) -> std::io::Result<()> {
-    let header = RequestHeader::default()
-        .with_request_api_key(api_key as i16)
-        .with_request_api_version(version)
-        .with_correlation_id(correlation_id)
-        .with_client_id(Some(StrBytes::from_static_str("wire-test")));
-    let mut out = BytesMut::new();
-    out.put_i32(0);
-    header.encode(&mut out, api_key.request_header_version(version)).unwrap();
-    body.encode(&mut out, version).unwrap();
-    let size = (out.len() - 4) as i32;
-    out[..4].copy_from_slice(&size.to_be_bytes());
+    let out = encode_request(api_key, version, correlation_id, "wire-test", body).unwrap();
     stream.write_all(&out)
 }
 
@@ -144,11 +135,7 @@ pub fn receive(stream: &mut TcpStream, api_key: ApiKey, version: i16) -> (i32, R
     stream.read_exact(&mut size).expect("a response");
     let mut frame = vec![0u8; i32::from_be_bytes(size) as usize];
     stream.read_exact(&mut frame).unwrap();
-    let mut frame = Bytes::from(frame);
-    let header = ResponseHeader::decode(&mut frame, api_key.response_header_version(version)).unwrap();
-    let body = ResponseKind::decode(api_key, &mut frame, version).unwrap();
-    assert_eq!(frame.remaining(), 0);
-    (header.correlation_id, body)
+    decode_response(Bytes::from(frame), api_key, version).unwrap()
 }
 
 pub fn assert_closed(stream: &mut TcpStream) {

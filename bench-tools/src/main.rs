@@ -1,11 +1,19 @@
-//! `shardlog-bench`: how we and our users measure shardlog.
+//! `shardlog-bench`: how we and our users measure shardlog. The load generators speak the Kafka
+//! protocol, so every figure can be taken against shardlog or any other Kafka-compatible broker.
 
 use clap::{Parser, Subcommand};
 
+mod audit;
+mod cluster;
+mod consume;
+mod payload;
+mod produce;
+mod stats;
 mod storage_bench;
+mod wire;
 
 #[derive(Debug, Parser)]
-#[command(name = "shardlog-bench", version, about = "Benchmarks for shardlog")]
+#[command(name = "shardlog-bench", version, about = "Benchmarks for shardlog and any Kafka-compatible broker")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -13,6 +21,15 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Produce load: the seed's sync mode (one message per request, one request per partition at a time)
+    /// or pipelined batches (async); messages/s, MB/s, latency percentiles, errors by Kafka code.
+    Produce(produce::ProduceArgs),
+    /// Consume a topic as fast as it is served: messages/s, MB/s, end-to-end latency.
+    Consume(consume::ConsumeArgs),
+    /// Check a topic against the acknowledged records `produce --record` wrote down.
+    Audit(audit::AuditArgs),
+    /// Run local shardlog brokers on loopback until Ctrl-C.
+    Cluster(cluster::ClusterArgs),
     /// The storage engine against the raw disk: sequential bandwidth and fdatasync latency, then durable
     /// log appends (throughput and latency) on the same disk, in one run.
     Storage(storage_bench::StorageArgs),
@@ -21,6 +38,17 @@ enum Command {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Storage(args) => storage_bench::run(args),
+        Command::Produce(args) => print!("{}", produce::run(&args)?.report()),
+        Command::Consume(args) => print!("{}", consume::run(&args)?.report()),
+        Command::Audit(args) => {
+            let report = audit::run(&args)?;
+            print!("{}", report.render());
+            if !report.passed() {
+                std::process::exit(1);
+            }
+        }
+        Command::Cluster(args) => cluster::run(&args)?,
+        Command::Storage(args) => storage_bench::run(args)?,
     }
+    Ok(())
 }

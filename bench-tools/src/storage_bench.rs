@@ -28,7 +28,7 @@ pub struct StorageArgs {
     #[arg(long, default_value = "bench-data")]
     pub dir: PathBuf,
     /// How long each log case runs.
-    #[arg(long, default_value = "5s", value_parser = humantime_secs)]
+    #[arg(long, default_value = "5s", value_parser = crate::stats::duration)]
     pub duration: Duration,
     /// Bytes written by the raw sequential-bandwidth measurement.
     #[arg(long, default_value_t = 1 << 30)]
@@ -45,18 +45,6 @@ pub struct StorageArgs {
     /// Partition counts to measure.
     #[arg(long, value_delimiter = ',', default_values_t = [1usize, 16])]
     pub partitions: Vec<usize>,
-}
-
-fn humantime_secs(s: &str) -> Result<Duration, String> {
-    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len()));
-    let v: f64 = num.parse().map_err(|_| format!("bad duration {s:?}"))?;
-    let secs = match unit {
-        "" | "s" => v,
-        "ms" => v / 1000.0,
-        "m" => v * 60.0,
-        _ => return Err(format!("bad duration unit in {s:?} (use ms, s or m)")),
-    };
-    Ok(Duration::from_secs_f64(secs))
 }
 
 /// Latency percentiles in microseconds.

@@ -1,0 +1,379 @@
+//! `shardlog-bench produce`: a Kafka producer load, in the seed's `sync` mode or pipelined (`async`).
+//!
+//! - `sync` follows the seed's tables: one lane per partition, each sending one message per request and
+//!   waiting for its acknowledgement before the next, so more partitions give more parallelism.
+//! - `async` sends, per leader broker, requests holding one batch of up to `--batch-bytes` per
+//!   partition, with up to `--in-flight` requests unanswered on the connection.
+//!
+//! Latency is from the moment a request is written to the moment its answer is read. With acks=0 there
+//! is no answer: messages are counted when written to the socket, and no latency is reported.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result, bail};
+use bytes::Bytes;
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{ApiKey, ProduceRequest, ResponseKind, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::records::Compression;
+use shardlog_broker::admin_cli::AdminClient;
+
+use crate::payload::{self, Origin};
+use crate::stats::{self, Tally};
+use crate::wire::{Connection, TopicLayout, negotiate};
+
+/// Produce versions this tool speaks.
+const PRODUCE_VERSIONS: (i16, i16) = (3, 9);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    Sync,
+    Async,
+}
+
+/// Options of `shardlog-bench produce`.
+#[derive(Debug, Clone, clap::Args)]
+#[command(group(clap::ArgGroup::new("amount").required(true).args(["messages", "duration"])))]
+pub struct ProduceArgs {
+    #[arg(long, default_value = "127.0.0.1:9092")]
+    pub bootstrap: String,
+    #[arg(long)]
+    pub topic: String,
+    /// Create the topic first (an existing one is used as it is).
+    #[arg(long)]
+    pub create: bool,
+    /// Partitions of a created topic.
+    #[arg(long, default_value_t = 1)]
+    pub partitions: i32,
+    /// Replication factor of a created topic.
+    #[arg(long, default_value_t = 1)]
+    pub replication_factor: i16,
+    /// `min.insync.replicas` of a created topic.
+    #[arg(long)]
+    pub min_insync: Option<i16>,
+    /// 0, 1 or all.
+    #[arg(long, default_value = "all", value_parser = parse_acks)]
+    pub acks: i16,
+    #[arg(long, default_value_t = 1024)]
+    pub message_size: usize,
+    #[arg(long, value_enum, default_value_t = Mode::Sync)]
+    pub mode: Mode,
+    /// Requests unanswered per connection (async mode).
+    #[arg(long, default_value_t = 5)]
+    pub in_flight: usize,
+    /// Bytes of messages per partition batch (async mode).
+    #[arg(long, default_value_t = 16384)]
+    pub batch_bytes: usize,
+    /// none, gzip, snappy, lz4 or zstd.
+    #[arg(long, default_value = "none")]
+    pub compression: String,
+    /// Messages to send in all.
+    #[arg(long)]
+    pub messages: Option<u64>,
+    /// How long to send, e.g. 30s.
+    #[arg(long, value_parser = stats::duration)]
+    pub duration: Option<Duration>,
+    /// Write every acknowledged record as `partition offset hash` lines, for `audit`.
+    #[arg(long)]
+    pub record: Option<PathBuf>,
+}
+
+fn parse_acks(s: &str) -> Result<i16, String> {
+    match s {
+        "0" => Ok(0),
+        "1" => Ok(1),
+        "all" | "-1" => Ok(-1),
+        other => Err(format!("acks {other:?}: use 0, 1 or all")),
+    }
+}
+
+/// What a produce run measured.
+#[derive(Debug, Clone)]
+pub struct ProduceResult {
+    pub tally: Tally,
+    pub elapsed: Duration,
+    pub acks: i16,
+}
+
+impl ProduceResult {
+    pub fn report(&self) -> String {
+        if self.acks == 0 {
+            format!("acks=0: sent, not acknowledged\n{}", self.tally.report(self.elapsed, None))
+        } else {
+            self.tally.report(self.elapsed, Some("send to acknowledgement"))
+        }
+    }
+}
+
+/// How many messages may still be sent, and until when.
+#[derive(Debug)]
+struct Budget {
+    remaining: Option<AtomicU64>,
+    deadline: Option<Instant>,
+}
+
+impl Budget {
+    /// Takes up to `n` messages; 0 when the run is over.
+    fn take(&self, n: u64) -> u64 {
+        if self.deadline.is_some_and(|d| Instant::now() >= d) {
+            return 0;
+        }
+        let Some(remaining) = &self.remaining else { return n };
+        let mut current = remaining.load(Ordering::Relaxed);
+        loop {
+            let granted = current.min(n);
+            if granted == 0 {
+                return 0;
+            }
+            match remaining.compare_exchange(current, current - granted, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return granted,
+                Err(now) => current = now,
+            }
+        }
+    }
+}
+
+/// The audit file: acknowledged (partition, offset, hash).
+type Recorder = Option<Arc<Mutex<BufWriter<File>>>>;
+
+fn record(recorder: &Recorder, partition: i32, base_offset: i64, hashes: &[u32]) -> Result<()> {
+    if let Some(file) = recorder {
+        let mut file = file.lock().expect("audit file lock");
+        for (i, h) in hashes.iter().enumerate() {
+            writeln!(file, "{partition} {} {h:08x}", base_offset + i as i64)?;
+        }
+    }
+    Ok(())
+}
+
+/// What every lane shares.
+#[derive(Debug)]
+struct Plan {
+    topic: String,
+    version: i16,
+    acks: i16,
+    message_size: usize,
+    compression: Compression,
+    run: u64,
+    budget: Budget,
+}
+
+pub fn run(args: &ProduceArgs) -> Result<ProduceResult> {
+    let mut admin = AdminClient::connect(&args.bootstrap)?;
+    if args.create {
+        let configs: Vec<(String, String)> =
+            args.min_insync.iter().map(|m| ("min.insync.replicas".to_string(), m.to_string())).collect();
+        match admin.create_topic(&args.topic, args.partitions, args.replication_factor, &configs) {
+            Ok(()) => {}
+            Err(e) if e.to_string().contains("TopicAlreadyExists") => {
+                eprintln!("topic {} exists; using it as it is", args.topic)
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let layout = TopicLayout::fetch(&mut admin, &args.topic)?;
+    let version = negotiate(&mut Connection::open(&args.bootstrap)?, ApiKey::Produce, PRODUCE_VERSIONS)?;
+    let recorder: Recorder = match &args.record {
+        Some(path) => Some(Arc::new(Mutex::new(BufWriter::new(
+            File::create(path).with_context(|| format!("create {}", path.display()))?,
+        )))),
+        None => None,
+    };
+    if args.message_size < payload::PREFIX_BYTES {
+        bail!("--message-size must be at least {} bytes", payload::PREFIX_BYTES);
+    }
+    let plan = Arc::new(Plan {
+        topic: args.topic.clone(),
+        version,
+        acks: args.acks,
+        message_size: args.message_size,
+        compression: payload::compression(&args.compression)?,
+        run: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64),
+        budget: Budget {
+            remaining: args.messages.map(AtomicU64::new),
+            deadline: args.duration.map(|d| Instant::now() + d),
+        },
+    });
+    let started = Instant::now();
+    let lanes: Vec<std::thread::JoinHandle<Result<Tally>>> = match args.mode {
+        Mode::Sync => layout
+            .leaders
+            .iter()
+            .map(|(&partition, leader)| {
+                let (plan, recorder, leader) = (plan.clone(), recorder.clone(), leader.clone());
+                std::thread::spawn(move || sync_lane(&plan, &leader, partition, &recorder))
+            })
+            .collect(),
+        Mode::Async => layout
+            .by_leader()
+            .into_iter()
+            .map(|(leader, partitions)| {
+                let (plan, recorder) = (plan.clone(), recorder.clone());
+                let (in_flight, batch_bytes) = (args.in_flight.max(1), args.batch_bytes);
+                std::thread::spawn(move || async_lane(&plan, &leader, &partitions, in_flight, batch_bytes, &recorder))
+            })
+            .collect(),
+    };
+    let mut tally = Tally::default();
+    for lane in lanes {
+        tally.merge(&lane.join().map_err(|_| anyhow::anyhow!("a producer thread panicked"))??);
+    }
+    let elapsed = started.elapsed();
+    if let Some(file) = &recorder {
+        file.lock().expect("audit file lock").flush()?;
+    }
+    Ok(ProduceResult { tally, elapsed, acks: args.acks })
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+fn request(plan: &Plan, batches: Vec<(i32, Bytes)>) -> ProduceRequest {
+    let partitions =
+        batches.into_iter().map(|(p, b)| PartitionProduceData::default().with_index(p).with_records(Some(b))).collect();
+    ProduceRequest::default().with_acks(plan.acks).with_timeout_ms(30_000).with_topic_data(vec![
+        TopicProduceData::default()
+            .with_name(TopicName(StrBytes::from_string(plan.topic.clone())))
+            .with_partition_data(partitions),
+    ])
+}
+
+/// (partition, error code, base offset) of every partition in a produce answer.
+fn outcomes(response: ResponseKind) -> Result<Vec<(i32, i16, i64)>> {
+    let ResponseKind::Produce(r) = response else { bail!("wrong answer to Produce") };
+    Ok(r.responses
+        .iter()
+        .flat_map(|t| t.partition_responses.iter().map(|p| (p.index, p.error_code, p.base_offset)))
+        .collect())
+}
+
+/// One partition, one message per request, the next sent once the last is acknowledged.
+fn sync_lane(plan: &Plan, leader: &str, partition: i32, recorder: &Recorder) -> Result<Tally> {
+    let mut conn = Connection::open(leader)?;
+    let mut tally = Tally::default();
+    let mut sequence = 0u64;
+    while plan.budget.take(1) == 1 {
+        let value = payload::value(Origin { run: plan.run, partition: partition as u32, sequence }, plan.message_size);
+        sequence += 1;
+        let batch = payload::batch(std::slice::from_ref(&value), now_ms(), plan.compression)?;
+        let sent_at = Instant::now();
+        conn.sender.send(ApiKey::Produce, plan.version, &request(plan, vec![(partition, batch)]))?;
+        if plan.acks == 0 {
+            tally.messages += 1;
+            tally.bytes += value.len() as u64;
+            continue;
+        }
+        let (_, response) = conn.receiver.receive(ApiKey::Produce, plan.version)?;
+        for (_, error, base_offset) in outcomes(response)? {
+            if error == 0 {
+                tally.messages += 1;
+                tally.bytes += value.len() as u64;
+                tally.record_latency(sent_at.elapsed(), 1);
+                record(recorder, partition, base_offset, &[payload::hash(&value)])?;
+            } else {
+                *tally.errors.entry(error).or_default() += 1;
+            }
+        }
+    }
+    Ok(tally)
+}
+
+/// A request on the wire: when it was sent, and per partition the message count, bytes and hashes.
+struct InFlight {
+    sent_at: Instant,
+    batches: BTreeMap<i32, (u64, u64, Vec<u32>)>,
+}
+
+/// One leader broker, requests of one batch per partition, `in_flight` of them unanswered at most.
+fn async_lane(
+    plan: &Plan,
+    leader: &str,
+    partitions: &[i32],
+    in_flight: usize,
+    batch_bytes: usize,
+    recorder: &Recorder,
+) -> Result<Tally> {
+    let Connection { mut sender, mut receiver } = Connection::open(leader)?;
+    let per_batch = (batch_bytes / plan.message_size).max(1) as u64;
+    let mut sequences = vec![0u64; partitions.len()];
+    // Requests on the wire go to the answer reader in order; a request is sent only with one of the
+    // `in_flight` slots, which the reader hands back as each answer arrives.
+    let (queue, answers) = std::sync::mpsc::channel::<InFlight>();
+    let (free, slots) = std::sync::mpsc::sync_channel::<()>(in_flight);
+    for _ in 0..in_flight {
+        free.send(()).expect("room for every slot");
+    }
+    let (version, acks) = (plan.version, plan.acks);
+    let recorder_for_reader = recorder.clone();
+    let reader = std::thread::spawn(move || -> Result<Tally> {
+        let mut tally = Tally::default();
+        while let Ok(request) = answers.recv() {
+            let (_, response) = receiver.receive(ApiKey::Produce, version)?;
+            let latency = request.sent_at.elapsed();
+            let _ = free.send(());
+            for (partition, error, base_offset) in outcomes(response)? {
+                let Some((count, bytes, hashes)) = request.batches.get(&partition) else { continue };
+                if error == 0 {
+                    tally.messages += count;
+                    tally.bytes += bytes;
+                    tally.record_latency(latency, *count);
+                    record(&recorder_for_reader, partition, base_offset, hashes)?;
+                } else {
+                    *tally.errors.entry(error).or_default() += count;
+                }
+            }
+        }
+        Ok(tally)
+    });
+    let mut sent = Tally::default();
+    'requests: loop {
+        let mut batches = Vec::new();
+        let mut in_request = BTreeMap::new();
+        for (slot, &partition) in partitions.iter().enumerate() {
+            let n = plan.budget.take(per_batch);
+            if n == 0 {
+                break;
+            }
+            let values: Vec<Bytes> = (0..n)
+                .map(|i| {
+                    let origin = Origin { run: plan.run, partition: partition as u32, sequence: sequences[slot] + i };
+                    payload::value(origin, plan.message_size)
+                })
+                .collect();
+            sequences[slot] += n;
+            let hashes =
+                if recorder.is_some() { values.iter().map(|v| payload::hash(v)).collect() } else { Vec::new() };
+            let bytes = values.iter().map(|v| v.len() as u64).sum();
+            batches.push((partition, payload::batch(&values, now_ms(), plan.compression)?));
+            in_request.insert(partition, (n, bytes, hashes));
+        }
+        if batches.is_empty() {
+            break 'requests;
+        }
+        let request = request(plan, batches);
+        if acks == 0 {
+            sender.send(ApiKey::Produce, version, &request)?;
+            for (count, bytes, _) in in_request.values() {
+                sent.messages += count;
+                sent.bytes += bytes;
+            }
+            continue;
+        }
+        // Waits while `in_flight` requests are unanswered.
+        if slots.recv().is_err() || queue.send(InFlight { sent_at: Instant::now(), batches: in_request }).is_err() {
+            break 'requests; // the reader failed; its error is reported below
+        }
+        sender.send(ApiKey::Produce, version, &request)?;
+    }
+    drop(queue);
+    let mut tally = reader.join().map_err(|_| anyhow::anyhow!("the answer reader panicked"))??;
+    tally.merge(&sent);
+    Ok(tally)
+}

@@ -1,0 +1,98 @@
+//! What a load run measured: counts, bytes, latency (hdrhistogram, microseconds) and errors by Kafka
+//! error code, merged from every sending thread and printed the same way by every command.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+
+/// Results of one sending or receiving thread, merged into the run's.
+#[derive(Debug, Clone)]
+pub struct Tally {
+    pub messages: u64,
+    pub bytes: u64,
+    /// Microseconds, from send to acknowledgement (or from creation to consumption).
+    pub latency_us: Histogram<u64>,
+    /// Messages refused, by Kafka error code.
+    pub errors: BTreeMap<i16, u64>,
+}
+
+impl Default for Tally {
+    fn default() -> Self {
+        Tally {
+            messages: 0,
+            bytes: 0,
+            latency_us: Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds"),
+            errors: BTreeMap::new(),
+        }
+    }
+}
+
+impl Tally {
+    pub fn merge(&mut self, other: &Tally) {
+        self.messages += other.messages;
+        self.bytes += other.bytes;
+        self.latency_us.add(&other.latency_us).expect("histograms with the same bounds");
+        for (code, n) in &other.errors {
+            *self.errors.entry(*code).or_default() += n;
+        }
+    }
+
+    /// `count` messages that took `latency` each.
+    pub fn record_latency(&mut self, latency: Duration, count: u64) {
+        let us = (latency.as_micros() as u64).clamp(1, self.latency_us.high());
+        self.latency_us.record_n(us, count).expect("value within bounds");
+    }
+
+    pub fn messages_per_sec(&self, elapsed: Duration) -> f64 {
+        self.messages as f64 / elapsed.as_secs_f64().max(1e-9)
+    }
+
+    pub fn mb_per_sec(&self, elapsed: Duration) -> f64 {
+        self.bytes as f64 / 1e6 / elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// The summary lines every command prints. `latency_label` says what the latency measures (or
+    /// `None` when there is none, as for acks=0).
+    pub fn report(&self, elapsed: Duration, latency_label: Option<&str>) -> String {
+        let mut out = format!(
+            "{} messages in {:.2} s: {:.0} msg/s, {:.1} MB/s\n",
+            self.messages,
+            elapsed.as_secs_f64(),
+            self.messages_per_sec(elapsed),
+            self.mb_per_sec(elapsed)
+        );
+        match latency_label {
+            Some(label) if !self.latency_us.is_empty() => {
+                let h = &self.latency_us;
+                out.push_str(&format!(
+                    "{label} (ms): p50 {:.3}  p99 {:.3}  p99.9 {:.3}  max {:.3}\n",
+                    h.value_at_quantile(0.5) as f64 / 1000.0,
+                    h.value_at_quantile(0.99) as f64 / 1000.0,
+                    h.value_at_quantile(0.999) as f64 / 1000.0,
+                    h.max() as f64 / 1000.0
+                ));
+            }
+            _ => {}
+        }
+        for (code, n) in &self.errors {
+            let name = kafka_protocol::ResponseError::try_from_code(*code)
+                .map_or_else(|| "unknown".to_string(), |e| format!("{e:?}"));
+            out.push_str(&format!("errors: {n} x {name} (code {code})\n"));
+        }
+        out
+    }
+}
+
+/// Parses `30s`, `500ms`, `2m`.
+pub fn duration(s: &str) -> Result<Duration, String> {
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len()));
+    let v: f64 = num.parse().map_err(|_| format!("bad duration {s:?}"))?;
+    let secs = match unit {
+        "" | "s" => v,
+        "ms" => v / 1000.0,
+        "m" => v * 60.0,
+        _ => return Err(format!("bad duration unit in {s:?} (use ms, s or m)")),
+    };
+    Ok(Duration::from_secs_f64(secs))
+}

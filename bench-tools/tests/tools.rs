@@ -1,0 +1,154 @@
+//! The load tools against a real single-node shardlog, all as processes: `cluster` starts the broker,
+//! `produce` writes down what was acknowledged, `consume` and `audit` read it back, and their counts
+//! agree. An audit of a record that was never stored fails.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+fn bench() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_shardlog-bench"))
+}
+
+/// `shardlog-bench cluster --brokers 1` on a free port; stopped with SIGTERM when dropped.
+struct Cluster {
+    child: Child,
+    bootstrap: String,
+}
+
+impl Cluster {
+    fn start(data: &Path) -> Cluster {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let mut child = bench()
+            .args(["cluster", "--brokers", "1", "--shards", "2", "--base-port", &port.to_string(), "--data-dir"])
+            .arg(data)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), format!("127.0.0.1:{port}"), "the launcher prints the bootstrap list");
+        Cluster { child, bootstrap: line.trim().to_string() }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on a process this test started.
+        unsafe { libc_kill(self.child.id() as i32, 15) };
+        let _ = self.child.wait();
+    }
+}
+
+unsafe extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+}
+
+/// Runs the tool; returns (success, stdout).
+fn run(args: &[&str]) -> (bool, String) {
+    let out = bench().args(args).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success() || args[0] == "audit", "{args:?}: {}\n{stdout}", String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), stdout)
+}
+
+/// The count at the start of "N messages in ...".
+fn messages(report: &str) -> u64 {
+    let line = report.lines().find(|l| l.contains(" messages in ")).unwrap_or_else(|| panic!("no count in {report}"));
+    line.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn produce_consume_and_audit_agree_on_what_was_acknowledged() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = Cluster::start(&dir.path().join("cluster"));
+    let b = cluster.bootstrap.as_str();
+    let acked = dir.path().join("acked.txt");
+    let acked = acked.to_str().unwrap();
+
+    // Sync (one message per request per partition), then async batches with compression, same topic.
+    let (_, sync) = run(&[
+        "produce",
+        "--bootstrap",
+        b,
+        "--topic",
+        "audit-me",
+        "--create",
+        "--partitions",
+        "4",
+        "--acks",
+        "all",
+        "--mode",
+        "sync",
+        "--messages",
+        "2000",
+        "--record",
+        acked,
+    ]);
+    assert_eq!(messages(&sync), 2000, "{sync}");
+    assert!(sync.contains("send to acknowledgement (ms): p50"), "{sync}");
+    let acked_async = dir.path().join("acked-async.txt");
+    let (_, batched) = run(&[
+        "produce",
+        "--bootstrap",
+        b,
+        "--topic",
+        "audit-me",
+        "--acks",
+        "1",
+        "--mode",
+        "async",
+        "--in-flight",
+        "4",
+        "--batch-bytes",
+        "8192",
+        "--compression",
+        "lz4",
+        "--message-size",
+        "512",
+        "--messages",
+        "30000",
+        "--record",
+        acked_async.to_str().unwrap(),
+    ]);
+    assert_eq!(messages(&batched), 30000, "{batched}");
+    let mut all = std::fs::read_to_string(acked).unwrap();
+    all.push_str(&std::fs::read_to_string(&acked_async).unwrap());
+    std::fs::write(acked, &all).unwrap();
+    assert_eq!(all.lines().count(), 32000, "every acknowledged record was written down");
+
+    let (_, consumed) = run(&["consume", "--bootstrap", b, "--topic", "audit-me", "--messages", "32000"]);
+    assert_eq!(messages(&consumed), 32000, "{consumed}");
+    assert!(consumed.contains("end to end"), "producer timestamps give an end-to-end latency: {consumed}");
+
+    let (ok, audit) = run(&["audit", "--bootstrap", b, "--topic", "audit-me", "--records", acked]);
+    assert!(ok, "{audit}");
+    assert!(
+        audit.starts_with("acknowledged 32000, stored 32000: missing 0, moved 0, duplicated 0, reordered 0"),
+        "{audit}"
+    );
+
+    // A record acknowledged at an offset that holds something else, and one nobody stored.
+    all.push_str("0 5 deadbeef\n3 999999 0badf00d\n");
+    std::fs::write(acked, &all).unwrap();
+    let (ok, audit) = run(&["audit", "--bootstrap", b, "--topic", "audit-me", "--records", acked]);
+    assert!(!ok, "an audit with missing records exits non-zero: {audit}");
+    assert!(audit.contains("missing 2"), "{audit}");
+
+    // acks=0 is labelled as sent, not acknowledged.
+    let (_, fire) = run(&["produce", "--bootstrap", b, "--topic", "audit-me", "--acks", "0", "--messages", "500"]);
+    assert!(fire.starts_with("acks=0: sent, not acknowledged"), "{fire}");
+    assert_eq!(messages(&fire), 500);
+}
+
+#[test]
+fn the_launcher_refuses_more_brokers_than_it_can_run() {
+    let out = bench().args(["cluster", "--brokers", "3"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("quorum service"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

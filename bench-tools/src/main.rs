@@ -8,8 +8,10 @@ mod cluster;
 mod consume;
 mod payload;
 mod produce;
+mod report;
 mod stats;
 mod storage_bench;
+mod tps_table;
 mod wire;
 
 #[derive(Debug, Parser)]
@@ -28,6 +30,8 @@ enum Command {
     Consume(consume::ConsumeArgs),
     /// Check a topic against the acknowledged records `produce --record` wrote down.
     Audit(audit::AuditArgs),
+    /// The seed's TPS tables (scenarios 1-5), ours beside the seed's Kafka figures, with a report folder.
+    TpsTable(tps_table::TpsArgs),
     /// Run local shardlog brokers on loopback until Ctrl-C.
     Cluster(cluster::ClusterArgs),
     /// The storage engine against the raw disk: sequential bandwidth and fdatasync latency, then durable
@@ -46,6 +50,10 @@ fn main() -> anyhow::Result<()> {
             if !report.passed() {
                 std::process::exit(1);
             }
+        }
+        Command::TpsTable(args) => {
+            let out = tps_table::run(&args)?;
+            println!("\nreport: {}", out.display());
         }
         Command::Cluster(args) => cluster::run(&args)?,
         Command::Storage(args) => storage_bench::run(args)?,

@@ -152,3 +152,61 @@ fn the_launcher_refuses_more_brokers_than_it_can_run() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn tps_table_scenario_3_fills_the_single_node_rows_and_writes_a_report_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("report");
+    let (_, printed) = run(&[
+        "tps-table",
+        "--scenario",
+        "3",
+        "--local",
+        "--duration",
+        "1s",
+        "--shards",
+        "2",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(printed.contains(&report), "the tables are printed as written");
+    assert!(report.contains("| replicas | acks | Kafka TPS (seed) | shardlog TPS | ratio |"), "{report}");
+    assert!(report.contains("acknowledged = fdatasync'ed"), "the report says what an acknowledgement meant");
+
+    // results.csv: a header and one line per seed row, every line with the header's columns.
+    let csv = std::fs::read_to_string(out.join("results.csv")).unwrap();
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), 9, "scenario 3 has nine rows");
+    let column = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    for row in &rows {
+        assert_eq!(row.len(), header.len(), "{row:?}");
+        let replicas: i32 = row[column("replicas")].parse().unwrap();
+        let seed: f64 = row[column("seed_tps")].parse().unwrap();
+        assert!(seed > 0.0);
+        if replicas == 1 {
+            // The single-node rows are measured: a rate, and (but for acks=0) a latency.
+            assert_eq!(row[column("status")], "measured", "{row:?}");
+            assert!(row[column("tps")].parse::<f64>().unwrap() > 0.0, "{row:?}");
+            assert!(row[column("ratio")].parse::<f64>().unwrap() > 0.0, "{row:?}");
+            if row[column("acks")] != "0" {
+                assert!(row[column("p99_ms")].parse::<f64>().unwrap() > 0.0, "{row:?}");
+            }
+        } else {
+            assert_eq!(row[column("status")], format!("needs {replicas} brokers"), "{row:?}");
+        }
+    }
+    assert_eq!(report.matches("needs 2 brokers").count(), 3);
+    assert_eq!(report.matches("needs 4 brokers").count(), 3);
+
+    // Charts: valid images, and the latency histograms of the acknowledged rows.
+    for chart in ["tps", "latency"] {
+        let png = image::open(out.join(format!("{chart}.png"))).unwrap();
+        assert_eq!((png.width(), png.height()), (1000, 500));
+        assert!(std::fs::read_to_string(out.join(format!("{chart}.svg"))).unwrap().starts_with("<svg"));
+    }
+    let logs: Vec<_> = std::fs::read_dir(out.join("hdr")).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(logs.len(), 2, "acks=1 and acks=all rows have latency logs: {logs:?}");
+}

@@ -40,6 +40,7 @@ enum Command {
 }
 
 fn main() -> anyhow::Result<()> {
+    shardlog_net::alloc::keep_request_buffers_in_the_heap();
     let cli = Cli::parse();
     match cli.command {
         Command::Produce(args) => print!("{}", produce::run(&args)?.report()),

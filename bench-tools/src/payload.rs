@@ -38,19 +38,38 @@ impl Origin {
     }
 }
 
+/// Bytes of filler text values are cut from (generated once: making it per value would cost the load
+/// generator more CPU than the broker it measures).
+const FILLER_BYTES: usize = 1 << 20;
+
+/// Filler that compresses like text rather than like zeros or noise.
+fn filler() -> &'static [u8] {
+    static FILLER: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    FILLER.get_or_init(|| {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        (0..FILLER_BYTES)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                b"the quick brown fox jumps over a lazy dog 0123456789"[(x % 52) as usize]
+            })
+            .collect()
+    })
+}
+
 /// A value of `size` bytes for `origin`.
 pub fn value(origin: Origin, size: usize) -> Bytes {
     let mut v = Vec::with_capacity(size.max(PREFIX_BYTES));
     v.extend_from_slice(&origin.run.to_be_bytes());
     v.extend_from_slice(&origin.partition.to_be_bytes());
     v.extend_from_slice(&origin.sequence.to_be_bytes());
-    // Filler that compresses like text rather than like zeros or noise.
-    let mut x = origin.sequence.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let filler = filler();
+    let mut at = (origin.sequence.wrapping_mul(7919) % (FILLER_BYTES as u64 / 2)) as usize;
     while v.len() < size {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        v.push(b"the quick brown fox jumps over a lazy dog 0123456789"[(x % 52) as usize]);
+        let n = (size - v.len()).min(FILLER_BYTES - at);
+        v.extend_from_slice(&filler[at..at + n]);
+        at = 0;
     }
     Bytes::from(v)
 }

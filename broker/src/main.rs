@@ -118,6 +118,7 @@ impl StartArgs {
 }
 
 fn main() -> Result<()> {
+    shardlog_net::alloc::keep_request_buffers_in_the_heap();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()

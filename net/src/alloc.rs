@@ -29,6 +29,17 @@ const PAGE_BYTES: usize = 4096;
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ReservingAllocator;
 
+/// Keeps allocations below 64 MiB in glibc's heap. By default glibc maps every allocation of 128 KiB or
+/// more separately and unmaps it on free: request frames, record batches and fetch answers of that size
+/// come and go with every request, and each unmap costs page faults on the next use and a TLB shootdown
+/// on every core. Call once at the start of a binary, before threads start.
+pub fn keep_request_buffers_in_the_heap() {
+    // SAFETY: mallopt only changes glibc's allocation thresholds; called before other threads exist.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 64 << 20);
+    }
+}
+
 fn reserved(layout: Layout) -> bool {
     layout.size() >= RESERVE_THRESHOLD_BYTES && layout.align() <= PAGE_BYTES
 }

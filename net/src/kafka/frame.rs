@@ -5,6 +5,9 @@
 
 use bytes::{Buf, Bytes, BytesMut};
 
+/// The most a reader sets aside for a frame before its bytes arrive.
+const RESERVE_MAX_BYTES: usize = 8 << 20;
+
 /// Why the byte stream cannot be read as frames. Either way the connection must be closed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -53,8 +56,13 @@ impl FrameReader {
             return Err(FrameError::TooLarge { size, max: self.max_frame_bytes });
         }
         if self.buf.len() < 4 + size {
-            // Nothing is reserved for the claimed size: the buffer grows with what really arrives, so a
+            // Room for the rest of the frame, so it arrives without the buffer growing (and copying)
+            // step by step; beyond RESERVE_MAX_BYTES the buffer grows with what really arrives, so a
             // client announcing large frames and sending little costs little.
+            let wanted = (4 + size).min(RESERVE_MAX_BYTES);
+            if self.buf.capacity() < wanted {
+                self.buf.reserve(wanted - self.buf.len());
+            }
             return Ok(None);
         }
         self.buf.advance(4);

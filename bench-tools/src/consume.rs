@@ -47,6 +47,10 @@ pub struct ConsumeArgs {
     /// Stop after this long, e.g. 30s.
     #[arg(long, value_parser = stats::duration)]
     pub duration: Option<Duration>,
+    /// Connections per leader broker, each fetching its share of the partitions (as the members of a
+    /// consumer group would), so fetches overlap.
+    #[arg(long, default_value_t = 1)]
+    pub connections: usize,
 }
 
 /// What a consume run measured.
@@ -70,9 +74,18 @@ pub fn run(args: &ConsumeArgs) -> Result<ConsumeResult> {
     let consumed = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let deadline = args.duration.map(|d| started + d);
+    let connections = args.connections.max(1);
     let lanes: Vec<_> = layout
         .by_leader()
         .into_iter()
+        .flat_map(|(leader, partitions)| {
+            // Partition i goes to connection i mod N.
+            (0..connections).map(move |c| {
+                let share: Vec<i32> = partitions.iter().copied().skip(c).step_by(connections).collect();
+                (leader.clone(), share)
+            })
+        })
+        .filter(|(_, partitions)| !partitions.is_empty())
         .map(|(leader, partitions)| {
             let positions: BTreeMap<i32, i64> = partitions
                 .iter()

@@ -98,27 +98,44 @@ pub(super) async fn fetch(ctx: &Arc<BrokerContext>, req: FetchRequest) -> FetchR
 
 pub(super) async fn fetch_once(ctx: &Arc<BrokerContext>, req: &FetchRequest) -> (FetchResponse, usize) {
     // Kafka's fetch.max.bytes bounds what one answer holds, whatever the client asks for.
-    let mut budget = if req.max_bytes <= 0 { FETCH_MAX_BYTES } else { (req.max_bytes as usize).min(FETCH_MAX_BYTES) };
+    let limit = if req.max_bytes <= 0 { FETCH_MAX_BYTES } else { (req.max_bytes as usize).min(FETCH_MAX_BYTES) };
+    // Every partition is asked at once, so their reads (from disk, on several shards) overlap. Each gets a
+    // fair share of the answer's limit (at least 1 MiB), so little that is read has to be left out.
+    let count = req.topics.iter().map(|t| t.partitions.len()).sum::<usize>().max(1);
+    let share = (limit / count).max(1 << 20);
+    let mut asked = Vec::new();
+    for topic in &req.topics {
+        let name = topic.topic.0.as_str().to_string();
+        for p in &topic.partitions {
+            let reply = ctx.owner(&name, p.partition).and_then(|shard| {
+                let (reply, outcome) = flume::bounded(1);
+                let tp = TopicPartition::new(name.clone(), p.partition as u32);
+                let max_bytes = (p.partition_max_bytes.max(0) as usize).min(share);
+                let request = PartitionRequest::Fetch { tp, offset: p.fetch_offset, max_bytes, reply };
+                ctx.shards[shard].send(request).ok().map(|()| outcome)
+            });
+            asked.push(reply);
+        }
+    }
+    let mut asked = asked.into_iter();
     let mut total = 0usize;
     let mut topics = Vec::new();
     for topic in &req.topics {
-        let name = topic.topic.0.as_str().to_string();
         let mut partitions = Vec::new();
         for p in &topic.partitions {
-            let outcome = match ctx.owner(&name, p.partition) {
-                // The answer is full: later partitions get nothing this time (Kafka's fetch.max.bytes).
-                Some(_) if budget == 0 && total > 0 => Some(FetchOutcome::empty(None)),
-                Some(shard) => {
-                    let max_bytes = (p.partition_max_bytes.max(0) as usize).min(budget);
-                    let tp = TopicPartition::new(name.clone(), p.partition as u32);
-                    let offset = p.fetch_offset;
-                    ask(ctx, shard, |reply| PartitionRequest::Fetch { tp, offset, max_bytes, reply }).await
-                }
+            let reply = asked.next().expect("one reply per partition asked");
+            let outcome = match reply {
+                Some(reply) => reply.recv_async().await.ok(),
                 None => None,
             };
-            let outcome = outcome.unwrap_or_else(|| FetchOutcome::empty(Some(ResponseError::UnknownTopicOrPartition)));
+            let mut outcome =
+                outcome.unwrap_or_else(|| FetchOutcome::empty(Some(ResponseError::UnknownTopicOrPartition)));
+            // The answer is full: this partition's data waits for the next fetch (at least one batch is
+            // always sent, so a first batch larger than the limit still goes).
+            if total > 0 && total + outcome.records.len() > limit {
+                outcome.records = bytes::Bytes::new();
+            }
             total += outcome.records.len();
-            budget = budget.saturating_sub(outcome.records.len());
             partitions.push(
                 PartitionData::default()
                     .with_partition_index(p.partition)

@@ -32,11 +32,14 @@ pub struct ReservingAllocator;
 /// Keeps allocations below 64 MiB in glibc's heap. By default glibc maps every allocation of 128 KiB or
 /// more separately and unmaps it on free: request frames, record batches and fetch answers of that size
 /// come and go with every request, and each unmap costs page faults on the next use and a TLB shootdown
-/// on every core. Call once at the start of a binary, before threads start.
+/// on every core. Likewise glibc gives the top of the heap back to the kernel whenever 128 KiB there
+/// are free, and the next large request faults it in again; up to 256 MiB of free heap is kept instead.
+/// Call once at the start of a binary, before threads start.
 pub fn keep_request_buffers_in_the_heap() {
     // SAFETY: mallopt only changes glibc's allocation thresholds; called before other threads exist.
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 64 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 256 << 20);
     }
 }
 

@@ -74,6 +74,10 @@ pub fn run(args: &ConsumeArgs) -> Result<ConsumeResult> {
     let consumed = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let deadline = args.duration.map(|d| started + d);
+    let progress = stats::Progress::start(args.messages, args.duration, {
+        let consumed = consumed.clone();
+        move || consumed.load(Ordering::Relaxed)
+    });
     let connections = args.connections.max(1);
     let lanes: Vec<_> = layout
         .by_leader()
@@ -102,6 +106,7 @@ pub fn run(args: &ConsumeArgs) -> Result<ConsumeResult> {
     for lane in lanes {
         tally.merge(&lane.join().map_err(|_| anyhow::anyhow!("a fetch thread panicked"))??);
     }
+    drop(progress);
     Ok(ConsumeResult { tally, elapsed: started.elapsed() })
 }
 

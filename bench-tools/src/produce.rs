@@ -82,6 +82,9 @@ pub struct ProduceArgs {
     /// Write every acknowledged record as `partition offset hash` lines, for `audit`.
     #[arg(long)]
     pub record: Option<PathBuf>,
+    /// No progress bar (callers that draw their own).
+    #[arg(skip)]
+    pub quiet: bool,
 }
 
 fn parse_acks(s: &str) -> Result<i16, String> {
@@ -116,11 +119,19 @@ impl ProduceResult {
 struct Budget {
     remaining: Option<AtomicU64>,
     deadline: Option<Instant>,
+    /// Messages handed out so far.
+    taken: AtomicU64,
 }
 
 impl Budget {
     /// Takes up to `n` messages; 0 when the run is over.
     fn take(&self, n: u64) -> u64 {
+        let granted = self.grant(n);
+        self.taken.fetch_add(granted, Ordering::Relaxed);
+        granted
+    }
+
+    fn grant(&self, n: u64) -> u64 {
         if self.deadline.is_some_and(|d| Instant::now() >= d) {
             return 0;
         }
@@ -198,9 +209,16 @@ pub fn run(args: &ProduceArgs) -> Result<ProduceResult> {
         budget: Budget {
             remaining: args.messages.map(AtomicU64::new),
             deadline: args.duration.map(|d| Instant::now() + d),
+            taken: AtomicU64::new(0),
         },
     });
     let started = Instant::now();
+    let progress = (!args.quiet).then(|| {
+        crate::stats::Progress::start(args.messages, args.duration, {
+            let plan = plan.clone();
+            move || plan.budget.taken.load(Ordering::Relaxed)
+        })
+    });
     let lanes: Vec<std::thread::JoinHandle<Result<Tally>>> = match args.mode {
         Mode::Sync => layout
             .leaders
@@ -225,6 +243,7 @@ pub fn run(args: &ProduceArgs) -> Result<ProduceResult> {
         tally.merge(&lane.join().map_err(|_| anyhow::anyhow!("a producer thread panicked"))??);
     }
     let elapsed = started.elapsed();
+    drop(progress);
     if let Some(file) = &recorder {
         file.lock().expect("audit file lock").flush()?;
     }

@@ -84,6 +84,58 @@ impl Tally {
     }
 }
 
+/// A progress bar on stderr (drawn only on a terminal) while a run goes: messages against `--messages`,
+/// or seconds against `--duration`. Cleared when dropped.
+#[derive(Debug)]
+pub struct Progress {
+    bar: indicatif::ProgressBar,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ticker: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Progress {
+    pub fn start(
+        messages: Option<u64>,
+        duration: Option<Duration>,
+        done: impl Fn() -> u64 + Send + 'static,
+    ) -> Progress {
+        let (len, unit) = match (messages, duration) {
+            (Some(m), _) => (m, "messages"),
+            (None, Some(d)) => (d.as_secs().max(1), "s"),
+            (None, None) => (0, "messages"),
+        };
+        let bar = indicatif::ProgressBar::new(len);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(&format!(
+                "{{elapsed_precise}} [{{bar:40}}] {{pos}}/{{len}} {unit}"
+            ))
+            .expect("a valid template"),
+        );
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let ticker = {
+            let (bar, stop) = (bar.clone(), stop.clone());
+            let started = std::time::Instant::now();
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    bar.set_position(if messages.is_some() { done() } else { started.elapsed().as_secs() });
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            })
+        };
+        Progress { bar, stop, ticker: Some(ticker) }
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(ticker) = self.ticker.take() {
+            let _ = ticker.join();
+        }
+        self.bar.finish_and_clear();
+    }
+}
+
 /// Parses `30s`, `500ms`, `2m`.
 pub fn duration(s: &str) -> Result<Duration, String> {
     let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len()));

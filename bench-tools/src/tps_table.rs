@@ -249,6 +249,7 @@ fn measure(bootstrap: &str, topic: &str, r: &Row, args: &TpsArgs, progress: &ind
         messages: None,
         duration: Some(args.duration),
         record: None,
+        quiet: true,
     };
     let ticker = {
         let (progress, seconds) = (progress.clone(), args.duration.as_secs());

@@ -63,10 +63,13 @@ pub enum PartitionRequest {
         reply: flume::Sender<ProduceOutcome>,
     },
     /// A negative `offset` is out of range (answered with the partition's offsets, as Kafka does).
+    /// `whole_first_batch`: a first batch larger than `max_bytes` is still returned (only for the first
+    /// partition of a fetch, so that the consumer makes progress); otherwise `max_bytes` is a hard limit.
     Fetch {
         tp: TopicPartition,
         offset: i64,
         max_bytes: usize,
+        whole_first_batch: bool,
         reply: flume::Sender<FetchOutcome>,
     },
     ListOffsets {
@@ -279,8 +282,8 @@ async fn handle(logs: &LogDir<DmaFs>, request: PartitionRequest, turn: Option<Ap
             let turn = turn.expect("every produce gets an append turn");
             let _ = reply.send(produce(logs, &tp, &batch, epoch, acks, turn).await);
         }
-        PartitionRequest::Fetch { tp, offset, max_bytes, reply } => {
-            let _ = reply.send(fetch(logs, &tp, offset, max_bytes).await);
+        PartitionRequest::Fetch { tp, offset, max_bytes, whole_first_batch, reply } => {
+            let _ = reply.send(fetch(logs, &tp, offset, max_bytes, whole_first_batch).await);
         }
         PartitionRequest::ListOffsets { tp, spec, reply } => {
             let _ = reply.send(list_offsets(logs, &tp, spec).await);
@@ -345,7 +348,13 @@ async fn produce(
     }
 }
 
-async fn fetch(logs: &LogDir<DmaFs>, tp: &TopicPartition, offset: i64, max_bytes: usize) -> FetchOutcome {
+async fn fetch(
+    logs: &LogDir<DmaFs>,
+    tp: &TopicPartition,
+    offset: i64,
+    max_bytes: usize,
+    whole_first_batch: bool,
+) -> FetchOutcome {
     let Some(log) = logs.get(tp) else {
         return FetchOutcome::empty(Some(ResponseError::UnknownTopicOrPartition));
     };
@@ -367,7 +376,15 @@ async fn fetch(logs: &LogDir<DmaFs>, tp: &TopicPartition, offset: i64, max_bytes
             outcome(Some(ResponseError::OffsetOutOfRange), Bytes::new())
         };
     }
-    match log.read_until(offset, max_bytes, hw).await {
+    let read = if whole_first_batch {
+        log.read_until(offset, max_bytes, hw).await
+    } else if max_bytes == 0 {
+        // No room left in the answer: the partition's offsets only.
+        return outcome(None, Bytes::new());
+    } else {
+        log.read_until_at_most(offset, max_bytes, hw).await
+    };
+    match read {
         Ok(read) => outcome(None, Bytes::from(read.bytes)),
         Err(e) => outcome(Some(kafka_error(&e)), Bytes::new()),
     }

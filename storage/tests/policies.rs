@@ -176,3 +176,25 @@ fn an_idle_log_releases_its_cache_and_files_and_reads_come_from_disk() {
     }
     assert!(dir.open_files() <= 3, "{} segment files open", dir.open_files());
 }
+
+#[test]
+fn read_at_most_never_goes_over_its_limit_even_for_the_first_batch() {
+    let fs = SimFs::new();
+    let clock = ManualClock::new(1_700_000_000_000);
+    let log = open(&fs, &clock, small_config());
+    let batches: Vec<Vec<u8>> = (0..3).map(|i| make_batch(i, 1, 400, clock.0.get())).collect();
+    for b in &batches {
+        block_on(log.append(b, LeaderEpoch(0))).unwrap();
+    }
+    let one = batches[0].len();
+    let end = Offset(u64::MAX);
+    // Below one batch: the ordinary read still returns the first batch whole; the bounded one nothing.
+    assert_eq!(block_on(log.read_until(Offset(0), one - 1, end)).unwrap().bytes.len(), one);
+    let bounded = block_on(log.read_until_at_most(Offset(0), one - 1, end)).unwrap();
+    assert!(bounded.bytes.is_empty());
+    assert_eq!(bounded.next_offset, Offset(0), "nothing read: the next read starts at the same place");
+    // Room for two and a half batches: two.
+    let two = block_on(log.read_until_at_most(Offset(0), one * 5 / 2, end)).unwrap();
+    assert_eq!(two.bytes.len(), 2 * one);
+    assert_eq!(two.next_offset, Offset(2));
+}

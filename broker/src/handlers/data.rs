@@ -80,7 +80,7 @@ impl DispatchedProduce {
 }
 
 /// Kafka's default `fetch.max.bytes`: the most one Fetch answer carries (at least one batch is always sent).
-pub(super) const FETCH_MAX_BYTES: usize = 57_671_680;
+pub const FETCH_MAX_BYTES: usize = 57_671_680;
 
 pub(super) async fn fetch(ctx: &Arc<BrokerContext>, req: FetchRequest) -> FetchResponse {
     let deadline = Instant::now() + Duration::from_millis(req.max_wait_ms.clamp(0, 60_000) as u64);
@@ -96,46 +96,69 @@ pub(super) async fn fetch(ctx: &Arc<BrokerContext>, req: FetchRequest) -> FetchR
     }
 }
 
+/// Partitions of one fetch being read at once, at most.
+const FETCH_READS_IN_FLIGHT: usize = 32;
+
 pub(super) async fn fetch_once(ctx: &Arc<BrokerContext>, req: &FetchRequest) -> (FetchResponse, usize) {
-    // Kafka's fetch.max.bytes bounds what one answer holds, whatever the client asks for.
+    // Kafka's fetch.max.bytes bounds what one answer holds, whatever the client asks for. Partitions are
+    // read several at once (their reads, on several shards and disks, overlap), each promised a part of
+    // the limit in request order; what a read does not use goes back to the partitions after it. Only the
+    // first partition may go over (by one batch), so that the consumer always makes progress. So the
+    // bytes read for one answer stay within the limit plus one batch, however the request is made.
     let limit = if req.max_bytes <= 0 { FETCH_MAX_BYTES } else { (req.max_bytes as usize).min(FETCH_MAX_BYTES) };
-    // Every partition is asked at once, so their reads (from disk, on several shards) overlap. Each gets a
-    // fair share of the answer's limit (at least 1 MiB), so little that is read has to be left out.
-    let count = req.topics.iter().map(|t| t.partitions.len()).sum::<usize>().max(1);
-    let share = (limit / count).max(1 << 20);
-    let mut asked = Vec::new();
+    let mut unpromised = limit;
+    let mut total = 0usize;
+    let mut pending: std::collections::VecDeque<(usize, Option<flume::Receiver<FetchOutcome>>)> =
+        std::collections::VecDeque::new();
+    let mut outcomes: Vec<Option<FetchOutcome>> = Vec::new();
+    let settle = |promised: usize, outcome: Option<FetchOutcome>, unpromised: &mut usize, total: &mut usize| {
+        let used = outcome.as_ref().map_or(0, |o| o.records.len());
+        *unpromised += promised.saturating_sub(used);
+        *total += used;
+        outcome
+    };
+    let mut index = 0usize;
     for topic in &req.topics {
         let name = topic.topic.0.as_str().to_string();
         for p in &topic.partitions {
+            if pending.len() == FETCH_READS_IN_FLIGHT {
+                let (promised, reply) = pending.pop_front().expect("a read in flight");
+                let outcome = match reply {
+                    Some(reply) => reply.recv_async().await.ok(),
+                    None => None,
+                };
+                outcomes.push(settle(promised, outcome, &mut unpromised, &mut total));
+            }
+            let first = index == 0;
+            index += 1;
+            let max_bytes = (p.partition_max_bytes.max(0) as usize).min(unpromised);
+            unpromised -= max_bytes;
             let reply = ctx.owner(&name, p.partition).and_then(|shard| {
                 let (reply, outcome) = flume::bounded(1);
                 let tp = TopicPartition::new(name.clone(), p.partition as u32);
-                let max_bytes = (p.partition_max_bytes.max(0) as usize).min(share);
-                let request = PartitionRequest::Fetch { tp, offset: p.fetch_offset, max_bytes, reply };
+                let request =
+                    PartitionRequest::Fetch { tp, offset: p.fetch_offset, max_bytes, whole_first_batch: first, reply };
                 ctx.shards[shard].send(request).ok().map(|()| outcome)
             });
-            asked.push(reply);
+            pending.push_back((max_bytes, reply));
         }
     }
-    let mut asked = asked.into_iter();
-    let mut total = 0usize;
+    for (promised, reply) in pending {
+        let outcome = match reply {
+            Some(reply) => reply.recv_async().await.ok(),
+            None => None,
+        };
+        outcomes.push(settle(promised, outcome, &mut unpromised, &mut total));
+    }
+    let mut outcomes = outcomes.into_iter();
     let mut topics = Vec::new();
     for topic in &req.topics {
         let mut partitions = Vec::new();
         for p in &topic.partitions {
-            let reply = asked.next().expect("one reply per partition asked");
-            let outcome = match reply {
-                Some(reply) => reply.recv_async().await.ok(),
-                None => None,
-            };
-            let mut outcome =
-                outcome.unwrap_or_else(|| FetchOutcome::empty(Some(ResponseError::UnknownTopicOrPartition)));
-            // The answer is full: this partition's data waits for the next fetch (at least one batch is
-            // always sent, so a first batch larger than the limit still goes).
-            if total > 0 && total + outcome.records.len() > limit {
-                outcome.records = bytes::Bytes::new();
-            }
-            total += outcome.records.len();
+            let outcome = outcomes
+                .next()
+                .expect("one outcome per partition asked")
+                .unwrap_or_else(|| FetchOutcome::empty(Some(ResponseError::UnknownTopicOrPartition)));
             partitions.push(
                 PartitionData::default()
                     .with_partition_index(p.partition)

@@ -42,7 +42,7 @@ pub use admin::admin;
 use admin::*;
 use cluster::*;
 use data::*;
-pub use data::{DispatchedProduce, dispatch_produce};
+pub use data::{DispatchedProduce, FETCH_MAX_BYTES, dispatch_produce};
 
 use crate::config::BrokerConfig;
 use crate::shard::{FetchOutcome, ListOutcome, OffsetSpec, PartitionRequest, ProduceOutcome};

@@ -8,7 +8,13 @@
 //! The queue is bounded in requests and in bytes, so one connection cannot hold unbounded memory.
 //!
 //! Produce requests are dispatched to the owning shards by the reader itself, before the next frame is
-//! decoded: that is what keeps a connection's appends to one partition in request order.
+//! decoded: that is what keeps a connection's appends to one partition in request order. Requests that
+//! change topics or offsets (CreateTopics, DeleteRecords, ...) and those that read offsets a pipelined
+//! produce may move (ListOffsets, OffsetForLeaderEpoch) are not pipelined: each waits for every request
+//! before it to be answered, and the requests after it wait for its answer, as Kafka serves a connection.
+//!
+//! The byte budget counts each request's frame and, for a Fetch, the answer it may bring back, so a
+//! client that pipelines fetches and stops reading holds at most one fetch answer.
 //!
 //! Bad input closes the connection with one log line; nothing a client sends can panic the shard.
 
@@ -21,12 +27,14 @@ use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
 use glommio::net::TcpStream;
 use glommio::sync::{Semaphore, StaticPermit};
 use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
-use shardlog_net::kafka::{FrameReader, RequestError, decode_request, encode_response};
+use shardlog_net::kafka::{DecodedRequest, FrameReader, RequestError, decode_request, encode_response};
 
 use super::Shutdown;
 use crate::handlers::{self, BrokerContext};
 
 const READ_CHUNK_BYTES: usize = 64 << 10;
+/// How long answers already being written may take once the broker is stopping.
+const WRITE_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 /// The most requests one connection has started and not yet answered.
 const MAX_IN_FLIGHT_REQUESTS: usize = 32;
 /// The most request bytes one connection holds in flight (a larger single request is still admitted
@@ -84,9 +92,15 @@ async fn read_requests(
                     return;
                 }
             };
-            let units = (frame.len() as u64).clamp(1, MAX_IN_FLIGHT_BYTES);
-            let Ok(permit) = budget.clone().acquire_static_permit(units).await else { return };
-            let pending = start(ctx, frame, peer, permit);
+            let frame_bytes = frame.len();
+            let pending = match decode(ctx, frame, peer) {
+                Ok(request) => {
+                    let units = budget_units(&request, frame_bytes);
+                    let Ok(permit) = budget.clone().acquire_static_permit(units).await else { return };
+                    start(ctx, request, peer, permit)
+                }
+                Err(answer) => Pending::Ready(answer),
+            };
             let last = matches!(pending, Pending::Ready((_, Next::Close)));
             if queue.send(pending).await.is_err() || last {
                 return;
@@ -124,18 +138,17 @@ async fn write_answers(
     peer: &str,
 ) {
     while let Some(pending) = answers.recv().await {
-        let (reply, next) = match pending {
-            Pending::Running(task, permit) => {
-                let answer = task.await;
-                drop(permit);
-                answer
-            }
-            Pending::Ready(answer) => answer,
+        // The permit (the request's share of the byte budget) is held until its answer is written.
+        let ((reply, next), _permit) = match pending {
+            Pending::Running(task, permit) => (task.await, Some(permit)),
+            Pending::Ready(answer) => (answer, None),
         };
         if let Some(bytes) = reply {
-            // A client that stops reading must not hold the broker's shutdown hostage.
+            // A client that stops reading must not hold the broker's shutdown hostage; answers already on
+            // their way get a grace period to be written.
             let written = future::or(async { Some(stream.write_all(&bytes).await) }, async {
                 shutdown.wait().await;
+                glommio::timer::sleep(WRITE_GRACE).await;
                 None
             })
             .await;
@@ -154,20 +167,40 @@ async fn write_answers(
     }
 }
 
-/// Decodes a frame and starts answering it.
-fn start(ctx: &Arc<BrokerContext>, frame: bytes::Bytes, peer: &str, permit: StaticPermit) -> Pending {
-    let request = match decode_request(frame, &ctx.apis) {
-        Ok(request) => request,
+/// Decodes a frame; a frame that is not a request we serve is answered (or closes the connection) here.
+fn decode(ctx: &Arc<BrokerContext>, frame: bytes::Bytes, peer: &str) -> Result<DecodedRequest, Answer> {
+    match decode_request(frame, &ctx.apis) {
+        Ok(request) => Ok(request),
         // KIP-511: the client learns our versions from this answer and asks again on this connection.
         Err(e @ RequestError::UnsupportedVersion { .. }) if e.response(&ctx.apis).is_some() => {
             tracing::info!(%peer, error = %e, "answered with the supported versions");
-            return Pending::Ready((e.response(&ctx.apis), Next::Continue));
+            Err((e.response(&ctx.apis), Next::Continue))
         }
         Err(e) => {
             tracing::warn!(%peer, error = %e, "closing connection: bad request");
-            return Pending::Ready((None, Next::Close));
+            Err((None, Next::Close))
         }
+    }
+}
+
+/// A request's share of the connection's byte budget: its frame, plus the answer a Fetch may bring;
+/// all of it for a request that must not be pipelined (see the module documentation).
+fn budget_units(request: &DecodedRequest, frame_bytes: usize) -> u64 {
+    let answer_bytes = match &request.body {
+        RequestKind::Fetch(fetch) if fetch.max_bytes > 0 => (fetch.max_bytes as usize).min(handlers::FETCH_MAX_BYTES),
+        RequestKind::Fetch(_) => handlers::FETCH_MAX_BYTES,
+        RequestKind::Produce(_)
+        | RequestKind::Metadata(_)
+        | RequestKind::ApiVersions(_)
+        | RequestKind::DescribeConfigs(_)
+        | RequestKind::DescribeCluster(_) => 0,
+        _ => return MAX_IN_FLIGHT_BYTES,
     };
+    ((frame_bytes + answer_bytes) as u64).clamp(1, MAX_IN_FLIGHT_BYTES)
+}
+
+/// Starts answering a request.
+fn start(ctx: &Arc<BrokerContext>, request: DecodedRequest, peer: &str, permit: StaticPermit) -> Pending {
     let (api_key, version, correlation_id) = (request.api_key, request.version, request.header.correlation_id);
     let (ctx, peer) = (ctx.clone(), peer.to_string());
     let task = match request.body {

@@ -586,10 +586,27 @@ impl<F: Fs> PartitionLog<F> {
     /// Like [`PartitionLog::read`], but returns only batches whose last offset is below `end` (a consumer's
     /// high watermark).
     pub async fn read_until(&self, from: Offset, max_bytes: usize, end: Offset) -> Result<LogRead> {
+        self.read_bounded(from, max_bytes, end, true).await
+    }
+
+    /// Like [`PartitionLog::read_until`], but never returns more than `max_bytes`: a first batch larger
+    /// than that is not read at all (the answer is empty). For all but the first partition of a Kafka
+    /// fetch, which may not go over the fetch's limit.
+    pub async fn read_until_at_most(&self, from: Offset, max_bytes: usize, end: Offset) -> Result<LogRead> {
+        self.read_bounded(from, max_bytes, end, false).await
+    }
+
+    async fn read_bounded(
+        &self,
+        from: Offset,
+        max_bytes: usize,
+        end: Offset,
+        first_batch_whole: bool,
+    ) -> Result<LogRead> {
         self.inner.borrow_mut().last_used_ms = self.clock.now_ms();
         loop {
             let generation = self.inner.borrow().generation;
-            let read = self.read_once(from, max_bytes, end).await;
+            let read = self.read_once(from, max_bytes, end, first_batch_whole).await;
             if self.inner.borrow().generation == generation {
                 return read;
             }
@@ -598,7 +615,7 @@ impl<F: Fs> PartitionLog<F> {
         }
     }
 
-    async fn read_once(&self, from: Offset, max_bytes: usize, end: Offset) -> Result<LogRead> {
+    async fn read_once(&self, from: Offset, max_bytes: usize, end: Offset, first_batch_whole: bool) -> Result<LogRead> {
         let (log_start, log_end, mut seg_idx) = {
             let inner = self.inner.borrow();
             (inner.log_start, inner.log_end(), inner.segment_for(from))
@@ -650,7 +667,7 @@ impl<F: Fs> PartitionLog<F> {
                 }
                 let skip = last < from;
                 if !skip {
-                    if !out.bytes.is_empty() && out.bytes.len() + total > max_bytes {
+                    if (!out.bytes.is_empty() || !first_batch_whole) && out.bytes.len() + total > max_bytes {
                         return Ok(out);
                     }
                     if chunk.len() - at < total {

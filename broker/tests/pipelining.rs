@@ -134,31 +134,3 @@ fn requests_that_change_offsets_are_not_overtaken_by_produces_pipelined_behind_t
     assert_eq!((p.log_start_offset, p.high_watermark), (2, 5));
     assert_eq!(p.records.as_deref(), Some(&stored(&b, 2)[..]), "B, produced after the deletion, is there");
 }
-
-#[test]
-fn a_fetch_naming_one_partition_many_times_stays_within_its_limit() {
-    use kafka_protocol::messages::FetchRequest;
-    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-    let broker = Broker::start(1);
-    let mut s = broker.connect();
-    assert_eq!(create(&mut s, "big", 1, 1, &[]), 0);
-    let big: Vec<Vec<u8>> = (0..3).map(|i| batch(i, 1000, 0)).collect(); // ~100 KiB each
-    for (i, b) in big.iter().enumerate() {
-        send(&mut s, ApiKey::Produce, 9, i as i32, &produce_request("big", 0, b, -1));
-        assert_eq!(receive(&mut s, ApiKey::Produce, 9).0, i as i32);
-    }
-    let limit = big[0].len() * 3 / 2;
-    let same_partition: Vec<FetchPartition> = (0..200)
-        .map(|_| FetchPartition::default().with_partition(0).with_fetch_offset(0).with_partition_max_bytes(1 << 20))
-        .collect();
-    let request = FetchRequest::default().with_max_wait_ms(0).with_max_bytes(limit as i32).with_topics(vec![
-        FetchTopic::default().with_topic(common::requests::name("big")).with_partitions(same_partition),
-    ]);
-    send(&mut s, ApiKey::Fetch, 11, 9, &request);
-    let ResponseKind::Fetch(f) = receive(&mut s, ApiKey::Fetch, 11).1 else { panic!() };
-    let sizes: Vec<usize> =
-        f.responses[0].partitions.iter().map(|p| p.records.as_ref().map_or(0, |r| r.len())).collect();
-    assert_eq!(sizes.len(), 200);
-    assert_eq!(sizes[0], big[0].len(), "the first partition gets the first batch");
-    assert!(sizes.iter().sum::<usize>() <= limit, "the answer stays within fetch max bytes: {sizes:?}");
-}

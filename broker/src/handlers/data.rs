@@ -100,11 +100,13 @@ pub(super) async fn fetch(ctx: &Arc<BrokerContext>, req: FetchRequest) -> FetchR
 const FETCH_READS_IN_FLIGHT: usize = 32;
 
 pub(super) async fn fetch_once(ctx: &Arc<BrokerContext>, req: &FetchRequest) -> (FetchResponse, usize) {
-    // Kafka's fetch.max.bytes bounds what one answer holds, whatever the client asks for. Partitions are
-    // read several at once (their reads, on several shards and disks, overlap), each promised a part of
-    // the limit in request order; what a read does not use goes back to the partitions after it. Only the
-    // first partition may go over (by one batch), so that the consumer always makes progress. So the
-    // bytes read for one answer stay within the limit plus one batch, however the request is made.
+    // Kafka's fetch.max.bytes bounds what one answer holds, whatever the client asks for, filled in
+    // request order. Partitions are read several at once (their reads, on several shards and disks,
+    // overlap), each promised up to its partition limit out of what is not yet promised; when nothing is
+    // left to promise, the oldest read is settled first and what it did not use goes on to the next
+    // partitions. Only the first partition may go over (by one batch), so that the consumer always makes
+    // progress. So the bytes read for one answer stay within the limit plus one batch, however the
+    // request is made, and a partition gets nothing only when the answer is full.
     let limit = if req.max_bytes <= 0 { FETCH_MAX_BYTES } else { (req.max_bytes as usize).min(FETCH_MAX_BYTES) };
     let mut unpromised = limit;
     let mut total = 0usize;
@@ -121,7 +123,7 @@ pub(super) async fn fetch_once(ctx: &Arc<BrokerContext>, req: &FetchRequest) -> 
     for topic in &req.topics {
         let name = topic.topic.0.as_str().to_string();
         for p in &topic.partitions {
-            if pending.len() == FETCH_READS_IN_FLIGHT {
+            while pending.len() == FETCH_READS_IN_FLIGHT || (unpromised == 0 && !pending.is_empty()) {
                 let (promised, reply) = pending.pop_front().expect("a read in flight");
                 let outcome = match reply {
                     Some(reply) => reply.recv_async().await.ok(),

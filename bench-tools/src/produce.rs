@@ -70,6 +70,14 @@ pub struct ProduceArgs {
     /// Bytes of messages per partition batch (async mode).
     #[arg(long, default_value_t = 16384)]
     pub batch_bytes: usize,
+    /// Messages per second to offer, in all (async mode). Without it the producer sends as fast as the
+    /// broker takes (closed loop); with it, records are created on schedule and latency runs from a
+    /// request's oldest record's creation, so it includes lingering and waiting for a slot.
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// With --rate: how long a record may wait for its batch to fill before the request goes anyway.
+    #[arg(long, default_value_t = 0)]
+    pub linger_ms: u64,
     /// none, gzip, snappy, lz4 or zstd.
     #[arg(long, default_value = "none")]
     pub compression: String,
@@ -102,12 +110,16 @@ pub struct ProduceResult {
     pub tally: Tally,
     pub elapsed: Duration,
     pub acks: i16,
+    /// Paced by --rate: latency runs from record creation.
+    pub paced: bool,
 }
 
 impl ProduceResult {
     pub fn report(&self) -> String {
         if self.acks == 0 {
             format!("acks=0: sent, not acknowledged\n{}", self.tally.report(self.elapsed, None))
+        } else if self.paced {
+            self.tally.report(self.elapsed, Some("creation to acknowledgement"))
         } else {
             self.tally.report(self.elapsed, Some("send to acknowledgement"))
         }
@@ -173,6 +185,8 @@ struct Plan {
     compression: Compression,
     run: u64,
     budget: Budget,
+    /// Messages per second per async lane, and the linger, when the load is paced.
+    pacing: Option<(f64, Duration)>,
 }
 
 pub fn run(args: &ProduceArgs) -> Result<ProduceResult> {
@@ -206,6 +220,15 @@ pub fn run(args: &ProduceArgs) -> Result<ProduceResult> {
         message_size: args.message_size,
         compression: payload::compression(&args.compression)?,
         run: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64),
+        pacing: match args.rate {
+            Some(rate) if rate > 0.0 && args.mode == Mode::Async => {
+                let lanes = layout.by_leader().len().max(1) as f64;
+                Some((rate / lanes, Duration::from_millis(args.linger_ms)))
+            }
+            Some(_) if args.mode == Mode::Async => bail!("--rate must be positive"),
+            Some(_) => bail!("--rate and --linger-ms apply to --mode async"),
+            None => None,
+        },
         budget: Budget {
             remaining: args.messages.map(AtomicU64::new),
             deadline: args.duration.map(|d| Instant::now() + d),
@@ -247,7 +270,7 @@ pub fn run(args: &ProduceArgs) -> Result<ProduceResult> {
     if let Some(file) = &recorder {
         file.lock().expect("audit file lock").flush()?;
     }
-    Ok(ProduceResult { tally, elapsed, acks: args.acks })
+    Ok(ProduceResult { tally, elapsed, acks: args.acks, paced: plan.pacing.is_some() })
 }
 
 fn now_ms() -> i64 {
@@ -310,6 +333,48 @@ struct InFlight {
     batches: BTreeMap<i32, (u64, u64, Vec<u32>)>,
 }
 
+/// When records are due under `--rate`, and how long they may linger.
+struct Schedule {
+    interval: Duration,
+    linger: Duration,
+    next_due: Instant,
+    next_partition: usize,
+}
+
+impl Schedule {
+    /// Records for the next request, per partition (round robin), taken as they come due: until a
+    /// partition's batch is full, the oldest has lingered long enough, or the run is over. Returns the
+    /// counts and when the oldest record was due.
+    fn collect(&mut self, budget: &Budget, partitions: usize, per_batch: u64) -> (Vec<u64>, Option<Instant>) {
+        let mut counts = vec![0u64; partitions];
+        let mut oldest: Option<Instant> = None;
+        loop {
+            let now = Instant::now();
+            while self.next_due <= now {
+                if counts[self.next_partition] >= per_batch {
+                    return (counts, oldest); // a batch is full
+                }
+                if budget.take(1) == 0 {
+                    return (counts, oldest); // the run is over
+                }
+                counts[self.next_partition] += 1;
+                oldest.get_or_insert(self.next_due);
+                self.next_partition = (self.next_partition + 1) % partitions;
+                self.next_due += self.interval;
+            }
+            let send_at = oldest.map(|o| o + self.linger);
+            if send_at.is_some_and(|at| at <= now) {
+                return (counts, oldest);
+            }
+            if budget.deadline.is_some_and(|d| d <= now) {
+                return (counts, oldest);
+            }
+            let wake = send_at.map_or(self.next_due, |at| at.min(self.next_due));
+            std::thread::sleep(wake.saturating_duration_since(now));
+        }
+    }
+}
+
 /// One leader broker, requests of one batch per partition, `in_flight` of them unanswered at most.
 fn async_lane(
     plan: &Plan,
@@ -352,13 +417,23 @@ fn async_lane(
         Ok(tally)
     });
     let mut sent = Tally::default();
+    let mut schedule = plan.pacing.map(|(rate, linger)| Schedule {
+        interval: Duration::from_secs_f64(1.0 / rate),
+        linger,
+        next_due: Instant::now(),
+        next_partition: 0,
+    });
     'requests: loop {
         let mut batches = Vec::new();
         let mut in_request = BTreeMap::new();
+        let (counts, oldest) = match &mut schedule {
+            Some(schedule) => schedule.collect(&plan.budget, partitions.len(), per_batch),
+            None => (partitions.iter().map(|_| plan.budget.take(per_batch)).collect(), None),
+        };
         for (slot, &partition) in partitions.iter().enumerate() {
-            let n = plan.budget.take(per_batch);
+            let n = counts[slot];
             if n == 0 {
-                break;
+                continue;
             }
             let values: Vec<Bytes> = (0..n)
                 .map(|i| {
@@ -386,7 +461,9 @@ fn async_lane(
             continue;
         }
         // Waits while `in_flight` requests are unanswered.
-        if slots.recv().is_err() || queue.send(InFlight { sent_at: Instant::now(), batches: in_request }).is_err() {
+        if slots.recv().is_err()
+            || queue.send(InFlight { sent_at: oldest.unwrap_or_else(Instant::now), batches: in_request }).is_err()
+        {
             break 'requests; // the reader failed; its error is reported below
         }
         sender.send(ApiKey::Produce, version, &request)?;

@@ -245,6 +245,8 @@ fn measure(bootstrap: &str, topic: &str, r: &Row, args: &TpsArgs, progress: &ind
         mode: Mode::Sync,
         in_flight: 1,
         batch_bytes: 1024,
+        rate: None,
+        linger_ms: 0,
         compression: "none".into(),
         messages: None,
         duration: Some(args.duration),

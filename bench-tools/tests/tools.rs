@@ -136,6 +136,38 @@ fn produce_consume_and_audit_agree_on_what_was_acknowledged() {
     assert!(!ok, "an audit with missing records exits non-zero: {audit}");
     assert!(audit.contains("missing 2"), "{audit}");
 
+    // Paced: records are created on schedule (never ahead of it) and wait up to --linger-ms for their
+    // batch, which at this rate never fills, so a record is acknowledged no sooner than the linger.
+    let (_, paced) = run(&[
+        "produce",
+        "--bootstrap",
+        b,
+        "--topic",
+        "audit-me",
+        "--acks",
+        "1",
+        "--mode",
+        "async",
+        "--rate",
+        "1000",
+        "--linger-ms",
+        "50",
+        "--batch-bytes",
+        "1048576",
+        "--duration",
+        "1s",
+    ]);
+    let sent = messages(&paced);
+    assert!(sent > 0 && sent <= 1001, "no more than the schedule offers: {paced}");
+    let p50: f64 = paced
+        .split("creation to acknowledgement (ms): p50 ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("a creation-to-ack latency: {paced}"))
+        .parse()
+        .unwrap();
+    assert!(p50 >= 45.0, "records lingered: p50 {p50} ms");
+
     // acks=0 is labelled as sent, not acknowledged.
     let (_, fire) = run(&["produce", "--bootstrap", b, "--topic", "audit-me", "--acks", "0", "--messages", "500"]);
     assert!(fire.starts_with("acks=0: sent, not acknowledged"), "{fire}");

@@ -202,8 +202,7 @@ pub async fn upkeep(logs: Rc<LogDir<DmaFs>>, limits: ShardLimits, shutdown: Shut
         }
         since_retention += FLUSH_CHECK_INTERVAL;
         since_checkpoint += FLUSH_CHECK_INTERVAL;
-        for tp in logs.partitions() {
-            let Some(log) = logs.get(&tp) else { continue };
+        for log in logs.logs() {
             // Under the default policy only acknowledged produces sync; acks=0 data would otherwise stay
             // above the high watermark until the next one.
             let result = match log.config().flush {
@@ -212,7 +211,7 @@ pub async fn upkeep(logs: Rc<LogDir<DmaFs>>, limits: ShardLimits, shutdown: Shut
                 FlushPolicy::Interval { .. } => log.flush_if_due().await,
             };
             if let Err(e) = result {
-                tracing::warn!(partition = %tp, error = %e, "background flush failed");
+                tracing::warn!(log = %log.dir().display(), error = %e, "background flush failed");
             }
         }
         release_caches(&logs, &limits).await;
@@ -238,8 +237,7 @@ async fn release_caches(logs: &LogDir<DmaFs>, limits: &ShardLimits) {
     let now = SystemClock.now_ms();
     let mut total = 0usize;
     let mut candidates = Vec::new();
-    for tp in logs.partitions() {
-        let Some(log) = logs.get(&tp) else { continue };
+    for log in logs.logs() {
         let cached = log.cached_bytes();
         total += cached;
         let idle = now.saturating_sub(log.last_used_ms()) >= limits.cache_idle_ms;

@@ -2,6 +2,8 @@
 //! `kafka-protocol` crate's client side: what is served, what is refused, and shutdown.
 
 mod common;
+#[path = "../../net/tests/support/corpus.rs"]
+mod corpus;
 
 use std::io::Write;
 use std::net::TcpStream;
@@ -126,16 +128,9 @@ fn unknown_api_versions_version_is_answered_then_the_client_retries() {
     assert_eq!(receive(&mut s, ApiKey::ApiVersions, 3).0, 6);
 }
 
-/// The fuzz target's corpus of malformed frames (`net/fuzz/malformed-frames/`).
+/// The fuzz target's corpus of malformed frames.
 fn malformed_frames() -> Vec<(String, Vec<u8>)> {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../net/fuzz/malformed-frames");
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap()))
-        .collect();
-    files.sort();
-    files
+    corpus::malformed_frames(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../net"))
 }
 
 #[test]

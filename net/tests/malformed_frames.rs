@@ -2,7 +2,10 @@
 //! and the decoder as the broker runs them: each one is refused with an error. Among them are requests
 //! claiming arrays of 2^31 and 2^32 elements, which must not abort the process.
 
-use std::path::PathBuf;
+use std::path::Path;
+
+#[path = "support/corpus.rs"]
+mod support;
 
 use shardlog_net::alloc::ReservingAllocator;
 use shardlog_net::kafka::{FrameReader, SupportedApis, decode_request};
@@ -36,15 +39,8 @@ fn run(bytes: &[u8], apis: &SupportedApis) -> Outcome {
     }
 }
 
-pub fn corpus() -> Vec<(String, Vec<u8>)> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz/malformed-frames");
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap()))
-        .collect();
-    files.sort();
-    files
+fn corpus() -> Vec<(String, Vec<u8>)> {
+    support::malformed_frames(Path::new(env!("CARGO_MANIFEST_DIR")))
 }
 
 #[test]

@@ -186,6 +186,11 @@ impl<F: Fs> LogDir<F> {
         self.logs.borrow().keys().cloned().collect()
     }
 
+    /// Every log this directory holds (for passes over all of them, without a lookup per partition).
+    pub fn logs(&self) -> Vec<Rc<PartitionLog<F>>> {
+        self.logs.borrow().values().cloned().collect()
+    }
+
     /// Creates an empty log for `tp`, or returns the existing one.
     pub async fn get_or_create(&self, tp: &TopicPartition, config: LogConfig) -> Result<Rc<PartitionLog<F>>> {
         if let Some(log) = self.get(tp) {

@@ -1,0 +1,240 @@
+//! Reading the log: whole batches from an offset (from the in-memory tail when they are recent, from the
+//! segment files otherwise), time lookups, and the index check used by tests.
+
+use super::*;
+
+impl<F: Fs> PartitionLog<F> {
+    /// Reads whole batches from `from` on, up to `max_bytes` (at least one whole batch if any is there).
+    pub async fn read(&self, from: Offset, max_bytes: usize) -> Result<LogRead> {
+        self.read_until(from, max_bytes, Offset(u64::MAX)).await
+    }
+
+    /// Like [`PartitionLog::read`], but returns only batches whose last offset is below `end` (a consumer's
+    /// high watermark).
+    pub async fn read_until(&self, from: Offset, max_bytes: usize, end: Offset) -> Result<LogRead> {
+        self.read_bounded(from, max_bytes, end, true).await
+    }
+
+    /// Like [`PartitionLog::read_until`], but never returns more than `max_bytes`: a first batch larger
+    /// than that is not read at all (the answer is empty). For all but the first partition of a Kafka
+    /// fetch, which may not go over the fetch's limit.
+    pub async fn read_until_at_most(&self, from: Offset, max_bytes: usize, end: Offset) -> Result<LogRead> {
+        self.read_bounded(from, max_bytes, end, false).await
+    }
+
+    async fn read_bounded(
+        &self,
+        from: Offset,
+        max_bytes: usize,
+        end: Offset,
+        first_batch_whole: bool,
+    ) -> Result<LogRead> {
+        self.inner.borrow_mut().last_used_ms = self.clock.now_ms();
+        loop {
+            let generation = self.inner.borrow().generation;
+            let read = self.read_once(from, max_bytes, end, first_batch_whole).await;
+            if self.inner.borrow().generation == generation {
+                return read;
+            }
+            // Bytes were removed while the read waited for the disk: what it got (or failed on) may be
+            // stale. Read again.
+        }
+    }
+
+    async fn read_once(&self, from: Offset, max_bytes: usize, end: Offset, first_batch_whole: bool) -> Result<LogRead> {
+        let (log_start, log_end, mut seg_idx) = {
+            let inner = self.inner.borrow();
+            (inner.log_start, inner.log_end(), inner.segment_for(from))
+        };
+        if from < log_start || from > log_end {
+            return Err(StorageError::OffsetOutOfRange { requested: from, log_start, log_end });
+        }
+        let mut out = LogRead { bytes: Vec::new(), first_offset: None, next_offset: from };
+        loop {
+            let (pos, seg_size, seg_next) = {
+                let inner = self.inner.borrow();
+                let Some(seg) = inner.segments.get(seg_idx) else { break };
+                (seg.index.position_for(from), seg.size, seg.next_offset)
+            };
+            if seg_next <= from || pos >= seg_size {
+                seg_idx += 1;
+                continue;
+            }
+            let interval = self.inner.borrow().config.index_interval_bytes as usize;
+            let want = (max_bytes.saturating_add(2 * interval)).max(HEADER_BYTES) as u64;
+            let mut chunk_pos = pos;
+            let mut chunk = self.read_segment_range(seg_idx, pos, want.min(seg_size - pos)).await?;
+            let mut at = 0usize;
+            loop {
+                let file_pos = chunk_pos + at as u64;
+                if file_pos >= seg_size {
+                    break;
+                }
+                if chunk.len() - at < HEADER_BYTES {
+                    chunk = self.read_segment_range(seg_idx, file_pos, want.min(seg_size - file_pos)).await?;
+                    chunk_pos = file_pos;
+                    at = 0;
+                    if chunk.len() < HEADER_BYTES {
+                        break;
+                    }
+                }
+                let header = BatchHeader::parse(&chunk[at..]).expect("header length checked");
+                let total = header.total_bytes();
+                if total < HEADER_BYTES || file_pos + total as u64 > seg_size {
+                    // Only damage after recovery (bit rot) can get here: refuse the read, keep the shard.
+                    return Err(StorageError::CorruptFile {
+                        path: self.dir.clone(),
+                        detail: format!("stored batch at position {file_pos} claims {total} bytes"),
+                    });
+                }
+                let last = Offset(header.base_offset as u64 + header.last_offset_delta as u64);
+                if last >= end {
+                    return Ok(out);
+                }
+                let skip = last < from;
+                if !skip {
+                    if (!out.bytes.is_empty() || !first_batch_whole) && out.bytes.len() + total > max_bytes {
+                        return Ok(out);
+                    }
+                    if chunk.len() - at < total {
+                        chunk = self
+                            .read_segment_range(seg_idx, file_pos, (total as u64).max(want.min(seg_size - file_pos)))
+                            .await?;
+                        chunk_pos = file_pos;
+                        at = 0;
+                        if chunk.len() < total {
+                            return Err(StorageError::CorruptFile {
+                                path: self.dir.clone(),
+                                detail: format!("batch at position {file_pos} runs past the segment's end"),
+                            });
+                        }
+                    }
+                    out.bytes.extend_from_slice(&chunk[at..at + total]);
+                    out.first_offset.get_or_insert(Offset(header.base_offset as u64));
+                    out.next_offset = last.plus(1);
+                } else if chunk.len() - at < total {
+                    // Skip a batch that is not in the chunk without reading it.
+                    chunk.clear();
+                    chunk_pos = file_pos + total as u64;
+                    at = 0;
+                    continue;
+                }
+                at += total;
+            }
+            if !out.bytes.is_empty() && out.bytes.len() >= max_bytes {
+                break;
+            }
+            seg_idx += 1;
+        }
+        Ok(out)
+    }
+
+    /// Reads `[pos, pos + len)` of a segment: from the in-memory tail where it has the bytes, from the disk
+    /// below it.
+    pub(super) async fn read_segment_range(&self, seg_idx: usize, pos: u64, len: u64) -> Result<Vec<u8>> {
+        let (file, path, mut mem_part, disk_len) = {
+            let inner = self.inner.borrow();
+            let Some(seg) = inner.segments.get(seg_idx) else { return Ok(Vec::new()) };
+            let end = (pos + len).min(seg.size);
+            if pos >= end {
+                return Ok(Vec::new());
+            }
+            let is_active = seg_idx + 1 == inner.segments.len();
+            let mem_from = if is_active { inner.tail.start.max(pos).min(end) } else { end };
+            let mem_part = if mem_from < end {
+                let t = &inner.tail;
+                t.bytes[(mem_from - t.start) as usize..(end - t.start) as usize].to_vec()
+            } else {
+                Vec::new()
+            };
+            (seg.file.clone(), seg.log_path(), mem_part, mem_from - pos)
+        };
+        if disk_len == 0 {
+            return Ok(mem_part);
+        }
+        let file = self.open_file(&file).await?;
+        let mut bytes = file.read_at(pos, disk_len as usize).await.map_err(|e| read_failure("read", &path, e))?;
+        if (bytes.len() as u64) < disk_len {
+            return Err(StorageError::io(
+                "read",
+                path,
+                std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "segment shorter than its recorded size"),
+            ));
+        }
+        bytes.append(&mut mem_part);
+        Ok(bytes)
+    }
+
+    /// The first batch whose max timestamp is at least `timestamp`: its base offset and max timestamp
+    /// (Kafka's ListOffsets by time, at batch granularity). `None` when every batch is older.
+    pub async fn offset_for_timestamp(&self, timestamp: i64) -> Result<Option<(Offset, i64)>> {
+        let start = {
+            let inner = self.inner.borrow();
+            let last = inner.segments.len() - 1;
+            let seg =
+                inner.segments.iter().enumerate().find(|(i, s)| s.index.max_timestamp() >= timestamp || *i == last);
+            seg.map(|(_, s)| s.index.offset_for_timestamp(timestamp).max(inner.log_start))
+        };
+        let mut at = start.expect("a log always has an active segment");
+        loop {
+            let read = match self.read(at, 64 << 10).await {
+                Ok(r) => r,
+                Err(StorageError::OffsetOutOfRange { .. }) => return Ok(None),
+                Err(e) => return Err(e),
+            };
+            if read.bytes.is_empty() {
+                return Ok(None);
+            }
+            let mut pos = 0;
+            while pos < read.bytes.len() {
+                let h = BatchHeader::parse(&read.bytes[pos..]).expect("stored batch");
+                if h.max_timestamp >= timestamp {
+                    let base = Offset(h.base_offset as u64).max(self.log_start_offset());
+                    return Ok(Some((base, h.max_timestamp)));
+                }
+                pos += h.total_bytes();
+            }
+            at = read.next_offset;
+        }
+    }
+
+    /// Checks every index entry of every segment against the batches in the log. For tests and
+    /// diagnostics; reads the whole log.
+    pub async fn verify_indexes(&self) -> Result<(), String> {
+        let count = self.segment_count();
+        for seg_idx in 0..count {
+            let (size, offsets, times, base) = {
+                let inner = self.inner.borrow();
+                let s = &inner.segments[seg_idx];
+                (
+                    s.size,
+                    s.index.offset_entries().collect::<Vec<_>>(),
+                    s.index.time_entries().collect::<Vec<_>>(),
+                    s.base,
+                )
+            };
+            let bytes = self.read_segment_range(seg_idx, 0, size).await.map_err(|e| e.to_string())?;
+            let mut batches = Vec::new();
+            let mut pos = 0usize;
+            while pos < bytes.len() {
+                let h = BatchHeader::parse(&bytes[pos..]).map_err(|e| format!("segment {base}: {e}"))?;
+                batches.push((pos as u64, h.base_offset as u64 + h.last_offset_delta as u64, h.max_timestamp));
+                pos += h.total_bytes();
+            }
+            if pos != bytes.len() {
+                return Err(format!("segment {base}: batches overrun its size"));
+            }
+            for (offset, position) in offsets {
+                if !batches.iter().any(|&(p, last, _)| p == position && last == offset.0) {
+                    return Err(format!("segment {base}: index entry ({offset}, {position}) matches no batch"));
+                }
+            }
+            for (ts, offset) in times {
+                if !batches.iter().any(|&(_, last, max_ts)| last == offset.0 && max_ts == ts) {
+                    return Err(format!("segment {base}: time index entry ({ts}, {offset}) matches no batch"));
+                }
+            }
+        }
+        Ok(())
+    }
+}

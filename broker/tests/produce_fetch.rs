@@ -5,6 +5,7 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::net::TcpStream;
+use std::path::Path;
 
 use bytes::Bytes;
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
@@ -159,22 +160,41 @@ fn long_poll_returns_when_data_arrives() {
     assert_eq!(producer.join().unwrap(), (0, 0));
 }
 
+/// Produces 50 acknowledged batches of two records to partition 1 of a new topic "audit" with these
+/// settings, kills the broker with SIGKILL, and returns the stored bytes the records were acknowledged as.
+fn produce_then_sigkill(data: &Path, acks: i16, configs: &[(&str, &str)]) -> Vec<u8> {
+    let mut expected = Vec::new();
+    let broker = Broker::start_in(data, 2, &[]);
+    let mut s = broker.connect();
+    assert_eq!(create(&mut s, "audit", 2, 1, configs), 0);
+    for i in 0..50u8 {
+        let b = batch(i, 2, 0);
+        let (err, base) = produce(&mut s, "audit", 1, &b, acks, i as i32).unwrap();
+        assert_eq!(err, 0);
+        expected.extend_from_slice(&stored(&b, base));
+    }
+    broker.kill();
+    expected
+}
+
+#[test]
+fn records_acknowledged_under_the_interval_policy_survive_sigkill_as_in_kafkas_page_cache() {
+    // Never synced by the policy: the acknowledgement put the records into the page cache, which the
+    // kernel keeps when the process dies.
+    let data = tempfile::tempdir().unwrap();
+    let never = i64::MAX.to_string();
+    let expected = produce_then_sigkill(data.path(), 1, &[("flush.messages", &never), ("flush.ms", &never)]);
+    let broker = Broker::start_in(data.path(), 2, &[]);
+    let mut s = broker.connect();
+    let (err, hw, records) = fetch(&mut s, "audit", 1, 0, 0);
+    assert_eq!((err, hw), (0, 100), "every acknowledged record is back after kill -9");
+    assert_eq!(records.as_ref(), expected.as_slice(), "at the offsets it was acknowledged with");
+}
+
 #[test]
 fn acknowledged_records_survive_sigkill_and_a_clean_restart() {
     let data = tempfile::tempdir().unwrap();
-    let mut expected = Vec::new();
-    {
-        let broker = Broker::start_in(data.path(), 2, &[]);
-        let mut s = broker.connect();
-        assert_eq!(create(&mut s, "audit", 2, 1, &[]), 0);
-        for i in 0..50u8 {
-            let b = batch(i, 2, 0);
-            let (err, base) = produce(&mut s, "audit", 1, &b, -1, i as i32).unwrap();
-            assert_eq!(err, 0);
-            expected.extend_from_slice(&stored(&b, base));
-        }
-        broker.kill();
-    }
+    let expected = produce_then_sigkill(data.path(), -1, &[]);
     {
         let broker = Broker::start_in(data.path(), 2, &[]);
         let mut s = broker.connect();

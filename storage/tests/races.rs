@@ -82,6 +82,9 @@ impl SegmentFile for GateFile {
     async fn write_at(&self, buf: Vec<u8>, pos: u64) -> io::Result<()> {
         self.file.write_at(buf, pos).await
     }
+    fn write_cached(&self, pos: u64, bytes: &[u8]) -> io::Result<()> {
+        self.file.write_cached(pos, bytes)
+    }
     async fn read_at(&self, pos: u64, len: usize) -> io::Result<Vec<u8>> {
         let r = self.file.read_at(pos, len).await;
         if let Ok(b) = &r {

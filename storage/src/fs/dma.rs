@@ -4,7 +4,7 @@ use std::cell::RefCell;
 use std::collections::HashSet;
 use std::io;
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use glommio::io::{DmaBuffer, DmaFile, OpenOptions};
@@ -49,6 +49,10 @@ pub struct DmaFs;
 #[derive(Debug)]
 pub struct DmaSegmentFile {
     file: Rc<DmaFile>,
+    path: PathBuf,
+    /// A second descriptor without O_DIRECT, opened on the first write through the page cache (the file
+    /// status flag is shared by duplicated descriptors, so it must be its own open).
+    cached: RefCell<Option<std::fs::File>>,
 }
 
 async fn write_whole(file: &DmaFile, buf: DmaBuffer, pos: u64) -> io::Result<()> {
@@ -93,6 +97,18 @@ impl SegmentFile for DmaSegmentFile {
             }
         }
         result
+    }
+
+    fn write_cached(&self, pos: u64, bytes: &[u8]) -> io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        let mut cached = self.cached.borrow_mut();
+        let file = match &mut *cached {
+            Some(file) => file,
+            empty => empty.insert(std::fs::OpenOptions::new().write(true).open(&self.path)?),
+        };
+        // The kernel keeps page-cache and direct I/O on one file coherent: a direct read or write of these
+        // bytes first writes the cached pages back.
+        file.write_all_at(bytes, pos)
     }
 
     async fn read_at(&self, pos: u64, len: usize) -> io::Result<Vec<u8>> {
@@ -140,7 +156,7 @@ impl Fs for DmaFs {
         probe_device(path.parent().unwrap_or(Path::new("."))).await?;
         let file =
             OpenOptions::new().read(true).write(true).create(create).dma_open(path).await.map_err(io::Error::from)?;
-        Ok(DmaSegmentFile { file: Rc::new(file) })
+        Ok(DmaSegmentFile { file: Rc::new(file), path: path.to_path_buf(), cached: RefCell::new(None) })
     }
 
     async fn remove(&self, path: &Path) -> io::Result<()> {

@@ -6,7 +6,9 @@
 //! tears the last one. The traits use `async fn` without `Send` bounds on purpose: everything runs on one
 //! shard's thread.
 //!
-//! Writes are direct I/O: positions and lengths are multiples of [`ALIGN`]. Reads may be unaligned.
+//! Writes are direct I/O: positions and lengths are multiples of [`ALIGN`], except [`SegmentFile::write_cached`],
+//! which goes through the kernel's page cache (Kafka's acknowledgement point, for logs under the interval
+//! flush policy). Reads may be unaligned.
 
 #![allow(async_fn_in_trait)]
 
@@ -49,6 +51,11 @@ pub trait SegmentFile: std::fmt::Debug + 'static {
         }
         Ok(())
     }
+
+    /// Writes `bytes` at `pos` (any alignment) into the kernel's page cache, synchronously: once it returns
+    /// the bytes outlive the process, but not a power loss until the next `fdatasync`. For small writes
+    /// this costs a memory copy, where a direct write waits for the device.
+    fn write_cached(&self, pos: u64, bytes: &[u8]) -> io::Result<()>;
 
     /// Reads up to `len` bytes at `pos`; fewer only at the end of the file.
     async fn read_at(&self, pos: u64, len: usize) -> io::Result<Vec<u8>>;

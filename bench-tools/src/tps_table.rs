@@ -53,6 +53,9 @@ pub struct TpsArgs {
     /// The shardlog binary for --local.
     #[arg(long)]
     pub shardlog: Option<PathBuf>,
+    /// Extra `KEY=VALUE` settings for the --local broker (named in the report).
+    #[arg(long = "set", value_name = "KEY=VALUE", requires = "local")]
+    pub settings: Vec<String>,
 }
 
 /// One row of a seed table.
@@ -157,7 +160,7 @@ pub fn run(args: &TpsArgs) -> Result<PathBuf> {
                 data_dir: out.join("cluster"),
                 shards: args.shards,
                 shardlog: args.shardlog.clone(),
-                settings: Vec::new(),
+                settings: args.settings.clone(),
             })?;
             let bootstrap = cluster.bootstrap.clone();
             local = Some(cluster);
@@ -204,7 +207,11 @@ pub fn run(args: &TpsArgs) -> Result<PathBuf> {
         Flush::Always => "acknowledged = fdatasync'ed (--flush always)",
         Flush::Interval => "acknowledged = written, synced by Kafka's interval policy (--flush interval)",
     };
-    report::write(&out, &tables, flush, brokers)?;
+    let conditions = match args.settings.as_slice() {
+        [] => flush.to_string(),
+        settings => format!("{flush}; broker settings {}", settings.join(" ")),
+    };
+    report::write(&out, &tables, &conditions, brokers)?;
     drop(local);
     Ok(out)
 }

@@ -198,11 +198,14 @@ fn tps_table_scenario_3_fills_the_single_node_rows_and_writes_a_report_folder() 
         "1s",
         "--shards",
         "2",
+        "--set",
+        "shard.idle.poll.us=50",
         "--out",
         out.to_str().unwrap(),
     ]);
     let report = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(printed.contains(&report), "the tables are printed as written");
+    assert!(report.contains("broker settings shard.idle.poll.us=50"), "the report names the local broker's settings");
     assert!(report.contains("| replicas | acks | Kafka TPS (seed) | shardlog TPS | ratio |"), "{report}");
     assert!(report.contains("acknowledged = fdatasync'ed"), "the report says what an acknowledgement meant");
 

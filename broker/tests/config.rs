@@ -21,6 +21,7 @@ fn no_settings_give_the_documented_single_node_defaults() {
     assert_eq!(c.log.flush, FlushPolicy::Always, "acks mean fsynced unless Kafka's interval flush is asked for");
     assert_eq!(c.log.segment_bytes, 1 << 30);
     assert_eq!(c.metrics_listen, None);
+    assert_eq!(c.shard_limits.idle_poll_us, 0, "an idle shard sleeps at once unless asked to poll");
 }
 
 #[test]
@@ -37,6 +38,7 @@ fn kafka_names_work_as_dotted_or_quoted_toml_keys() {
         log.segment.bytes = 1048576
         num.partitions = 6
         auto.create.topics.enable = false
+        shard.idle.poll.us = 100
         "#,
     )
     .unwrap();
@@ -52,6 +54,7 @@ fn kafka_names_work_as_dotted_or_quoted_toml_keys() {
         "log.segment.bytes" = 1048576
         "num.partitions" = 6
         "auto.create.topics.enable" = false
+        "shard.idle.poll.us" = 100
         "#,
     )
     .unwrap();
@@ -63,6 +66,7 @@ fn kafka_names_work_as_dotted_or_quoted_toml_keys() {
     assert_eq!(dotted.log.retention_ms, Some(3_600_000));
     assert_eq!(dotted.log.segment_bytes, 1 << 20);
     assert!(!dotted.auto_create_topics);
+    assert_eq!(dotted.shard_limits.idle_poll_us, 100);
 }
 
 #[test]
@@ -99,6 +103,8 @@ fn unknown_keys_and_invalid_values_are_refused_by_name() {
         ("log.retention.ms = -5", "log.retention.ms"),
         ("socket.request.max.bytes = 12", "socket.request.max.bytes"),
         ("log.flush.interval.messages = 0", "log.flush.interval.messages"),
+        ("shard.idle.poll.us = -1", "shard.idle.poll.us"),
+        ("shard.idle.poll.us = 5000000", "shard.idle.poll.us"),
     ];
     for (text, key) in cases {
         match BrokerConfig::from_toml(text) {

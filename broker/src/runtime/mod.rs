@@ -113,8 +113,11 @@ pub fn run(config: BrokerConfig, shutdown: Shutdown) -> Result<()> {
         // Pinned one per core when every shard has its own core; unpinned when there are more shards.
         let placement = if shards <= cpus { Placement::Fixed(shard) } else { Placement::Unbound };
         let (ctx, shutdown, admin, draining) = (ctx.clone(), shutdown.clone(), admin_rx.take(), draining.clone());
-        let handle = LocalExecutorBuilder::new(placement)
-            .name(&format!("shard-{shard}"))
+        let mut builder = LocalExecutorBuilder::new(placement).name(&format!("shard-{shard}"));
+        if ctx.config.shard_limits.idle_poll_us > 0 {
+            builder = builder.spin_before_park(Duration::from_micros(ctx.config.shard_limits.idle_poll_us));
+        }
+        let handle = builder
             .spawn(move || async move {
                 // A shard that fails or panics stops the whole broker: the others would serve a
                 // cluster view with its partitions missing.

@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 mod audit;
 mod cluster;
 mod consume;
+mod loopback;
 mod payload;
 mod produce;
 mod report;
@@ -37,6 +38,9 @@ enum Command {
     /// The storage engine against the raw disk: sequential bandwidth and fdatasync latency, then durable
     /// log appends (throughput and latency) on the same disk, in one run.
     Storage(storage_bench::StorageArgs),
+    /// The host's own floor, no broker involved: loopback TCP round trips as a sync producer makes them
+    /// (across cores and on one core) and one stream's bandwidth.
+    Loopback(loopback::LoopbackArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -58,6 +62,7 @@ fn main() -> anyhow::Result<()> {
         }
         Command::Cluster(args) => cluster::run(&args)?,
         Command::Storage(args) => storage_bench::run(args)?,
+        Command::Loopback(args) => loopback::run(&args)?,
     }
     Ok(())
 }

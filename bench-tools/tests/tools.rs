@@ -245,3 +245,20 @@ fn tps_table_scenario_3_fills_the_single_node_rows_and_writes_a_report_folder() 
     let logs: Vec<_> = std::fs::read_dir(out.join("hdr")).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(logs.len(), 2, "acks=1 and acks=all rows have latency logs: {logs:?}");
 }
+
+#[test]
+fn loopback_reports_round_trips_across_and_on_one_core_and_a_stream() {
+    let (_, printed) = run(&["loopback", "--duration", "200ms"]);
+    let round_trips: Vec<&str> = printed.lines().filter(|l| l.starts_with("round trip")).collect();
+    assert_eq!(round_trips.len(), 2, "{printed}");
+    for line in round_trips {
+        // "... over N round trips (one lane: at most R/s)"
+        let count: u64 = line.split(" over ").nth(1).unwrap().split_whitespace().next().unwrap().parse().unwrap();
+        assert!(count > 0, "{line}");
+        let rate = line.split("at most ").nth(1).unwrap().trim_end_matches("/s)");
+        assert!(rate.parse::<f64>().unwrap() > 0.0, "{line}");
+    }
+    let stream = printed.lines().find(|l| l.starts_with("one stream: ")).expect("a stream line");
+    let mb_s: f64 = stream["one stream: ".len()..].split_whitespace().next().unwrap().parse().unwrap();
+    assert!(mb_s > 0.0, "{stream}");
+}

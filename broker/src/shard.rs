@@ -383,7 +383,7 @@ async fn fetch(
         log.read_until_at_most(offset, max_bytes, hw).await
     };
     match read {
-        Ok(read) => outcome(None, Bytes::from(read.bytes)),
+        Ok(read) => outcome(None, read.bytes),
         Err(e) => outcome(Some(kafka_error(&e)), Bytes::new()),
     }
 }
@@ -420,7 +420,7 @@ async fn first_record_at_or_after(log: &PartitionLog<DmaFs>, batch_offset: Offse
     if header.record_count > MAX_DECODED_RECORDS {
         return Some((batch_offset.as_i64().max(start), ts));
     }
-    let mut bytes = Bytes::from(read.bytes);
+    let mut bytes = read.bytes;
     match kafka_protocol::records::RecordBatchDecoder::decode(&mut bytes) {
         Ok(set) => set.records.iter().find(|r| r.timestamp >= ts && r.offset >= start).map(|r| (r.offset, r.timestamp)),
         Err(e) => {

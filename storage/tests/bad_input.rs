@@ -21,7 +21,7 @@ fn open(fs: &SimFs, config: LogConfig) -> PartitionLog<SimFs> {
 /// Everything observable about the log and its files.
 fn snapshot(fs: &SimFs, log: &PartitionLog<SimFs>) -> (Offset, u64, Vec<u8>, Vec<Offset>, u64) {
     let seg = fs.contents(Path::new("/data/t-0/00000000000000000000.log")).unwrap();
-    let all = block_on(log.read(Offset(0), usize::MAX)).unwrap().bytes;
+    let all = block_on(log.read(Offset(0), usize::MAX)).unwrap().bytes.to_vec();
     (log.log_end_offset(), log.size_bytes(), all, log.segment_bases(), seg.len() as u64 + fs.write_count())
 }
 

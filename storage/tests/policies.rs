@@ -133,6 +133,40 @@ fn recent_reads_come_from_the_tail_cache_and_old_ones_from_disk() {
 }
 
 #[test]
+fn a_consumer_reading_on_with_a_byte_budget_reads_little_more_than_it_gets() {
+    let fs = SimFs::new();
+    let clock = ManualClock::new(1_700_000_000_000);
+    let interval = 4096u64;
+    let config = LogConfig { segment_bytes: 1 << 30, index_interval_bytes: interval, ..small_config() };
+    let log = open(&fs, &clock, config);
+    // Batches of ~20 KB, larger than two index intervals: the index finds the batch before a consumer's
+    // position (entries are keyed by last offsets, as in Kafka), and a budget's end then falls in a batch
+    // that runs past the first chunk read.
+    for i in 0..200 {
+        block_on(log.append(&make_batch(i, 2, 10_000, 0), LeaderEpoch(0))).unwrap();
+    }
+    block_on(log.roll()).unwrap();
+    let batch = log.size_bytes() / 200;
+    let stored = log.size_bytes();
+    let budget = 64 << 10;
+    let before = fs.read_bytes();
+    let (mut at, mut fetched, mut reads) = (Offset(0), 0u64, 0u64);
+    while at < log.log_end_offset() {
+        let read = block_on(log.read_until_at_most(at, budget, Offset(u64::MAX))).unwrap();
+        assert!(!read.bytes.is_empty() && read.bytes.len() <= budget);
+        fetched += read.bytes.len() as u64;
+        at = read.next_offset;
+        reads += 1;
+    }
+    assert_eq!(fetched, stored, "the consumer got every stored byte");
+    let read = fs.read_bytes() - before;
+    // Per read: the budget, the index's two intervals of slack, the batch before the position and the one
+    // that runs past the budget; not a second budget's worth.
+    let bound = reads * (budget as u64 + 2 * interval + 2 * batch);
+    assert!(read <= bound, "read {read} bytes from the disk to serve {stored} in {reads} reads (bound {bound})");
+}
+
+#[test]
 fn an_idle_log_releases_its_cache_and_files_and_reads_come_from_disk() {
     use shardlog_storage::{LogDir, LogDirScope, TopicPartition};
     let fs = SimFs::new();
@@ -154,7 +188,7 @@ fn an_idle_log_releases_its_cache_and_files_and_reads_come_from_disk() {
         for i in 0..300u64 {
             block_on(log.append(&make_batch(i, 2, 500, clock.0.get()), LeaderEpoch(0))).unwrap();
         }
-        appended[p as usize] = block_on(log.read(Offset(0), usize::MAX)).unwrap().bytes;
+        appended[p as usize] = block_on(log.read(Offset(0), usize::MAX)).unwrap().bytes.to_vec();
         assert!(log.segment_count() > 3, "several segments, more than the files allowed open");
     }
     assert!(dir.open_files() <= 3, "{} segment files open", dir.open_files());

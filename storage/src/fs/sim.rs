@@ -56,6 +56,7 @@ struct State {
     fsyncs: u64,
     writes: u64,
     reads: u64,
+    read_bytes: u64,
 }
 
 /// A simulated disk. Clones share the same state.
@@ -112,6 +113,11 @@ impl SimFs {
     /// Number of reads so far.
     pub fn read_count(&self) -> u64 {
         self.state.borrow().reads
+    }
+
+    /// Bytes returned by reads so far.
+    pub fn read_bytes(&self) -> u64 {
+        self.state.borrow().read_bytes
     }
 
     /// Makes every later `fdatasync` fail with EIO.
@@ -200,10 +206,12 @@ impl SegmentFile for SimFile {
     }
 
     async fn read_at(&self, pos: u64, len: usize) -> io::Result<Vec<u8>> {
-        self.state.borrow_mut().reads += 1;
         let inode = self.inode.borrow();
         let start = (pos as usize).min(inode.data.len());
         let end = (pos as usize).saturating_add(len).min(inode.data.len());
+        let mut state = self.state.borrow_mut();
+        state.reads += 1;
+        state.read_bytes += (end - start) as u64;
         Ok(inode.data[start..end].to_vec())
     }
 

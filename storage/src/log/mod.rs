@@ -62,8 +62,8 @@ impl AppendInfo {
 /// Whole batches read from the log.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct LogRead {
-    /// Stored batch bytes, exactly as on disk.
-    pub bytes: Vec<u8>,
+    /// Stored batch bytes, exactly as on disk (a slice of what was read, not a copy).
+    pub bytes: bytes::Bytes,
     /// Base offset of the first batch (may be below the requested offset: a read can start inside a batch).
     pub first_offset: Option<Offset>,
     /// The offset after the last returned batch; where the next read continues.

@@ -1,7 +1,51 @@
 //! Reading the log: whole batches from an offset (from the in-memory tail when they are recent, from the
 //! segment files otherwise), time lookups, and the index check used by tests.
 
+use std::ops::Range;
+
+use bytes::Bytes;
+
 use super::*;
+
+/// The batches a read returns, gathered without copying: runs of consecutive batches are kept as slices of
+/// the chunks they were read in, and joined only when a read spans chunks.
+#[derive(Default)]
+struct Gathered {
+    parts: Vec<Bytes>,
+    /// Taken bytes of the current chunk not yet in `parts`.
+    run: Option<Range<usize>>,
+    len: usize,
+}
+
+impl Gathered {
+    /// Takes `range` of the current chunk (consecutive with what was taken from it before).
+    fn take(&mut self, range: Range<usize>) {
+        self.len += range.len();
+        self.run = Some(match self.run.take() {
+            Some(run) => {
+                assert_eq!(run.end, range.start, "batches are taken in order without gaps");
+                run.start..range.end
+            }
+            None => range,
+        });
+    }
+
+    /// The current chunk is about to be replaced: keep what was taken from it.
+    fn leave(&mut self, chunk: &Bytes) {
+        if let Some(run) = self.run.take() {
+            self.parts.push(chunk.slice(run));
+        }
+    }
+
+    fn finish(mut self) -> Bytes {
+        assert!(self.run.is_none(), "a chunk was left without keeping its run");
+        match self.parts.len() {
+            0 => Bytes::new(),
+            1 => self.parts.pop().expect("one part"),
+            _ => self.parts.concat().into(),
+        }
+    }
+}
 
 impl<F: Fs> PartitionLog<F> {
     /// Reads whole batches from `from` on, up to `max_bytes` (at least one whole batch if any is there).
@@ -49,7 +93,11 @@ impl<F: Fs> PartitionLog<F> {
         if from < log_start || from > log_end {
             return Err(StorageError::OffsetOutOfRange { requested: from, log_start, log_end });
         }
-        let mut out = LogRead { bytes: Vec::new(), first_offset: None, next_offset: from };
+        let mut out = Gathered::default();
+        let mut first_offset = None;
+        let mut next_offset = from;
+        let finish =
+            |out: Gathered, first_offset, next_offset| LogRead { bytes: out.finish(), first_offset, next_offset };
         loop {
             let (pos, seg_size, seg_next) = {
                 let inner = self.inner.borrow();
@@ -71,7 +119,11 @@ impl<F: Fs> PartitionLog<F> {
                     break;
                 }
                 if chunk.len() - at < HEADER_BYTES {
-                    chunk = self.read_segment_range(seg_idx, file_pos, want.min(seg_size - file_pos)).await?;
+                    out.leave(&chunk);
+                    // Once batches are taken, only what the budget still allows is worth reading.
+                    let need =
+                        if out.len == 0 { want } else { max_bytes.saturating_sub(out.len).max(HEADER_BYTES) as u64 };
+                    chunk = self.read_segment_range(seg_idx, file_pos, need.min(seg_size - file_pos)).await?;
                     chunk_pos = file_pos;
                     at = 0;
                     if chunk.len() < HEADER_BYTES {
@@ -89,17 +141,20 @@ impl<F: Fs> PartitionLog<F> {
                 }
                 let last = Offset(header.base_offset as u64 + header.last_offset_delta as u64);
                 if last >= end {
-                    return Ok(out);
+                    out.leave(&chunk);
+                    return Ok(finish(out, first_offset, next_offset));
                 }
                 let skip = last < from;
                 if !skip {
-                    if (!out.bytes.is_empty() || !first_batch_whole) && out.bytes.len() + total > max_bytes {
-                        return Ok(out);
+                    if (out.len > 0 || !first_batch_whole) && out.len + total > max_bytes {
+                        out.leave(&chunk);
+                        return Ok(finish(out, first_offset, next_offset));
                     }
                     if chunk.len() - at < total {
-                        chunk = self
-                            .read_segment_range(seg_idx, file_pos, (total as u64).max(want.min(seg_size - file_pos)))
-                            .await?;
+                        // The batch runs past the chunk: read from it on, as far as the budget allows.
+                        out.leave(&chunk);
+                        let need = total.max(max_bytes.saturating_sub(out.len)) as u64;
+                        chunk = self.read_segment_range(seg_idx, file_pos, need.min(seg_size - file_pos)).await?;
                         chunk_pos = file_pos;
                         at = 0;
                         if chunk.len() < total {
@@ -109,35 +164,37 @@ impl<F: Fs> PartitionLog<F> {
                             });
                         }
                     }
-                    out.bytes.extend_from_slice(&chunk[at..at + total]);
-                    out.first_offset.get_or_insert(Offset(header.base_offset as u64));
-                    out.next_offset = last.plus(1);
+                    out.take(at..at + total);
+                    first_offset.get_or_insert(Offset(header.base_offset as u64));
+                    next_offset = last.plus(1);
                 } else if chunk.len() - at < total {
                     // Skip a batch that is not in the chunk without reading it.
-                    chunk.clear();
+                    out.leave(&chunk);
+                    chunk = Bytes::new();
                     chunk_pos = file_pos + total as u64;
                     at = 0;
                     continue;
                 }
                 at += total;
             }
-            if !out.bytes.is_empty() && out.bytes.len() >= max_bytes {
+            out.leave(&chunk);
+            if out.len > 0 && out.len >= max_bytes {
                 break;
             }
             seg_idx += 1;
         }
-        Ok(out)
+        Ok(finish(out, first_offset, next_offset))
     }
 
     /// Reads `[pos, pos + len)` of a segment: from the in-memory tail where it has the bytes, from the disk
     /// below it.
-    pub(super) async fn read_segment_range(&self, seg_idx: usize, pos: u64, len: u64) -> Result<Vec<u8>> {
+    pub(super) async fn read_segment_range(&self, seg_idx: usize, pos: u64, len: u64) -> Result<Bytes> {
         let (file, path, mut mem_part, disk_len) = {
             let inner = self.inner.borrow();
-            let Some(seg) = inner.segments.get(seg_idx) else { return Ok(Vec::new()) };
+            let Some(seg) = inner.segments.get(seg_idx) else { return Ok(Bytes::new()) };
             let end = (pos + len).min(seg.size);
             if pos >= end {
-                return Ok(Vec::new());
+                return Ok(Bytes::new());
             }
             let is_active = seg_idx + 1 == inner.segments.len();
             let mem_from = if is_active { inner.tail.start.max(pos).min(end) } else { end };
@@ -150,7 +207,7 @@ impl<F: Fs> PartitionLog<F> {
             (seg.file.clone(), seg.log_path(), mem_part, mem_from - pos)
         };
         if disk_len == 0 {
-            return Ok(mem_part);
+            return Ok(mem_part.into());
         }
         let file = self.open_file(&file).await?;
         let mut bytes = file.read_at(pos, disk_len as usize).await.map_err(|e| read_failure("read", &path, e))?;
@@ -162,7 +219,7 @@ impl<F: Fs> PartitionLog<F> {
             ));
         }
         bytes.append(&mut mem_part);
-        Ok(bytes)
+        Ok(bytes.into())
     }
 
     /// The first batch whose max timestamp is at least `timestamp`: its base offset and max timestamp

@@ -80,8 +80,12 @@ impl Receiver {
         if size < 0 || size as usize > MAX_RESPONSE_BYTES {
             bail!("answer frame of {size} bytes");
         }
-        let mut frame = vec![0u8; size as usize];
-        self.stream.read_exact(&mut frame).context("read answer")?;
+        // Read into spare capacity: zeroing a fetch answer's tens of MiB first would cost as much as a copy.
+        let mut frame = Vec::with_capacity(size as usize);
+        (&mut self.stream).take(size as u64).read_to_end(&mut frame).context("read answer")?;
+        if frame.len() != size as usize {
+            bail!("the broker closed the connection {} bytes into a {size}-byte answer", frame.len());
+        }
         Ok(decode_response(Bytes::from(frame), api, version)?)
     }
 }

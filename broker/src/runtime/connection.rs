@@ -18,6 +18,7 @@
 //!
 //! Bad input closes the connection with one log line; nothing a client sends can panic the shard.
 
+use std::os::fd::{AsRawFd, RawFd};
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -35,6 +36,8 @@ use crate::handlers::{self, BrokerContext};
 const READ_CHUNK_BYTES: usize = 64 << 10;
 /// How long answers already being written may take once the broker is stopping.
 const WRITE_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long a closing connection keeps reading (and dropping) what the peer still sends.
+const LINGER: std::time::Duration = std::time::Duration::from_secs(1);
 /// The most requests one connection has started and not yet answered.
 const MAX_IN_FLIGHT_REQUESTS: usize = 32;
 /// The most request bytes one connection holds in flight (a larger single request is still admitted
@@ -61,19 +64,41 @@ enum Pending {
 
 pub(super) async fn serve(stream: TcpStream, ctx: Arc<BrokerContext>, shutdown: Shutdown) {
     let peer = stream.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "unknown".into());
-    let (reader, writer) = futures_lite::io::split(stream);
+    let fd = stream.as_raw_fd();
+    let (mut reader, writer) = futures_lite::io::split(stream);
     let (queue, answers) = local_channel::new_bounded(MAX_IN_FLIGHT_REQUESTS);
     // The reader ends at end of stream, a bad frame or shutdown, dropping its end of the queue; the writer
     // then writes what is queued and ends. A writer that ends first (a lost peer) ends the reader too.
     let reading = async {
-        read_requests(reader, queue, &ctx, &shutdown, &peer).await;
+        read_requests(&mut reader, queue, &ctx, &shutdown, &peer).await;
         future::pending::<()>().await
     };
     future::or(write_answers(writer, answers, &shutdown, &peer), reading).await;
+    linger(fd, &mut reader, &shutdown).await;
+}
+
+/// Closes the way a careful server does: end of stream first, then whatever the peer still sends is read
+/// and dropped, for at most `LINGER`. Closing a socket with unread bytes makes the kernel answer with a
+/// reset, which destroys the answers still on their way to the client (those to the requests before a
+/// bad frame, say).
+async fn linger(fd: RawFd, reader: &mut futures_lite::io::ReadHalf<TcpStream>, shutdown: &Shutdown) {
+    // SAFETY: `fd` belongs to the stream, which both halves keep open until this function returns;
+    // shutdown(2) only changes the connection's state.
+    unsafe { libc::shutdown(fd, libc::SHUT_WR) };
+    let mut buf = [0u8; 4096];
+    let drain = async {
+        while let Ok(n) = reader.read(&mut buf).await
+            && n > 0
+        {}
+    };
+    let give_up = async {
+        future::or(glommio::timer::sleep(LINGER), shutdown.wait()).await;
+    };
+    future::or(drain, give_up).await;
 }
 
 async fn read_requests(
-    mut stream: futures_lite::io::ReadHalf<TcpStream>,
+    stream: &mut futures_lite::io::ReadHalf<TcpStream>,
     queue: LocalSender<Pending>,
     ctx: &Arc<BrokerContext>,
     shutdown: &Shutdown,

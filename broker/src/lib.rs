@@ -5,6 +5,7 @@
 pub mod admin_cli;
 pub mod config;
 pub mod handlers;
+pub mod quorum;
 pub mod runtime;
 pub mod shard;
 pub mod topics;

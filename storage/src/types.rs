@@ -6,7 +6,8 @@
 use std::fmt;
 
 /// A Kafka log offset: the index of a record in a partition. Never negative once stored.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
 pub struct Offset(pub u64);
 
 impl Offset {
@@ -36,7 +37,8 @@ impl fmt::Display for Offset {
 }
 
 /// A partition leader epoch. Kafka uses -1 for "unknown"; stored epochs are never negative.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Default)]
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Default, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
 pub struct LeaderEpoch(pub i32);
 
 impl LeaderEpoch {

@@ -1,0 +1,465 @@
+//! The cluster metadata the quorum replicates, and the commands that change it.
+//!
+//! [`ClusterState::apply`] is the whole state machine: deterministic, without I/O and without a clock.
+//! Times arrive inside commands (the controller that proposes a command stamps it), so every voter that
+//! applies the same log reaches the same state. A refused command changes nothing and says why with an
+//! error that maps to a Kafka error code.
+//!
+//! Rules (the seeds' Kafka model, with KRaft's fencing):
+//! - A broker registers with a new incarnation each time its process starts and then heartbeats. A broker
+//!   whose heartbeats stop is fenced by the controller (`FenceBroker`); a controlled shutdown fences it at
+//!   once. A fenced broker leads nothing and leaves every ISR it was in, unless it was the last member:
+//!   the last member stays, so the partition can come back with all its committed records when it does.
+//! - Leaders come from [`election::choose_leader`]. Every change of leader bumps the leader epoch; every
+//!   change of leader or ISR bumps the partition epoch.
+//! - `AlterPartition` (an ISR change from the current leader) is accepted only with the current leader
+//!   epoch and partition epoch: a deposed leader or a stale proposal is fenced.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+use shardlog_storage::LeaderEpoch;
+use uuid::Uuid;
+
+use super::election::{self, Choice};
+
+/// A broker's (and voter's) id: Kafka's `node.id`.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct NodeId(pub u32);
+
+impl std::fmt::Display for NodeId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// Bumped on every change of a partition's leader or ISR (Kafka's partition epoch); an ISR change must
+/// name the current one.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Default, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct PartitionEpoch(pub i32);
+
+/// The topic setting that lets an out-of-sync replica lead.
+pub const UNCLEAN_ELECTION_KEY: &str = "unclean.leader.election.enable";
+
+/// Where clients reach a broker.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BrokerEndpoint {
+    pub host: String,
+    pub port: u16,
+}
+
+/// A registered broker.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BrokerRecord {
+    pub endpoint: BrokerEndpoint,
+    /// Chosen by the broker process at start; a heartbeat from another incarnation is stale.
+    pub incarnation: u64,
+    pub fenced: bool,
+    /// The proposer's clock at the last registration or heartbeat.
+    pub last_heartbeat_ms: i64,
+}
+
+/// One partition's replicas and leadership.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionRecord {
+    /// In preference order: the first is the preferred leader.
+    pub replicas: Vec<NodeId>,
+    /// In-sync replicas, a subset of `replicas`, never empty.
+    pub isr: Vec<NodeId>,
+    pub leader: Option<NodeId>,
+    pub leader_epoch: LeaderEpoch,
+    pub partition_epoch: PartitionEpoch,
+}
+
+/// A topic.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicRecord {
+    pub id: Uuid,
+    /// Settings set explicitly, with Kafka's names (validated by the broker before it proposes them).
+    pub configs: BTreeMap<String, String>,
+    pub partitions: Vec<PartitionRecord>,
+}
+
+impl TopicRecord {
+    fn unclean_election(&self) -> bool {
+        self.configs.get(UNCLEAN_ELECTION_KEY).is_some_and(|v| v.eq_ignore_ascii_case("true"))
+    }
+}
+
+/// A change to the cluster metadata. Each is applied atomically, in log order, on every voter.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    /// A broker process started. Refused while another incarnation of the same id is unfenced and its
+    /// session (`session_timeout_ms`, the controller's setting) has not expired.
+    RegisterBroker {
+        id: NodeId,
+        endpoint: BrokerEndpoint,
+        incarnation: u64,
+        now_ms: i64,
+        session_timeout_ms: i64,
+    },
+    /// A registered broker is alive; unfences it if it was fenced.
+    BrokerHeartbeat {
+        id: NodeId,
+        incarnation: u64,
+        now_ms: i64,
+    },
+    /// The controller saw no heartbeat from this incarnation within the session timeout.
+    FenceBroker {
+        id: NodeId,
+        incarnation: u64,
+    },
+    /// The broker is stopping: move leadership away and fence it now.
+    ControlledShutdown {
+        id: NodeId,
+        incarnation: u64,
+    },
+    CreateTopic {
+        name: String,
+        id: Uuid,
+        partitions: u32,
+        replication_factor: u16,
+        configs: BTreeMap<String, String>,
+    },
+    DeleteTopic {
+        name: String,
+    },
+    /// Grows a topic to `count` partitions.
+    CreatePartitions {
+        name: String,
+        count: u32,
+    },
+    /// Replaces a topic's explicit settings.
+    AlterConfigs {
+        name: String,
+        configs: BTreeMap<String, String>,
+    },
+    /// A leader proposes a new ISR for its partition.
+    AlterPartition {
+        topic: String,
+        partition: u32,
+        leader: NodeId,
+        leader_epoch: LeaderEpoch,
+        partition_epoch: PartitionEpoch,
+        isr: Vec<NodeId>,
+    },
+    /// Moves leadership back to the preferred (first) replica.
+    ElectPreferredLeader {
+        topic: String,
+        partition: u32,
+    },
+}
+
+/// Why a command was refused. Each maps to the Kafka error code a client or broker understands.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum CommandError {
+    #[error("broker {0} is registered by another process whose session has not expired")]
+    DuplicateBrokerRegistration(NodeId),
+    #[error("broker {0} is not registered")]
+    BrokerNotRegistered(NodeId),
+    #[error("broker {id}: incarnation {incarnation} is not the registered one")]
+    StaleBrokerEpoch { id: NodeId, incarnation: u64 },
+    #[error("topic {0:?} already exists")]
+    TopicAlreadyExists(String),
+    #[error("topic {0:?} does not exist")]
+    UnknownTopic(String),
+    #[error("partition {partition} of topic {topic:?} does not exist")]
+    UnknownPartition { topic: String, partition: u32 },
+    #[error("invalid partition count: {0}")]
+    InvalidPartitions(String),
+    #[error("replication factor {wanted} is larger than the {available} available brokers")]
+    InvalidReplicationFactor { wanted: u16, available: usize },
+    #[error("leader epoch {given} is not the current {current}: the proposer is not the leader any more")]
+    FencedLeaderEpoch { given: LeaderEpoch, current: LeaderEpoch },
+    #[error("partition epoch {given:?} is not the current {current:?}")]
+    InvalidUpdateVersion { given: PartitionEpoch, current: PartitionEpoch },
+    #[error("invalid ISR {isr:?}: {reason}")]
+    InvalidIsr { isr: Vec<NodeId>, reason: &'static str },
+    #[error("the preferred leader is not live and in sync")]
+    PreferredLeaderNotAvailable,
+    #[error("the preferred leader already leads")]
+    ElectionNotNeeded,
+}
+
+impl CommandError {
+    /// The Kafka error code for this refusal.
+    pub fn kafka_code(&self) -> i16 {
+        match self {
+            CommandError::DuplicateBrokerRegistration(_) => 101,
+            CommandError::BrokerNotRegistered(_) => 102,
+            CommandError::StaleBrokerEpoch { .. } => 77,
+            CommandError::TopicAlreadyExists(_) => 36,
+            CommandError::UnknownTopic(_) | CommandError::UnknownPartition { .. } => 3,
+            CommandError::InvalidPartitions(_) => 37,
+            CommandError::InvalidReplicationFactor { .. } => 38,
+            CommandError::FencedLeaderEpoch { .. } => 74,
+            CommandError::InvalidUpdateVersion { .. } => 96,
+            CommandError::InvalidIsr { .. } => 107,
+            CommandError::PreferredLeaderNotAvailable => 80,
+            CommandError::ElectionNotNeeded => 84,
+        }
+    }
+}
+
+/// Something worth a log line that a command caused (the state machine logs nothing itself).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Event {
+    /// A partition got a leader that was not in its ISR: committed records may be lost.
+    UncleanElection { topic: String, partition: u32, leader: NodeId },
+    /// A partition has no leader (no ISR member is live).
+    Offline { topic: String, partition: u32 },
+}
+
+/// Cluster metadata: brokers and topics.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterState {
+    pub brokers: BTreeMap<NodeId, BrokerRecord>,
+    pub topics: BTreeMap<String, TopicRecord>,
+}
+
+impl ClusterState {
+    /// Applies one command. On error the state is unchanged.
+    pub fn apply(&mut self, command: &Command) -> Result<Vec<Event>, CommandError> {
+        let mut events = Vec::new();
+        match command {
+            Command::RegisterBroker { id, endpoint, incarnation, now_ms, session_timeout_ms } => {
+                if let Some(existing) = self.brokers.get(id) {
+                    let session_alive = now_ms.saturating_sub(existing.last_heartbeat_ms) < *session_timeout_ms;
+                    if existing.incarnation != *incarnation && !existing.fenced && session_alive {
+                        return Err(CommandError::DuplicateBrokerRegistration(*id));
+                    }
+                    if existing.incarnation != *incarnation && !existing.fenced {
+                        // The old process died without a shutdown: its leaderships move before the new
+                        // incarnation, whose log may be behind, takes any.
+                        self.fence(*id, &mut events);
+                    }
+                }
+                let record = BrokerRecord {
+                    endpoint: endpoint.clone(),
+                    incarnation: *incarnation,
+                    fenced: false,
+                    last_heartbeat_ms: *now_ms,
+                };
+                self.brokers.insert(*id, record);
+                self.elect_leaderless(&mut events);
+            }
+            Command::BrokerHeartbeat { id, incarnation, now_ms } => {
+                let broker = self.registered(*id, *incarnation)?;
+                broker.last_heartbeat_ms = *now_ms;
+                if broker.fenced {
+                    broker.fenced = false;
+                    self.elect_leaderless(&mut events);
+                }
+            }
+            Command::FenceBroker { id, incarnation } | Command::ControlledShutdown { id, incarnation } => {
+                self.registered(*id, *incarnation)?;
+                self.fence(*id, &mut events);
+            }
+            Command::CreateTopic { name, id, partitions, replication_factor, configs } => {
+                if self.topics.contains_key(name) {
+                    return Err(CommandError::TopicAlreadyExists(name.clone()));
+                }
+                if *partitions == 0 {
+                    return Err(CommandError::InvalidPartitions("a topic needs at least one partition".into()));
+                }
+                let records = self.new_partitions(*partitions, *replication_factor)?;
+                let topic = TopicRecord { id: *id, configs: configs.clone(), partitions: records };
+                self.topics.insert(name.clone(), topic);
+            }
+            Command::DeleteTopic { name } => {
+                self.topics.remove(name).ok_or_else(|| CommandError::UnknownTopic(name.clone()))?;
+            }
+            Command::CreatePartitions { name, count } => {
+                let topic = self.topics.get(name).ok_or_else(|| CommandError::UnknownTopic(name.clone()))?;
+                let current = topic.partitions.len() as u32;
+                if *count <= current {
+                    return Err(CommandError::InvalidPartitions(format!(
+                        "topic {name:?} has {current} partitions; the count can only grow"
+                    )));
+                }
+                let factor = topic.partitions[0].replicas.len() as u16;
+                let records = self.new_partitions(count - current, factor)?;
+                self.topics.get_mut(name).expect("checked above").partitions.extend(records);
+            }
+            Command::AlterConfigs { name, configs } => {
+                let topic = self.topics.get_mut(name).ok_or_else(|| CommandError::UnknownTopic(name.clone()))?;
+                topic.configs = configs.clone();
+                // Turning unclean election on may bring offline partitions back.
+                self.elect_leaderless(&mut events);
+            }
+            Command::AlterPartition { topic, partition, leader, leader_epoch, partition_epoch, isr } => {
+                let live = self.live();
+                let p = self.partition_mut(topic, *partition)?;
+                if *leader_epoch != p.leader_epoch || p.leader != Some(*leader) {
+                    return Err(CommandError::FencedLeaderEpoch { given: *leader_epoch, current: p.leader_epoch });
+                }
+                if *partition_epoch != p.partition_epoch {
+                    return Err(CommandError::InvalidUpdateVersion {
+                        given: *partition_epoch,
+                        current: p.partition_epoch,
+                    });
+                }
+                let invalid = |reason| Err(CommandError::InvalidIsr { isr: isr.clone(), reason });
+                if !isr.contains(leader) {
+                    return invalid("the leader must stay in its ISR");
+                }
+                if isr.iter().any(|id| !p.replicas.contains(id)) {
+                    return invalid("every ISR member must be a replica");
+                }
+                if isr.iter().collect::<BTreeSet<_>>().len() != isr.len() {
+                    return invalid("a replica appears twice");
+                }
+                let joining_fenced = isr.iter().any(|id| !p.isr.contains(id) && !live.contains(id));
+                if joining_fenced {
+                    return invalid("a fenced broker cannot join the ISR");
+                }
+                p.isr = isr.clone();
+                p.partition_epoch.0 += 1;
+            }
+            Command::ElectPreferredLeader { topic, partition } => {
+                let live = self.live();
+                let p = self.partition_mut(topic, *partition)?;
+                let preferred = p.replicas[0];
+                if p.leader == Some(preferred) {
+                    return Err(CommandError::ElectionNotNeeded);
+                }
+                if !live.contains(&preferred) || !p.isr.contains(&preferred) {
+                    return Err(CommandError::PreferredLeaderNotAvailable);
+                }
+                set_leader(p, Some(preferred));
+            }
+        }
+        Ok(events)
+    }
+
+    /// Unfenced brokers.
+    pub fn live(&self) -> BTreeSet<NodeId> {
+        self.brokers.iter().filter(|(_, b)| !b.fenced).map(|(id, _)| *id).collect()
+    }
+
+    /// Brokers whose session expired at `now_ms`: the controller proposes `FenceBroker` for each.
+    pub fn expired_sessions(&self, now_ms: i64, session_timeout_ms: i64) -> Vec<(NodeId, u64)> {
+        self.brokers
+            .iter()
+            .filter(|(_, b)| !b.fenced && now_ms.saturating_sub(b.last_heartbeat_ms) >= session_timeout_ms)
+            .map(|(id, b)| (*id, b.incarnation))
+            .collect()
+    }
+
+    fn registered(&mut self, id: NodeId, incarnation: u64) -> Result<&mut BrokerRecord, CommandError> {
+        let broker = self.brokers.get_mut(&id).ok_or(CommandError::BrokerNotRegistered(id))?;
+        if broker.incarnation != incarnation {
+            return Err(CommandError::StaleBrokerEpoch { id, incarnation });
+        }
+        Ok(broker)
+    }
+
+    fn partition_mut(&mut self, topic: &str, partition: u32) -> Result<&mut PartitionRecord, CommandError> {
+        let unknown = || CommandError::UnknownPartition { topic: topic.to_string(), partition };
+        let t = self.topics.get_mut(topic).ok_or_else(|| CommandError::UnknownTopic(topic.to_string()))?;
+        t.partitions.get_mut(partition as usize).ok_or_else(unknown)
+    }
+
+    /// Records for `count` new partitions over the live brokers, continuing the round robin from the
+    /// number of partitions already in the cluster so leaders stay balanced across topics.
+    fn new_partitions(&self, count: u32, replication_factor: u16) -> Result<Vec<PartitionRecord>, CommandError> {
+        let live: Vec<NodeId> = self.live().into_iter().collect();
+        if replication_factor == 0 || replication_factor as usize > live.len() {
+            return Err(CommandError::InvalidReplicationFactor { wanted: replication_factor, available: live.len() });
+        }
+        let existing: usize = self.topics.values().map(|t| t.partitions.len()).sum();
+        let assigned = election::assign_replicas(&live, count, replication_factor as usize, existing);
+        Ok(assigned
+            .into_iter()
+            .map(|replicas| PartitionRecord {
+                leader: Some(replicas[0]),
+                isr: replicas.clone(),
+                replicas,
+                leader_epoch: LeaderEpoch(0),
+                partition_epoch: PartitionEpoch(0),
+            })
+            .collect())
+    }
+
+    /// Fences a broker: it leaves every ISR it is in (unless it is the last member) and its leaderships
+    /// go to the next eligible replica.
+    fn fence(&mut self, id: NodeId, events: &mut Vec<Event>) {
+        if let Some(broker) = self.brokers.get_mut(&id) {
+            broker.fenced = true;
+        }
+        let live = self.live();
+        for (name, topic) in &mut self.topics {
+            let unclean = topic.unclean_election();
+            for (index, p) in topic.partitions.iter_mut().enumerate() {
+                if !p.replicas.contains(&id) {
+                    continue;
+                }
+                if p.leader == Some(id) {
+                    elect(name, index as u32, p, &live, unclean, events);
+                } else if p.isr.contains(&id) && p.isr.len() > 1 {
+                    p.isr.retain(|r| *r != id);
+                    p.partition_epoch.0 += 1;
+                }
+            }
+        }
+    }
+
+    /// Gives a leader to every partition without one where the rules allow it.
+    fn elect_leaderless(&mut self, events: &mut Vec<Event>) {
+        let live = self.live();
+        for (name, topic) in &mut self.topics {
+            let unclean = topic.unclean_election();
+            for (index, p) in topic.partitions.iter_mut().enumerate() {
+                if p.leader.is_none()
+                    && !matches!(election::choose_leader(p, |id| live.contains(&id), unclean, None), Choice::None)
+                {
+                    elect(name, index as u32, p, &live, unclean, events);
+                }
+            }
+        }
+    }
+}
+
+/// Elects a new leader for `p` among the live brokers (the current leader is going away or absent).
+fn elect(
+    topic: &str,
+    index: u32,
+    p: &mut PartitionRecord,
+    live: &BTreeSet<NodeId>,
+    unclean: bool,
+    events: &mut Vec<Event>,
+) {
+    let outgoing = p.leader;
+    match election::choose_leader(p, |id| live.contains(&id), unclean, outgoing) {
+        Choice::Clean(leader) => {
+            if let Some(old) = outgoing
+                && p.isr.len() > 1
+            {
+                p.isr.retain(|r| *r != old);
+            }
+            set_leader(p, Some(leader));
+        }
+        Choice::Unclean(leader) => {
+            // Only the new leader's log counts now: the ISR restarts from it.
+            p.isr = vec![leader];
+            set_leader(p, Some(leader));
+            events.push(Event::UncleanElection { topic: topic.to_string(), partition: index, leader });
+        }
+        Choice::None => {
+            if outgoing.is_some() {
+                // The ISR keeps its last members: one of them must come back for the partition to.
+                set_leader(p, None);
+                events.push(Event::Offline { topic: topic.to_string(), partition: index });
+            }
+        }
+    }
+}
+
+fn set_leader(p: &mut PartitionRecord, leader: Option<NodeId>) {
+    p.leader = leader;
+    p.leader_epoch.0 += 1;
+    p.partition_epoch.0 += 1;
+}

@@ -1,0 +1,357 @@
+//! The quorum's state machine without any I/O: broker registration and fencing, topic commands, leader
+//! election (clean, unclean, preferred), and ISR changes fenced by leader and partition epochs. A random
+//! command stream checks the invariants every state must keep.
+
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+use shardlog_broker::quorum::state::{
+    BrokerEndpoint, ClusterState, Command, CommandError, Event, NodeId, PartitionEpoch, UNCLEAN_ELECTION_KEY,
+};
+use shardlog_storage::LeaderEpoch;
+use uuid::Uuid;
+
+const SESSION_MS: i64 = 9_000;
+
+fn register(id: u32, incarnation: u64, now_ms: i64) -> Command {
+    Command::RegisterBroker {
+        id: NodeId(id),
+        endpoint: BrokerEndpoint { host: "127.0.0.1".into(), port: 9000 + id as u16 },
+        incarnation,
+        now_ms,
+        session_timeout_ms: SESSION_MS,
+    }
+}
+
+fn create(name: &str, partitions: u32, replication_factor: u16) -> Command {
+    Command::CreateTopic {
+        name: name.into(),
+        id: Uuid::from_u128(name.len() as u128 + 1),
+        partitions,
+        replication_factor,
+        configs: BTreeMap::new(),
+    }
+}
+
+fn fence(id: u32, incarnation: u64) -> Command {
+    Command::FenceBroker { id: NodeId(id), incarnation }
+}
+
+/// A state with brokers 1..=n registered (incarnation = id) at time 0.
+fn cluster(n: u32) -> ClusterState {
+    let mut state = ClusterState::default();
+    for id in 1..=n {
+        state.apply(&register(id, id as u64, 0)).unwrap();
+    }
+    state
+}
+
+fn ids(v: &[u32]) -> Vec<NodeId> {
+    v.iter().map(|&i| NodeId(i)).collect()
+}
+
+/// Applies a command that must be refused, and checks that it changed nothing.
+fn refused(state: &mut ClusterState, command: Command) -> CommandError {
+    let before = state.clone();
+    let err = state.apply(&command).expect_err("the command should be refused");
+    assert_eq!(*state, before, "a refused command ({err}) changed the state");
+    err
+}
+
+#[test]
+fn a_topic_spreads_over_live_brokers_with_balanced_leaders() {
+    let mut state = cluster(3);
+    state.apply(&create("orders", 6, 1)).unwrap();
+    let topic = &state.topics["orders"];
+    let mut per_broker = BTreeMap::new();
+    for p in &topic.partitions {
+        assert_eq!(p.replicas.len(), 1);
+        assert_eq!(p.isr, p.replicas, "a new partition's replicas are all in sync");
+        assert_eq!(p.leader, Some(p.replicas[0]), "the preferred replica leads");
+        assert_eq!((p.leader_epoch, p.partition_epoch), (LeaderEpoch(0), PartitionEpoch(0)));
+        *per_broker.entry(p.replicas[0]).or_insert(0) += 1;
+    }
+    assert_eq!(per_broker.values().copied().collect::<Vec<_>>(), vec![2, 2, 2], "{per_broker:?}");
+
+    // The next topic continues the round robin, so leadership stays balanced across topics.
+    state.apply(&create("payments", 1, 3)).unwrap();
+    let p = &state.topics["payments"].partitions[0];
+    assert_eq!(p.replicas.len(), 3);
+    assert_eq!(p.replicas[0], NodeId(1), "partition 7 of the cluster starts again at the first broker");
+}
+
+#[test]
+fn topic_commands_refuse_what_kafka_refuses() {
+    let mut state = cluster(2);
+    state.apply(&create("orders", 2, 2)).unwrap();
+    assert_eq!(refused(&mut state, create("orders", 1, 1)).kafka_code(), 36, "TOPIC_ALREADY_EXISTS");
+    let err = refused(&mut state, create("wide", 1, 3));
+    assert_eq!(err, CommandError::InvalidReplicationFactor { wanted: 3, available: 2 });
+    assert_eq!(err.kafka_code(), 38);
+    assert_eq!(refused(&mut state, create("empty", 0, 1)).kafka_code(), 37, "INVALID_PARTITIONS");
+    let shrink = Command::CreatePartitions { name: "orders".into(), count: 2 };
+    assert_eq!(refused(&mut state, shrink).kafka_code(), 37, "the count can only grow");
+    let unknown = Command::DeleteTopic { name: "nope".into() };
+    assert_eq!(refused(&mut state, unknown).kafka_code(), 3, "UNKNOWN_TOPIC_OR_PARTITION");
+
+    state.apply(&Command::CreatePartitions { name: "orders".into(), count: 5 }).unwrap();
+    let topic = &state.topics["orders"];
+    assert_eq!(topic.partitions.len(), 5);
+    assert!(topic.partitions.iter().all(|p| p.replicas.len() == 2), "new partitions keep the replication factor");
+
+    let configs = BTreeMap::from([("retention.ms".to_string(), "1000".to_string())]);
+    state.apply(&Command::AlterConfigs { name: "orders".into(), configs: configs.clone() }).unwrap();
+    assert_eq!(state.topics["orders"].configs, configs);
+    state.apply(&Command::DeleteTopic { name: "orders".into() }).unwrap();
+    assert!(state.topics.is_empty());
+}
+
+#[test]
+fn a_fenced_leader_is_replaced_by_the_first_live_isr_member_and_leaves_the_isr() {
+    let mut state = cluster(3);
+    state.apply(&create("orders", 1, 3)).unwrap();
+    let before = state.topics["orders"].partitions[0].clone();
+    assert_eq!(before.replicas, ids(&[1, 2, 3]));
+
+    let events = state.apply(&fence(1, 1)).unwrap();
+    assert!(events.is_empty(), "a clean election is not an event: {events:?}");
+    let p = &state.topics["orders"].partitions[0];
+    assert_eq!(p.leader, Some(NodeId(2)), "first live ISR member in assignment order");
+    assert_eq!(p.isr, ids(&[2, 3]));
+    assert_eq!(p.leader_epoch, LeaderEpoch(1));
+    assert!(p.partition_epoch > before.partition_epoch);
+
+    // A follower that is fenced just leaves the ISR; the leader stays and its epoch does not move.
+    state.apply(&fence(3, 3)).unwrap();
+    let p = &state.topics["orders"].partitions[0];
+    assert_eq!((p.leader, p.isr.clone(), p.leader_epoch), (Some(NodeId(2)), ids(&[2]), LeaderEpoch(1)));
+}
+
+#[test]
+fn a_partition_whose_isr_is_gone_stays_offline_until_its_last_member_returns() {
+    let mut state = cluster(2);
+    state.apply(&create("solo", 2, 1)).unwrap();
+    let on_broker_1 = state.topics["solo"].partitions.iter().position(|p| p.replicas == ids(&[1])).unwrap();
+
+    let events = state.apply(&fence(1, 1)).unwrap();
+    assert_eq!(events, vec![Event::Offline { topic: "solo".into(), partition: on_broker_1 as u32 }]);
+    let p = &state.topics["solo"].partitions[on_broker_1];
+    assert_eq!(p.leader, None);
+    assert_eq!(p.isr, ids(&[1]), "the last ISR member stays: it holds every committed record");
+    assert_eq!(p.leader_epoch, LeaderEpoch(1));
+
+    // The broker restarts: a new incarnation registers and takes its partition back at a new epoch.
+    state.apply(&register(1, 100, 20_000)).unwrap();
+    let p = &state.topics["solo"].partitions[on_broker_1];
+    assert_eq!((p.leader, p.leader_epoch), (Some(NodeId(1)), LeaderEpoch(2)));
+}
+
+#[test]
+fn unclean_election_lets_an_out_of_sync_replica_lead_only_when_the_topic_allows_it() {
+    let mut state = cluster(3);
+    state.apply(&create("orders", 1, 3)).unwrap();
+    // Followers fall out of sync: the leader shrinks the ISR to itself.
+    let shrink = Command::AlterPartition {
+        topic: "orders".into(),
+        partition: 0,
+        leader: NodeId(1),
+        leader_epoch: LeaderEpoch(0),
+        partition_epoch: PartitionEpoch(0),
+        isr: ids(&[1]),
+    };
+    state.apply(&shrink).unwrap();
+    let events = state.apply(&fence(1, 1)).unwrap();
+    assert_eq!(events, vec![Event::Offline { topic: "orders".into(), partition: 0 }]);
+    assert_eq!(state.topics["orders"].partitions[0].leader, None, "unclean election is off by default");
+
+    let allow = BTreeMap::from([(UNCLEAN_ELECTION_KEY.to_string(), "true".to_string())]);
+    let events = state.apply(&Command::AlterConfigs { name: "orders".into(), configs: allow }).unwrap();
+    assert_eq!(events, vec![Event::UncleanElection { topic: "orders".into(), partition: 0, leader: NodeId(2) }]);
+    let p = &state.topics["orders"].partitions[0];
+    assert_eq!((p.leader, p.isr.clone()), (Some(NodeId(2)), ids(&[2])), "the ISR restarts from the new leader");
+    assert_eq!(p.leader_epoch, LeaderEpoch(2));
+}
+
+#[test]
+fn alter_partition_is_fenced_by_leader_and_partition_epochs() {
+    let mut state = cluster(3);
+    state.apply(&create("orders", 1, 3)).unwrap();
+    let alter = |leader: u32, leader_epoch: i32, partition_epoch: i32, isr: &[u32]| Command::AlterPartition {
+        topic: "orders".into(),
+        partition: 0,
+        leader: NodeId(leader),
+        leader_epoch: LeaderEpoch(leader_epoch),
+        partition_epoch: PartitionEpoch(partition_epoch),
+        isr: ids(isr),
+    };
+    state.apply(&alter(1, 0, 0, &[1, 2])).unwrap();
+    assert_eq!(state.topics["orders"].partitions[0].partition_epoch, PartitionEpoch(1));
+
+    assert_eq!(refused(&mut state, alter(1, 0, 0, &[1])).kafka_code(), 96, "stale partition epoch");
+    assert_eq!(refused(&mut state, alter(2, 0, 1, &[2])).kafka_code(), 74, "not the leader");
+    assert_eq!(refused(&mut state, alter(1, 5, 1, &[1])).kafka_code(), 74, "wrong leader epoch");
+    assert_eq!(refused(&mut state, alter(1, 0, 1, &[2])).kafka_code(), 107, "leader outside its ISR");
+    assert_eq!(refused(&mut state, alter(1, 0, 1, &[1, 4])).kafka_code(), 107, "not a replica");
+    assert_eq!(refused(&mut state, alter(1, 0, 1, &[1, 1])).kafka_code(), 107, "twice");
+    let missing = Command::AlterPartition {
+        topic: "orders".into(),
+        partition: 9,
+        leader: NodeId(1),
+        leader_epoch: LeaderEpoch(0),
+        partition_epoch: PartitionEpoch(1),
+        isr: ids(&[1]),
+    };
+    assert_eq!(refused(&mut state, missing).kafka_code(), 3);
+
+    // A fenced broker cannot be added back; once it is unfenced it can.
+    state.apply(&fence(3, 3)).unwrap();
+    assert_eq!(refused(&mut state, alter(1, 0, 1, &[1, 2, 3])).kafka_code(), 107);
+    state.apply(&Command::BrokerHeartbeat { id: NodeId(3), incarnation: 3, now_ms: 1000 }).unwrap();
+    state.apply(&alter(1, 0, 1, &[1, 2, 3])).unwrap();
+
+    // The deposed leader's proposal is refused after a new election.
+    state.apply(&fence(1, 1)).unwrap();
+    let p = state.topics["orders"].partitions[0].clone();
+    assert_eq!(p.leader, Some(NodeId(2)));
+    assert_eq!(refused(&mut state, alter(1, 0, p.partition_epoch.0, &[1])).kafka_code(), 74);
+}
+
+#[test]
+fn heartbeats_and_registrations_are_checked_against_the_incarnation_and_session() {
+    let mut state = cluster(2);
+    let beat = |id, incarnation, now_ms| Command::BrokerHeartbeat { id: NodeId(id), incarnation, now_ms };
+    assert_eq!(refused(&mut state, beat(1, 7, 10)).kafka_code(), 77, "STALE_BROKER_EPOCH");
+    assert_eq!(refused(&mut state, beat(5, 5, 10)).kafka_code(), 102, "BROKER_ID_NOT_REGISTERED");
+    assert_eq!(refused(&mut state, fence(1, 7)).kafka_code(), 77, "fencing names the incarnation");
+
+    state.apply(&beat(1, 1, 5_000)).unwrap();
+    assert_eq!(state.expired_sessions(9_500, SESSION_MS), vec![(NodeId(2), 2)], "only broker 2 went quiet");
+
+    // Another process with broker 1's id while broker 1's session is alive: refused.
+    assert_eq!(refused(&mut state, register(1, 99, 6_000)).kafka_code(), 101, "DUPLICATE_BROKER_REGISTRATION");
+    // Once the session has expired the new incarnation replaces the old.
+    state.apply(&register(1, 99, 5_000 + SESSION_MS)).unwrap();
+    assert_eq!(state.brokers[&NodeId(1)].incarnation, 99);
+    assert_eq!(refused(&mut state, beat(1, 1, 20_000)).kafka_code(), 77, "the old incarnation is stale");
+}
+
+#[test]
+fn a_restarted_broker_takes_over_only_after_its_old_incarnation_is_fenced() {
+    let mut state = cluster(2);
+    state.apply(&create("orders", 1, 2)).unwrap();
+    // Broker 1 crashes and comes back after its session expired, before the controller fenced it: its old
+    // leadership moves to broker 2 first (the new process's log may be behind).
+    state.apply(&register(1, 50, SESSION_MS + 1)).unwrap();
+    let p = &state.topics["orders"].partitions[0];
+    assert_eq!(p.leader, Some(NodeId(2)));
+    assert_eq!(p.isr, ids(&[2]));
+    assert!(!state.brokers[&NodeId(1)].fenced);
+}
+
+#[test]
+fn preferred_leader_election_moves_leadership_back_only_when_it_can() {
+    let mut state = cluster(2);
+    state.apply(&create("orders", 1, 2)).unwrap();
+    let elect = || Command::ElectPreferredLeader { topic: "orders".into(), partition: 0 };
+    assert_eq!(refused(&mut state, elect()).kafka_code(), 84, "ELECTION_NOT_NEEDED");
+
+    state.apply(&Command::ControlledShutdown { id: NodeId(1), incarnation: 1 }).unwrap();
+    let p = state.topics["orders"].partitions[0].clone();
+    assert_eq!(p.leader, Some(NodeId(2)), "a controlled shutdown moves leadership away");
+    assert_eq!(refused(&mut state, elect()).kafka_code(), 80, "PREFERRED_LEADER_NOT_AVAILABLE");
+
+    // Broker 1 returns and catches up: the leader adds it back to the ISR, then it can lead again.
+    state.apply(&register(1, 2, 100)).unwrap();
+    assert_eq!(refused(&mut state, elect()).kafka_code(), 80, "live but not in sync yet");
+    let rejoin = Command::AlterPartition {
+        topic: "orders".into(),
+        partition: 0,
+        leader: NodeId(2),
+        leader_epoch: p.leader_epoch,
+        partition_epoch: p.partition_epoch,
+        isr: ids(&[2, 1]),
+    };
+    state.apply(&rejoin).unwrap();
+    state.apply(&elect()).unwrap();
+    let q = &state.topics["orders"].partitions[0];
+    assert_eq!(q.leader, Some(NodeId(1)));
+    assert_eq!(q.leader_epoch.0, p.leader_epoch.0 + 1);
+}
+
+/// A random command over a small cluster: 4 broker ids, 3 topic names.
+fn command() -> impl Strategy<Value = Command> {
+    let id = 1u32..=4;
+    let name = prop::sample::select(vec!["a", "b", "c"]);
+    prop_oneof![
+        (id.clone(), 0u64..3, 0i64..40_000).prop_map(|(i, inc, now)| register(i, inc, now)),
+        (id.clone(), 0u64..3, 0i64..40_000).prop_map(|(i, inc, now)| Command::BrokerHeartbeat {
+            id: NodeId(i),
+            incarnation: inc,
+            now_ms: now
+        }),
+        (id.clone(), 0u64..3).prop_map(|(i, inc)| fence(i, inc)),
+        (id.clone(), 0u64..3).prop_map(|(i, inc)| Command::ControlledShutdown { id: NodeId(i), incarnation: inc }),
+        (name.clone(), 0u32..4, 0u16..4).prop_map(|(n, p, rf)| create(n, p, rf)),
+        name.clone().prop_map(|n| Command::DeleteTopic { name: n.into() }),
+        (name.clone(), 0u32..6).prop_map(|(n, c)| Command::CreatePartitions { name: n.into(), count: c }),
+        (name.clone(), any::<bool>()).prop_map(|(n, unclean)| Command::AlterConfigs {
+            name: n.into(),
+            configs: BTreeMap::from([(UNCLEAN_ELECTION_KEY.to_string(), unclean.to_string())]),
+        }),
+        (name.clone(), 0u32..4, id.clone(), 0i32..4, 0i32..6, prop::collection::vec(1u32..=4, 1..4)).prop_map(
+            |(n, p, leader, le, pe, isr)| Command::AlterPartition {
+                topic: n.into(),
+                partition: p,
+                leader: NodeId(leader),
+                leader_epoch: LeaderEpoch(le),
+                partition_epoch: PartitionEpoch(pe),
+                isr: ids(&isr),
+            }
+        ),
+        (name, 0u32..4).prop_map(|(n, p)| Command::ElectPreferredLeader { topic: n.into(), partition: p }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// Whatever commands arrive, in whatever order: refused ones change nothing, the same log gives the
+    /// same state, and every partition keeps the invariants elections and ISR changes rely on.
+    #[test]
+    fn every_command_stream_keeps_the_invariants(commands in prop::collection::vec(command(), 1..80)) {
+        let mut state = ClusterState::default();
+        let mut replay = ClusterState::default();
+        let mut epochs: BTreeMap<(String, usize), (LeaderEpoch, PartitionEpoch)> = BTreeMap::new();
+        for command in &commands {
+            let before = state.clone();
+            let outcome = state.apply(command);
+            prop_assert_eq!(&replay.apply(command), &outcome, "the same command gives the same outcome");
+            if outcome.is_err() {
+                prop_assert_eq!(&state, &before, "refused {:?} changed the state", command);
+            }
+            let live = state.live();
+            for (name, topic) in &state.topics {
+                for (i, p) in topic.partitions.iter().enumerate() {
+                    prop_assert!(!p.isr.is_empty(), "{}-{}: empty ISR", name, i);
+                    prop_assert!(p.isr.iter().all(|r| p.replicas.contains(r)), "{}-{}: ISR outside replicas", name, i);
+                    if p.isr.len() > 1 {
+                        prop_assert!(p.isr.iter().all(|r| live.contains(r)), "{}-{}: fenced member in ISR {:?}", name, i, p.isr);
+                    }
+                    if let Some(leader) = p.leader {
+                        prop_assert!(p.isr.contains(&leader), "{}-{}: leader {} not in ISR {:?}", name, i, leader, p.isr);
+                        prop_assert!(live.contains(&leader), "{}-{}: fenced leader {}", name, i, leader);
+                    }
+                    // Epochs never go back while the topic exists (a re-created topic starts over).
+                    let key = (name.clone(), i);
+                    if let Some(&(le, pe)) = epochs.get(&key)
+                        && before.topics.get(name).is_some_and(|t| t.id == topic.id && t.partitions.len() > i)
+                    {
+                        prop_assert!(p.leader_epoch >= le && p.partition_epoch >= pe, "{}-{}: epoch went back", name, i);
+                    }
+                    epochs.insert(key, (p.leader_epoch, p.partition_epoch));
+                }
+            }
+        }
+        prop_assert_eq!(state, replay);
+    }
+}

@@ -1,9 +1,20 @@
 //! The quorum service: the replicated controller that holds the cluster metadata (brokers, topics,
 //! assignments, leaders, ISR) and elects partition leaders.
 //!
-//! [`state`] is the state machine, and [`election`] its rules, both without I/O so they can be tested
-//! exhaustively and driven by a simulator. The Raft replication around them (openraft on its own thread,
-//! bridged to the shards with flume) and the voters' wire protocol build on these.
+//! - [`state`] is the state machine and [`election`] its rules, both without I/O, so they are tested
+//!   exhaustively (and can be driven by a simulator).
+//! - [`wire`] declares the openraft configuration and the rkyv forms of its messages and entries.
+//! - [`log_store`] and [`state_machine`] are the voter's durable Raft log, vote and snapshots.
+//! - [`network`] is the quorum port: Raft RPCs and command writes as peer-protocol frames over TCP.
+//! - [`service`] runs a voter: openraft on its own thread with a current-thread tokio runtime, reached
+//!   from other threads through flume channels.
+//!
+//! Not yet: the `shardlog quorum` command, voters embedded in brokers, and brokers following the state.
 
 pub mod election;
+pub mod log_store;
+pub mod network;
+pub mod service;
 pub mod state;
+pub mod state_machine;
+pub mod wire;

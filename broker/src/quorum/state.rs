@@ -24,7 +24,22 @@ use uuid::Uuid;
 use super::election::{self, Choice};
 
 /// A broker's (and voter's) id: Kafka's `node.id`.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Serialize, Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Debug,
+    Serialize,
+    Deserialize,
+    rkyv::Archive,
+    rkyv::Serialize,
+    rkyv::Deserialize,
+)]
+#[rkyv(derive(PartialEq, Eq, PartialOrd, Ord))]
 #[serde(transparent)]
 pub struct NodeId(pub u32);
 
@@ -36,7 +51,22 @@ impl std::fmt::Display for NodeId {
 
 /// Bumped on every change of a partition's leader or ISR (Kafka's partition epoch); an ISR change must
 /// name the current one.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Default, Serialize, Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Debug,
+    Default,
+    Serialize,
+    Deserialize,
+    rkyv::Archive,
+    rkyv::Serialize,
+    rkyv::Deserialize,
+)]
 #[serde(transparent)]
 pub struct PartitionEpoch(pub i32);
 
@@ -44,14 +74,14 @@ pub struct PartitionEpoch(pub i32);
 pub const UNCLEAN_ELECTION_KEY: &str = "unclean.leader.election.enable";
 
 /// Where clients reach a broker.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub struct BrokerEndpoint {
     pub host: String,
     pub port: u16,
 }
 
 /// A registered broker.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub struct BrokerRecord {
     pub endpoint: BrokerEndpoint,
     /// Chosen by the broker process at start; a heartbeat from another incarnation is stale.
@@ -62,7 +92,7 @@ pub struct BrokerRecord {
 }
 
 /// One partition's replicas and leadership.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub struct PartitionRecord {
     /// In preference order: the first is the preferred leader.
     pub replicas: Vec<NodeId>,
@@ -74,7 +104,7 @@ pub struct PartitionRecord {
 }
 
 /// A topic.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub struct TopicRecord {
     pub id: Uuid,
     /// Settings set explicitly, with Kafka's names (validated by the broker before it proposes them).
@@ -89,7 +119,7 @@ impl TopicRecord {
 }
 
 /// A change to the cluster metadata. Each is applied atomically, in log order, on every voter.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub enum Command {
     /// A broker process started. Refused while another incarnation of the same id is unfenced and its
     /// session (`session_timeout_ms`, the controller's setting) has not expired.
@@ -153,7 +183,18 @@ pub enum Command {
 }
 
 /// Why a command was refused. Each maps to the Kafka error code a client or broker understands.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    thiserror::Error,
+    Serialize,
+    Deserialize,
+    rkyv::Archive,
+    rkyv::Serialize,
+    rkyv::Deserialize,
+)]
 #[non_exhaustive]
 pub enum CommandError {
     #[error("broker {0} is registered by another process whose session has not expired")]
@@ -177,7 +218,7 @@ pub enum CommandError {
     #[error("partition epoch {given:?} is not the current {current:?}")]
     InvalidUpdateVersion { given: PartitionEpoch, current: PartitionEpoch },
     #[error("invalid ISR {isr:?}: {reason}")]
-    InvalidIsr { isr: Vec<NodeId>, reason: &'static str },
+    InvalidIsr { isr: Vec<NodeId>, reason: String },
     #[error("the preferred leader is not live and in sync")]
     PreferredLeaderNotAvailable,
     #[error("the preferred leader already leads")]
@@ -205,7 +246,7 @@ impl CommandError {
 }
 
 /// Something worth a log line that a command caused (the state machine logs nothing itself).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub enum Event {
     /// A partition got a leader that was not in its ISR: committed records may be lost.
     UncleanElection { topic: String, partition: u32, leader: NodeId },
@@ -214,7 +255,9 @@ pub enum Event {
 }
 
 /// Cluster metadata: brokers and topics.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize,
+)]
 pub struct ClusterState {
     pub brokers: BTreeMap<NodeId, BrokerRecord>,
     pub topics: BTreeMap<String, TopicRecord>,
@@ -302,7 +345,8 @@ impl ClusterState {
                         current: p.partition_epoch,
                     });
                 }
-                let invalid = |reason| Err(CommandError::InvalidIsr { isr: isr.clone(), reason });
+                let invalid =
+                    |reason: &str| Err(CommandError::InvalidIsr { isr: isr.clone(), reason: reason.to_string() });
                 if !isr.contains(leader) {
                     return invalid("the leader must stay in its ISR");
                 }

@@ -1,0 +1,291 @@
+//! The quorum port: Raft RPCs between voters and command writes from brokers, as peer-protocol frames
+//! (see `docs/peer-protocol.md`) over TCP, on the quorum thread's tokio runtime.
+//!
+//! One request at a time per connection: a request frame, then its answer frame. A frame that fails its
+//! checks (magic, version, length, CRC, archive validation) or has an unexpected type closes the
+//! connection with one log line naming the peer and the reason.
+
+use std::time::Duration;
+
+use openraft::error::{NetworkError, RPCError, RaftError, Unreachable};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
+    VoteResponse,
+};
+use openraft::{BasicNode, Raft};
+use shardlog_net::peer::{PeerFrame, PeerFrameError, PeerFrameReader, decode_message, encode_frame, encode_message};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use super::state::Command;
+use super::wire::{
+    QuorumConfig, WireAppend, WireAppendResult, WireSnapshotChunk, WireVote, WireVoteRequest, WireVoteResult,
+    WireWriteResult, kind,
+};
+
+/// The largest frame a voter accepts (snapshot chunks and entry batches are far smaller).
+pub const MAX_FRAME_BYTES: u32 = 64 << 20;
+/// How long a forwarded write waits for the leader.
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A command sent to a voter, and whether it was already forwarded once (it is not forwarded twice).
+#[derive(Debug, Clone, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub struct WireWrite {
+    pub command: Command,
+    pub forwarded: bool,
+}
+
+/// Why a call to a peer failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    #[error("connect or transfer: {0}")]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Frame(#[from] PeerFrameError),
+    #[error("the peer refused: {0}")]
+    Refused(String),
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    #[error("the peer closed the connection")]
+    Closed,
+}
+
+/// One connection to a peer's quorum port.
+#[derive(Debug)]
+pub struct PeerConnection {
+    stream: TcpStream,
+    reader: PeerFrameReader,
+}
+
+impl PeerConnection {
+    pub async fn connect(addr: &str) -> std::io::Result<PeerConnection> {
+        let stream = TcpStream::connect(addr).await?;
+        stream.set_nodelay(true)?;
+        Ok(PeerConnection { stream, reader: PeerFrameReader::new(MAX_FRAME_BYTES) })
+    }
+
+    /// Sends one request and reads its answer. A [`kind::FAILED`] answer is an error.
+    pub async fn call(&mut self, request_kind: u16, body: &[u8], timeout: Duration) -> Result<PeerFrame, CallError> {
+        let exchange = async {
+            self.stream.write_all(&encode_frame(request_kind, body)).await?;
+            read_frame(&mut self.stream, &mut self.reader).await?.ok_or(CallError::Closed)
+        };
+        let frame = tokio::time::timeout(timeout, exchange).await.map_err(|_| CallError::Timeout(timeout))??;
+        if frame.kind == kind::FAILED {
+            let reason: String = decode_message(&frame.body)?;
+            return Err(CallError::Refused(reason));
+        }
+        Ok(frame)
+    }
+}
+
+/// Reads the next frame; `None` at a clean end of stream.
+async fn read_frame(stream: &mut TcpStream, reader: &mut PeerFrameReader) -> Result<Option<PeerFrame>, CallError> {
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        if let Some(frame) = reader.next_frame()? {
+            return Ok(Some(frame));
+        }
+        let n = stream.read(&mut buf).await?;
+        if n == 0 {
+            return if reader.buffered() == 0 { Ok(None) } else { Err(CallError::Closed) };
+        }
+        reader.extend(&buf[..n]);
+    }
+}
+
+/// Makes openraft's clients to the other voters.
+#[derive(Debug, Clone, Default)]
+pub struct Network;
+
+/// openraft's client to one voter: a connection opened on first use and after any failure.
+#[derive(Debug)]
+pub struct PeerClient {
+    target: u64,
+    addr: String,
+    conn: Option<PeerConnection>,
+}
+
+impl RaftNetworkFactory<QuorumConfig> for Network {
+    type Network = PeerClient;
+
+    async fn new_client(&mut self, target: u64, node: &BasicNode) -> PeerClient {
+        PeerClient { target, addr: node.addr.clone(), conn: None }
+    }
+}
+
+impl PeerClient {
+    async fn call<E: std::error::Error>(
+        &mut self,
+        request_kind: u16,
+        body: Vec<u8>,
+        answer_kind: u16,
+        option: &RPCOption,
+    ) -> Result<bytes::Bytes, RPCError<u64, BasicNode, RaftError<u64, E>>> {
+        if self.conn.is_none() {
+            let conn =
+                PeerConnection::connect(&self.addr).await.map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?;
+            self.conn = Some(conn);
+        }
+        let conn = self.conn.as_mut().expect("connected above");
+        match conn.call(request_kind, &body, option.hard_ttl()).await {
+            Ok(frame) if frame.kind == answer_kind => Ok(frame.body),
+            Ok(frame) => {
+                self.conn = None;
+                let e = CallError::Frame(PeerFrameError::UnexpectedType(frame.kind));
+                Err(RPCError::Network(NetworkError::new(&e)))
+            }
+            Err(e) => {
+                // The connection's state is unknown after a failure: start afresh next time.
+                self.conn = None;
+                tracing::debug!(target = self.target, addr = %self.addr, error = %e, "quorum call failed");
+                Err(RPCError::Network(NetworkError::new(&e)))
+            }
+        }
+    }
+}
+
+fn malformed<E: std::error::Error>(e: PeerFrameError) -> RPCError<u64, BasicNode, RaftError<u64, E>> {
+    RPCError::Network(NetworkError::new(&CallError::Frame(e)))
+}
+
+impl RaftNetwork<QuorumConfig> for PeerClient {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<QuorumConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
+        let body = encode_message(&WireAppend::from(&rpc));
+        let answer = self.call(kind::APPEND, body, kind::APPEND_RESULT, &option).await?;
+        let result: WireAppendResult = decode_message(&answer).map_err(malformed)?;
+        Ok(result.into())
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<QuorumConfig>,
+        option: RPCOption,
+    ) -> Result<
+        InstallSnapshotResponse<u64>,
+        RPCError<u64, BasicNode, RaftError<u64, openraft::error::InstallSnapshotError>>,
+    > {
+        let body = encode_message(&WireSnapshotChunk::from(&rpc));
+        let answer = self.call(kind::SNAPSHOT, body, kind::SNAPSHOT_RESULT, &option).await?;
+        let vote: WireVote = decode_message(&answer).map_err(malformed)?;
+        Ok(InstallSnapshotResponse { vote: vote.into() })
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<u64>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
+        let body = encode_message(&WireVoteRequest::from(&rpc));
+        let answer = self.call(kind::VOTE, body, kind::VOTE_RESULT, &option).await?;
+        let result: WireVoteResult = decode_message(&answer).map_err(malformed)?;
+        Ok(result.into())
+    }
+}
+
+/// Accepts connections on the quorum port until the task is dropped.
+pub async fn serve(listener: TcpListener, raft: Raft<QuorumConfig>) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, peer)) => {
+                let _ = stream.set_nodelay(true);
+                tokio::spawn(serve_connection(stream, peer.to_string(), raft.clone()));
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "quorum port: accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+async fn serve_connection(mut stream: TcpStream, peer: String, raft: Raft<QuorumConfig>) {
+    let mut reader = PeerFrameReader::new(MAX_FRAME_BYTES);
+    loop {
+        let frame = match read_frame(&mut stream, &mut reader).await {
+            Ok(Some(frame)) => frame,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(%peer, error = %e, "quorum port: closing connection");
+                return;
+            }
+        };
+        let answer = match answer(&raft, frame).await {
+            Ok(answer) => answer,
+            Err(e) => {
+                tracing::warn!(%peer, error = %e, "quorum port: closing connection");
+                return;
+            }
+        };
+        if let Err(e) = stream.write_all(&answer).await {
+            tracing::debug!(%peer, error = %e, "quorum port: connection lost");
+            return;
+        }
+    }
+}
+
+/// The answer frame to one request frame; an error closes the connection.
+async fn answer(raft: &Raft<QuorumConfig>, frame: PeerFrame) -> Result<Vec<u8>, PeerFrameError> {
+    let refused = |e: &dyn std::fmt::Display| encode_frame(kind::FAILED, &encode_message(&e.to_string()));
+    Ok(match frame.kind {
+        kind::APPEND => {
+            let request: WireAppend = decode_message(&frame.body)?;
+            match raft.append_entries(request.into()).await {
+                Ok(r) => encode_frame(kind::APPEND_RESULT, &encode_message(&WireAppendResult::from(&r))),
+                Err(e) => refused(&e),
+            }
+        }
+        kind::VOTE => {
+            let request: WireVoteRequest = decode_message(&frame.body)?;
+            match raft.vote(request.into()).await {
+                Ok(r) => encode_frame(kind::VOTE_RESULT, &encode_message(&WireVoteResult::from(&r))),
+                Err(e) => refused(&e),
+            }
+        }
+        kind::SNAPSHOT => {
+            let request: WireSnapshotChunk = decode_message(&frame.body)?;
+            match raft.install_snapshot(request.into()).await {
+                Ok(r) => encode_frame(kind::SNAPSHOT_RESULT, &encode_message(&WireVote::from(&r.vote))),
+                Err(e) => refused(&e),
+            }
+        }
+        kind::WRITE => {
+            let request: WireWrite = decode_message(&frame.body)?;
+            let result = write(raft, request.command, request.forwarded).await;
+            encode_frame(kind::WRITE_RESULT, &encode_message(&result))
+        }
+        other => return Err(PeerFrameError::UnexpectedType(other)),
+    })
+}
+
+/// Commits a command through this voter: proposed here when it leads, otherwise forwarded once to the
+/// leader it knows of.
+pub async fn write(raft: &Raft<QuorumConfig>, command: Command, forwarded: bool) -> WireWriteResult {
+    use openraft::error::ClientWriteError;
+    match raft.client_write(command.clone()).await {
+        Ok(r) => WireWriteResult::Applied { index: r.log_id.index, outcome: r.data },
+        Err(RaftError::APIError(ClientWriteError::ForwardToLeader(to))) => {
+            let Some(leader) = to.leader_node.filter(|_| !forwarded) else { return WireWriteResult::NoLeader };
+            forward(&leader.addr, command).await
+        }
+        Err(e) => WireWriteResult::Failed(e.to_string()),
+    }
+}
+
+async fn forward(addr: &str, command: Command) -> WireWriteResult {
+    let call = async {
+        let mut conn = PeerConnection::connect(addr).await?;
+        let body = encode_message(&WireWrite { command, forwarded: true });
+        let frame = conn.call(kind::WRITE, &body, FORWARD_TIMEOUT).await?;
+        if frame.kind != kind::WRITE_RESULT {
+            return Err(CallError::Frame(PeerFrameError::UnexpectedType(frame.kind)));
+        }
+        Ok::<_, CallError>(decode_message::<WireWriteResult>(&frame.body)?)
+    };
+    call.await.unwrap_or_else(|e| WireWriteResult::Failed(format!("forward to the leader at {addr}: {e}")))
+}

@@ -1,0 +1,237 @@
+//! Running a voter: openraft on its own thread with a current-thread tokio runtime, its durable log and
+//! state machine in a directory, the quorum port on a TCP listener, and a handle that other threads (shards,
+//! the admin CLI, tests) use through flume channels.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use openraft::{BasicNode, Config, Raft, SnapshotPolicy};
+
+use super::log_store::LogStore;
+use super::network::{self, Network};
+use super::state::{ClusterState, Command};
+use super::state_machine::StateMachineStore;
+use super::wire::WireWriteResult;
+
+/// How a voter runs.
+#[derive(Debug, Clone)]
+pub struct VoterSettings {
+    pub node_id: u64,
+    /// Raft log, vote and snapshot files.
+    pub dir: PathBuf,
+    /// The quorum port.
+    pub listen: SocketAddr,
+    /// Every voter, this one included: id and `HOST:PORT` of its quorum port.
+    pub voters: Vec<(u64, String)>,
+    /// Raft timing (see [`VoterSettings::raft_config`]).
+    pub heartbeat_ms: u64,
+    pub election_timeout_min_ms: u64,
+}
+
+impl VoterSettings {
+    /// Settings with the default timing: heartbeats every 100 ms, elections after 500-1000 ms of silence.
+    pub fn new(node_id: u64, dir: PathBuf, listen: SocketAddr, voters: Vec<(u64, String)>) -> Self {
+        VoterSettings { node_id, dir, listen, voters, heartbeat_ms: 100, election_timeout_min_ms: 500 }
+    }
+
+    fn raft_config(&self) -> Config {
+        Config {
+            cluster_name: "shardlog".into(),
+            heartbeat_interval: self.heartbeat_ms,
+            election_timeout_min: self.election_timeout_min_ms,
+            election_timeout_max: self.election_timeout_min_ms * 2,
+            // A snapshot every 1000 applied commands; followers that fell further behind get it.
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(1000),
+            max_in_snapshot_log_to_keep: 100,
+            ..Config::default()
+        }
+    }
+}
+
+enum Request {
+    Write(Command, flume::Sender<WireWriteResult>),
+    State(flume::Sender<(ClusterState, Option<u64>)>),
+    Leader(flume::Sender<Option<u64>>),
+}
+
+/// A running voter. Dropping it (or [`Voter::stop`]) shuts it down.
+#[derive(Debug)]
+pub struct Voter {
+    requests: Option<flume::Sender<Request>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Request {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Request::Write(c, _) => f.debug_tuple("Write").field(c).finish(),
+            Request::State(_) => f.write_str("State"),
+            Request::Leader(_) => f.write_str("Leader"),
+        }
+    }
+}
+
+/// Why a voter could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("quorum directory {dir}: {source}")]
+    Storage { dir: PathBuf, source: std::io::Error },
+    #[error("quorum port {addr}: {source}")]
+    Listen { addr: SocketAddr, source: std::io::Error },
+    #[error("raft: {0}")]
+    Raft(String),
+}
+
+impl Voter {
+    /// Opens the voter's files, binds its port and starts Raft on a thread of its own. A voter whose log
+    /// is empty proposes the initial membership (every voter in `voters`); openraft ignores it where a
+    /// log exists.
+    pub fn start(settings: VoterSettings) -> Result<Voter, StartError> {
+        let storage_error = |source| StartError::Storage { dir: settings.dir.clone(), source };
+        let (log_store, recovery) = LogStore::open(&settings.dir).map_err(storage_error)?;
+        let state_machine = StateMachineStore::open(&settings.dir).map_err(storage_error)?;
+        let std_listener = std::net::TcpListener::bind(settings.listen)
+            .map_err(|source| StartError::Listen { addr: settings.listen, source })?;
+        std_listener.set_nonblocking(true).map_err(|source| StartError::Listen { addr: settings.listen, source })?;
+        tracing::info!(
+            node = settings.node_id,
+            entries = recovery.entries,
+            cut_bytes = recovery.cut_bytes,
+            "quorum log opened"
+        );
+
+        let (requests, inbox) = flume::unbounded();
+        let (ready_tx, ready_rx) = flume::bounded(1);
+        let thread = std::thread::Builder::new()
+            .name(format!("quorum-{}", settings.node_id))
+            .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                    Ok(r) => r,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(StartError::Raft(format!("tokio runtime: {e}"))));
+                        return;
+                    }
+                };
+                runtime.block_on(run(settings, log_store, state_machine, std_listener, inbox, ready_tx));
+            })
+            .map_err(|e| StartError::Raft(format!("spawn the quorum thread: {e}")))?;
+        match ready_rx.recv() {
+            Ok(Ok(())) => Ok(Voter { requests: Some(requests), thread: Some(thread) }),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(StartError::Raft("the quorum thread ended while starting".into())),
+        }
+    }
+
+    fn ask<T>(&self, make: impl FnOnce(flume::Sender<T>) -> Request) -> Option<flume::Receiver<T>> {
+        let (tx, rx) = flume::bounded(1);
+        self.requests.as_ref()?.send(make(tx)).ok()?;
+        Some(rx)
+    }
+
+    /// Commits a command (through the leader) and returns how it applied. Blocks the calling thread.
+    pub fn write(&self, command: Command) -> WireWriteResult {
+        match self.ask(|tx| Request::Write(command, tx)) {
+            Some(rx) => rx.recv().unwrap_or_else(|_| WireWriteResult::Failed("the voter stopped".into())),
+            None => WireWriteResult::Failed("the voter stopped".into()),
+        }
+    }
+
+    /// Like [`Voter::write`], for async callers (a shard).
+    pub async fn write_async(&self, command: Command) -> WireWriteResult {
+        match self.ask(|tx| Request::Write(command, tx)) {
+            Some(rx) => rx.recv_async().await.unwrap_or_else(|_| WireWriteResult::Failed("the voter stopped".into())),
+            None => WireWriteResult::Failed("the voter stopped".into()),
+        }
+    }
+
+    /// This voter's copy of the cluster state and the index of the last command applied to it.
+    pub fn state(&self) -> Option<(ClusterState, Option<u64>)> {
+        self.ask(Request::State)?.recv().ok()
+    }
+
+    /// The current Raft leader as this voter knows it.
+    pub fn leader(&self) -> Option<u64> {
+        self.ask(Request::Leader)?.recv().ok().flatten()
+    }
+
+    /// Shuts Raft down and waits for the thread.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        self.requests.take();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for Voter {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+async fn run(
+    settings: VoterSettings,
+    log_store: LogStore,
+    state_machine: StateMachineStore,
+    listener: std::net::TcpListener,
+    inbox: flume::Receiver<Request>,
+    ready: flume::Sender<Result<(), StartError>>,
+) {
+    let config = match settings.raft_config().validate() {
+        Ok(c) => Arc::new(c),
+        Err(e) => {
+            let _ = ready.send(Err(StartError::Raft(e.to_string())));
+            return;
+        }
+    };
+    let raft = match Raft::new(settings.node_id, config, Network, log_store, state_machine.clone()).await {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = ready.send(Err(StartError::Raft(e.to_string())));
+            return;
+        }
+    };
+    let listener = match tokio::net::TcpListener::from_std(listener) {
+        Ok(l) => l,
+        Err(e) => {
+            let _ = ready.send(Err(StartError::Listen { addr: settings.listen, source: e }));
+            return;
+        }
+    };
+    let server = tokio::spawn(network::serve(listener, raft.clone()));
+    let members: BTreeMap<u64, BasicNode> =
+        settings.voters.iter().map(|(id, addr)| (*id, BasicNode { addr: addr.clone() })).collect();
+    if let Err(e) = raft.initialize(members).await {
+        // Expected on every start but the first: the log already holds a membership.
+        tracing::debug!(node = settings.node_id, error = %e, "quorum already initialized");
+    }
+    let _ = ready.send(Ok(()));
+    while let Ok(request) = inbox.recv_async().await {
+        match request {
+            Request::Write(command, reply) => {
+                let raft = raft.clone();
+                tokio::spawn(async move {
+                    let _ = reply.send(network::write(&raft, command, false).await);
+                });
+            }
+            Request::State(reply) => {
+                let (state, applied) = state_machine.state();
+                let _ = reply.send((state, applied.map(|l| l.index)));
+            }
+            Request::Leader(reply) => {
+                let _ = reply.send(raft.current_leader().await);
+            }
+        }
+    }
+    server.abort();
+    if let Err(e) = raft.shutdown().await {
+        tracing::warn!(node = settings.node_id, error = %e, "quorum shutdown");
+    }
+}

@@ -1,0 +1,212 @@
+//! The Raft state machine around [`ClusterState`]: applies committed commands in log order, builds and
+//! installs snapshots.
+//!
+//! The state itself lives in memory; what survives a restart is the latest snapshot (`raft-snapshot`,
+//! replaced atomically) and the Raft log after it, which openraft applies again at start. A snapshot is a
+//! peer-protocol frame whose body is an rkyv archive of its metadata and the state.
+
+use std::io::Cursor;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use openraft::storage::{RaftStateMachine, Snapshot};
+use openraft::{
+    BasicNode, Entry, EntryPayload, LogId, RaftSnapshotBuilder, SnapshotMeta, StorageError, StoredMembership,
+};
+use shardlog_net::peer::{PeerFrameReader, decode_message, encode_frame, encode_message};
+
+use super::log_store::replace_file;
+use super::state::ClusterState;
+use super::wire::{CommandOutcome, QuorumConfig, WireLogId, WireStoredMembership};
+
+const SNAPSHOT_FILE: &str = "raft-snapshot";
+const RECORD_SNAPSHOT: u16 = 5;
+const MAX_SNAPSHOT_BYTES: u32 = 1 << 30;
+
+#[derive(Debug, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+struct SnapshotFile {
+    last_log_id: Option<WireLogId>,
+    membership: WireStoredMembership,
+    snapshot_id: String,
+    /// rkyv archive of the [`ClusterState`]: the snapshot's data as sent to followers.
+    state: Vec<u8>,
+}
+
+#[derive(Debug)]
+struct SmInner {
+    dir: PathBuf,
+    state: ClusterState,
+    last_applied: Option<LogId<u64>>,
+    membership: StoredMembership<u64, BasicNode>,
+    /// The latest snapshot: its metadata and data.
+    snapshot: Option<(SnapshotMeta<u64, BasicNode>, Vec<u8>)>,
+    snapshots_built: u64,
+}
+
+/// The state machine handed to openraft. Clones share it; [`StateMachineStore::state`] reads it.
+#[derive(Debug, Clone)]
+pub struct StateMachineStore {
+    inner: Arc<Mutex<SmInner>>,
+}
+
+fn decode_state(bytes: &[u8]) -> Result<ClusterState, String> {
+    decode_message::<ClusterState>(bytes).map_err(|e| e.to_string())
+}
+
+fn snapshot_error(e: impl std::fmt::Display) -> StorageError<u64> {
+    openraft::StorageIOError::read_snapshot(None, openraft::AnyError::error(e.to_string())).into()
+}
+
+impl StateMachineStore {
+    /// Opens the state machine in `dir`, starting from the snapshot there if any.
+    pub fn open(dir: &Path) -> std::io::Result<StateMachineStore> {
+        let mut inner = SmInner {
+            dir: dir.to_path_buf(),
+            state: ClusterState::default(),
+            last_applied: None,
+            membership: StoredMembership::default(),
+            snapshot: None,
+            snapshots_built: 0,
+        };
+        let path = dir.join(SNAPSHOT_FILE);
+        match std::fs::read(&path) {
+            Ok(bytes) => {
+                let invalid = |what: String| {
+                    std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{}: {what}", path.display()))
+                };
+                let mut reader = PeerFrameReader::new(MAX_SNAPSHOT_BYTES);
+                reader.extend(&bytes);
+                let frame = match reader.next_frame() {
+                    Ok(Some(frame)) if frame.kind == RECORD_SNAPSHOT => frame,
+                    other => return Err(invalid(format!("not a snapshot: {other:?}"))),
+                };
+                let file: SnapshotFile = decode_message(&frame.body).map_err(|e| invalid(e.to_string()))?;
+                inner.state = decode_state(&file.state).map_err(invalid)?;
+                inner.last_applied = file.last_log_id.map(Into::into);
+                inner.membership = file.membership.into();
+                let meta = SnapshotMeta {
+                    last_log_id: inner.last_applied,
+                    last_membership: inner.membership.clone(),
+                    snapshot_id: file.snapshot_id,
+                };
+                inner.snapshot = Some((meta, file.state));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        Ok(StateMachineStore { inner: Arc::new(Mutex::new(inner)) })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, SmInner> {
+        self.inner.lock().expect("the state machine lock is never poisoned: nothing panics while holding it")
+    }
+
+    /// A copy of the current state and the log id it includes.
+    pub fn state(&self) -> (ClusterState, Option<LogId<u64>>) {
+        let inner = self.lock();
+        (inner.state.clone(), inner.last_applied)
+    }
+}
+
+impl SmInner {
+    fn persist_snapshot(&mut self, meta: SnapshotMeta<u64, BasicNode>, data: Vec<u8>) {
+        let file = SnapshotFile {
+            last_log_id: meta.last_log_id.map(Into::into),
+            membership: (&meta.last_membership).into(),
+            snapshot_id: meta.snapshot_id.clone(),
+            state: data,
+        };
+        replace_file(&self.dir.join(SNAPSHOT_FILE), &encode_frame(RECORD_SNAPSHOT, &encode_message(&file)));
+        self.snapshot = Some((meta, file.state));
+    }
+}
+
+impl RaftSnapshotBuilder<QuorumConfig> for StateMachineStore {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<QuorumConfig>, StorageError<u64>> {
+        let mut inner = self.lock();
+        inner.snapshots_built += 1;
+        let last = inner.last_applied;
+        let snapshot_id = format!(
+            "{}-{}-{}",
+            last.map_or(0, |l| l.leader_id.term),
+            last.map_or(0, |l| l.index),
+            inner.snapshots_built
+        );
+        let meta = SnapshotMeta { last_log_id: last, last_membership: inner.membership.clone(), snapshot_id };
+        let data = encode_message(&inner.state);
+        inner.persist_snapshot(meta.clone(), data.clone());
+        Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(data)) })
+    }
+}
+
+impl RaftStateMachine<QuorumConfig> for StateMachineStore {
+    type SnapshotBuilder = StateMachineStore;
+
+    async fn applied_state(
+        &mut self,
+    ) -> Result<(Option<LogId<u64>>, StoredMembership<u64, BasicNode>), StorageError<u64>> {
+        let inner = self.lock();
+        Ok((inner.last_applied, inner.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<CommandOutcome>, StorageError<u64>>
+    where
+        I: IntoIterator<Item = Entry<QuorumConfig>> + Send,
+        I::IntoIter: Send,
+    {
+        let mut inner = self.lock();
+        let mut outcomes = Vec::new();
+        for entry in entries {
+            inner.last_applied = Some(entry.log_id);
+            match entry.payload {
+                EntryPayload::Blank => outcomes.push(Ok(Vec::new())),
+                EntryPayload::Normal(command) => {
+                    let outcome = inner.state.apply(&command);
+                    if let Ok(events) = &outcome {
+                        for event in events {
+                            tracing::warn!(?event, "quorum: partition leadership event");
+                        }
+                    }
+                    outcomes.push(outcome);
+                }
+                EntryPayload::Membership(m) => {
+                    inner.membership = StoredMembership::new(Some(entry.log_id), m);
+                    outcomes.push(Ok(Vec::new()));
+                }
+            }
+        }
+        Ok(outcomes)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        self.clone()
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError<u64>> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta<u64, BasicNode>,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), StorageError<u64>> {
+        let data = snapshot.into_inner();
+        // Validated before anything is replaced: a bad snapshot leaves the state machine as it was.
+        let state = decode_state(&data).map_err(snapshot_error)?;
+        let mut inner = self.lock();
+        inner.persist_snapshot(meta.clone(), data);
+        inner.state = state;
+        inner.last_applied = meta.last_log_id;
+        inner.membership = meta.last_membership.clone();
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<QuorumConfig>>, StorageError<u64>> {
+        let inner = self.lock();
+        Ok(inner
+            .snapshot
+            .as_ref()
+            .map(|(meta, data)| Snapshot { meta: meta.clone(), snapshot: Box::new(Cursor::new(data.clone())) }))
+    }
+}

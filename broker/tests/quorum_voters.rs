@@ -1,0 +1,164 @@
+//! Three voters on loopback, each with its own thread, directory and quorum port: commands written through
+//! any voter commit once, in one order, on all of them; a stopped voter catches up from the log when it
+//! starts again; when the leader stops, the others elect a new one and go on.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use shardlog_broker::quorum::service::{Voter, VoterSettings};
+use shardlog_broker::quorum::state::{BrokerEndpoint, ClusterState, Command, NodeId};
+use shardlog_broker::quorum::wire::WireWriteResult;
+use uuid::Uuid;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+struct Cluster {
+    dir: tempfile::TempDir,
+    voters: Vec<(u64, String)>,
+    running: Vec<Option<Voter>>,
+}
+
+impl Cluster {
+    fn start(n: u64) -> Cluster {
+        let voters: Vec<(u64, String)> = (1..=n).map(|id| (id, format!("127.0.0.1:{}", free_port()))).collect();
+        let mut cluster = Cluster { dir: tempfile::tempdir().unwrap(), voters, running: Vec::new() };
+        for id in 1..=n {
+            let voter = cluster.voter(id);
+            cluster.running.push(Some(voter));
+        }
+        cluster
+    }
+
+    fn settings(&self, id: u64) -> VoterSettings {
+        let addr = self.voters[(id - 1) as usize].1.parse().unwrap();
+        let dir = self.dir.path().join(format!("voter-{id}"));
+        VoterSettings::new(id, dir, addr, self.voters.clone())
+    }
+
+    fn voter(&self, id: u64) -> Voter {
+        Voter::start(self.settings(id)).unwrap()
+    }
+
+    fn get(&self, id: u64) -> &Voter {
+        self.running[(id - 1) as usize].as_ref().expect("a running voter")
+    }
+
+    fn leader(&self) -> u64 {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let seen: Vec<u64> = self.running.iter().flatten().filter_map(|v| v.leader()).collect();
+            if let Some(&leader) = seen.first()
+                && seen.iter().all(|l| *l == leader)
+                && self.running[(leader - 1) as usize].is_some()
+            {
+                return leader;
+            }
+            assert!(Instant::now() < deadline, "no leader agreed on: {seen:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Writes through voter `via`, retrying while an election is under way.
+    fn write(&self, via: u64, command: Command) -> u64 {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            match self.get(via).write(command.clone()) {
+                WireWriteResult::Applied { index, outcome } => {
+                    assert!(outcome.is_ok(), "{command:?} refused: {outcome:?}");
+                    return index;
+                }
+                other => {
+                    assert!(Instant::now() < deadline, "{command:?} not committed: {other:?}");
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+        }
+    }
+
+    /// Waits until every running voter applied `index`, and returns their (equal) states.
+    fn converged(&self, index: u64) -> ClusterState {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let states: Vec<(ClusterState, Option<u64>)> =
+                self.running.iter().flatten().map(|v| v.state().unwrap()).collect();
+            if states.iter().all(|(_, applied)| applied.is_some_and(|a| a >= index)) {
+                let first = &states[0].0;
+                for (state, _) in &states {
+                    assert_eq!(state, first, "voters applied the same log to different states");
+                }
+                return first.clone();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "not every voter applied {index}: {:?}",
+                states.iter().map(|s| s.1).collect::<Vec<_>>()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+fn create(name: &str) -> Command {
+    Command::CreateTopic {
+        name: name.into(),
+        id: Uuid::new_v4(),
+        partitions: 1,
+        replication_factor: 1,
+        configs: Default::default(),
+    }
+}
+
+fn topic_names(state: &ClusterState) -> Vec<String> {
+    state.topics.keys().cloned().collect()
+}
+
+fn raft_files_exist(dir: &Path) -> bool {
+    dir.join("raft-log").is_file() && dir.join("raft-vote").is_file()
+}
+
+#[test]
+fn three_voters_commit_through_any_voter_catch_up_after_a_restart_and_survive_the_leader_stopping() {
+    let mut cluster = Cluster::start(3);
+    cluster.leader();
+    let register = Command::RegisterBroker {
+        id: NodeId(1),
+        endpoint: BrokerEndpoint { host: "127.0.0.1".into(), port: 9092 },
+        incarnation: 1,
+        now_ms: 0,
+        session_timeout_ms: 9_000,
+    };
+    cluster.write(1, register);
+    // Through every voter in turn: two of them forward to the leader.
+    let mut last = 0;
+    for i in 0..12 {
+        last = cluster.write(1 + i % 3, create(&format!("t{i:02}")));
+    }
+    let state = cluster.converged(last);
+    assert_eq!(topic_names(&state), (0..12).map(|i| format!("t{i:02}")).collect::<Vec<_>>());
+    for id in 1..=3 {
+        assert!(raft_files_exist(&cluster.dir.path().join(format!("voter-{id}"))));
+    }
+
+    // A follower stops; the other two go on; it comes back and catches up from the leader's log.
+    let leader = cluster.leader();
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+    cluster.running[(follower - 1) as usize].take().unwrap().stop();
+    for i in 12..16 {
+        last = cluster.write(leader, create(&format!("t{i:02}")));
+    }
+    cluster.running[(follower - 1) as usize] = Some(cluster.voter(follower));
+    let state = cluster.converged(last);
+    assert_eq!(state.topics.len(), 16, "the restarted voter has every command, in the same state");
+
+    // The leader stops: the two others elect a new leader and keep committing.
+    cluster.running[(leader - 1) as usize].take().unwrap().stop();
+    let survivor = (1..=3).find(|id| *id != leader).unwrap();
+    last = cluster.write(survivor, create("after-the-leader"));
+    let new_leader = cluster.leader();
+    assert_ne!(new_leader, leader);
+    let state = cluster.converged(last);
+    assert!(state.topics.contains_key("after-the-leader"));
+    assert_eq!(state.topics.len(), 17);
+}

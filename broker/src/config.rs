@@ -296,7 +296,8 @@ fn endpoint(key: &str, text: &str) -> Result<Endpoint, ConfigError> {
     Ok(Endpoint { host: host.to_string(), port })
 }
 
-fn voters(key: &str, text: &str) -> Result<Vec<Voter>, ConfigError> {
+/// Parses `ID@HOST:PORT,...` (1, 3 or 5 distinct ids); errors name `key`.
+pub fn voters(key: &str, text: &str) -> Result<Vec<Voter>, ConfigError> {
     let mut out: Vec<Voter> = Vec::new();
     for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let (id, addr) = item.split_once('@').ok_or_else(|| invalid(key, format!("{item:?} is not ID@HOST:PORT")))?;

@@ -23,6 +23,8 @@ struct Cli {
 enum Command {
     /// Run a broker. With no arguments: node 1 on 127.0.0.1:9092, data in ./data.
     Start(StartArgs),
+    /// Run a standalone quorum voter (the replicated metadata controller).
+    Quorum(QuorumArgs),
     /// Manage topics over the Kafka protocol (works against any Kafka-compatible broker).
     Topic {
         #[command(subcommand)]
@@ -62,6 +64,25 @@ enum TopicCommand {
         #[arg(long, default_value = "127.0.0.1:9092")]
         bootstrap: String,
     },
+}
+
+#[derive(Debug, Args)]
+struct QuorumArgs {
+    /// This voter's id (one of those in --voters).
+    #[arg(long)]
+    node_id: u32,
+    /// Where the Raft log, vote and snapshots live.
+    #[arg(long)]
+    data_dir: PathBuf,
+    /// The quorum port, HOST:PORT.
+    #[arg(long)]
+    listen: String,
+    /// Every voter, ID@HOST:PORT,... (1, 3 or 5); default: this one alone.
+    #[arg(long)]
+    voters: Option<String>,
+    /// Take a snapshot after this many log entries (the log before it is then dropped).
+    #[arg(long, default_value_t = 1000)]
+    snapshot_after_entries: u64,
 }
 
 /// Every flag is a shorthand for a setting of the config file; `--set KEY=VALUE` reaches any of them.
@@ -129,6 +150,7 @@ fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Start(args) => start(args),
+        Command::Quorum(args) => quorum(args),
         Command::Topic { command } => topic(command),
     }
 }
@@ -141,6 +163,35 @@ fn start(args: StartArgs) -> Result<()> {
     }
     tracing::info!(node = config.node_id, listener = %config.listener, shards = config.shards, "starting");
     runtime::run(config, shutdown)?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+fn quorum(args: QuorumArgs) -> Result<()> {
+    use shardlog_broker::quorum::service::{Voter, VoterSettings};
+    let listen: std::net::SocketAddr = args.listen.parse().with_context(|| format!("--listen {}", args.listen))?;
+    let voters = match &args.voters {
+        Some(text) => shardlog_broker::config::voters("--voters", text)?
+            .into_iter()
+            .map(|v| (v.id as u64, format!("{}:{}", v.host, v.port)))
+            .collect(),
+        None => vec![(args.node_id as u64, args.listen.clone())],
+    };
+    if !voters.iter().any(|(id, _)| *id == args.node_id as u64) {
+        anyhow::bail!("--node-id {} is not one of the voters", args.node_id);
+    }
+    let shutdown = Shutdown::default();
+    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(signal, shutdown.flag()).context("install signal handler")?;
+    }
+    let mut settings = VoterSettings::new(args.node_id as u64, args.data_dir, listen, voters);
+    settings.snapshot_after_entries = args.snapshot_after_entries.max(1);
+    let voter = Voter::start(settings).context("start the quorum voter")?;
+    tracing::info!(node = args.node_id, %listen, "quorum voter running");
+    while !shutdown.is_triggered() {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    voter.stop();
     tracing::info!("stopped");
     Ok(())
 }

@@ -18,12 +18,18 @@ struct Cluster {
     dir: tempfile::TempDir,
     voters: Vec<(u64, String)>,
     running: Vec<Option<Voter>>,
+    snapshot_after_entries: u64,
 }
 
 impl Cluster {
     fn start(n: u64) -> Cluster {
+        Self::start_with_snapshots_every(n, 1000)
+    }
+
+    fn start_with_snapshots_every(n: u64, entries: u64) -> Cluster {
         let voters: Vec<(u64, String)> = (1..=n).map(|id| (id, format!("127.0.0.1:{}", free_port()))).collect();
-        let mut cluster = Cluster { dir: tempfile::tempdir().unwrap(), voters, running: Vec::new() };
+        let dir = tempfile::tempdir().unwrap();
+        let mut cluster = Cluster { dir, voters, running: Vec::new(), snapshot_after_entries: entries };
         for id in 1..=n {
             let voter = cluster.voter(id);
             cluster.running.push(Some(voter));
@@ -34,7 +40,9 @@ impl Cluster {
     fn settings(&self, id: u64) -> VoterSettings {
         let addr = self.voters[(id - 1) as usize].1.parse().unwrap();
         let dir = self.dir.path().join(format!("voter-{id}"));
-        VoterSettings::new(id, dir, addr, self.voters.clone())
+        let mut settings = VoterSettings::new(id, dir, addr, self.voters.clone());
+        settings.snapshot_after_entries = self.snapshot_after_entries;
+        settings
     }
 
     fn voter(&self, id: u64) -> Voter {
@@ -161,4 +169,42 @@ fn three_voters_commit_through_any_voter_catch_up_after_a_restart_and_survive_th
     let state = cluster.converged(last);
     assert!(state.topics.contains_key("after-the-leader"));
     assert_eq!(state.topics.len(), 17);
+}
+
+#[test]
+fn voters_take_snapshots_and_a_restarted_voter_resumes_from_its_snapshot_and_log() {
+    // A snapshot every 10 entries.
+    let mut cluster = Cluster::start_with_snapshots_every(3, 10);
+    let leader = cluster.leader();
+    let register = Command::RegisterBroker {
+        id: NodeId(1),
+        endpoint: BrokerEndpoint { host: "127.0.0.1".into(), port: 9092 },
+        incarnation: 1,
+        now_ms: 0,
+        session_timeout_ms: 9_000,
+    };
+    cluster.write(leader, register);
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+    cluster.running[(follower - 1) as usize].take().unwrap().stop();
+    let mut last = 0;
+    for i in 0..250 {
+        last = cluster.write(leader, create(&format!("s{i:03}")));
+    }
+    cluster.running[(follower - 1) as usize] = Some(cluster.voter(follower));
+    let state = cluster.converged(last);
+    assert_eq!(state.topics.len(), 250, "the restarted voter caught up");
+    for id in 1..=3 {
+        let dir = cluster.dir.path().join(format!("voter-{id}"));
+        assert!(dir.join("raft-snapshot").is_file(), "voter {id} took a snapshot");
+    }
+
+    // Every voter restarts from its snapshot plus the log after it, to the same state.
+    for id in 1..=3 {
+        cluster.running[(id - 1) as usize].take().unwrap().stop();
+        cluster.running[(id - 1) as usize] = Some(cluster.voter(id));
+        let after = cluster.converged(last);
+        assert!(after == state, "voter {id} reopened to another state ({} topics)", after.topics.len());
+    }
+    last = cluster.write(cluster.leader(), create("after-restarts"));
+    assert_eq!(cluster.converged(last).topics.len(), 251);
 }

@@ -11,6 +11,7 @@
 //!
 //! Not yet: the `shardlog quorum` command, voters embedded in brokers, and brokers following the state.
 
+pub mod client;
 pub mod election;
 pub mod log_store;
 pub mod network;

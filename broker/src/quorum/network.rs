@@ -18,10 +18,12 @@ use shardlog_net::peer::{PeerFrame, PeerFrameError, PeerFrameReader, decode_mess
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+use super::log_store::LogStore;
 use super::state::Command;
+use super::state_machine::StateMachineStore;
 use super::wire::{
-    QuorumConfig, WireAppend, WireAppendResult, WireSnapshotChunk, WireVote, WireVoteRequest, WireVoteResult,
-    WireWriteResult, kind,
+    QuorumConfig, WireAppend, WireAppendResult, WireSnapshotChunk, WireStatus, WireVote, WireVoteRequest,
+    WireVoteResult, WireWriteResult, kind,
 };
 
 /// The largest frame a voter accepts (snapshot chunks and entry batches are far smaller).
@@ -188,13 +190,28 @@ impl RaftNetwork<QuorumConfig> for PeerClient {
     }
 }
 
+/// What the quorum port serves from.
+#[derive(Clone)]
+pub struct Served {
+    pub node: u64,
+    pub raft: Raft<QuorumConfig>,
+    pub log: LogStore,
+    pub state: StateMachineStore,
+}
+
+impl std::fmt::Debug for Served {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Served").field("node", &self.node).finish_non_exhaustive()
+    }
+}
+
 /// Accepts connections on the quorum port until the task is dropped.
-pub async fn serve(listener: TcpListener, raft: Raft<QuorumConfig>) {
+pub async fn serve(listener: TcpListener, served: Served) {
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
                 let _ = stream.set_nodelay(true);
-                tokio::spawn(serve_connection(stream, peer.to_string(), raft.clone()));
+                tokio::spawn(serve_connection(stream, peer.to_string(), served.clone()));
             }
             Err(e) => {
                 tracing::warn!(error = %e, "quorum port: accept failed");
@@ -204,7 +221,7 @@ pub async fn serve(listener: TcpListener, raft: Raft<QuorumConfig>) {
     }
 }
 
-async fn serve_connection(mut stream: TcpStream, peer: String, raft: Raft<QuorumConfig>) {
+async fn serve_connection(mut stream: TcpStream, peer: String, served: Served) {
     let mut reader = PeerFrameReader::new(MAX_FRAME_BYTES);
     loop {
         let frame = match read_frame(&mut stream, &mut reader).await {
@@ -215,7 +232,7 @@ async fn serve_connection(mut stream: TcpStream, peer: String, raft: Raft<Quorum
                 return;
             }
         };
-        let answer = match answer(&raft, frame).await {
+        let answer = match answer(&served, frame).await {
             Ok(answer) => answer,
             Err(e) => {
                 tracing::warn!(%peer, error = %e, "quorum port: closing connection");
@@ -230,7 +247,8 @@ async fn serve_connection(mut stream: TcpStream, peer: String, raft: Raft<Quorum
 }
 
 /// The answer frame to one request frame; an error closes the connection.
-async fn answer(raft: &Raft<QuorumConfig>, frame: PeerFrame) -> Result<Vec<u8>, PeerFrameError> {
+async fn answer(served: &Served, frame: PeerFrame) -> Result<Vec<u8>, PeerFrameError> {
+    let raft = &served.raft;
     let refused = |e: &dyn std::fmt::Display| encode_frame(kind::FAILED, &encode_message(&e.to_string()));
     Ok(match frame.kind {
         kind::APPEND => {
@@ -259,8 +277,29 @@ async fn answer(raft: &Raft<QuorumConfig>, frame: PeerFrame) -> Result<Vec<u8>, 
             let result = write(raft, request.command, request.forwarded).await;
             encode_frame(kind::WRITE_RESULT, &encode_message(&result))
         }
+        kind::STATUS => encode_frame(kind::STATUS_RESULT, &encode_message(&status(served).await)),
         other => return Err(PeerFrameError::UnexpectedType(other)),
     })
+}
+
+/// This voter's view: leader, applied index, state, and the commands its log holds up to what it applied.
+pub async fn status(served: &Served) -> WireStatus {
+    use openraft::RaftLogReader;
+    let (state, applied) = served.state.state();
+    let applied = applied.map(|l| l.index);
+    let mut log = served.log.clone();
+    let entries = match applied {
+        Some(upto) => log.try_get_log_entries(..=upto).await.unwrap_or_default(),
+        None => Vec::new(),
+    };
+    let commands = entries
+        .into_iter()
+        .filter_map(|e| match e.payload {
+            openraft::EntryPayload::Normal(command) => Some((e.log_id.index, command)),
+            _ => None,
+        })
+        .collect();
+    WireStatus { node: served.node, leader: served.raft.current_leader().await, applied, state, commands }
 }
 
 /// Commits a command through this voter: proposed here when it leads, otherwise forwarded once to the
@@ -278,8 +317,9 @@ pub async fn write(raft: &Raft<QuorumConfig>, command: Command, forwarded: bool)
 }
 
 async fn forward(addr: &str, command: Command) -> WireWriteResult {
+    // A leader that cannot be reached was not asked: the writer may safely send the command again.
+    let Ok(mut conn) = PeerConnection::connect(addr).await else { return WireWriteResult::NoLeader };
     let call = async {
-        let mut conn = PeerConnection::connect(addr).await?;
         let body = encode_message(&WireWrite { command, forwarded: true });
         let frame = conn.call(kind::WRITE, &body, FORWARD_TIMEOUT).await?;
         if frame.kind != kind::WRITE_RESULT {

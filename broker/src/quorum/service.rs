@@ -29,12 +29,24 @@ pub struct VoterSettings {
     /// Raft timing (see [`VoterSettings::raft_config`]).
     pub heartbeat_ms: u64,
     pub election_timeout_min_ms: u64,
+    /// A snapshot is taken after this many entries since the last one; the log before it is dropped
+    /// (but for the last 100 entries), and a voter further behind is sent the snapshot.
+    pub snapshot_after_entries: u64,
 }
 
 impl VoterSettings {
-    /// Settings with the default timing: heartbeats every 100 ms, elections after 500-1000 ms of silence.
+    /// Settings with the default timing (heartbeats every 100 ms, elections after 500-1000 ms of silence)
+    /// and a snapshot every 1000 entries.
     pub fn new(node_id: u64, dir: PathBuf, listen: SocketAddr, voters: Vec<(u64, String)>) -> Self {
-        VoterSettings { node_id, dir, listen, voters, heartbeat_ms: 100, election_timeout_min_ms: 500 }
+        VoterSettings {
+            node_id,
+            dir,
+            listen,
+            voters,
+            heartbeat_ms: 100,
+            election_timeout_min_ms: 500,
+            snapshot_after_entries: 1000,
+        }
     }
 
     fn raft_config(&self) -> Config {
@@ -43,8 +55,7 @@ impl VoterSettings {
             heartbeat_interval: self.heartbeat_ms,
             election_timeout_min: self.election_timeout_min_ms,
             election_timeout_max: self.election_timeout_min_ms * 2,
-            // A snapshot every 1000 applied commands; followers that fell further behind get it.
-            snapshot_policy: SnapshotPolicy::LogsSinceLast(1000),
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(self.snapshot_after_entries),
             max_in_snapshot_log_to_keep: 100,
             ..Config::default()
         }
@@ -191,7 +202,7 @@ async fn run(
             return;
         }
     };
-    let raft = match Raft::new(settings.node_id, config, Network, log_store, state_machine.clone()).await {
+    let raft = match Raft::new(settings.node_id, config, Network, log_store.clone(), state_machine.clone()).await {
         Ok(r) => r,
         Err(e) => {
             let _ = ready.send(Err(StartError::Raft(e.to_string())));
@@ -205,7 +216,9 @@ async fn run(
             return;
         }
     };
-    let server = tokio::spawn(network::serve(listener, raft.clone()));
+    let served =
+        network::Served { node: settings.node_id, raft: raft.clone(), log: log_store, state: state_machine.clone() };
+    let server = tokio::spawn(network::serve(listener, served));
     let members: BTreeMap<u64, BasicNode> =
         settings.voters.iter().map(|(id, addr)| (*id, BasicNode { addr: addr.clone() })).collect();
     if let Err(e) = raft.initialize(members).await {

@@ -154,6 +154,9 @@ pub mod kind {
     /// A command to commit, from a broker or a tool; forwarded to the Raft leader if need be.
     pub const WRITE: u16 = 16;
     pub const WRITE_RESULT: u16 = 17;
+    /// What this voter holds: its state, what it applied, the commands in its log (tools and tests).
+    pub const STATUS: u16 = 18;
+    pub const STATUS_RESULT: u16 = 19;
     /// The receiving voter refused or could not serve the request: a text reason.
     pub const FAILED: u16 = 20;
 }
@@ -205,6 +208,19 @@ pub enum WireWriteResult {
     Applied { index: u64, outcome: Result<Vec<Event>, CommandError> },
     NoLeader,
     Failed(String),
+}
+
+/// A voter's view, answered to [`kind::STATUS`].
+#[derive(Debug, Clone, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub struct WireStatus {
+    pub node: u64,
+    pub leader: Option<u64>,
+    /// Index of the last entry applied to `state`.
+    pub applied: Option<u64>,
+    pub state: super::state::ClusterState,
+    /// The commands in this voter's log up to `applied`, with their indexes (those a snapshot covers and
+    /// the log no longer holds are not listed).
+    pub commands: Vec<(u64, Command)>,
 }
 
 use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, VoteRequest, VoteResponse};

@@ -1,0 +1,313 @@
+//! Three `shardlog quorum` processes on loopback. A client writes a stream of CreateTopic and AlterConfigs
+//! commands while the Raft leader is killed with SIGKILL (and restarted), and later paused with SIGSTOP
+//! and resumed. Afterwards every acknowledged command is on every voter, in the order it was acknowledged;
+//! the voters hold the same commands in the same order (so an unacknowledged one is on all or none) and
+//! identical states.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command as Process, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use shardlog_broker::quorum::client::QuorumClient;
+use shardlog_broker::quorum::state::{BrokerEndpoint, Command, NodeId};
+use shardlog_broker::quorum::wire::{WireStatus, WireWriteResult};
+use uuid::Uuid;
+
+const CALL_TIMEOUT: Duration = Duration::from_secs(1);
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+struct Voters {
+    dir: tempfile::TempDir,
+    addrs: Vec<String>,
+    children: Vec<Option<Child>>,
+}
+
+impl Voters {
+    fn start(n: usize) -> Voters {
+        let addrs: Vec<String> = (0..n).map(|_| format!("127.0.0.1:{}", free_port())).collect();
+        let mut voters = Voters { dir: tempfile::tempdir().unwrap(), addrs, children: Vec::new() };
+        for i in 0..n {
+            let child = voters.spawn(i);
+            voters.children.push(Some(child));
+        }
+        voters
+    }
+
+    fn dir_of(&self, i: usize) -> PathBuf {
+        self.dir.path().join(format!("voter-{}", i + 1))
+    }
+
+    fn spawn(&self, i: usize) -> Child {
+        let list: Vec<String> = self.addrs.iter().enumerate().map(|(j, a)| format!("{}@{a}", j + 1)).collect();
+        std::fs::create_dir_all(self.dir_of(i)).unwrap();
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir_of(i).join("voter.log")).unwrap();
+        Process::new(env!("CARGO_BIN_EXE_shardlog"))
+            .args([
+                "quorum",
+                "--node-id",
+                &(i + 1).to_string(),
+                "--listen",
+                &self.addrs[i],
+                "--voters",
+                &list.join(","),
+            ])
+            // No snapshot during the test: every voter's log keeps every command, for the comparison.
+            .args(["--snapshot-after-entries", "1000000"])
+            .arg("--data-dir")
+            .arg(self.dir_of(i))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap()
+    }
+
+    fn status(&self, i: usize) -> Option<WireStatus> {
+        QuorumClient::connect(&self.addrs[i], CALL_TIMEOUT).ok()?.status().ok()
+    }
+
+    /// The voter (index) that the running voters agree leads.
+    fn leader(&self) -> usize {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let seen: Vec<Option<u64>> = (0..self.addrs.len())
+                .filter(|i| self.children[*i].is_some())
+                .map(|i| self.status(i).and_then(|s| s.leader))
+                .collect();
+            if let Some(Some(leader)) = seen.first()
+                && seen.iter().all(|l| *l == Some(*leader))
+            {
+                return (*leader - 1) as usize;
+            }
+            assert!(Instant::now() < deadline, "no agreed leader: {seen:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn signal(&self, i: usize, signal: i32) {
+        let pid = self.children[i].as_ref().unwrap().id() as i32;
+        // SAFETY: kill(2) with a pid of a child this test started; no memory is involved.
+        assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+    }
+
+    fn log(&self, i: usize) -> String {
+        std::fs::read_to_string(self.dir_of(i).join("voter.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Voters {
+    fn drop(&mut self) {
+        for child in self.children.iter_mut().flatten() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The writer's view of one command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fate {
+    Acknowledged,
+    /// Sent, but no answer said whether it was committed.
+    Unknown,
+}
+
+/// Writes `commands` one after another through any voter that answers, until they run out or `stop`.
+fn write_stream(
+    addrs: Vec<String>,
+    commands: Vec<Command>,
+    stop: Arc<AtomicBool>,
+    acked: Arc<AtomicUsize>,
+) -> Vec<(Command, Fate)> {
+    let mut fates = Vec::new();
+    let mut via = 0usize;
+    let mut client: Option<QuorumClient> = None;
+    'commands: for command in commands {
+        loop {
+            if stop.load(Ordering::SeqCst) {
+                break 'commands;
+            }
+            if client.is_none() {
+                client = QuorumClient::connect(&addrs[via % addrs.len()], CALL_TIMEOUT).ok();
+                if client.is_none() {
+                    via += 1;
+                    std::thread::sleep(Duration::from_millis(20));
+                    continue;
+                }
+            }
+            match client.as_mut().unwrap().write(command.clone()) {
+                Ok(WireWriteResult::Applied { outcome, .. }) => {
+                    assert!(outcome.is_ok(), "{command:?} was refused: {outcome:?}");
+                    fates.push((command, Fate::Acknowledged));
+                    acked.fetch_add(1, Ordering::SeqCst);
+                    break;
+                }
+                // Nothing was proposed: the same command can be sent again.
+                Ok(WireWriteResult::NoLeader) => std::thread::sleep(Duration::from_millis(50)),
+                // Proposed or not, nobody can say: never sent again (that could apply it twice).
+                Ok(WireWriteResult::Failed(_)) | Err(_) => {
+                    fates.push((command, Fate::Unknown));
+                    client = None;
+                    via += 1;
+                    break;
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    fates
+}
+
+fn commands(n: usize) -> Vec<Command> {
+    let register = Command::RegisterBroker {
+        id: NodeId(1),
+        endpoint: BrokerEndpoint { host: "127.0.0.1".into(), port: 9092 },
+        incarnation: 1,
+        now_ms: 0,
+        session_timeout_ms: i64::MAX,
+    };
+    let mut out = vec![register];
+    for i in 0..n {
+        out.push(Command::CreateTopic {
+            name: format!("t{i:04}"),
+            id: Uuid::from_u128(i as u128 + 1),
+            partitions: 1,
+            replication_factor: 1,
+            configs: BTreeMap::new(),
+        });
+        if i % 3 == 2 {
+            // Settings of a topic whose creation may itself be unknown: AlterConfigs on a missing topic
+            // is refused, so only topics created for sure are altered.
+            out.push(Command::AlterConfigs {
+                name: "t0000".into(),
+                configs: BTreeMap::from([("retention.ms".to_string(), (1000 + i).to_string())]),
+            });
+        }
+    }
+    out
+}
+
+fn wait_converged(voters: &Voters, at_least: u64) -> Vec<WireStatus> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let statuses: Vec<Option<WireStatus>> = (0..voters.addrs.len()).map(|i| voters.status(i)).collect();
+        if statuses.iter().all(|s| s.as_ref().is_some_and(|s| s.applied.is_some_and(|a| a >= at_least))) {
+            let statuses: Vec<WireStatus> = statuses.into_iter().map(Option::unwrap).collect();
+            if statuses.iter().all(|s| s.applied == statuses[0].applied) {
+                return statuses;
+            }
+        }
+        assert!(Instant::now() < deadline, "voters did not converge on {at_least}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn dir_has_raft_files(dir: &Path) -> bool {
+    ["raft-log", "raft-vote"].iter().all(|f| dir.join(f).is_file())
+}
+
+#[test]
+fn acknowledged_commands_survive_a_killed_and_a_paused_leader_in_order_on_every_voter() {
+    let mut voters = Voters::start(3);
+    voters.leader();
+    let stop = Arc::new(AtomicBool::new(false));
+    let acked = Arc::new(AtomicUsize::new(0));
+    let writer = {
+        let (addrs, stop, acked) = (voters.addrs.clone(), stop.clone(), acked.clone());
+        std::thread::spawn(move || write_stream(addrs, commands(5000), stop, acked))
+    };
+    let acked_now = || acked.load(Ordering::SeqCst);
+
+    std::thread::sleep(Duration::from_millis(1500));
+    let killed = voters.leader();
+    voters.signal(killed, libc::SIGKILL);
+    voters.children[killed].take().unwrap().wait().unwrap();
+    let at_kill = acked_now();
+    std::thread::sleep(Duration::from_millis(2000));
+    assert!(acked_now() > at_kill, "the two others elected a leader and went on while the killed one was down");
+    voters.children[killed] = Some(voters.spawn(killed));
+    std::thread::sleep(Duration::from_millis(1500));
+
+    let paused = voters.leader();
+    voters.signal(paused, libc::SIGSTOP);
+    let at_pause = acked_now();
+    std::thread::sleep(Duration::from_millis(5000));
+    assert!(acked_now() > at_pause, "the others went on while the leader was paused");
+    voters.signal(paused, libc::SIGCONT);
+    std::thread::sleep(Duration::from_millis(1500));
+    stop.store(true, Ordering::SeqCst);
+    let fates = writer.join().unwrap();
+
+    let acknowledged: Vec<&Command> = fates.iter().filter(|(_, f)| *f == Fate::Acknowledged).map(|(c, _)| c).collect();
+    let unknown = fates.len() - acknowledged.len();
+    assert!(acknowledged.len() > 100, "the writer got through: {} acknowledged", acknowledged.len());
+    let statuses = wait_converged(&voters, 1);
+    let log = &statuses[0].commands;
+    for (i, s) in statuses.iter().enumerate() {
+        assert_eq!(&s.commands, log, "voter {} holds other commands or another order\n{}", i + 1, voters.log(i));
+        assert_eq!(s.state, statuses[0].state, "voter {} applied them to another state", i + 1);
+        assert!(dir_has_raft_files(&voters.dir_of(i)));
+    }
+    // Every acknowledged command, exactly once, in acknowledgement order.
+    let mut last_position = None;
+    for command in &acknowledged {
+        let positions: Vec<usize> =
+            log.iter().enumerate().filter(|(_, (_, c))| c == *command).map(|(p, _)| p).collect();
+        assert_eq!(positions.len(), 1, "{command:?} appears {} times", positions.len());
+        assert!(last_position < Some(positions[0]), "{command:?} is out of acknowledgement order");
+        last_position = Some(positions[0]);
+    }
+    // Unacknowledged ones: at most once (and, as the logs are equal, on all voters or none).
+    for (command, _) in fates.iter().filter(|(_, f)| *f == Fate::Unknown) {
+        assert!(log.iter().filter(|(_, c)| c == command).count() <= 1, "{command:?} applied twice");
+    }
+    // Nothing that was never sent got in.
+    assert!(log.iter().all(|(_, c)| fates.iter().any(|(f, _)| f == c)));
+    eprintln!(
+        "acknowledged {}, unknown {unknown}, killed voter {}, paused voter {}",
+        acknowledged.len(),
+        killed + 1,
+        paused + 1
+    );
+}
+
+#[test]
+fn bad_frames_on_the_quorum_port_close_only_their_connection() {
+    use shardlog_net::peer::{HEADER_BYTES, encode_frame};
+    use std::io::{Read, Write};
+    let voters = Voters::start(1);
+    voters.leader();
+    let good = encode_frame(16, b"not an archive of a write");
+    let mut bad_crc = encode_frame(18, &[]);
+    bad_crc[HEADER_BYTES - 1] ^= 1;
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let random: Vec<u8> = (0..256)
+        .map(|_| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed as u8
+        })
+        .collect();
+    for (what, bytes) in [("a bad CRC", bad_crc), ("a malformed archive", good), ("random bytes", random)] {
+        let mut s = std::net::TcpStream::connect(&voters.addrs[0]).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.write_all(&bytes).unwrap();
+        let mut buf = [0u8; 64];
+        match s.read(&mut buf) {
+            Ok(0) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+            other => panic!("{what}: the connection should be closed, read gave {other:?}"),
+        }
+        let status = voters.status(0).unwrap_or_else(|| panic!("the voter stopped answering after {what}"));
+        assert_eq!(status.node, 1);
+    }
+    let log = voters.log(0);
+    assert_eq!(log.matches("quorum port: closing connection").count(), 3, "one line per bad connection:\n{log}");
+    assert!(log.contains("CRC32C mismatch") && log.contains("malformed message body"), "{log}");
+}

@@ -9,6 +9,7 @@ mod consume;
 mod loopback;
 mod payload;
 mod produce;
+mod quorum_bench;
 mod report;
 mod stats;
 mod storage_bench;
@@ -41,6 +42,9 @@ enum Command {
     /// The host's own floor, no broker involved: loopback TCP round trips as a sync producer makes them
     /// (across cores and on one core) and one stream's bandwidth.
     Loopback(loopback::LoopbackArgs),
+    /// The metadata quorum with real voter processes: commit rate, and time from killing the Raft leader
+    /// to the next committed command.
+    Quorum(quorum_bench::QuorumArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -63,6 +67,7 @@ fn main() -> anyhow::Result<()> {
         Command::Cluster(args) => cluster::run(&args)?,
         Command::Storage(args) => storage_bench::run(args)?,
         Command::Loopback(args) => loopback::run(&args)?,
+        Command::Quorum(args) => quorum_bench::run(&args)?,
     }
     Ok(())
 }

@@ -262,3 +262,30 @@ fn loopback_reports_round_trips_across_and_on_one_core_and_a_stream() {
     let mb_s: f64 = stream["one stream: ".len()..].split_whitespace().next().unwrap().parse().unwrap();
     assert!(mb_s > 0.0, "{stream}");
 }
+
+#[test]
+fn quorum_measures_the_commit_rate_and_a_leader_failover_with_real_voters() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("quorum");
+    let (_, printed) = run(&[
+        "quorum",
+        "--voters",
+        "3",
+        "--writers",
+        "2",
+        "--duration",
+        "500ms",
+        "--kills",
+        "1",
+        "--data-dir",
+        data.to_str().unwrap(),
+    ]);
+    let rate = printed.lines().find(|l| l.starts_with("CreateTopic with 3 voters, 2 writers: ")).expect("a rate line");
+    let per_second: f64 = rate.split(": ").nth(1).unwrap().split_whitespace().next().unwrap().parse().unwrap();
+    assert!(per_second > 0.0, "{rate}");
+    let failover = printed.lines().find(|l| l.starts_with("leader killed 1 times: ")).expect("a failover line");
+    assert!(failover.contains("p50") && failover.contains("max"), "{failover}");
+    for id in 1..=3 {
+        assert!(data.join(format!("voter-{id}/raft-log")).is_file(), "voter {id} kept its log in the data dir");
+    }
+}

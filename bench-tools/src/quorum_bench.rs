@@ -71,6 +71,8 @@ impl Voters {
             ])
             .arg("--data-dir")
             .arg(&dir)
+            // The benchmark's broker registers once and never heartbeats.
+            .args(["--broker-session-timeout-ms", "86400000"])
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()

@@ -83,6 +83,9 @@ struct QuorumArgs {
     /// Take a snapshot after this many log entries (the log before it is then dropped).
     #[arg(long, default_value_t = 1000)]
     snapshot_after_entries: u64,
+    /// `broker.session.timeout.ms`: a broker not heard from for this long is fenced.
+    #[arg(long, default_value_t = 9000)]
+    broker_session_timeout_ms: u64,
 }
 
 /// Every flag is a shorthand for a setting of the config file; `--set KEY=VALUE` reaches any of them.
@@ -186,6 +189,7 @@ fn quorum(args: QuorumArgs) -> Result<()> {
     }
     let mut settings = VoterSettings::new(args.node_id as u64, args.data_dir, listen, voters);
     settings.snapshot_after_entries = args.snapshot_after_entries.max(1);
+    settings.session_timeout_ms = args.broker_session_timeout_ms.clamp(1, i64::MAX as u64) as i64;
     let voter = Voter::start(settings).context("start the quorum voter")?;
     tracing::info!(node = args.node_id, %listen, "quorum voter running");
     while !shutdown.is_triggered() {

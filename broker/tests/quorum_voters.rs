@@ -19,6 +19,7 @@ struct Cluster {
     voters: Vec<(u64, String)>,
     running: Vec<Option<Voter>>,
     snapshot_after_entries: u64,
+    session_timeout_ms: i64,
 }
 
 impl Cluster {
@@ -29,7 +30,10 @@ impl Cluster {
     fn start_with_snapshots_every(n: u64, entries: u64) -> Cluster {
         let voters: Vec<(u64, String)> = (1..=n).map(|id| (id, format!("127.0.0.1:{}", free_port()))).collect();
         let dir = tempfile::tempdir().unwrap();
-        let mut cluster = Cluster { dir, voters, running: Vec::new(), snapshot_after_entries: entries };
+        // The tests' brokers register once and never heartbeat, unless a test says otherwise.
+        let session_timeout_ms = 3_600_000;
+        let mut cluster =
+            Cluster { dir, voters, running: Vec::new(), snapshot_after_entries: entries, session_timeout_ms };
         for id in 1..=n {
             let voter = cluster.voter(id);
             cluster.running.push(Some(voter));
@@ -42,6 +46,7 @@ impl Cluster {
         let dir = self.dir.path().join(format!("voter-{id}"));
         let mut settings = VoterSettings::new(id, dir, addr, self.voters.clone());
         settings.snapshot_after_entries = self.snapshot_after_entries;
+        settings.session_timeout_ms = self.session_timeout_ms;
         settings
     }
 
@@ -207,4 +212,34 @@ fn voters_take_snapshots_and_a_restarted_voter_resumes_from_its_snapshot_and_log
     }
     last = cluster.write(cluster.leader(), create("after-restarts"));
     assert_eq!(cluster.converged(last).topics.len(), 251);
+}
+
+#[test]
+fn the_leader_fences_a_broker_whose_heartbeats_stop_and_a_heartbeat_unfences_it() {
+    let mut cluster = Cluster::start(1);
+    // Short sessions: restart the voter with them.
+    cluster.session_timeout_ms = 600;
+    cluster.running[0].take().unwrap().stop();
+    cluster.running[0] = Some(cluster.voter(1));
+    cluster.leader();
+    let register = Command::RegisterBroker {
+        id: NodeId(7),
+        endpoint: BrokerEndpoint { host: "127.0.0.1".into(), port: 9092 },
+        incarnation: 3,
+        // Stamped by the voter that proposes it: these values are replaced.
+        now_ms: 0,
+        session_timeout_ms: i64::MAX,
+    };
+    cluster.write(1, register);
+    let (state, _) = cluster.get(1).state().unwrap();
+    assert!(!state.brokers[&NodeId(7)].fenced, "registered live");
+    assert!(state.brokers[&NodeId(7)].last_heartbeat_ms > 0, "stamped with the controller's clock");
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !cluster.get(1).state().unwrap().0.brokers[&NodeId(7)].fenced {
+        assert!(Instant::now() < deadline, "the broker was not fenced after its session expired");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    cluster.write(1, Command::BrokerHeartbeat { id: NodeId(7), incarnation: 3, now_ms: 0 });
+    assert!(!cluster.get(1).state().unwrap().0.brokers[&NodeId(7)].fenced, "a heartbeat unfences it");
 }

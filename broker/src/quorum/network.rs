@@ -194,6 +194,8 @@ impl RaftNetwork<QuorumConfig> for PeerClient {
 #[derive(Clone)]
 pub struct Served {
     pub node: u64,
+    /// `broker.session.timeout.ms`: stamped into broker registrations this voter proposes.
+    pub session_timeout_ms: i64,
     pub raft: Raft<QuorumConfig>,
     pub log: LogStore,
     pub state: StateMachineStore,
@@ -274,7 +276,7 @@ async fn answer(served: &Served, frame: PeerFrame) -> Result<Vec<u8>, PeerFrameE
         }
         kind::WRITE => {
             let request: WireWrite = decode_message(&frame.body)?;
-            let result = write(raft, request.command, request.forwarded).await;
+            let result = write(served, request.command, request.forwarded).await;
             encode_frame(kind::WRITE_RESULT, &encode_message(&result))
         }
         kind::STATUS => encode_frame(kind::STATUS_RESULT, &encode_message(&status(served).await)),
@@ -303,9 +305,20 @@ pub async fn status(served: &Served) -> WireStatus {
 }
 
 /// Commits a command through this voter: proposed here when it leads, otherwise forwarded once to the
-/// leader it knows of.
-pub async fn write(raft: &Raft<QuorumConfig>, command: Command, forwarded: bool) -> WireWriteResult {
+/// leader it knows of. The voter that proposes stamps broker registrations and heartbeats with its clock
+/// and session timeout: liveness is judged by the controller's clock alone, never a broker's.
+pub async fn write(served: &Served, mut command: Command, forwarded: bool) -> WireWriteResult {
     use openraft::error::ClientWriteError;
+    let raft = &served.raft;
+    let now = now_ms();
+    match &mut command {
+        Command::RegisterBroker { now_ms, session_timeout_ms, .. } => {
+            *now_ms = now;
+            *session_timeout_ms = served.session_timeout_ms;
+        }
+        Command::BrokerHeartbeat { now_ms, .. } => *now_ms = now,
+        _ => {}
+    }
     match raft.client_write(command.clone()).await {
         Ok(r) => WireWriteResult::Applied { index: r.log_id.index, outcome: r.data },
         Err(RaftError::APIError(ClientWriteError::ForwardToLeader(to))) => {
@@ -314,6 +327,11 @@ pub async fn write(raft: &Raft<QuorumConfig>, command: Command, forwarded: bool)
         }
         Err(e) => WireWriteResult::Failed(e.to_string()),
     }
+}
+
+/// The local clock in milliseconds since the epoch.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
 async fn forward(addr: &str, command: Command) -> WireWriteResult {

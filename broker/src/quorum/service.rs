@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use openraft::{BasicNode, Config, Raft, SnapshotPolicy};
 
@@ -32,6 +33,8 @@ pub struct VoterSettings {
     /// A snapshot is taken after this many entries since the last one; the log before it is dropped
     /// (but for the last 100 entries), and a voter further behind is sent the snapshot.
     pub snapshot_after_entries: u64,
+    /// `broker.session.timeout.ms`: a broker not heard from for this long is fenced by the leader.
+    pub session_timeout_ms: i64,
 }
 
 impl VoterSettings {
@@ -46,6 +49,7 @@ impl VoterSettings {
             heartbeat_ms: 100,
             election_timeout_min_ms: 500,
             snapshot_after_entries: 1000,
+            session_timeout_ms: 9000,
         }
     }
 
@@ -216,9 +220,15 @@ async fn run(
             return;
         }
     };
-    let served =
-        network::Served { node: settings.node_id, raft: raft.clone(), log: log_store, state: state_machine.clone() };
-    let server = tokio::spawn(network::serve(listener, served));
+    let served = network::Served {
+        node: settings.node_id,
+        session_timeout_ms: settings.session_timeout_ms,
+        raft: raft.clone(),
+        log: log_store,
+        state: state_machine.clone(),
+    };
+    let server = tokio::spawn(network::serve(listener, served.clone()));
+    let fencing = tokio::spawn(fence_expired_sessions(served.clone()));
     let members: BTreeMap<u64, BasicNode> =
         settings.voters.iter().map(|(id, addr)| (*id, BasicNode { addr: addr.clone() })).collect();
     if let Err(e) = raft.initialize(members).await {
@@ -229,9 +239,9 @@ async fn run(
     while let Ok(request) = inbox.recv_async().await {
         match request {
             Request::Write(command, reply) => {
-                let raft = raft.clone();
+                let served = served.clone();
                 tokio::spawn(async move {
-                    let _ = reply.send(network::write(&raft, command, false).await);
+                    let _ = reply.send(network::write(&served, command, false).await);
                 });
             }
             Request::State(reply) => {
@@ -244,7 +254,27 @@ async fn run(
         }
     }
     server.abort();
+    fencing.abort();
     if let Err(e) = raft.shutdown().await {
         tracing::warn!(node = settings.node_id, error = %e, "quorum shutdown");
+    }
+}
+
+/// While this voter leads: fences every broker whose session expired (no registration or heartbeat for
+/// `broker.session.timeout.ms` by this voter's clock), which moves its leaderships away.
+async fn fence_expired_sessions(served: network::Served) {
+    let period = Duration::from_millis((served.session_timeout_ms as u64 / 4).clamp(50, 1000));
+    loop {
+        tokio::time::sleep(period).await;
+        if served.raft.current_leader().await != Some(served.node) {
+            continue;
+        }
+        let (state, _) = served.state.state();
+        for (id, incarnation) in state.expired_sessions(network::now_ms(), served.session_timeout_ms) {
+            tracing::warn!(broker = %id, "quorum: broker session expired; fencing it");
+            if let Err(e) = served.raft.client_write(Command::FenceBroker { id, incarnation }).await {
+                tracing::debug!(broker = %id, error = %e, "quorum: fencing not committed (no longer leader?)");
+            }
+        }
     }
 }

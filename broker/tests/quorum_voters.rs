@@ -113,6 +113,17 @@ impl Cluster {
     }
 }
 
+/// A broker registration; the voter that proposes it stamps its time and session timeout.
+fn register(id: u32, incarnation: u64) -> Command {
+    Command::RegisterBroker {
+        id: NodeId(id),
+        endpoint: BrokerEndpoint { host: "127.0.0.1".into(), port: 9092 },
+        incarnation,
+        now_ms: 0,
+        session_timeout_ms: 0,
+    }
+}
+
 fn create(name: &str) -> Command {
     Command::CreateTopic {
         name: name.into(),
@@ -135,14 +146,7 @@ fn raft_files_exist(dir: &Path) -> bool {
 fn three_voters_commit_through_any_voter_catch_up_after_a_restart_and_survive_the_leader_stopping() {
     let mut cluster = Cluster::start(3);
     cluster.leader();
-    let register = Command::RegisterBroker {
-        id: NodeId(1),
-        endpoint: BrokerEndpoint { host: "127.0.0.1".into(), port: 9092 },
-        incarnation: 1,
-        now_ms: 0,
-        session_timeout_ms: 9_000,
-    };
-    cluster.write(1, register);
+    cluster.write(1, register(1, 1));
     // Through every voter in turn: two of them forward to the leader.
     let mut last = 0;
     for i in 0..12 {
@@ -181,14 +185,7 @@ fn voters_take_snapshots_and_a_restarted_voter_resumes_from_its_snapshot_and_log
     // A snapshot every 10 entries.
     let mut cluster = Cluster::start_with_snapshots_every(3, 10);
     let leader = cluster.leader();
-    let register = Command::RegisterBroker {
-        id: NodeId(1),
-        endpoint: BrokerEndpoint { host: "127.0.0.1".into(), port: 9092 },
-        incarnation: 1,
-        now_ms: 0,
-        session_timeout_ms: 9_000,
-    };
-    cluster.write(leader, register);
+    cluster.write(leader, register(1, 1));
     let follower = (1..=3).find(|id| *id != leader).unwrap();
     cluster.running[(follower - 1) as usize].take().unwrap().stop();
     let mut last = 0;
@@ -222,15 +219,7 @@ fn the_leader_fences_a_broker_whose_heartbeats_stop_and_a_heartbeat_unfences_it(
     cluster.running[0].take().unwrap().stop();
     cluster.running[0] = Some(cluster.voter(1));
     cluster.leader();
-    let register = Command::RegisterBroker {
-        id: NodeId(7),
-        endpoint: BrokerEndpoint { host: "127.0.0.1".into(), port: 9092 },
-        incarnation: 3,
-        // Stamped by the voter that proposes it: these values are replaced.
-        now_ms: 0,
-        session_timeout_ms: i64::MAX,
-    };
-    cluster.write(1, register);
+    cluster.write(1, register(7, 3));
     let (state, _) = cluster.get(1).state().unwrap();
     assert!(!state.brokers[&NodeId(7)].fenced, "registered live");
     assert!(state.brokers[&NodeId(7)].last_heartbeat_ms > 0, "stamped with the controller's clock");

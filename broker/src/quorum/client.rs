@@ -16,6 +16,7 @@ use super::wire::{WireStatus, WireWriteResult, kind};
 pub struct QuorumClient {
     stream: TcpStream,
     reader: PeerFrameReader,
+    buf: Vec<u8>,
 }
 
 impl QuorumClient {
@@ -25,21 +26,20 @@ impl QuorumClient {
         stream.set_nodelay(true)?;
         stream.set_read_timeout(Some(timeout))?;
         stream.set_write_timeout(Some(timeout))?;
-        Ok(QuorumClient { stream, reader: PeerFrameReader::new(MAX_FRAME_BYTES) })
+        Ok(QuorumClient { stream, reader: PeerFrameReader::new(MAX_FRAME_BYTES), buf: vec![0u8; 64 << 10] })
     }
 
     fn call(&mut self, request_kind: u16, body: &[u8], answer_kind: u16) -> Result<bytes::Bytes, CallError> {
         self.stream.write_all(&encode_frame(request_kind, body))?;
-        let mut buf = vec![0u8; 64 << 10];
         let frame = loop {
             if let Some(frame) = self.reader.next_frame()? {
                 break frame;
             }
-            let n = self.stream.read(&mut buf)?;
+            let n = self.stream.read(&mut self.buf)?;
             if n == 0 {
                 return Err(CallError::Closed);
             }
-            self.reader.extend(&buf[..n]);
+            self.reader.extend(&self.buf[..n]);
         };
         match frame.kind {
             k if k == answer_kind => Ok(frame.body),

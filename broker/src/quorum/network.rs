@@ -58,20 +58,21 @@ pub enum CallError {
 pub struct PeerConnection {
     stream: TcpStream,
     reader: PeerFrameReader,
+    buf: Vec<u8>,
 }
 
 impl PeerConnection {
     pub async fn connect(addr: &str) -> std::io::Result<PeerConnection> {
         let stream = TcpStream::connect(addr).await?;
         stream.set_nodelay(true)?;
-        Ok(PeerConnection { stream, reader: PeerFrameReader::new(MAX_FRAME_BYTES) })
+        Ok(PeerConnection { stream, reader: PeerFrameReader::new(MAX_FRAME_BYTES), buf: Vec::new() })
     }
 
     /// Sends one request and reads its answer. A [`kind::FAILED`] answer is an error.
     pub async fn call(&mut self, request_kind: u16, body: &[u8], timeout: Duration) -> Result<PeerFrame, CallError> {
         let exchange = async {
             self.stream.write_all(&encode_frame(request_kind, body)).await?;
-            read_frame(&mut self.stream, &mut self.reader).await?.ok_or(CallError::Closed)
+            read_frame(&mut self.stream, &mut self.reader, &mut self.buf).await?.ok_or(CallError::Closed)
         };
         let frame = tokio::time::timeout(timeout, exchange).await.map_err(|_| CallError::Timeout(timeout))??;
         if frame.kind == kind::FAILED {
@@ -82,14 +83,21 @@ impl PeerConnection {
     }
 }
 
-/// Reads the next frame; `None` at a clean end of stream.
-async fn read_frame(stream: &mut TcpStream, reader: &mut PeerFrameReader) -> Result<Option<PeerFrame>, CallError> {
-    let mut buf = vec![0u8; 64 << 10];
+/// Bytes read from a socket at a time.
+const READ_CHUNK_BYTES: usize = 64 << 10;
+
+/// Reads the next frame; `None` at a clean end of stream. `buf` is scratch space, kept by the caller.
+async fn read_frame(
+    stream: &mut TcpStream,
+    reader: &mut PeerFrameReader,
+    buf: &mut Vec<u8>,
+) -> Result<Option<PeerFrame>, CallError> {
+    buf.resize(READ_CHUNK_BYTES, 0);
     loop {
         if let Some(frame) = reader.next_frame()? {
             return Ok(Some(frame));
         }
-        let n = stream.read(&mut buf).await?;
+        let n = stream.read(buf).await?;
         if n == 0 {
             return if reader.buffered() == 0 { Ok(None) } else { Err(CallError::Closed) };
         }
@@ -225,8 +233,9 @@ pub async fn serve(listener: TcpListener, served: Served) {
 
 async fn serve_connection(mut stream: TcpStream, peer: String, served: Served) {
     let mut reader = PeerFrameReader::new(MAX_FRAME_BYTES);
+    let mut buf = Vec::new();
     loop {
-        let frame = match read_frame(&mut stream, &mut reader).await {
+        let frame = match read_frame(&mut stream, &mut reader, &mut buf).await {
             Ok(Some(frame)) => frame,
             Ok(None) => return,
             Err(e) => {

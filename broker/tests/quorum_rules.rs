@@ -33,8 +33,15 @@ fn create(name: &str, partitions: u32, replication_factor: u16) -> Command {
     }
 }
 
-fn fence(id: u32, incarnation: u64) -> Command {
-    Command::FenceBroker { id: NodeId(id), incarnation }
+/// The controller's fencing of a broker whose last heartbeat was at `last_heartbeat_ms`.
+fn fence_seen(id: u32, incarnation: u64, last_heartbeat_ms: i64) -> Command {
+    Command::FenceBroker { id: NodeId(id), incarnation, last_heartbeat_ms }
+}
+
+/// Fencing as decided on `state` as it is now.
+fn fence_now(state: &ClusterState, id: u32, incarnation: u64) -> Command {
+    let seen = state.brokers.get(&NodeId(id)).map_or(0, |b| b.last_heartbeat_ms);
+    fence_seen(id, incarnation, seen)
 }
 
 /// A state with brokers 1..=n registered (incarnation = id) at time 0.
@@ -113,7 +120,7 @@ fn a_fenced_leader_is_replaced_by_the_first_live_isr_member_and_leaves_the_isr()
     let before = state.topics["orders"].partitions[0].clone();
     assert_eq!(before.replicas, ids(&[1, 2, 3]));
 
-    let events = state.apply(&fence(1, 1)).unwrap();
+    let events = state.apply(&fence_now(&state, 1, 1)).unwrap();
     assert!(events.is_empty(), "a clean election is not an event: {events:?}");
     let p = &state.topics["orders"].partitions[0];
     assert_eq!(p.leader, Some(NodeId(2)), "first live ISR member in assignment order");
@@ -122,7 +129,7 @@ fn a_fenced_leader_is_replaced_by_the_first_live_isr_member_and_leaves_the_isr()
     assert!(p.partition_epoch > before.partition_epoch);
 
     // A follower that is fenced just leaves the ISR; the leader stays and its epoch does not move.
-    state.apply(&fence(3, 3)).unwrap();
+    state.apply(&fence_now(&state, 3, 3)).unwrap();
     let p = &state.topics["orders"].partitions[0];
     assert_eq!((p.leader, p.isr.clone(), p.leader_epoch), (Some(NodeId(2)), ids(&[2]), LeaderEpoch(1)));
 }
@@ -133,7 +140,7 @@ fn a_partition_whose_isr_is_gone_stays_offline_until_its_last_member_returns() {
     state.apply(&create("solo", 2, 1)).unwrap();
     let on_broker_1 = state.topics["solo"].partitions.iter().position(|p| p.replicas == ids(&[1])).unwrap();
 
-    let events = state.apply(&fence(1, 1)).unwrap();
+    let events = state.apply(&fence_now(&state, 1, 1)).unwrap();
     assert_eq!(events, vec![Event::Offline { topic: "solo".into(), partition: on_broker_1 as u32 }]);
     let p = &state.topics["solo"].partitions[on_broker_1];
     assert_eq!(p.leader, None);
@@ -160,7 +167,7 @@ fn unclean_election_lets_an_out_of_sync_replica_lead_only_when_the_topic_allows_
         isr: ids(&[1]),
     };
     state.apply(&shrink).unwrap();
-    let events = state.apply(&fence(1, 1)).unwrap();
+    let events = state.apply(&fence_now(&state, 1, 1)).unwrap();
     assert_eq!(events, vec![Event::Offline { topic: "orders".into(), partition: 0 }]);
     assert_eq!(state.topics["orders"].partitions[0].leader, None, "unclean election is off by default");
 
@@ -204,13 +211,13 @@ fn alter_partition_is_fenced_by_leader_and_partition_epochs() {
     assert_eq!(refused(&mut state, missing).kafka_code(), 3);
 
     // A fenced broker cannot be added back; once it is unfenced it can.
-    state.apply(&fence(3, 3)).unwrap();
+    state.apply(&fence_now(&state, 3, 3)).unwrap();
     assert_eq!(refused(&mut state, alter(1, 0, 1, &[1, 2, 3])).kafka_code(), 107);
     state.apply(&Command::BrokerHeartbeat { id: NodeId(3), incarnation: 3, now_ms: 1000 }).unwrap();
     state.apply(&alter(1, 0, 1, &[1, 2, 3])).unwrap();
 
     // The deposed leader's proposal is refused after a new election.
-    state.apply(&fence(1, 1)).unwrap();
+    state.apply(&fence_now(&state, 1, 1)).unwrap();
     let p = state.topics["orders"].partitions[0].clone();
     assert_eq!(p.leader, Some(NodeId(2)));
     assert_eq!(refused(&mut state, alter(1, 0, p.partition_epoch.0, &[1])).kafka_code(), 74);
@@ -222,10 +229,20 @@ fn heartbeats_and_registrations_are_checked_against_the_incarnation_and_session(
     let beat = |id, incarnation, now_ms| Command::BrokerHeartbeat { id: NodeId(id), incarnation, now_ms };
     assert_eq!(refused(&mut state, beat(1, 7, 10)).kafka_code(), 77, "STALE_BROKER_EPOCH");
     assert_eq!(refused(&mut state, beat(5, 5, 10)).kafka_code(), 102, "BROKER_ID_NOT_REGISTERED");
-    assert_eq!(refused(&mut state, fence(1, 7)).kafka_code(), 77, "fencing names the incarnation");
+    assert_eq!(
+        {
+            let f = fence_now(&state, 1, 7);
+            refused(&mut state, f)
+        }
+        .kafka_code(),
+        77,
+        "fencing names the incarnation"
+    );
 
     state.apply(&beat(1, 1, 5_000)).unwrap();
-    assert_eq!(state.expired_sessions(9_500, SESSION_MS), vec![(NodeId(2), 2)], "only broker 2 went quiet");
+    assert_eq!(state.expired_sessions(9_500, SESSION_MS), vec![fence_seen(2, 2, 0)], "only broker 2 went quiet");
+    // A fencing decided before a heartbeat was applied is refused: the broker is alive after all.
+    assert_eq!(refused(&mut state, fence_seen(1, 1, 0)).kafka_code(), 77, "broker 1 was heard from at 5000");
 
     // Another process with broker 1's id while broker 1's session is alive: refused.
     assert_eq!(refused(&mut state, register(1, 99, 6_000)).kafka_code(), 101, "DUPLICATE_BROKER_REGISTRATION");
@@ -282,14 +299,17 @@ fn preferred_leader_election_moves_leadership_back_only_when_it_can() {
 fn command() -> impl Strategy<Value = Command> {
     let id = 1u32..=4;
     let name = prop::sample::select(vec!["a", "b", "c"]);
+    // Few distinct times, so that a fencing often names the heartbeat the state holds.
+    let time = prop::sample::select(vec![0i64, 20_000, 39_999]);
     prop_oneof![
-        (id.clone(), 0u64..3, 0i64..40_000).prop_map(|(i, inc, now)| register(i, inc, now)),
-        (id.clone(), 0u64..3, 0i64..40_000).prop_map(|(i, inc, now)| Command::BrokerHeartbeat {
+        (id.clone(), 0u64..3, time.clone()).prop_map(|(i, inc, now)| register(i, inc, now)),
+        (id.clone(), 0u64..3, time.clone()).prop_map(|(i, inc, now)| Command::BrokerHeartbeat {
             id: NodeId(i),
             incarnation: inc,
             now_ms: now
         }),
-        (id.clone(), 0u64..3).prop_map(|(i, inc)| fence(i, inc)),
+        (id.clone(), 0u64..3, prop::sample::select(vec![0i64, 20_000, 39_999]))
+            .prop_map(|(i, inc, seen)| fence_seen(i, inc, seen)),
         (id.clone(), 0u64..3).prop_map(|(i, inc)| Command::ControlledShutdown { id: NodeId(i), incarnation: inc }),
         (name.clone(), 0u32..4, 0u16..4).prop_map(|(n, p, rf)| create(n, p, rf)),
         name.clone().prop_map(|n| Command::DeleteTopic { name: n.into() }),

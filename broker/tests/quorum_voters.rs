@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use shardlog_broker::quorum::service::{Voter, VoterSettings};
-use shardlog_broker::quorum::state::{BrokerEndpoint, ClusterState, Command, NodeId};
+use shardlog_broker::quorum::state::{BrokerEndpoint, ClusterState, Command, CommandError, NodeId};
 use shardlog_broker::quorum::wire::WireWriteResult;
 use uuid::Uuid;
 
@@ -73,17 +73,23 @@ impl Cluster {
         }
     }
 
-    /// Writes through voter `via`, retrying while an election is under way.
+    /// Writes through voter `via`, retrying while an election is under way. A retry may meet the first
+    /// attempt's effect (the answer was lost, the command committed): a topic that exists then counts.
     fn write(&self, via: u64, command: Command) -> u64 {
         let deadline = Instant::now() + Duration::from_secs(20);
+        let mut retried = false;
         loop {
             match self.get(via).write(command.clone()) {
+                WireWriteResult::Applied { index, outcome: Err(CommandError::TopicAlreadyExists(_)) } if retried => {
+                    return index;
+                }
                 WireWriteResult::Applied { index, outcome } => {
                     assert!(outcome.is_ok(), "{command:?} refused: {outcome:?}");
                     return index;
                 }
                 other => {
                     assert!(Instant::now() < deadline, "{command:?} not committed: {other:?}");
+                    retried = true;
                     std::thread::sleep(Duration::from_millis(100));
                 }
             }

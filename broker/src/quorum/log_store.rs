@@ -103,7 +103,12 @@ impl LogStore {
     pub fn open(dir: &Path) -> std::io::Result<(LogStore, LogRecovery)> {
         std::fs::create_dir_all(dir)?;
         let path = dir.join(LOG_FILE);
+        let created = !path.exists();
         let mut file = OpenOptions::new().read(true).append(true).create(true).open(&path)?;
+        if created {
+            // The new file's name must survive a crash before anything in it is acknowledged.
+            File::open(dir)?.sync_all()?;
+        }
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes)?;
         let mut inner = LogInner {
@@ -123,13 +128,13 @@ impl LogStore {
                 Ok(Some(frame)) => frame,
                 Ok(None) => break,
                 Err(e) => {
-                    tracing::warn!(path = %path.display(), at = good, error = %e, "raft log: cutting a damaged tail");
+                    check_torn_tail(&path, &bytes[good as usize..], good, &e.to_string())?;
                     break;
                 }
             };
             let record_bytes = (shardlog_net::peer::HEADER_BYTES + frame.body.len()) as u64;
             if inner.replay(frame.kind, &frame.body, record_bytes).is_err() {
-                tracing::warn!(path = %path.display(), at = good, "raft log: cutting an unreadable record");
+                check_torn_tail(&path, &bytes[good as usize..], good, "unreadable record")?;
                 break;
             }
             good += record_bytes;
@@ -147,6 +152,25 @@ impl LogStore {
     fn lock(&self) -> std::sync::MutexGuard<'_, LogInner> {
         self.inner.lock().expect("the raft log lock is never poisoned: nothing panics while holding it")
     }
+}
+
+/// A bad record is acceptable only as the log's last: a write the crash tore, never acknowledged. One
+/// with records after it is damage to acknowledged entries, and the voter must not start on it.
+fn check_torn_tail(path: &Path, rest: &[u8], at: u64, reason: &str) -> std::io::Result<()> {
+    let header = shardlog_net::peer::HEADER_BYTES;
+    let claimed_end = if rest.len() >= header {
+        header as u64 + u32::from_be_bytes(rest[8..12].try_into().expect("4 bytes")) as u64
+    } else {
+        rest.len() as u64
+    };
+    if claimed_end >= rest.len() as u64 {
+        tracing::warn!(path = %path.display(), at, reason, "raft log: cutting a torn last record");
+        return Ok(());
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        format!("{}: damaged record at byte {at} ({reason}) with more records after it", path.display()),
+    ))
 }
 
 fn read_vote(path: &Path) -> std::io::Result<Option<Vote<u64>>> {
@@ -351,17 +375,29 @@ mod tests {
     }
 
     #[test]
-    fn a_corrupt_record_ends_the_log_there() {
+    fn a_corrupt_last_record_is_cut_but_a_corrupt_record_before_others_stops_the_voter() {
         let dir = tempfile::tempdir().unwrap();
+        let corrupt = |mut record: Vec<u8>| {
+            let last = record.len() - 1;
+            record[last] ^= 0xff;
+            record
+        };
+        // Last record damaged (a torn sector): cut, the rest kept.
         let mut bytes = entry_record(1, 1);
-        let mut second = entry_record(1, 2);
-        let last = second.len() - 1;
-        second[last] ^= 0xff;
-        bytes.extend(&second);
-        bytes.extend(entry_record(1, 3));
+        bytes.extend(corrupt(entry_record(1, 2)));
         std::fs::write(dir.path().join(LOG_FILE), &bytes).unwrap();
         let (mut store, recovery) = LogStore::open(dir.path()).unwrap();
-        assert_eq!(terms(&mut store), vec![(1, 1)], "nothing after a record that fails its CRC is trusted");
-        assert_eq!(recovery.cut_bytes, (bytes.len() - entry_record(1, 1).len()) as u64);
+        assert_eq!(terms(&mut store), vec![(1, 1)]);
+        assert_eq!(recovery.cut_bytes, entry_record(1, 2).len() as u64);
+        drop(store);
+
+        // A damaged record with acknowledged records after it: refuse to start rather than lose them.
+        let mut bytes = entry_record(1, 1);
+        bytes.extend(corrupt(entry_record(1, 2)));
+        bytes.extend(entry_record(1, 3));
+        std::fs::write(dir.path().join(LOG_FILE), &bytes).unwrap();
+        let err = LogStore::open(dir.path()).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::InvalidData, "{err}");
+        assert_eq!(std::fs::read(dir.path().join(LOG_FILE)).unwrap(), bytes, "nothing was cut");
     }
 }

@@ -133,22 +133,33 @@ impl PeerClient {
         answer_kind: u16,
         option: &RPCOption,
     ) -> Result<bytes::Bytes, RPCError<u64, BasicNode, RaftError<u64, E>>> {
-        if self.conn.is_none() {
-            let conn =
-                PeerConnection::connect(&self.addr).await.map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?;
-            self.conn = Some(conn);
-        }
-        let conn = self.conn.as_mut().expect("connected above");
+        // The connection is taken out for the call and put back only after a whole exchange: openraft may
+        // drop this future mid-call (its own timeout), and a connection with an answer still unread must
+        // never serve the next request.
+        let mut conn = match self.conn.take() {
+            Some(conn) => conn,
+            None => {
+                let connect = PeerConnection::connect(&self.addr);
+                match tokio::time::timeout(option.hard_ttl(), connect).await {
+                    Ok(Ok(conn)) => conn,
+                    Ok(Err(e)) => return Err(RPCError::Unreachable(Unreachable::new(&e))),
+                    Err(_) => {
+                        let e = CallError::Timeout(option.hard_ttl());
+                        return Err(RPCError::Unreachable(Unreachable::new(&e)));
+                    }
+                }
+            }
+        };
         match conn.call(request_kind, &body, option.hard_ttl()).await {
-            Ok(frame) if frame.kind == answer_kind => Ok(frame.body),
+            Ok(frame) if frame.kind == answer_kind => {
+                self.conn = Some(conn);
+                Ok(frame.body)
+            }
             Ok(frame) => {
-                self.conn = None;
                 let e = CallError::Frame(PeerFrameError::UnexpectedType(frame.kind));
                 Err(RPCError::Network(NetworkError::new(&e)))
             }
             Err(e) => {
-                // The connection's state is unknown after a failure: start afresh next time.
-                self.conn = None;
                 tracing::debug!(target = self.target, addr = %self.addr, error = %e, "quorum call failed");
                 Err(RPCError::Network(NetworkError::new(&e)))
             }
@@ -345,7 +356,8 @@ pub fn now_ms() -> i64 {
 
 async fn forward(addr: &str, command: Command) -> WireWriteResult {
     // A leader that cannot be reached was not asked: the writer may safely send the command again.
-    let Ok(mut conn) = PeerConnection::connect(addr).await else { return WireWriteResult::NoLeader };
+    let connect = tokio::time::timeout(FORWARD_TIMEOUT, PeerConnection::connect(addr)).await;
+    let Ok(Ok(mut conn)) = connect else { return WireWriteResult::NoLeader };
     let call = async {
         let body = encode_message(&WireWrite { command, forwarded: true });
         let frame = conn.call(kind::WRITE, &body, FORWARD_TIMEOUT).await?;

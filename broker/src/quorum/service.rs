@@ -61,6 +61,8 @@ impl VoterSettings {
             election_timeout_max: self.election_timeout_min_ms * 2,
             snapshot_policy: SnapshotPolicy::LogsSinceLast(self.snapshot_after_entries),
             max_in_snapshot_log_to_keep: 100,
+            // A snapshot's last chunk waits for the follower to decode it and sync three files.
+            install_snapshot_timeout: 5000,
             ..Config::default()
         }
     }
@@ -231,9 +233,11 @@ async fn run(
     let fencing = tokio::spawn(fence_expired_sessions(served.clone()));
     let members: BTreeMap<u64, BasicNode> =
         settings.voters.iter().map(|(id, addr)| (*id, BasicNode { addr: addr.clone() })).collect();
-    if let Err(e) = raft.initialize(members).await {
-        // Expected on every start but the first: the log already holds a membership.
-        tracing::debug!(node = settings.node_id, error = %e, "quorum already initialized");
+    match raft.initialize(members).await {
+        Ok(()) => {}
+        // Every start but the first: the log already holds a membership.
+        Err(openraft::error::RaftError::APIError(openraft::error::InitializeError::NotAllowed(_))) => {}
+        Err(e) => tracing::warn!(node = settings.node_id, error = %e, "quorum: initial membership not proposed"),
     }
     let _ = ready.send(Ok(()));
     while let Ok(request) = inbox.recv_async().await {
@@ -261,19 +265,28 @@ async fn run(
 }
 
 /// While this voter leads: fences every broker whose session expired (no registration or heartbeat for
-/// `broker.session.timeout.ms` by this voter's clock), which moves its leaderships away.
+/// `broker.session.timeout.ms` by this voter's clock), which moves its leaderships away. A new leader
+/// waits one session timeout first: what it has applied may not yet include the latest heartbeats, and
+/// every broker gets a full session to reach it.
 async fn fence_expired_sessions(served: network::Served) {
-    let period = Duration::from_millis((served.session_timeout_ms as u64 / 4).clamp(50, 1000));
+    let timeout = Duration::from_millis(served.session_timeout_ms as u64);
+    let period = (timeout / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
+    let mut leading_since: Option<std::time::Instant> = None;
     loop {
         tokio::time::sleep(period).await;
         if served.raft.current_leader().await != Some(served.node) {
+            leading_since = None;
+            continue;
+        }
+        let since = *leading_since.get_or_insert_with(std::time::Instant::now);
+        if since.elapsed() < timeout {
             continue;
         }
         let (state, _) = served.state.state();
-        for (id, incarnation) in state.expired_sessions(network::now_ms(), served.session_timeout_ms) {
-            tracing::warn!(broker = %id, "quorum: broker session expired; fencing it");
-            if let Err(e) = served.raft.client_write(Command::FenceBroker { id, incarnation }).await {
-                tracing::debug!(broker = %id, error = %e, "quorum: fencing not committed (no longer leader?)");
+        for fence in state.expired_sessions(network::now_ms(), served.session_timeout_ms) {
+            tracing::warn!(command = ?fence, "quorum: broker session expired; fencing it");
+            if let Err(e) = served.raft.client_write(fence).await {
+                tracing::debug!(error = %e, "quorum: fencing not committed (no longer leader?)");
             }
         }
     }

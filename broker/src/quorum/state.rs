@@ -136,10 +136,12 @@ pub enum Command {
         incarnation: u64,
         now_ms: i64,
     },
-    /// The controller saw no heartbeat from this incarnation within the session timeout.
+    /// The controller saw no heartbeat from this incarnation within the session timeout since
+    /// `last_heartbeat_ms`. Refused if a heartbeat was applied since (the controller looked at an old state).
     FenceBroker {
         id: NodeId,
         incarnation: u64,
+        last_heartbeat_ms: i64,
     },
     /// The broker is stopping: move leadership away and fence it now.
     ControlledShutdown {
@@ -203,6 +205,8 @@ pub enum CommandError {
     BrokerNotRegistered(NodeId),
     #[error("broker {id}: incarnation {incarnation} is not the registered one")]
     StaleBrokerEpoch { id: NodeId, incarnation: u64 },
+    #[error("broker {0} was heard from since the fencing was decided")]
+    SessionRenewed(NodeId),
     #[error("topic {0:?} already exists")]
     TopicAlreadyExists(String),
     #[error("topic {0:?} does not exist")]
@@ -231,7 +235,7 @@ impl CommandError {
         match self {
             CommandError::DuplicateBrokerRegistration(_) => 101,
             CommandError::BrokerNotRegistered(_) => 102,
-            CommandError::StaleBrokerEpoch { .. } => 77,
+            CommandError::StaleBrokerEpoch { .. } | CommandError::SessionRenewed(_) => 77,
             CommandError::TopicAlreadyExists(_) => 36,
             CommandError::UnknownTopic(_) | CommandError::UnknownPartition { .. } => 3,
             CommandError::InvalidPartitions(_) => 37,
@@ -297,7 +301,14 @@ impl ClusterState {
                     self.elect_leaderless(&mut events);
                 }
             }
-            Command::FenceBroker { id, incarnation } | Command::ControlledShutdown { id, incarnation } => {
+            Command::FenceBroker { id, incarnation, last_heartbeat_ms } => {
+                let broker = self.registered(*id, *incarnation)?;
+                if broker.last_heartbeat_ms != *last_heartbeat_ms {
+                    return Err(CommandError::SessionRenewed(*id));
+                }
+                self.fence(*id, &mut events);
+            }
+            Command::ControlledShutdown { id, incarnation } => {
                 self.registered(*id, *incarnation)?;
                 self.fence(*id, &mut events);
             }
@@ -384,12 +395,16 @@ impl ClusterState {
         self.brokers.iter().filter(|(_, b)| !b.fenced).map(|(id, _)| *id).collect()
     }
 
-    /// Brokers whose session expired at `now_ms`: the controller proposes `FenceBroker` for each.
-    pub fn expired_sessions(&self, now_ms: i64, session_timeout_ms: i64) -> Vec<(NodeId, u64)> {
+    /// `FenceBroker` commands for the brokers whose session expired at `now_ms`.
+    pub fn expired_sessions(&self, now_ms: i64, session_timeout_ms: i64) -> Vec<Command> {
         self.brokers
             .iter()
             .filter(|(_, b)| !b.fenced && now_ms.saturating_sub(b.last_heartbeat_ms) >= session_timeout_ms)
-            .map(|(id, b)| (*id, b.incarnation))
+            .map(|(id, b)| Command::FenceBroker {
+                id: *id,
+                incarnation: b.incarnation,
+                last_heartbeat_ms: b.last_heartbeat_ms,
+            })
             .collect()
     }
 

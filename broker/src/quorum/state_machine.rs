@@ -192,7 +192,9 @@ impl RaftStateMachine<QuorumConfig> for StateMachineStore {
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError<u64>> {
         let data = snapshot.into_inner();
-        // Validated before anything is replaced: a bad snapshot leaves the state machine as it was.
+        // Validated before anything is replaced. A snapshot that does not decode (it passed the frame CRC
+        // and archive checks on the wire, so this is a bug, not noise) stops this voter's Raft, with the
+        // state machine as it was.
         let state = decode_state(&data).map_err(snapshot_error)?;
         let mut inner = self.lock();
         inner.persist_snapshot(meta.clone(), data);

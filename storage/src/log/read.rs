@@ -18,13 +18,15 @@ struct Gathered {
 }
 
 impl Gathered {
-    /// Takes `range` of the current chunk (consecutive with what was taken from it before).
-    fn take(&mut self, range: Range<usize>) {
+    /// Takes `range` of the current chunk (normally right after what was taken from it before).
+    fn take(&mut self, chunk: &Bytes, range: Range<usize>) {
         self.len += range.len();
         self.run = Some(match self.run.take() {
+            Some(run) if run.end == range.start => run.start..range.end,
             Some(run) => {
-                assert_eq!(run.end, range.start, "batches are taken in order without gaps");
-                run.start..range.end
+                // A batch was skipped between two taken ones (offsets out of order in a damaged file).
+                self.parts.push(chunk.slice(run));
+                range
             }
             None => range,
         });
@@ -164,7 +166,7 @@ impl<F: Fs> PartitionLog<F> {
                             });
                         }
                     }
-                    out.take(at..at + total);
+                    out.take(&chunk, at..at + total);
                     first_offset.get_or_insert(Offset(header.base_offset as u64));
                     next_offset = last.plus(1);
                 } else if chunk.len() - at < total {

@@ -40,6 +40,11 @@ pub struct Cluster {
     pub bootstrap: String,
 }
 
+/// A loopback port free right now (for local brokers and voters).
+pub fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
 /// The `shardlog` binary: `explicit`, else next to the running executable, else `shardlog` on PATH.
 pub fn shardlog_binary(explicit: Option<&Path>) -> PathBuf {
     if let Some(path) = explicit {

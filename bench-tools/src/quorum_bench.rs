@@ -19,7 +19,7 @@ use shardlog_broker::quorum::client::QuorumClient;
 use shardlog_broker::quorum::state::{BrokerEndpoint, Command, NodeId};
 use shardlog_broker::quorum::wire::WireWriteResult;
 
-use crate::cluster::shardlog_binary;
+use crate::cluster::{free_port, shardlog_binary};
 
 const CALL_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -112,10 +112,6 @@ impl Drop for Voters {
             let _ = child.wait();
         }
     }
-}
-
-fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
 fn create(writer: usize, n: u64) -> Command {

@@ -14,7 +14,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use shardlog_broker::admin_cli::AdminClient;
 
-use crate::cluster::{Cluster, ClusterArgs};
+use crate::cluster::{Cluster, ClusterArgs, free_port};
 use crate::produce::{self, Mode, ProduceArgs};
 use crate::report;
 use crate::stats::{self, Tally};
@@ -280,8 +280,4 @@ fn measure(bootstrap: &str, topic: &str, r: &Row, args: &TpsArgs, progress: &ind
 fn default_out() -> PathBuf {
     let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     PathBuf::from("bench-reports").join(format!("tps-{secs}"))
-}
-
-fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }

@@ -156,14 +156,6 @@ impl Voter {
         }
     }
 
-    /// Like [`Voter::write`], for async callers (a shard).
-    pub async fn write_async(&self, command: Command) -> WireWriteResult {
-        match self.ask(|tx| Request::Write(command, tx)) {
-            Some(rx) => rx.recv_async().await.unwrap_or_else(|_| WireWriteResult::Failed("the voter stopped".into())),
-            None => WireWriteResult::Failed("the voter stopped".into()),
-        }
-    }
-
     /// This voter's copy of the cluster state and the index of the last command applied to it.
     pub fn state(&self) -> Option<(ClusterState, Option<u64>)> {
         self.ask(Request::State)?.recv().ok()

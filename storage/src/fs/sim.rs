@@ -175,6 +175,17 @@ impl SimFs {
     }
 }
 
+impl SimFile {
+    /// A write the current contents show at once and a crash may lose until the next fdatasync.
+    fn record_write(&self, pos: u64, bytes: Vec<u8>) {
+        self.state.borrow_mut().writes += 1;
+        let op = Op::Write { pos, bytes };
+        let mut inode = self.inode.borrow_mut();
+        op.apply(&mut inode.data);
+        inode.pending.push(op);
+    }
+}
+
 impl SegmentFile for SimFile {
     type Buf = Vec<u8>;
 
@@ -188,20 +199,12 @@ impl SegmentFile for SimFile {
             pos.is_multiple_of(ALIGN) && (buf.len() as u64).is_multiple_of(ALIGN),
             "unaligned direct write at {pos}"
         );
-        self.state.borrow_mut().writes += 1;
-        let op = Op::Write { pos, bytes: buf };
-        let mut inode = self.inode.borrow_mut();
-        op.apply(&mut inode.data);
-        inode.pending.push(op);
+        self.record_write(pos, buf);
         Ok(())
     }
 
     fn write_cached(&self, pos: u64, bytes: &[u8]) -> io::Result<()> {
-        self.state.borrow_mut().writes += 1;
-        let op = Op::Write { pos, bytes: bytes.to_vec() };
-        let mut inode = self.inode.borrow_mut();
-        op.apply(&mut inode.data);
-        inode.pending.push(op);
+        self.record_write(pos, bytes.to_vec());
         Ok(())
     }
 

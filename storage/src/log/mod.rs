@@ -572,12 +572,12 @@ impl<F: Fs> PartitionLog<F> {
     /// acknowledgement point: the data outlives the process, and reaches the disk at the next flush).
     fn write_cached_locked(&self, file: &F::File) -> Offset {
         let mut inner = self.inner.borrow_mut();
-        let (end, covered, path) = (inner.active().size, inner.log_end(), inner.active().log_path());
+        let (end, covered) = (inner.active().size, inner.log_end());
         let from = inner.tail.written;
         let tail = &inner.tail;
         assert!(from >= tail.start, "unwritten data was dropped from the tail");
         if let Err(e) = file.write_cached(from, &tail.bytes[(from - tail.start) as usize..]) {
-            fatal::disk_failure("write", &path, &e);
+            fatal::disk_failure("write", &inner.active().log_path(), &e);
         }
         inner.tail.written = end;
         inner.stats.writes += 1;

@@ -166,6 +166,7 @@ pub fn run(args: &QuorumArgs) -> Result<()> {
     voters.leader()?;
     let mut client = None;
     let register = Command::RegisterBroker {
+        previous_incarnation: None,
         id: NodeId(1),
         endpoint: BrokerEndpoint { host: "127.0.0.1".into(), port: 9092 },
         incarnation: 1,

@@ -167,6 +167,7 @@ fn write_stream(
 
 fn commands(n: usize) -> Vec<Command> {
     let register = Command::RegisterBroker {
+        previous_incarnation: None,
         id: NodeId(1),
         endpoint: BrokerEndpoint { host: "127.0.0.1".into(), port: 9092 },
         incarnation: 1,

@@ -18,6 +18,7 @@ fn register(id: u32, incarnation: u64, now_ms: i64) -> Command {
         id: NodeId(id),
         endpoint: BrokerEndpoint { host: "127.0.0.1".into(), port: 9000 + id as u16 },
         incarnation,
+        previous_incarnation: None,
         now_ms,
         session_timeout_ms: SESSION_MS,
     }
@@ -250,6 +251,29 @@ fn heartbeats_and_registrations_are_checked_against_the_incarnation_and_session(
     state.apply(&register(1, 99, 5_000 + SESSION_MS)).unwrap();
     assert_eq!(state.brokers[&NodeId(1)].incarnation, 99);
     assert_eq!(refused(&mut state, beat(1, 1, 20_000)).kafka_code(), 77, "the old incarnation is stale");
+}
+
+#[test]
+fn a_broker_restarted_on_its_own_data_takes_over_its_previous_registration_at_once() {
+    let mut state = cluster(2);
+    state.apply(&create("orders", 2, 1)).unwrap();
+    let led_by_1 = state.topics["orders"].partitions.iter().position(|p| p.leader == Some(NodeId(1))).unwrap();
+    let epoch = state.topics["orders"].partitions[led_by_1].leader_epoch;
+    let restarted = |previous| Command::RegisterBroker {
+        id: NodeId(1),
+        endpoint: BrokerEndpoint { host: "127.0.0.1".into(), port: 9001 },
+        incarnation: 77,
+        previous_incarnation: previous,
+        now_ms: 100,
+        session_timeout_ms: SESSION_MS,
+    };
+    // Naming another incarnation than the registered one proves nothing: refused while the session lives.
+    assert_eq!(refused(&mut state, restarted(Some(5))).kafka_code(), 101);
+    state.apply(&restarted(Some(1))).unwrap();
+    assert_eq!(state.brokers[&NodeId(1)].incarnation, 77);
+    let p = &state.topics["orders"].partitions[led_by_1];
+    assert_eq!(p.leader, Some(NodeId(1)), "its partition (ISR of one) comes back with it");
+    assert!(p.leader_epoch > epoch, "at a new leader epoch");
 }
 
 #[test]

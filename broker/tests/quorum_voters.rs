@@ -122,6 +122,7 @@ impl Cluster {
 /// A broker registration; the voter that proposes it stamps its time and session timeout.
 fn register(id: u32, incarnation: u64) -> Command {
     Command::RegisterBroker {
+        previous_incarnation: None,
         id: NodeId(id),
         endpoint: BrokerEndpoint { host: "127.0.0.1".into(), port: 9092 },
         incarnation,

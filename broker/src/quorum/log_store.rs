@@ -84,7 +84,7 @@ fn write_failure(op: &'static str, path: &Path, e: &std::io::Error) -> ! {
 }
 
 /// Replaces `path` with `bytes` so that a crash leaves the old or the new file, never a mix.
-pub(super) fn replace_file(path: &Path, bytes: &[u8]) {
+pub(crate) fn replace_file(path: &Path, bytes: &[u8]) {
     let tmp = path.with_extension("tmp");
     let write = || -> std::io::Result<()> {
         let mut f = File::create(&tmp)?;

@@ -9,7 +9,8 @@
 //! - [`service`] runs a voter: openraft on its own thread with a current-thread tokio runtime, reached
 //!   from other threads through flume channels.
 //!
-//! Not yet: the `shardlog quorum` command, voters embedded in brokers, and brokers following the state.
+//! Voters run standalone (`shardlog quorum`) or inside brokers; brokers reach them through
+//! [`crate::metadata::link`].
 
 pub mod client;
 pub mod election;

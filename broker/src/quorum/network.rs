@@ -22,8 +22,8 @@ use super::log_store::LogStore;
 use super::state::Command;
 use super::state_machine::StateMachineStore;
 use super::wire::{
-    QuorumConfig, WireAppend, WireAppendResult, WireSnapshotChunk, WireStatus, WireVote, WireVoteRequest,
-    WireVoteResult, WireWriteResult, kind,
+    MetadataDelta, QuorumConfig, WireAppend, WireAppendResult, WireFetch, WireFetchResult, WireSnapshotChunk,
+    WireStatus, WireVote, WireVoteRequest, WireVoteResult, WireWriteResult, kind,
 };
 
 /// The largest frame a voter accepts (snapshot chunks and entry batches are far smaller).
@@ -300,8 +300,52 @@ async fn answer(served: &Served, frame: PeerFrame) -> Result<Vec<u8>, PeerFrameE
             encode_frame(kind::WRITE_RESULT, &encode_message(&result))
         }
         kind::STATUS => encode_frame(kind::STATUS_RESULT, &encode_message(&status(served).await)),
+        kind::FETCH => {
+            let request: WireFetch = decode_message(&frame.body)?;
+            let wait = Duration::from_millis(request.wait_ms.min(MAX_FETCH_WAIT_MS) as u64);
+            encode_frame(kind::FETCH_RESULT, &encode_message(&fetch(served, request.after, wait).await))
+        }
         other => return Err(PeerFrameError::UnexpectedType(other)),
     })
+}
+
+/// The longest a metadata fetch waits for something new.
+pub const MAX_FETCH_WAIT_MS: u32 = 10_000;
+
+/// What was applied after `after`: the commands from this voter's log, or its whole state when the log
+/// no longer holds them. Waits up to `wait` for something to be applied after `after`.
+pub async fn fetch(served: &Served, after: Option<u64>, wait: Duration) -> WireFetchResult {
+    use openraft::RaftLogReader;
+    let mut applied = served.state.subscribe_applied();
+    let newer = |index: &Option<u64>| *index > after;
+    let waited = tokio::time::timeout(wait, async { applied.wait_for(newer).await.map(|index| *index) }).await;
+    let delta = match waited {
+        Ok(Ok(index)) => {
+            let upto = index.expect("newer than something");
+            let from = after.map_or(0, |a| a + 1);
+            let mut log = served.log.clone();
+            let entries = log.try_get_log_entries(from..=upto).await.unwrap_or_default();
+            let whole = entries.first().is_some_and(|e| e.log_id.index == from)
+                && entries.last().is_some_and(|e| e.log_id.index == upto)
+                && entries.len() as u64 == upto - from + 1;
+            if whole {
+                let commands = entries
+                    .into_iter()
+                    .filter_map(|e| match e.payload {
+                        openraft::EntryPayload::Normal(command) => Some((e.log_id.index, command)),
+                        _ => None,
+                    })
+                    .collect();
+                MetadataDelta::Entries { commands, applied: upto }
+            } else {
+                let (state, applied) = served.state.state();
+                MetadataDelta::Snapshot { state, applied: applied.map(|l| l.index) }
+            }
+        }
+        // Timed out, or the state machine is gone (the voter is stopping).
+        _ => MetadataDelta::Unchanged,
+    };
+    WireFetchResult { leader: served.raft.current_leader().await, delta }
 }
 
 /// This voter's view: leader, applied index, state, and the commands its log holds up to what it applied.

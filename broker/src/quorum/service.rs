@@ -15,7 +15,7 @@ use super::log_store::LogStore;
 use super::network::{self, Network};
 use super::state::{ClusterState, Command};
 use super::state_machine::StateMachineStore;
-use super::wire::WireWriteResult;
+use super::wire::{WireFetchResult, WireWriteResult};
 
 /// How a voter runs.
 #[derive(Debug, Clone)]
@@ -23,8 +23,8 @@ pub struct VoterSettings {
     pub node_id: u64,
     /// Raft log, vote and snapshot files.
     pub dir: PathBuf,
-    /// The quorum port.
-    pub listen: SocketAddr,
+    /// The quorum port; `None` for a voter that is the whole quorum and serves only its own process.
+    pub listen: Option<SocketAddr>,
     /// Every voter, this one included: id and `HOST:PORT` of its quorum port.
     pub voters: Vec<(u64, String)>,
     /// Raft timing (see [`VoterSettings::raft_config`]).
@@ -44,13 +44,21 @@ impl VoterSettings {
         VoterSettings {
             node_id,
             dir,
-            listen,
+            listen: Some(listen),
             voters,
             heartbeat_ms: 100,
             election_timeout_min_ms: 500,
             snapshot_after_entries: 1000,
             session_timeout_ms: 9000,
         }
+    }
+
+    /// A voter that is the whole quorum, without a quorum port (a single-node broker's own quorum).
+    pub fn alone(node_id: u64, dir: PathBuf) -> Self {
+        let mut settings =
+            Self::new(node_id, dir, SocketAddr::from(([127, 0, 0, 1], 0)), vec![(node_id, String::new())]);
+        settings.listen = None;
+        settings
     }
 
     fn raft_config(&self) -> Config {
@@ -70,6 +78,7 @@ impl VoterSettings {
 
 enum Request {
     Write(Command, flume::Sender<WireWriteResult>),
+    Fetch(Option<u64>, Duration, flume::Sender<WireFetchResult>),
     State(flume::Sender<(ClusterState, Option<u64>)>),
     Leader(flume::Sender<Option<u64>>),
 }
@@ -85,6 +94,7 @@ impl std::fmt::Debug for Request {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Request::Write(c, _) => f.debug_tuple("Write").field(c).finish(),
+            Request::Fetch(after, _, _) => f.debug_tuple("Fetch").field(after).finish(),
             Request::State(_) => f.write_str("State"),
             Request::Leader(_) => f.write_str("Leader"),
         }
@@ -110,9 +120,15 @@ impl Voter {
         let storage_error = |source| StartError::Storage { dir: settings.dir.clone(), source };
         let (log_store, recovery) = LogStore::open(&settings.dir).map_err(storage_error)?;
         let state_machine = StateMachineStore::open(&settings.dir).map_err(storage_error)?;
-        let std_listener = std::net::TcpListener::bind(settings.listen)
-            .map_err(|source| StartError::Listen { addr: settings.listen, source })?;
-        std_listener.set_nonblocking(true).map_err(|source| StartError::Listen { addr: settings.listen, source })?;
+        let std_listener = match settings.listen {
+            Some(addr) => {
+                let listen_error = |source| StartError::Listen { addr, source };
+                let listener = std::net::TcpListener::bind(addr).map_err(listen_error)?;
+                listener.set_nonblocking(true).map_err(listen_error)?;
+                Some(listener)
+            }
+            None => None,
+        };
         tracing::info!(
             node = settings.node_id,
             entries = recovery.entries,
@@ -156,6 +172,20 @@ impl Voter {
         }
     }
 
+    /// [`Voter::write`] for async callers on any runtime.
+    pub async fn write_async(&self, command: Command) -> WireWriteResult {
+        match self.ask(|tx| Request::Write(command, tx)) {
+            Some(rx) => rx.recv_async().await.unwrap_or_else(|_| WireWriteResult::Failed("the voter stopped".into())),
+            None => WireWriteResult::Failed("the voter stopped".into()),
+        }
+    }
+
+    /// What this voter applied after `after`, waiting up to `wait` for something new (see
+    /// [`network::fetch`]); `None` once the voter has stopped.
+    pub async fn fetch_async(&self, after: Option<u64>, wait: Duration) -> Option<WireFetchResult> {
+        self.ask(|tx| Request::Fetch(after, wait, tx))?.recv_async().await.ok()
+    }
+
     /// This voter's copy of the cluster state and the index of the last command applied to it.
     pub fn state(&self) -> Option<(ClusterState, Option<u64>)> {
         self.ask(Request::State)?.recv().ok()
@@ -189,7 +219,7 @@ async fn run(
     settings: VoterSettings,
     log_store: LogStore,
     state_machine: StateMachineStore,
-    listener: std::net::TcpListener,
+    listener: Option<std::net::TcpListener>,
     inbox: flume::Receiver<Request>,
     ready: flume::Sender<Result<(), StartError>>,
 ) {
@@ -207,10 +237,11 @@ async fn run(
             return;
         }
     };
-    let listener = match tokio::net::TcpListener::from_std(listener) {
+    let listener = match listener.map(tokio::net::TcpListener::from_std).transpose() {
         Ok(l) => l,
-        Err(e) => {
-            let _ = ready.send(Err(StartError::Listen { addr: settings.listen, source: e }));
+        Err(source) => {
+            let addr = settings.listen.expect("a listener was bound");
+            let _ = ready.send(Err(StartError::Listen { addr, source }));
             return;
         }
     };
@@ -221,7 +252,7 @@ async fn run(
         log: log_store,
         state: state_machine.clone(),
     };
-    let server = tokio::spawn(network::serve(listener, served.clone()));
+    let server = listener.map(|listener| tokio::spawn(network::serve(listener, served.clone())));
     let fencing = tokio::spawn(fence_expired_sessions(served.clone()));
     let members: BTreeMap<u64, BasicNode> =
         settings.voters.iter().map(|(id, addr)| (*id, BasicNode { addr: addr.clone() })).collect();
@@ -240,6 +271,12 @@ async fn run(
                     let _ = reply.send(network::write(&served, command, false).await);
                 });
             }
+            Request::Fetch(after, wait, reply) => {
+                let served = served.clone();
+                tokio::spawn(async move {
+                    let _ = reply.send(network::fetch(&served, after, wait).await);
+                });
+            }
             Request::State(reply) => {
                 let (state, applied) = state_machine.state();
                 let _ = reply.send((state, applied.map(|l| l.index)));
@@ -249,7 +286,9 @@ async fn run(
             }
         }
     }
-    server.abort();
+    if let Some(server) = server {
+        server.abort();
+    }
     fencing.abort();
     if let Err(e) = raft.shutdown().await {
         tracing::warn!(node = settings.node_id, error = %e, "quorum shutdown");

@@ -122,11 +122,14 @@ impl TopicRecord {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub enum Command {
     /// A broker process started. Refused while another incarnation of the same id is unfenced and its
-    /// session (`session_timeout_ms`, the controller's setting) has not expired.
+    /// session (`session_timeout_ms`, the controller's setting) has not expired, unless that incarnation
+    /// is `previous_incarnation`: the one this broker recorded in its data dir when it last started, so
+    /// a process restarted on the same data (after kill -9) need not wait out its own old session.
     RegisterBroker {
         id: NodeId,
         endpoint: BrokerEndpoint,
         incarnation: u64,
+        previous_incarnation: Option<u64>,
         now_ms: i64,
         session_timeout_ms: i64,
     },
@@ -272,10 +275,11 @@ impl ClusterState {
     pub fn apply(&mut self, command: &Command) -> Result<Vec<Event>, CommandError> {
         let mut events = Vec::new();
         match command {
-            Command::RegisterBroker { id, endpoint, incarnation, now_ms, session_timeout_ms } => {
+            Command::RegisterBroker { id, endpoint, incarnation, previous_incarnation, now_ms, session_timeout_ms } => {
                 if let Some(existing) = self.brokers.get(id) {
                     let session_alive = now_ms.saturating_sub(existing.last_heartbeat_ms) < *session_timeout_ms;
-                    if existing.incarnation != *incarnation && !existing.fenced && session_alive {
+                    let own_predecessor = *previous_incarnation == Some(existing.incarnation);
+                    if existing.incarnation != *incarnation && !existing.fenced && session_alive && !own_predecessor {
                         return Err(CommandError::DuplicateBrokerRegistration(*id));
                     }
                     if existing.incarnation != *incarnation && !existing.fenced {

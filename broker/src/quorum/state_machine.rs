@@ -47,6 +47,8 @@ struct SmInner {
 #[derive(Debug, Clone)]
 pub struct StateMachineStore {
     inner: Arc<Mutex<SmInner>>,
+    /// The index of the last applied entry, for metadata fetches waiting for something new.
+    applied: Arc<tokio::sync::watch::Sender<Option<u64>>>,
 }
 
 fn decode_state(bytes: &[u8]) -> Result<ClusterState, String> {
@@ -94,11 +96,17 @@ impl StateMachineStore {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
-        Ok(StateMachineStore { inner: Arc::new(Mutex::new(inner)) })
+        let applied = Arc::new(tokio::sync::watch::Sender::new(inner.last_applied.map(|l| l.index)));
+        Ok(StateMachineStore { inner: Arc::new(Mutex::new(inner)), applied })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, SmInner> {
         self.inner.lock().expect("the state machine lock is never poisoned: nothing panics while holding it")
+    }
+
+    /// Watches the index of the last applied entry.
+    pub fn subscribe_applied(&self) -> tokio::sync::watch::Receiver<Option<u64>> {
+        self.applied.subscribe()
     }
 
     /// A copy of the current state and the log id it includes.
@@ -175,6 +183,7 @@ impl RaftStateMachine<QuorumConfig> for StateMachineStore {
                 }
             }
         }
+        self.applied.send_replace(inner.last_applied.map(|l| l.index));
         Ok(outcomes)
     }
 
@@ -201,6 +210,7 @@ impl RaftStateMachine<QuorumConfig> for StateMachineStore {
         inner.state = state;
         inner.last_applied = meta.last_log_id;
         inner.membership = meta.last_membership.clone();
+        self.applied.send_replace(inner.last_applied.map(|l| l.index));
         Ok(())
     }
 

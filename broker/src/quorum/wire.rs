@@ -159,6 +159,38 @@ pub mod kind {
     pub const STATUS_RESULT: u16 = 19;
     /// The receiving voter refused or could not serve the request: a text reason.
     pub const FAILED: u16 = 20;
+    /// A broker following the metadata: what was applied after the index it names (a long poll).
+    pub const FETCH: u16 = 21;
+    pub const FETCH_RESULT: u16 = 22;
+}
+
+/// A broker's metadata fetch: everything applied after `after` (`None`: from the start), waiting up to
+/// `wait_ms` for something new.
+#[derive(Debug, Clone, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub struct WireFetch {
+    pub after: Option<u64>,
+    pub wait_ms: u32,
+}
+
+/// What a follower of the metadata applies next.
+#[derive(Debug, Clone, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub enum MetadataDelta {
+    /// Nothing was applied after the fetcher's index within the wait.
+    Unchanged,
+    /// The commands after the fetcher's index, in log order, up to and including index `applied`
+    /// (entries without a command, such as membership changes, advance the index but are not listed).
+    Entries { commands: Vec<(u64, Command)>, applied: u64 },
+    /// The voter's log no longer holds what comes after the fetcher's index (a snapshot covers it): the
+    /// whole state as of `applied`.
+    Snapshot { state: super::state::ClusterState, applied: Option<u64> },
+}
+
+/// The answer to a [`kind::FETCH`].
+#[derive(Debug, Clone, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub struct WireFetchResult {
+    /// The Raft leader as the answering voter knows it (Kafka's controller id).
+    pub leader: Option<u64>,
+    pub delta: MetadataDelta,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]

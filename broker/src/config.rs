@@ -12,7 +12,9 @@
 //! | `listeners` | `127.0.0.1:9092` | Kafka listener, `HOST:PORT` or `PLAINTEXT://HOST:PORT` |
 //! | `advertised.listeners` | the listener | address given to clients in Metadata |
 //! | `shards` | number of CPUs | shard executors (one per core, pinned when there are enough cores) |
-//! | `controller.quorum.voters` | `<node.id>@<listener host>:9093` | quorum voters, `ID@HOST:PORT,...` |
+//! | `controller.quorum.voters` | unset: this node is its own one-voter quorum, without a quorum port | quorum voters, `ID@HOST:PORT,...`; a broker whose `node.id` is listed runs that voter (on that port) |
+//! | `broker.session.timeout.ms` | 9000 | (voters) a broker not heard from for this long is fenced |
+//! | `broker.heartbeat.interval.ms` | 2000 | how often the broker heartbeats to the quorum |
 //! | `metrics.listen` | off | Prometheus endpoint `HOST:PORT` |
 //! | `auto.create.topics.enable` | true | create unknown topics on Metadata/Produce |
 //! | `num.partitions` | 3 | partitions of an auto-created topic |
@@ -101,7 +103,10 @@ pub struct BrokerConfig {
     pub listener: Endpoint,
     pub advertised_listener: Endpoint,
     pub shards: usize,
+    /// Empty: the broker is its own one-voter quorum, reachable only from its own process.
     pub quorum_voters: Vec<Voter>,
+    pub broker_session_timeout_ms: u64,
+    pub broker_heartbeat_interval_ms: u64,
     pub metrics_listen: Option<Endpoint>,
     pub auto_create_topics: bool,
     pub num_partitions: u32,
@@ -157,6 +162,10 @@ struct Settings {
     shards: Option<usize>,
     #[serde(rename = "controller.quorum.voters")]
     quorum_voters: Option<String>,
+    #[serde(rename = "broker.session.timeout.ms")]
+    broker_session_timeout_ms: Option<i64>,
+    #[serde(rename = "broker.heartbeat.interval.ms")]
+    broker_heartbeat_interval_ms: Option<i64>,
     #[serde(rename = "metrics.listen")]
     metrics_listen: Option<String>,
     #[serde(rename = "auto.create.topics.enable")]
@@ -339,8 +348,17 @@ impl Settings {
         }
         let quorum_voters = match &self.quorum_voters {
             Some(text) => voters("controller.quorum.voters", text)?,
-            None => vec![Voter { id: node_id, host: listener.host.clone(), port: 9093 }],
+            None => Vec::new(),
         };
+        let broker_session_timeout_ms =
+            in_range("broker.session.timeout.ms", self.broker_session_timeout_ms.unwrap_or(9000), 100, 3_600_000)?
+                as u64;
+        let broker_heartbeat_interval_ms = in_range(
+            "broker.heartbeat.interval.ms",
+            self.broker_heartbeat_interval_ms.unwrap_or(2000),
+            10,
+            broker_session_timeout_ms as i64 - 1,
+        )? as u64;
         let metrics_listen = self.metrics_listen.as_deref().map(|t| endpoint("metrics.listen", t)).transpose()?;
 
         let mut log = LogConfig::default();
@@ -405,6 +423,8 @@ impl Settings {
             advertised_listener,
             shards,
             quorum_voters,
+            broker_session_timeout_ms,
+            broker_heartbeat_interval_ms,
             metrics_listen,
             auto_create_topics: self.auto_create_topics.unwrap_or(true),
             num_partitions: in_range("num.partitions", self.num_partitions.unwrap_or(3), 1, 100_000)? as u32,

@@ -41,12 +41,8 @@ pub enum OffsetSpec {
 /// Work for the shard owning a partition.
 #[derive(Debug)]
 pub enum PartitionRequest {
+    /// Makes sure the partition's log exists here, with these settings.
     Create {
-        tp: TopicPartition,
-        config: LogConfig,
-        reply: flume::Sender<Result<(), String>>,
-    },
-    SetConfig {
         tp: TopicPartition,
         config: LogConfig,
         reply: flume::Sender<Result<(), String>>,
@@ -54,6 +50,10 @@ pub enum PartitionRequest {
     Delete {
         tp: TopicPartition,
         reply: flume::Sender<Result<(), String>>,
+    },
+    /// The partitions whose logs this shard holds.
+    Hosted {
+        reply: flume::Sender<Vec<TopicPartition>>,
     },
     Produce {
         tp: TopicPartition,
@@ -263,15 +263,15 @@ async fn release_caches(logs: &LogDir<DmaFs>, limits: &ShardLimits) {
 async fn handle(logs: &LogDir<DmaFs>, request: PartitionRequest, turn: Option<AppendTurn>) {
     match request {
         PartitionRequest::Create { tp, config, reply } => {
-            let result = logs.get_or_create(&tp, config).await.map(|_| ()).map_err(|e| e.to_string());
-            let _ = reply.send(result);
-        }
-        PartitionRequest::SetConfig { tp, config, reply } => {
             let result = match logs.get(&tp) {
+                // Opened at start with the default settings, or the topic's settings changed.
                 Some(log) => log.set_config(config).map_err(|e| e.to_string()),
-                None => Err(format!("no log for {tp}")),
+                None => logs.get_or_create(&tp, config).await.map(|_| ()).map_err(|e| e.to_string()),
             };
             let _ = reply.send(result);
+        }
+        PartitionRequest::Hosted { reply } => {
+            let _ = reply.send(logs.partitions());
         }
         PartitionRequest::Delete { tp, reply } => {
             let _ = reply.send(logs.delete(&tp).await.map_err(|e| e.to_string()));

@@ -13,7 +13,8 @@ fn no_settings_give_the_documented_single_node_defaults() {
     assert_eq!(c.data_dir, PathBuf::from("data"));
     assert_eq!(c.listener, Endpoint { host: "127.0.0.1".into(), port: 9092 });
     assert_eq!(c.advertised_listener, c.listener);
-    assert_eq!(c.quorum_voters, vec![Voter { id: 1, host: "127.0.0.1".into(), port: 9093 }]);
+    assert_eq!(c.quorum_voters, Vec::<Voter>::new(), "its own one-voter quorum");
+    assert_eq!((c.broker_session_timeout_ms, c.broker_heartbeat_interval_ms), (9000, 2000));
     assert!(c.shards >= 1);
     assert!(c.auto_create_topics);
     assert_eq!(c.num_partitions, 3);

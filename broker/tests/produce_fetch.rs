@@ -203,6 +203,10 @@ fn acknowledged_records_survive_sigkill_and_a_clean_restart() {
         assert_eq!(records.as_ref(), expected.as_slice(), "at the offsets it was acknowledged with");
         assert_eq!(create(&mut s, "audit", 2, 1, &[]), 36, "the topic record survived too");
         assert!(broker.log().contains("recovered partition"), "after kill -9 the logs are scanned");
+        assert!(
+            !broker.log().contains("another process is registered"),
+            "the process restarted on the same data takes over its own registration at once"
+        );
         assert!(broker.terminate().success());
     }
     assert!(data.path().join(".shardlog-clean-shutdown.shard-0").exists(), "a clean stop leaves the marker");

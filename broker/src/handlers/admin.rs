@@ -1,8 +1,15 @@
 //! Topic changes: CreateTopics, DeleteTopics, CreatePartitions, AlterConfigs, IncrementalAlterConfigs.
-//! Requests on any shard are forwarded to shard 0, which applies them one at a time: record durably,
-//! publish, then create, reconfigure or delete the partition logs on their shards.
+//! Requests on any shard are forwarded to shard 0, which handles them one at a time: validate against the
+//! metadata image, commit the change through the quorum, then wait until this broker's shards have
+//! applied it (created, reconfigured or deleted the partition logs), so the client's next request here
+//! sees it. One at a time, so a settings edit is never computed from a state another edit is replacing.
+
+use kafka_protocol::messages::create_topics_request::CreatableTopic;
 
 use super::*;
+use crate::quorum::state::Command;
+use crate::quorum::wire::WireWriteResult;
+use crate::topics::MAX_PARTITIONS;
 
 pub(super) async fn create_topics(ctx: &Arc<BrokerContext>, request: CreateTopicsRequest) -> CreateTopicsResponse {
     let (tx, rx) = flume::bounded(1);
@@ -46,15 +53,95 @@ pub async fn admin(ctx: Arc<BrokerContext>, requests: flume::Receiver<AdminReque
     }
 }
 
-pub(super) fn topic_error_code(e: &TopicError) -> ResponseError {
-    match e {
-        TopicError::InvalidName(_) => ResponseError::InvalidTopicException,
-        TopicError::AlreadyExists(_) => ResponseError::TopicAlreadyExists,
-        TopicError::Unknown(_) => ResponseError::UnknownTopicOrPartition,
-        TopicError::InvalidPartitions { .. } => ResponseError::InvalidPartitions,
-        TopicError::InvalidConfig(_) => ResponseError::InvalidConfig,
-        _ => ResponseError::KafkaStorageError,
+/// How long an admin request waits, after its change committed, for this broker to apply it (so that
+/// the client's next request here sees it).
+const APPLY_WAIT: Duration = Duration::from_secs(30);
+
+/// A refusal: Kafka error code and message.
+type Refusal = (i16, String);
+
+/// Commits a topic change through the quorum and waits until this broker's shards apply it.
+async fn commit(ctx: &Arc<BrokerContext>, command: Command) -> Result<(), Refusal> {
+    let index = match ctx.quorum.write(command).await {
+        WireWriteResult::Applied { index, outcome: Ok(_) } => index,
+        WireWriteResult::Applied { outcome: Err(e), .. } => return Err((e.kafka_code(), e.to_string())),
+        WireWriteResult::NoLeader => {
+            return Err((ResponseError::NotController.code(), "the quorum has no leader right now".into()));
+        }
+        WireWriteResult::Failed(reason) => return Err((ResponseError::RequestTimedOut.code(), reason)),
+    };
+    if !ctx.wait_reconciled(index, APPLY_WAIT).await {
+        tracing::warn!(index, "a committed topic change is not applied here yet");
     }
+    Ok(())
+}
+
+fn refusal(error: ResponseError, message: impl Into<String>) -> Refusal {
+    (error.code(), message.into())
+}
+
+/// Checks a partition count against Kafka's bounds.
+fn check_partition_count(count: i64) -> Result<u32, Refusal> {
+    if count < 1 || count > MAX_PARTITIONS as i64 {
+        return Err(refusal(
+            ResponseError::InvalidPartitions,
+            format!("{count} partitions: must be in [1, {MAX_PARTITIONS}]"),
+        ));
+    }
+    Ok(count as u32)
+}
+
+/// Validates one topic of a CreateTopics request into the command that creates it.
+fn create_command(ctx: &BrokerContext, image: &MetadataImage, topic: &CreatableTopic) -> Result<Command, Refusal> {
+    let name = topic.name.0.as_str().to_string();
+    crate::topics::validate_topic_name(&name)
+        .map_err(|e| refusal(ResponseError::InvalidTopicException, e.to_string()))?;
+    if image.topic(&name).is_some() {
+        return Err(refusal(ResponseError::TopicAlreadyExists, format!("topic {name:?} already exists")));
+    }
+    let partitions =
+        if topic.num_partitions == -1 { ctx.config.num_partitions as i64 } else { topic.num_partitions as i64 };
+    let partitions = check_partition_count(partitions)?;
+    let replication = if topic.replication_factor == -1 {
+        ctx.config.default_replication_factor as i64
+    } else {
+        topic.replication_factor as i64
+    };
+    let live = image.state.live().len();
+    if replication < 1 || replication > live as i64 {
+        return Err(refusal(
+            ResponseError::InvalidReplicationFactor,
+            format!("replication factor {replication}: {live} live broker(s)"),
+        ));
+    }
+    if replication > 1 {
+        // Followers do not copy their leader's log yet: a second replica would be counted in the ISR
+        // without holding the data, and acks=all would lie.
+        return Err(refusal(
+            ResponseError::InvalidReplicationFactor,
+            format!("replication factor {replication}: replication between brokers is not built yet; use 1"),
+        ));
+    }
+    if !topic.assignments.is_empty() {
+        return Err(refusal(ResponseError::InvalidReplicaAssignment, "manual replica assignment is not supported"));
+    }
+    let mut configs = BTreeMap::new();
+    for c in &topic.configs {
+        let value = c
+            .value
+            .as_ref()
+            .ok_or_else(|| refusal(ResponseError::InvalidConfig, format!("config {} has no value", c.name.as_str())))?;
+        configs.insert(c.name.as_str().to_string(), value.as_str().to_string());
+    }
+    TopicConfig::resolve(&ctx.topic_defaults(), &configs)
+        .map_err(|e| refusal(ResponseError::InvalidConfig, e.to_string()))?;
+    Ok(Command::CreateTopic {
+        name,
+        id: uuid::Uuid::new_v4(),
+        partitions,
+        replication_factor: replication as u16,
+        configs,
+    })
 }
 
 pub(super) async fn apply_create_topics(
@@ -62,93 +149,51 @@ pub(super) async fn apply_create_topics(
     request: CreateTopicsRequest,
 ) -> CreateTopicsResponse {
     let defaults = ctx.topic_defaults();
-    let shards = ctx.shards.len();
-    let mut updated = ctx.topics.read().expect("topic lock").clone();
     let mut results = Vec::new();
-    let mut created = Vec::new();
     for topic in &request.topics {
-        let name = topic.name.0.as_str().to_string();
-        let partitions =
-            if topic.num_partitions == -1 { ctx.config.num_partitions as i64 } else { topic.num_partitions as i64 };
-        let replication = if topic.replication_factor == -1 {
-            ctx.config.default_replication_factor as i64
-        } else {
-            topic.replication_factor as i64
+        let image = ctx.image();
+        let result = CreatableTopicResult::default().with_name(topic.name.clone());
+        let command = match create_command(ctx, &image, topic) {
+            Ok(command) => command,
+            Err((code, message)) => {
+                results.push(result.with_error_code(code).with_error_message(Some(StrBytes::from_string(message))));
+                continue;
+            }
         };
-        let result =
-            CreatableTopicResult::default().with_name(topic.name.clone()).with_replication_factor(replication as i16);
-        let refuse = |error: ResponseError, message: String| {
-            result.clone().with_error_code(error.code()).with_error_message(Some(StrBytes::from_string(message)))
+        let Command::CreateTopic { name, id, partitions, replication_factor, configs } = &command else {
+            unreachable!("create_command makes CreateTopic commands")
         };
-        if replication != 1 {
-            results.push(refuse(
-                ResponseError::InvalidReplicationFactor,
-                format!("replication factor {replication}: this cluster has 1 broker"),
-            ));
+        let resolved = TopicConfig::resolve(&defaults, configs).expect("validated by create_command");
+        let described = resolved
+            .describe()
+            .into_iter()
+            .map(|(k, v, set)| {
+                CreatableTopicConfigs::default()
+                    .with_name(StrBytes::from_static_str(k))
+                    .with_value(Some(StrBytes::from_string(v)))
+                    .with_config_source(if set { 1 } else { 5 })
+            })
+            .collect();
+        let created = result
+            .clone()
+            .with_topic_id(*id)
+            .with_num_partitions(*partitions as i32)
+            .with_replication_factor(*replication_factor as i16)
+            .with_configs(Some(described));
+        let (name, partitions) = (name.clone(), *partitions);
+        if request.validate_only {
+            results.push(created);
             continue;
         }
-        if !topic.assignments.is_empty() {
-            results.push(refuse(
-                ResponseError::InvalidReplicaAssignment,
-                "manual replica assignment is not supported".into(),
-            ));
-            continue;
-        }
-        let mut configs = BTreeMap::new();
-        let mut bad_config = None;
-        for c in &topic.configs {
-            match &c.value {
-                Some(v) => {
-                    configs.insert(c.name.as_str().to_string(), v.as_str().to_string());
-                }
-                None => bad_config = Some(format!("config {} has no value", c.name.as_str())),
+        match commit(ctx, command).await {
+            Ok(()) => {
+                tracing::info!(topic = %name, partitions, "created topic");
+                results.push(created);
+            }
+            Err((code, message)) => {
+                results.push(result.with_error_code(code).with_error_message(Some(StrBytes::from_string(message))))
             }
         }
-        if let Some(message) = bad_config {
-            results.push(refuse(ResponseError::InvalidConfig, message));
-            continue;
-        }
-        match updated.create(&name, partitions, configs, &defaults, shards) {
-            Ok(meta) => {
-                let resolved = TopicConfig::resolve(&defaults, &meta.configs).expect("validated by create");
-                let described = resolved
-                    .describe()
-                    .into_iter()
-                    .map(|(k, v, set)| {
-                        CreatableTopicConfigs::default()
-                            .with_name(StrBytes::from_static_str(k))
-                            .with_value(Some(StrBytes::from_string(v)))
-                            .with_config_source(if set { 1 } else { 5 })
-                    })
-                    .collect();
-                results.push(
-                    result
-                        .clone()
-                        .with_topic_id(meta.id)
-                        .with_num_partitions(partitions as i32)
-                        .with_configs(Some(described)),
-                );
-                created.push((name, resolved));
-            }
-            Err(e) => results.push(refuse(topic_error_code(&e), e.to_string())),
-        }
-    }
-    if !request.validate_only && !created.is_empty() {
-        // Durable first, then the logs, then visible: a crash in between leaves a recorded topic whose
-        // partitions are created empty on the next start, and no client sees a partition before its log.
-        if let Err(e) = updated.save(&shardlog_storage::fs::dma::DmaFs, &ctx.config.data_dir).await {
-            tracing::error!(error = %e, "cannot record topics");
-            for r in results.iter_mut().filter(|r| r.error_code == 0) {
-                r.error_code = ResponseError::KafkaStorageError.code();
-            }
-            return CreateTopicsResponse::default().with_topics(results);
-        }
-        for (name, config) in &created {
-            let partitions = updated.topics[name].partitions.len();
-            create_logs(ctx, &updated, name, 0..partitions, &config.log).await;
-            tracing::info!(topic = %name, partitions, "created topic");
-        }
-        *ctx.topics.write().expect("topic lock") = updated;
     }
     CreateTopicsResponse::default().with_topics(results)
 }
@@ -189,46 +234,16 @@ pub(super) async fn apply_delete_topics(
     ctx: &Arc<BrokerContext>,
     names: Vec<String>,
 ) -> Vec<(String, Option<ResponseError>)> {
-    let mut updated = ctx.topics.read().expect("topic lock").clone();
     let mut outcomes = Vec::new();
-    let mut deleted = Vec::new();
     for name in names {
-        match updated.delete(&name) {
-            Ok(meta) => {
-                deleted.push((name.clone(), meta.partitions.len()));
-                outcomes.push((name, None));
+        let outcome = match commit(ctx, Command::DeleteTopic { name: name.clone() }).await {
+            Ok(()) => {
+                tracing::info!(topic = %name, "deleted topic");
+                None
             }
-            Err(e) => outcomes.push((name, Some(topic_error_code(&e)))),
-        }
-    }
-    if deleted.is_empty() {
-        return outcomes;
-    }
-    if let Err(e) = updated.save(&shardlog_storage::fs::dma::DmaFs, &ctx.config.data_dir).await {
-        tracing::error!(error = %e, "cannot record topic deletion");
-        return outcomes.into_iter().map(|(n, _)| (n, Some(ResponseError::KafkaStorageError))).collect();
-    }
-    // Owners are looked up before the record changes; the logs go after it, so a crash in between leaves
-    // unrecorded partition directories, which no shard opens.
-    let owners: Vec<(TopicPartition, Option<usize>)> = deleted
-        .iter()
-        .flat_map(|(name, count)| (0..*count).map(move |p| (name.clone(), p)))
-        .map(|(name, p)| {
-            let owner = ctx.owner(&name, p as i32);
-            (TopicPartition::new(name, p as u32), owner)
-        })
-        .collect();
-    *ctx.topics.write().expect("topic lock") = updated;
-    for (tp, owner) in owners {
-        let Some(shard) = owner else { continue };
-        let log = tp.clone();
-        match ask(ctx, shard, |reply| PartitionRequest::Delete { tp: log, reply }).await {
-            Some(Ok(())) => {}
-            other => tracing::error!(partition = %tp, outcome = ?other, "cannot delete partition log"),
-        }
-    }
-    for (name, _) in &deleted {
-        tracing::info!(topic = %name, "deleted topic");
+            Err((code, _)) => Some(ResponseError::try_from_code(code).unwrap_or(ResponseError::UnknownServerError)),
+        };
+        outcomes.push((name, outcome));
     }
     outcomes
 }
@@ -255,48 +270,39 @@ pub(super) async fn apply_create_partitions(
     ctx: &Arc<BrokerContext>,
     req: CreatePartitionsRequest,
 ) -> CreatePartitionsResponse {
-    let shards = ctx.shards.len();
-    let mut updated = ctx.topics.read().expect("topic lock").clone();
     let mut results = Vec::new();
-    let mut grown = Vec::new();
     for topic in &req.topics {
         let name = topic.name.0.as_str().to_string();
         let result = CreatePartitionsTopicResult::default().with_name(topic.name.clone());
-        if topic.assignments.as_ref().is_some_and(|a| !a.is_empty()) {
-            results.push(result.with_error_code(ResponseError::InvalidReplicaAssignment.code()));
-            continue;
-        }
-        let before = updated.topics.get(&name).map_or(0, |t| t.partitions.len());
-        match updated.add_partitions(&name, topic.count as i64, shards) {
-            Ok(()) => {
-                grown.push((name, before, topic.count as usize));
-                results.push(result);
+        let checked = if topic.assignments.as_ref().is_some_and(|a| !a.is_empty()) {
+            Err(refusal(ResponseError::InvalidReplicaAssignment, "manual replica assignment is not supported"))
+        } else {
+            check_partition_count(topic.count as i64).and_then(|count| {
+                let current = ctx.image().topic(&name).map(|t| t.partitions.len() as u32);
+                match current {
+                    None => {
+                        Err(refusal(ResponseError::UnknownTopicOrPartition, format!("topic {name:?} does not exist")))
+                    }
+                    Some(current) if count <= current => Err(refusal(
+                        ResponseError::InvalidPartitions,
+                        format!("topic {name:?} has {current} partitions; the count can only grow"),
+                    )),
+                    Some(_) => Ok(count),
+                }
+            })
+        };
+        let outcome = match checked {
+            Ok(_) if req.validate_only => Ok(()),
+            Ok(count) => commit(ctx, Command::CreatePartitions { name, count }).await,
+            Err(refusal) => Err(refusal),
+        };
+        results.push(match outcome {
+            Ok(()) => result,
+            Err((code, message)) => {
+                result.with_error_code(code).with_error_message(Some(StrBytes::from_string(message)))
             }
-            Err(e) => results.push(
-                result
-                    .with_error_code(topic_error_code(&e).code())
-                    .with_error_message(Some(StrBytes::from_string(e.to_string()))),
-            ),
-        }
+        });
     }
-    if req.validate_only || grown.is_empty() {
-        return CreatePartitionsResponse::default().with_results(results);
-    }
-    if let Err(e) = updated.save(&shardlog_storage::fs::dma::DmaFs, &ctx.config.data_dir).await {
-        tracing::error!(error = %e, "cannot record new partitions");
-        for r in results.iter_mut().filter(|r| r.error_code == 0) {
-            r.error_code = ResponseError::KafkaStorageError.code();
-        }
-        return CreatePartitionsResponse::default().with_results(results);
-    }
-    // As for new topics: the logs exist before the partitions are visible.
-    let defaults = ctx.topic_defaults();
-    for (name, from, to) in grown {
-        let overrides = &updated.topics[&name].configs;
-        let log = TopicConfig::resolve(&defaults, overrides).map_or_else(|_| defaults.log.clone(), |c| c.log);
-        create_logs(ctx, &updated, &name, from..to, &log).await;
-    }
-    *ctx.topics.write().expect("topic lock") = updated;
     CreatePartitionsResponse::default().with_results(results)
 }
 
@@ -421,19 +427,21 @@ pub(super) async fn apply_alter_configs(
     validate_only: bool,
 ) -> Vec<Result<(), (ResponseError, String)>> {
     let defaults = ctx.topic_defaults();
-    let mut updated = ctx.topics.read().expect("topic lock").clone();
     let mut outcomes = Vec::new();
-    let mut changed = Vec::new();
     for change in changes {
+        let image = ctx.image();
         let (topic, configs) = match change {
             ConfigChange::Refused(e, m) => {
                 outcomes.push(Err((e, m)));
                 continue;
             }
-            ConfigChange::Replace { topic, configs } => (topic, Some(configs)),
+            ConfigChange::Replace { topic, configs } => {
+                let exists = image.topic(&topic).is_some();
+                (topic, exists.then_some(configs))
+            }
             ConfigChange::Edit { topic, edits } => {
-                let current = updated.topics.get(&topic).map(|t| t.configs.clone());
-                let edited = current.map(|mut c| {
+                let edited = image.topic(&topic).map(|t| {
+                    let mut c = t.configs.clone();
                     for (key, value) in edits {
                         match value {
                             Some(v) => c.insert(key, v),
@@ -445,63 +453,25 @@ pub(super) async fn apply_alter_configs(
                 (topic, edited)
             }
         };
-        let Some(meta) = updated.topics.get_mut(&topic) else {
+        let Some(configs) = configs else {
             outcomes.push(Err((ResponseError::UnknownTopicOrPartition, format!("topic {topic:?} does not exist"))));
             continue;
         };
-        let configs = configs.expect("present for an existing topic");
-        match TopicConfig::resolve(&defaults, &configs) {
-            Ok(resolved) => {
-                meta.configs = configs;
-                changed.push((topic, resolved, meta.partitions.len()));
-                outcomes.push(Ok(()));
-            }
-            Err(e) => outcomes.push(Err((ResponseError::InvalidConfig, e.to_string()))),
+        if let Err(e) = TopicConfig::resolve(&defaults, &configs) {
+            outcomes.push(Err((ResponseError::InvalidConfig, e.to_string())));
+            continue;
         }
-    }
-    if validate_only || changed.is_empty() {
-        return outcomes;
-    }
-    if let Err(e) = updated.save(&shardlog_storage::fs::dma::DmaFs, &ctx.config.data_dir).await {
-        tracing::error!(error = %e, "cannot record topic configs");
-        return outcomes
-            .into_iter()
-            .map(|o| o.and(Err((ResponseError::KafkaStorageError, "cannot record the change".into()))))
-            .collect();
-    }
-    *ctx.topics.write().expect("topic lock") = updated;
-    for (topic, resolved, partitions) in changed {
-        for p in 0..partitions {
-            let Some(shard) = ctx.owner(&topic, p as i32) else { continue };
-            let tp = TopicPartition::new(topic.clone(), p as u32);
-            let config = resolved.log.clone();
-            if !matches!(
-                ask(ctx, shard, |reply| PartitionRequest::SetConfig { tp: tp.clone(), config, reply }).await,
-                Some(Ok(()))
-            ) {
-                tracing::error!(partition = %tp, "cannot apply new settings");
-            }
+        if validate_only {
+            outcomes.push(Ok(()));
+            continue;
         }
-        tracing::info!(topic = %topic, "altered topic configs");
+        let outcome = commit(ctx, Command::AlterConfigs { name: topic.clone(), configs })
+            .await
+            .map_err(|(code, m)| (ResponseError::try_from_code(code).unwrap_or(ResponseError::UnknownServerError), m));
+        if outcome.is_ok() {
+            tracing::info!(topic = %topic, "altered topic configs");
+        }
+        outcomes.push(outcome);
     }
     outcomes
-}
-
-/// Creates the logs of partitions `range` of `topic` on their owning shards.
-async fn create_logs(
-    ctx: &Arc<BrokerContext>,
-    store: &TopicStore,
-    topic: &str,
-    range: std::ops::Range<usize>,
-    log: &shardlog_storage::LogConfig,
-) {
-    for p in range {
-        let Some(shard) = store.serving_shard(topic, p as u32, ctx.shards.len()) else { continue };
-        let tp = TopicPartition::new(topic.to_string(), p as u32);
-        let config = log.clone();
-        match ask(ctx, shard, |reply| PartitionRequest::Create { tp: tp.clone(), config, reply }).await {
-            Some(Ok(())) => {}
-            other => tracing::error!(partition = %tp, outcome = ?other, "cannot create partition log"),
-        }
-    }
 }

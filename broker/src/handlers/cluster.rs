@@ -3,43 +3,33 @@
 use super::*;
 
 pub(super) async fn metadata(ctx: &Arc<BrokerContext>, req: &MetadataRequest, version: i16) -> MetadataResponse {
-    let node = BrokerId(ctx.config.node_id as i32);
-    let advertised = &ctx.config.advertised_listener;
-    let broker = MetadataResponseBroker::default()
-        .with_node_id(node)
-        .with_host(StrBytes::from_string(advertised.host.clone()))
-        .with_port(advertised.port as i32);
     // Before v4 there is no flag and auto-creation is always asked for.
     let auto_create = ctx.config.auto_create_topics && (version < 4 || req.allow_auto_topic_creation);
     // All topics: a null list, or (v0 only, which has no null) an empty one. From v10 on a topic may be
     // asked for by id instead of name; an id nobody has is answered as unknown.
     let mut unknown_ids = Vec::new();
+    let image = ctx.image();
     let names: Vec<String> = match &req.topics {
-        None => ctx.topics.read().expect("topic lock").topics.keys().cloned().collect(),
-        Some(topics) if version == 0 && topics.is_empty() => {
-            ctx.topics.read().expect("topic lock").topics.keys().cloned().collect()
-        }
-        Some(topics) => {
-            let store = ctx.topics.read().expect("topic lock");
-            topics
-                .iter()
-                .filter_map(|t| match &t.name {
-                    // Asked by id when the name is null (or, from lenient clients, empty with an id set).
-                    Some(name) if !name.0.is_empty() || t.topic_id.is_nil() => Some(name.0.as_str().to_string()),
-                    _ => {
-                        let found = store.topics.iter().find(|(_, meta)| meta.id == t.topic_id && !t.topic_id.is_nil());
-                        if found.is_none() {
-                            unknown_ids.push(t.topic_id);
-                        }
-                        found.map(|(name, _)| name.clone())
+        None => image.state.topics.keys().cloned().collect(),
+        Some(topics) if version == 0 && topics.is_empty() => image.state.topics.keys().cloned().collect(),
+        Some(topics) => topics
+            .iter()
+            .filter_map(|t| match &t.name {
+                // Asked by id when the name is null (or, from lenient clients, empty with an id set).
+                Some(name) if !name.0.is_empty() || t.topic_id.is_nil() => Some(name.0.as_str().to_string()),
+                _ => {
+                    let found =
+                        image.state.topics.iter().find(|(_, meta)| meta.id == t.topic_id && !t.topic_id.is_nil());
+                    if found.is_none() {
+                        unknown_ids.push(t.topic_id);
                     }
-                })
-                .collect()
-        }
+                    found.map(|(name, _)| name.clone())
+                }
+            })
+            .collect(),
     };
-    let missing: Vec<String> =
-        names.iter().filter(|n| !ctx.topics.read().expect("topic lock").topics.contains_key(*n)).cloned().collect();
-    if auto_create && !missing.is_empty() {
+    let missing: Vec<&String> = names.iter().filter(|n| image.topic(n).is_none()).collect();
+    let image = if auto_create && !missing.is_empty() {
         let mut request = CreateTopicsRequest::default();
         request.topics = missing
             .iter()
@@ -55,14 +45,17 @@ pub(super) async fn metadata(ctx: &Arc<BrokerContext>, req: &MetadataRequest, ve
         if ctx.admin.send_async(AdminRequest::CreateTopics { request, reply: tx }).await.is_ok() {
             let _ = rx.recv_async().await;
         }
-    }
-    let topics = ctx.topics.read().expect("topic lock").clone();
+        ctx.image()
+    } else {
+        image
+    };
     let unknown_id_entries = unknown_ids.into_iter().map(|id| {
         MetadataResponseTopic::default().with_topic_id(id).with_error_code(ResponseError::UnknownTopicId.code())
     });
+    let broker_id = |id: &NodeId| BrokerId(id.0 as i32);
     let topic_entries = names
         .iter()
-        .map(|name| match topics.topics.get(name) {
+        .map(|name| match image.topic(name) {
             Some(meta) => MetadataResponseTopic::default()
                 .with_name(Some(topic_name(name)))
                 .with_topic_id(meta.id)
@@ -71,12 +64,17 @@ pub(super) async fn metadata(ctx: &Arc<BrokerContext>, req: &MetadataRequest, ve
                         .iter()
                         .enumerate()
                         .map(|(i, p)| {
+                            let error = if p.leader.is_none() { ResponseError::LeaderNotAvailable.code() } else { 0 };
                             MetadataResponsePartition::default()
                                 .with_partition_index(i as i32)
-                                .with_leader_id(node)
-                                .with_leader_epoch(p.leader_epoch)
-                                .with_replica_nodes(vec![node])
-                                .with_isr_nodes(vec![node])
+                                .with_error_code(error)
+                                .with_leader_id(p.leader.as_ref().map_or(BrokerId(-1), broker_id))
+                                .with_leader_epoch(p.leader_epoch.0)
+                                .with_replica_nodes(p.replicas.iter().map(broker_id).collect())
+                                .with_isr_nodes(p.isr.iter().map(broker_id).collect())
+                                .with_offline_replicas(
+                                    p.replicas.iter().filter(|id| !image.is_live(**id)).map(broker_id).collect(),
+                                )
                         })
                         .collect(),
                 ),
@@ -91,11 +89,39 @@ pub(super) async fn metadata(ctx: &Arc<BrokerContext>, req: &MetadataRequest, ve
         })
         .chain(unknown_id_entries)
         .collect();
+    let brokers = live_brokers(ctx, &image)
+        .into_iter()
+        .map(|(id, host, port)| MetadataResponseBroker::default().with_node_id(id).with_host(host).with_port(port))
+        .collect();
     MetadataResponse::default()
-        .with_brokers(vec![broker])
+        .with_brokers(brokers)
         .with_cluster_id(Some(StrBytes::from_string(ctx.cluster_id.clone())))
-        .with_controller_id(node)
+        .with_controller_id(controller(ctx, &image))
         .with_topics(topic_entries)
+}
+
+/// The controller clients are told of: the Raft leader when it is a live broker, else this broker
+/// (as in Kafka's KRaft mode, admin requests may go to any broker, which forwards them to the quorum).
+fn controller(ctx: &BrokerContext, image: &MetadataImage) -> BrokerId {
+    let id = image.controller.filter(|id| image.is_live(*id)).map_or(ctx.config.node_id, |id| id.0);
+    BrokerId(id as i32)
+}
+
+/// The unfenced brokers with their Kafka endpoints; this broker is always among them (a client that
+/// reached it may use it, and it answers for itself).
+fn live_brokers(ctx: &BrokerContext, image: &MetadataImage) -> Vec<(BrokerId, StrBytes, i32)> {
+    let me = NodeId(ctx.config.node_id);
+    let mut out: Vec<(BrokerId, StrBytes, i32)> = image
+        .state
+        .brokers
+        .iter()
+        .filter(|(id, b)| !b.fenced && **id != me)
+        .map(|(id, b)| (BrokerId(id.0 as i32), StrBytes::from_string(b.endpoint.host.clone()), b.endpoint.port as i32))
+        .collect();
+    let advertised = &ctx.config.advertised_listener;
+    out.push((BrokerId(me.0 as i32), StrBytes::from_string(advertised.host.clone()), advertised.port as i32));
+    out.sort_by_key(|(id, _, _)| *id);
+    out
 }
 
 /// Kafka's config resource types.
@@ -118,7 +144,7 @@ pub(super) fn describe_configs(
             match resource.resource_type {
                 RESOURCE_TOPIC => {
                     let name = resource.resource_name.as_str();
-                    let overrides = ctx.topics.read().expect("topic lock").topics.get(name).map(|t| t.configs.clone());
+                    let overrides = ctx.image().topic(name).map(|t| t.configs.clone());
                     let Some(overrides) = overrides else {
                         return result.with_error_code(ResponseError::UnknownTopicOrPartition.code());
                     };
@@ -160,15 +186,13 @@ pub(super) fn describe_configs(
 }
 
 pub(super) fn describe_cluster(ctx: &Arc<BrokerContext>) -> DescribeClusterResponse {
-    let node = BrokerId(ctx.config.node_id as i32);
-    let advertised = &ctx.config.advertised_listener;
+    let image = ctx.image();
+    let brokers = live_brokers(ctx, &image)
+        .into_iter()
+        .map(|(id, host, port)| DescribeClusterBroker::default().with_broker_id(id).with_host(host).with_port(port))
+        .collect();
     DescribeClusterResponse::default()
         .with_cluster_id(StrBytes::from_string(ctx.cluster_id.clone()))
-        .with_controller_id(node)
-        .with_brokers(vec![
-            DescribeClusterBroker::default()
-                .with_broker_id(node)
-                .with_host(StrBytes::from_string(advertised.host.clone()))
-                .with_port(advertised.port as i32),
-        ])
+        .with_controller_id(controller(ctx, &image))
+        .with_brokers(brokers)
 }

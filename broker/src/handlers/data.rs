@@ -21,28 +21,27 @@ pub fn dispatch_produce(ctx: &Arc<BrokerContext>, req: ProduceRequest) -> Dispat
         for partition in topic.partition_data {
             let outcome = if ![-1, 0, 1].contains(&acks) {
                 Err(ResponseError::InvalidRequiredAcks)
-            } else if let Some(shard) = ctx.owner(&name, partition.index) {
-                match partition.records {
-                    Some(batch) => {
+            } else {
+                match (ctx.leader_here(&name, partition.index), partition.records) {
+                    (Ok(led), Some(batch)) => {
                         let (reply, outcome) = flume::bounded(1);
                         let request = PartitionRequest::Produce {
                             tp: TopicPartition::new(name.clone(), partition.index as u32),
                             batch,
-                            epoch: LeaderEpoch(ctx.leader_epoch(&name, partition.index)),
+                            epoch: led.epoch,
                             acks,
                             reply,
                         };
                         // Shard channels are unbounded: the number of requests in flight is bounded per
                         // connection instead.
-                        match ctx.shards[shard].send(request) {
+                        match ctx.shards[led.shard].send(request) {
                             Ok(()) => Ok(outcome),
                             Err(_) => Err(ResponseError::KafkaStorageError),
                         }
                     }
-                    None => Err(ResponseError::CorruptMessage),
+                    (Ok(_), None) => Err(ResponseError::CorruptMessage),
+                    (Err(e), _) => Err(e),
                 }
-            } else {
-                Err(ResponseError::UnknownTopicOrPartition)
             };
             pending.push((topic.name.clone(), partition.index, outcome));
         }
@@ -110,8 +109,8 @@ pub(super) async fn fetch_once(ctx: &Arc<BrokerContext>, req: &FetchRequest) -> 
     let limit = if req.max_bytes <= 0 { FETCH_MAX_BYTES } else { (req.max_bytes as usize).min(FETCH_MAX_BYTES) };
     let mut unpromised = limit;
     let mut total = 0usize;
-    let mut pending: std::collections::VecDeque<(usize, Option<flume::Receiver<FetchOutcome>>)> =
-        std::collections::VecDeque::new();
+    type Reply = Result<flume::Receiver<FetchOutcome>, ResponseError>;
+    let mut pending: std::collections::VecDeque<(usize, Reply)> = std::collections::VecDeque::new();
     let mut outcomes: Vec<Option<FetchOutcome>> = Vec::new();
     let settle = |promised: usize, outcome: Option<FetchOutcome>, unpromised: &mut usize, total: &mut usize| {
         let used = outcome.as_ref().map_or(0, |o| o.records.len());
@@ -126,8 +125,8 @@ pub(super) async fn fetch_once(ctx: &Arc<BrokerContext>, req: &FetchRequest) -> 
             while pending.len() == FETCH_READS_IN_FLIGHT || (unpromised == 0 && !pending.is_empty()) {
                 let (promised, reply) = pending.pop_front().expect("a read in flight");
                 let outcome = match reply {
-                    Some(reply) => reply.recv_async().await.ok(),
-                    None => None,
+                    Ok(reply) => reply.recv_async().await.ok(),
+                    Err(e) => Some(FetchOutcome::empty(Some(e))),
                 };
                 outcomes.push(settle(promised, outcome, &mut unpromised, &mut total));
             }
@@ -135,20 +134,20 @@ pub(super) async fn fetch_once(ctx: &Arc<BrokerContext>, req: &FetchRequest) -> 
             index += 1;
             let max_bytes = (p.partition_max_bytes.max(0) as usize).min(unpromised);
             unpromised -= max_bytes;
-            let reply = ctx.owner(&name, p.partition).and_then(|shard| {
+            let reply = ctx.leader_here(&name, p.partition).and_then(|led| {
                 let (reply, outcome) = flume::bounded(1);
                 let tp = TopicPartition::new(name.clone(), p.partition as u32);
                 let request =
                     PartitionRequest::Fetch { tp, offset: p.fetch_offset, max_bytes, whole_first_batch: first, reply };
-                ctx.shards[shard].send(request).ok().map(|()| outcome)
+                ctx.shards[led.shard].send(request).map(|()| outcome).map_err(|_| ResponseError::KafkaStorageError)
             });
             pending.push_back((max_bytes, reply));
         }
     }
     for (promised, reply) in pending {
         let outcome = match reply {
-            Some(reply) => reply.recv_async().await.ok(),
-            None => None,
+            Ok(reply) => reply.recv_async().await.ok(),
+            Err(e) => Some(FetchOutcome::empty(Some(e))),
         };
         outcomes.push(settle(promised, outcome, &mut unpromised, &mut total));
     }
@@ -193,29 +192,29 @@ pub(super) async fn list_offsets(
                 ts if ts >= 0 => Some(OffsetSpec::Timestamp(ts)),
                 _ => None,
             };
-            let outcome = match (ctx.owner(&name, p.partition_index), spec) {
-                (Some(shard), Some(spec)) => {
+            let led = ctx.leader_here(&name, p.partition_index);
+            let failed = |error| ListOutcome { error: Some(error), offset: -1, timestamp: -1 };
+            let outcome = match (led, spec) {
+                (Ok(led), Some(spec)) => {
                     let tp = TopicPartition::new(name.clone(), p.partition_index as u32);
-                    ask(ctx, shard, |reply| PartitionRequest::ListOffsets { tp, spec, reply }).await
+                    ask_shard(ctx, led.shard, |reply| PartitionRequest::ListOffsets { tp, spec, reply })
+                        .await
+                        .unwrap_or_else(|| failed(ResponseError::KafkaStorageError))
                 }
-                (Some(_), None) => {
-                    Some(ListOutcome { error: Some(ResponseError::InvalidRequest), offset: -1, timestamp: -1 })
-                }
-                (None, _) => None,
+                (Ok(_), None) => failed(ResponseError::InvalidRequest),
+                (Err(e), _) => failed(e),
             };
-            let outcome = outcome.unwrap_or(ListOutcome {
-                error: Some(ResponseError::UnknownTopicOrPartition),
-                offset: -1,
-                timestamp: -1,
-            });
             let mut answer = ListOffsetsPartitionResponse::default()
                 .with_partition_index(p.partition_index)
                 .with_error_code(code(outcome.error))
                 .with_offset(outcome.offset)
                 .with_timestamp(outcome.timestamp);
             // The leader epoch is in the answer from v4 on; the codec refuses it earlier.
-            if version >= 4 && outcome.error.is_none() {
-                answer.leader_epoch = ctx.leader_epoch(&name, p.partition_index);
+            if version >= 4
+                && outcome.error.is_none()
+                && let Ok(led) = led
+            {
+                answer.leader_epoch = led.epoch.0;
             }
             partitions.push(answer);
         }
@@ -230,14 +229,15 @@ pub(super) async fn delete_records(ctx: &Arc<BrokerContext>, req: DeleteRecordsR
         let name = topic.name.0.as_str().to_string();
         let mut partitions = Vec::new();
         for p in &topic.partitions {
-            let outcome = match ctx.owner(&name, p.partition_index) {
-                Some(shard) => {
+            let (error, low_watermark) = match ctx.leader_here(&name, p.partition_index) {
+                Ok(led) => {
                     let tp = TopicPartition::new(name.clone(), p.partition_index as u32);
-                    ask(ctx, shard, |reply| PartitionRequest::DeleteRecords { tp, offset: p.offset, reply }).await
+                    ask_shard(ctx, led.shard, |reply| PartitionRequest::DeleteRecords { tp, offset: p.offset, reply })
+                        .await
+                        .unwrap_or((Some(ResponseError::KafkaStorageError), -1))
                 }
-                None => None,
+                Err(e) => (Some(e), -1),
             };
-            let (error, low_watermark) = outcome.unwrap_or((Some(ResponseError::UnknownTopicOrPartition), -1));
             partitions.push(
                 DeleteRecordsPartitionResult::default()
                     .with_partition_index(p.partition_index)
@@ -259,22 +259,21 @@ pub(super) async fn offset_for_leader_epoch(
         let name = topic.topic.0.as_str().to_string();
         let mut partitions = Vec::new();
         for p in &topic.partitions {
-            let current = ctx.leader_epoch(&name, p.partition);
             let answer =
                 EpochEndOffset::default().with_partition(p.partition).with_leader_epoch(-1).with_end_offset(-1);
-            let answer = match ctx.owner(&name, p.partition) {
-                None => answer.with_error_code(ResponseError::UnknownTopicOrPartition.code()),
+            let answer = match ctx.leader_here(&name, p.partition) {
+                Err(e) => answer.with_error_code(e.code()),
                 // The client's view of the leader epoch must be ours (-1: it has none).
-                Some(_) if p.current_leader_epoch > current => {
+                Ok(led) if p.current_leader_epoch > led.epoch.0 => {
                     answer.with_error_code(ResponseError::UnknownLeaderEpoch.code())
                 }
-                Some(_) if p.current_leader_epoch >= 0 && p.current_leader_epoch < current => {
+                Ok(led) if p.current_leader_epoch >= 0 && p.current_leader_epoch < led.epoch.0 => {
                     answer.with_error_code(ResponseError::FencedLeaderEpoch.code())
                 }
-                Some(shard) => {
+                Ok(led) => {
                     let tp = TopicPartition::new(name.clone(), p.partition as u32);
                     let epoch = LeaderEpoch(p.leader_epoch);
-                    match ask(ctx, shard, |reply| PartitionRequest::EpochEnd { tp, epoch, reply }).await {
+                    match ask_shard(ctx, led.shard, |reply| PartitionRequest::EpochEnd { tp, epoch, reply }).await {
                         Some(Some((epoch, end))) => answer.with_leader_epoch(epoch.0).with_end_offset(end.as_i64()),
                         Some(None) => answer,
                         None => answer.with_error_code(ResponseError::KafkaStorageError.code()),

@@ -5,6 +5,7 @@
 //! shard 0, which applies them one at a time ([`admin`]).
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -45,9 +46,11 @@ use data::*;
 pub use data::{DispatchedProduce, FETCH_MAX_BYTES, dispatch_produce};
 
 use crate::config::BrokerConfig;
+use crate::metadata::image::MetadataImage;
+use crate::metadata::link::QuorumHandle;
+use crate::quorum::state::NodeId;
 use crate::shard::{FetchOutcome, ListOutcome, OffsetSpec, PartitionRequest, ProduceOutcome};
 use crate::topics::configs::{TopicConfig, TopicDefaults};
-use crate::topics::store::{TopicError, TopicStore};
 
 /// The APIs and versions this broker serves. Grows with each handler.
 pub fn supported_apis() -> SupportedApis {
@@ -115,7 +118,14 @@ pub struct BrokerContext {
     pub config: BrokerConfig,
     pub apis: SupportedApis,
     pub cluster_id: String,
-    pub topics: RwLock<TopicStore>,
+    /// The cluster metadata as last applied to the shards ([`crate::metadata::follow`]).
+    pub metadata: RwLock<Arc<MetadataImage>>,
+    /// Commits topic changes through the quorum.
+    pub quorum: QuorumHandle,
+    /// Set once the broker is registered and has applied the metadata up to its registration.
+    pub ready: AtomicBool,
+    /// One more than the index of the last image applied to the shards (0: none yet).
+    reconciled: AtomicU64,
     /// One channel per shard for partition work.
     pub shards: Vec<flume::Sender<PartitionRequest>>,
     /// Shard 0's channel for topic changes.
@@ -124,7 +134,36 @@ pub struct BrokerContext {
     pub shutdown: crate::runtime::Shutdown,
 }
 
+/// The shard that serves partition `partition` of `topic` here and the leader epoch it leads it at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Led {
+    pub shard: usize,
+    pub epoch: LeaderEpoch,
+}
+
 impl BrokerContext {
+    pub fn new(
+        config: BrokerConfig,
+        quorum: QuorumHandle,
+        shards: Vec<flume::Sender<PartitionRequest>>,
+        admin: flume::Sender<AdminRequest>,
+        shutdown: crate::runtime::Shutdown,
+    ) -> BrokerContext {
+        let lowest_voter = config.quorum_voters.iter().map(|v| v.id).min().unwrap_or(config.node_id);
+        BrokerContext {
+            cluster_id: format!("shardlog-{lowest_voter}"),
+            apis: supported_apis(),
+            metadata: RwLock::new(Arc::new(MetadataImage::default())),
+            quorum,
+            ready: AtomicBool::new(false),
+            reconciled: AtomicU64::new(0),
+            shards,
+            admin,
+            shutdown,
+            config,
+        }
+    }
+
     pub fn topic_defaults(&self) -> TopicDefaults {
         TopicDefaults {
             log: self.config.log.clone(),
@@ -133,15 +172,43 @@ impl BrokerContext {
         }
     }
 
-    /// The shard serving a partition, or `None` if the topic or partition does not exist.
-    pub fn owner(&self, topic: &str, partition: i32) -> Option<usize> {
-        let partition = u32::try_from(partition).ok()?;
-        self.topics.read().expect("topic lock").serving_shard(topic, partition, self.shards.len())
+    /// The metadata as last applied to the shards.
+    pub fn image(&self) -> Arc<MetadataImage> {
+        self.metadata.read().expect("metadata lock").clone()
     }
 
-    fn leader_epoch(&self, topic: &str, partition: i32) -> i32 {
-        let topics = self.topics.read().expect("topic lock");
-        topics.topics.get(topic).and_then(|t| t.partitions.get(partition as usize)).map_or(0, |p| p.leader_epoch)
+    /// The shard holding a partition's log on this broker.
+    pub fn shard_of(&self, tp: &TopicPartition) -> usize {
+        crate::topics::assign_shard(&tp.topic, tp.partition, self.shards.len())
+    }
+
+    /// Where this broker serves a partition it leads; UNKNOWN_TOPIC_OR_PARTITION if there is no such
+    /// partition, NOT_LEADER_OR_FOLLOWER if another broker leads it (or none does right now).
+    pub fn leader_here(&self, topic: &str, partition: i32) -> Result<Led, ResponseError> {
+        let image = self.image();
+        let p = image.partition(topic, partition).ok_or(ResponseError::UnknownTopicOrPartition)?;
+        if p.leader != Some(NodeId(self.config.node_id)) {
+            return Err(ResponseError::NotLeaderOrFollower);
+        }
+        let shard = crate::topics::assign_shard(topic, partition as u32, self.shards.len());
+        Ok(Led { shard, epoch: p.leader_epoch })
+    }
+
+    /// Records that the image at `applied` is now what the shards serve.
+    pub fn mark_reconciled(&self, applied: Option<u64>) {
+        self.reconciled.store(applied.map_or(0, |a| a + 1), Ordering::SeqCst);
+    }
+
+    /// Waits (at most `limit`) until the shards serve an image that includes log index `index`.
+    pub async fn wait_reconciled(&self, index: u64, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        while self.reconciled.load(Ordering::SeqCst) <= index {
+            if Instant::now() >= deadline || self.shutdown.is_triggered() {
+                return false;
+            }
+            glommio::timer::sleep(Duration::from_millis(2)).await;
+        }
+        true
     }
 }
 
@@ -180,7 +247,7 @@ fn topic_name(name: &str) -> TopicName {
 }
 
 /// Sends a partition request to its shard and waits for the reply; `None` if the shard is gone.
-async fn ask<T>(
+pub(crate) async fn ask_shard<T>(
     ctx: &BrokerContext,
     shard: usize,
     make: impl FnOnce(flume::Sender<T>) -> PartitionRequest,

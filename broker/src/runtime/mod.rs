@@ -22,10 +22,11 @@ use shardlog_storage::fs::dma::DmaFs;
 use shardlog_storage::{LogDir, LogDirScope, SystemClock, TopicPartition};
 
 use crate::config::BrokerConfig;
-use crate::handlers::{self, AdminRequest, BrokerContext, supported_apis};
+use crate::handlers::{self, AdminRequest, BrokerContext};
+use crate::metadata::image::MetadataImage;
+use crate::metadata::link::{LinkSettings, QuorumLink};
+use crate::quorum::state::{BrokerEndpoint, NodeId};
 use crate::shard::{self, PartitionRequest};
-use crate::topics::configs::TopicConfig;
-use crate::topics::store::TopicStore;
 
 /// Set once to stop every shard.
 #[derive(Debug, Clone, Default)]
@@ -91,23 +92,17 @@ pub fn run(config: BrokerConfig, shutdown: Shutdown) -> Result<()> {
     raise_open_file_limit(config.shards * config.shard_limits.open_files_max);
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("create data dir {}", config.data_dir.display()))?;
-    let topics = TopicStore::load_blocking(&config.data_dir).context("read the topic record")?;
     let shards = config.shards;
     let (senders, receivers): (Vec<_>, Vec<_>) = (0..shards).map(|_| flume::unbounded()).unzip();
     let (admin_tx, admin_rx) = flume::unbounded();
     let addr = config.listener.socket_addr().with_context(|| format!("resolve listener {}", config.listener))?;
-    let ctx = Arc::new(BrokerContext {
-        cluster_id: format!("shardlog-{}", config.node_id),
-        apis: supported_apis(),
-        topics: std::sync::RwLock::new(topics),
-        shards: senders,
-        admin: admin_tx,
-        shutdown: shutdown.clone(),
-        config,
-    });
+    let (images_tx, images_rx) = flume::unbounded();
+    let link =
+        QuorumLink::start(link_settings(&config), images_tx, shutdown.clone()).context("start the quorum link")?;
+    let ctx = Arc::new(BrokerContext::new(config, link.handle(), senders, admin_tx, shutdown.clone()));
     let draining = Arc::new(AtomicUsize::new(shards));
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let mut admin_rx = Some(admin_rx);
+    let mut admin_rx = Some((admin_rx, images_rx));
     let mut handles = Vec::with_capacity(shards);
     for (shard, requests) in receivers.into_iter().enumerate() {
         // Pinned one per core when every shard has its own core; unpinned when there are more shards.
@@ -140,7 +135,25 @@ pub fn run(config: BrokerConfig, shutdown: Shutdown) -> Result<()> {
             first_error.get_or_insert(e);
         }
     }
+    // The link ends once shutdown is triggered and its controlled shutdown is done; the voter it runs
+    // stops with it, after the shards.
+    shutdown.trigger();
+    link.stop();
     first_error.map_or(Ok(()), Err)
+}
+
+fn link_settings(config: &BrokerConfig) -> LinkSettings {
+    LinkSettings {
+        node: NodeId(config.node_id),
+        endpoint: BrokerEndpoint {
+            host: config.advertised_listener.host.clone(),
+            port: config.advertised_listener.port,
+        },
+        data_dir: config.data_dir.clone(),
+        voters: config.quorum_voters.iter().map(|v| (v.id as u64, format!("{}:{}", v.host, v.port))).collect(),
+        heartbeat_interval: Duration::from_millis(config.broker_heartbeat_interval_ms),
+        session_timeout_ms: config.broker_session_timeout_ms,
+    }
 }
 
 /// Raises the soft limit on open descriptors to the hard limit (many systems start at 1024), and warns
@@ -170,55 +183,40 @@ async fn run_shard(
     addr: std::net::SocketAddr,
     ctx: Arc<BrokerContext>,
     requests: flume::Receiver<PartitionRequest>,
-    admin: Option<flume::Receiver<AdminRequest>>,
+    admin: Option<(flume::Receiver<AdminRequest>, flume::Receiver<Arc<MetadataImage>>)>,
     shutdown: Shutdown,
     draining: Arc<AtomicUsize>,
 ) -> Result<()> {
     // Counts this shard out of the drain however it ends, so a shard that fails to start does not hold
     // the others' shutdown.
     let mut drained = Drained(Some(draining));
-    let defaults = ctx.topic_defaults();
-    let owner_ctx = ctx.clone();
+    // Every partition directory this shard would serve is opened (with the default settings, until the
+    // metadata gives the topic's): which of them this broker still hosts is known once the metadata is
+    // caught up, and the others are then deleted as strays (see `crate::metadata::follow`).
+    let scope_shards = ctx.shards.len();
     let scope = LogDirScope {
         name: format!("shard-{shard}"),
-        owns: Box::new(move |tp| owner_ctx.owner(&tp.topic, tp.partition as i32) == Some(shard)),
+        owns: Box::new(move |tp| crate::topics::assign_shard(&tp.topic, tp.partition, scope_shards) == shard),
         max_open_files: ctx.config.shard_limits.open_files_max,
     };
-    let config_ctx = ctx.clone();
-    let config_for = move |tp: &TopicPartition| {
-        let topics = config_ctx.topics.read().expect("topic lock");
-        let overrides = topics.topics.get(&tp.topic).map(|t| t.configs.clone()).unwrap_or_default();
-        TopicConfig::resolve(&defaults, &overrides).map_or_else(|_| defaults.log.clone(), |c| c.log)
-    };
+    let default_log = ctx.config.log.clone();
     let (logs, reports) =
-        LogDir::open_scoped(DmaFs, Rc::new(SystemClock), &ctx.config.data_dir, Some(scope), &config_for)
-            .await
-            .with_context(|| format!("shard {shard}: open logs"))?;
+        LogDir::open_scoped(DmaFs, Rc::new(SystemClock), &ctx.config.data_dir, Some(scope), &|_: &TopicPartition| {
+            default_log.clone()
+        })
+        .await
+        .with_context(|| format!("shard {shard}: open logs"))?;
     for (tp, report) in &reports {
         if report.damage.is_some() || report.scanned_segments > 0 {
             tracing::info!(shard, partition = %tp, ?report, "recovered partition");
         }
     }
-    // Recorded partitions whose logs do not exist yet (a crash right after the topic was recorded).
-    let owned: Vec<TopicPartition> = {
-        let topics = ctx.topics.read().expect("topic lock");
-        topics
-            .topics
-            .iter()
-            .flat_map(|(name, t)| (0..t.partitions.len() as u32).map(move |p| TopicPartition::new(name.clone(), p)))
-            .filter(|tp| topics.serving_shard(&tp.topic, tp.partition, ctx.shards.len()) == Some(shard))
-            .collect()
-    };
-    for tp in owned {
-        if logs.get(&tp).is_none() {
-            logs.get_or_create(&tp, config_for(&tp)).await.with_context(|| format!("create log {tp}"))?;
-        }
-    }
     let logs = Rc::new(logs);
     glommio::spawn_local(shard::serve(logs.clone(), requests)).detach();
     let upkeep = glommio::spawn_local(shard::upkeep(logs.clone(), ctx.config.shard_limits, shutdown.clone()));
-    if let Some(admin) = admin {
+    if let Some((admin, images)) = admin {
         glommio::spawn_local(handlers::admin(ctx.clone(), admin)).detach();
+        glommio::spawn_local(crate::metadata::follow::follow(ctx.clone(), images)).detach();
     }
     let served = serve(shard, addr, ctx, shutdown).await;
     // Every shard's connections are done (or past the drain limit) before any shard closes its logs.
@@ -234,6 +232,13 @@ async fn run_shard(
 }
 
 async fn serve(shard: usize, addr: std::net::SocketAddr, ctx: Arc<BrokerContext>, shutdown: Shutdown) -> Result<()> {
+    // Clients are served once the broker is registered and has caught up with the metadata.
+    while !ctx.ready.load(Ordering::SeqCst) {
+        if shutdown.is_triggered() {
+            return Ok(());
+        }
+        glommio::timer::sleep(Duration::from_millis(10)).await;
+    }
     let listener = TcpListener::bind(addr)
         .map_err(std::io::Error::from)
         .with_context(|| format!("shard {shard}: listen on {addr}"))?;

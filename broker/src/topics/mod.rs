@@ -1,14 +1,16 @@
-//! Topics: names, settings, and which shard owns each partition.
+//! Topics: names, settings, and which shard serves each partition here.
 //!
-//! Assignment is deterministic (a hash of the topic name plus the partition index, modulo the shard
-//! count) and is recorded with the topic, so a partition stays on the shard that holds its data across
-//! restarts; only a change of shard count moves partitions whose recorded shard no longer exists.
+//! The topics themselves live in the quorum's state ([`crate::quorum::state`]). Which shard of a broker
+//! holds a partition is the broker's own business: a hash of the topic name plus the partition index,
+//! modulo the shard count. Every shard opens the partition directories in the one data dir, so after a
+//! change of shard count a partition's log is simply opened by its new shard.
 
 pub mod configs;
-pub mod store;
 
 /// Kafka's longest topic name.
 pub const MAX_TOPIC_NAME_LEN: usize = 249;
+/// The most partitions one topic may have.
+pub const MAX_PARTITIONS: u32 = 10_000;
 
 /// Why a topic name is refused (Kafka answers INVALID_TOPIC_EXCEPTION).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -1,0 +1,121 @@
+//! Applying metadata images to this broker's shards: shard 0 runs [`follow`], which, for every new image
+//! from the quorum link, creates the logs of partitions this broker now hosts, deletes those of deleted
+//! topics, passes changed topic settings to the logs, and only then publishes the image to the request
+//! handlers, so no client is told about a partition before its log exists here.
+//!
+//! Once the broker is registered and an image at least as new as its registration is applied, the broker
+//! is ready: partition directories on disk that this image does not give to this broker are strays (their
+//! topic was deleted while the broker was down, or they were placed elsewhere) and are deleted, and the
+//! shards start accepting clients.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use shardlog_storage::TopicPartition;
+use uuid::Uuid;
+
+use super::image::MetadataImage;
+use crate::handlers::BrokerContext;
+use crate::quorum::state::NodeId;
+use crate::shard::PartitionRequest;
+use crate::topics::configs::TopicConfig;
+
+/// A partition log this broker hosts, as of the last image applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Hosted {
+    topic_id: Uuid,
+    configs: BTreeMap<String, String>,
+}
+
+/// Shard 0's task: applies every image from the link, newest first when several are waiting.
+pub async fn follow(ctx: Arc<BrokerContext>, images: flume::Receiver<Arc<MetadataImage>>) {
+    let mut hosted: BTreeMap<TopicPartition, Hosted> = BTreeMap::new();
+    while let Ok(mut image) = images.recv_async().await {
+        while let Ok(newer) = images.try_recv() {
+            image = newer;
+        }
+        apply(&ctx, &mut hosted, &image).await;
+        *ctx.metadata.write().expect("metadata lock") = image.clone();
+        ctx.mark_reconciled(image.applied);
+        let caught_up = ctx.quorum.registered_at().is_some_and(|at| image.applied >= Some(at));
+        if caught_up && !ctx.ready.load(Ordering::SeqCst) {
+            remove_strays(&ctx, &image).await;
+            ctx.ready.store(true, Ordering::SeqCst);
+            tracing::info!(applied = ?image.applied, partitions = hosted.len(), "metadata caught up; serving clients");
+        }
+    }
+}
+
+/// What `image` asks this broker to host: every partition it is a replica of.
+fn wanted(image: &MetadataImage, node: NodeId) -> BTreeMap<TopicPartition, Hosted> {
+    let mut out = BTreeMap::new();
+    for (name, topic) in &image.state.topics {
+        for (index, p) in topic.partitions.iter().enumerate() {
+            if p.replicas.contains(&node) {
+                let hosted = Hosted { topic_id: topic.id, configs: topic.configs.clone() };
+                out.insert(TopicPartition::new(name.clone(), index as u32), hosted);
+            }
+        }
+    }
+    out
+}
+
+async fn apply(ctx: &Arc<BrokerContext>, hosted: &mut BTreeMap<TopicPartition, Hosted>, image: &MetadataImage) {
+    let wanted = wanted(image, NodeId(ctx.config.node_id));
+    // Gone, or a topic of the same name with another id (deleted and created again): delete first.
+    let gone: Vec<TopicPartition> = hosted
+        .iter()
+        .filter(|(tp, h)| wanted.get(*tp).is_none_or(|w| w.topic_id != h.topic_id))
+        .map(|(tp, _)| tp.clone())
+        .collect();
+    for tp in gone {
+        delete_log(ctx, &tp).await;
+        hosted.remove(&tp);
+    }
+    let defaults = ctx.topic_defaults();
+    for (tp, want) in wanted {
+        if hosted.get(&tp) == Some(&want) {
+            continue;
+        }
+        // The settings were validated before they were proposed; a default-only config is the fallback
+        // for a value this broker's version does not accept.
+        let config = TopicConfig::resolve(&defaults, &want.configs).map_or_else(|_| defaults.log.clone(), |c| c.log);
+        let shard = ctx.shard_of(&tp);
+        let request_tp = tp.clone();
+        match crate::handlers::ask_shard(ctx, shard, |reply| PartitionRequest::Create { tp: request_tp, config, reply })
+            .await
+        {
+            Some(Ok(())) => {
+                if !hosted.contains_key(&tp) {
+                    tracing::info!(partition = %tp, shard, "hosting partition");
+                }
+                hosted.insert(tp, want);
+            }
+            other => tracing::error!(partition = %tp, outcome = ?other, "cannot create or configure partition log"),
+        }
+    }
+}
+
+async fn delete_log(ctx: &Arc<BrokerContext>, tp: &TopicPartition) {
+    let shard = ctx.shard_of(tp);
+    let request_tp = tp.clone();
+    match crate::handlers::ask_shard(ctx, shard, |reply| PartitionRequest::Delete { tp: request_tp, reply }).await {
+        Some(Ok(())) => tracing::info!(partition = %tp, "deleted partition log"),
+        other => tracing::error!(partition = %tp, outcome = ?other, "cannot delete partition log"),
+    }
+}
+
+/// Deletes the logs the shards opened at start that the caught-up image does not give to this broker.
+async fn remove_strays(ctx: &Arc<BrokerContext>, image: &MetadataImage) {
+    let wanted = wanted(image, NodeId(ctx.config.node_id));
+    for shard in 0..ctx.shards.len() {
+        let on_shard = crate::handlers::ask_shard(ctx, shard, |reply| PartitionRequest::Hosted { reply }).await;
+        for tp in on_shard.unwrap_or_default() {
+            if !wanted.contains_key(&tp) {
+                tracing::warn!(partition = %tp, "stray partition log (not this broker's in the cluster metadata)");
+                delete_log(ctx, &tp).await;
+            }
+        }
+    }
+}

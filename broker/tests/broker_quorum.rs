@@ -1,0 +1,122 @@
+//! A broker whose quorum runs elsewhere: a standalone `shardlog quorum` voter, and a broker started with
+//! `--quorum-voters` naming it. The broker registers, its topics live in the voter's state, SIGTERM makes
+//! it ask for a controlled shutdown (fenced at once, its partitions leaderless, long before its session
+//! would expire), and restarted it leads them again at a new leader epoch, with its data.
+
+mod common;
+
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use kafka_protocol::messages::{ApiKey, ResponseKind};
+use shardlog_broker::quorum::client::QuorumClient;
+use shardlog_broker::quorum::state::{ClusterState, NodeId};
+
+use common::requests::{batch, create, fetch_request, produce_request, stored};
+use common::{Broker, receive, send};
+
+struct StandaloneVoter {
+    child: Child,
+    addr: String,
+}
+
+impl StandaloneVoter {
+    /// One voter that is the whole quorum; brokers' sessions last ten minutes, so within this test only
+    /// a controlled shutdown can fence a broker.
+    fn start(dir: &std::path::Path) -> StandaloneVoter {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let addr = format!("127.0.0.1:{port}");
+        let child = Command::new(env!("CARGO_BIN_EXE_shardlog"))
+            .args(["quorum", "--node-id", "1", "--listen", &addr, "--broker-session-timeout-ms", "600000"])
+            .arg("--data-dir")
+            .arg(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let voter = StandaloneVoter { child, addr };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while voter.status().is_none_or(|(leader, _)| leader != Some(1)) {
+            assert!(Instant::now() < deadline, "the voter did not lead within 30 s");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        voter
+    }
+
+    /// (leader, state) as the voter holds them.
+    fn status(&self) -> Option<(Option<u64>, ClusterState)> {
+        let status = QuorumClient::connect(&self.addr, Duration::from_secs(5)).ok()?.status().ok()?;
+        Some((status.leader, status.state))
+    }
+
+    fn state(&self) -> ClusterState {
+        self.status().expect("the voter answers").1
+    }
+}
+
+impl Drop for StandaloneVoter {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn produce(s: &mut TcpStream, partition: i32, b: &[u8]) -> (i16, i64) {
+    send(s, ApiKey::Produce, 9, 1, &produce_request("remote", partition, b, -1));
+    let (_, body) = receive(s, ApiKey::Produce, 9);
+    let ResponseKind::Produce(r) = body else { panic!("wrong response") };
+    let p = &r.responses[0].partition_responses[0];
+    (p.error_code, p.base_offset)
+}
+
+fn fetch(s: &mut TcpStream, partition: i32) -> (i16, bytes::Bytes) {
+    send(s, ApiKey::Fetch, 11, 2, &fetch_request("remote", partition, 0, 0));
+    let (_, body) = receive(s, ApiKey::Fetch, 11);
+    let ResponseKind::Fetch(r) = body else { panic!("wrong response") };
+    let p = &r.responses[0].partitions[0];
+    (p.error_code, p.records.clone().unwrap_or_default())
+}
+
+#[test]
+fn a_broker_with_a_remote_quorum_registers_shuts_down_under_control_and_comes_back_leading_its_partitions() {
+    let dir = tempfile::tempdir().unwrap();
+    let voter = StandaloneVoter::start(&dir.path().join("voter"));
+    let data = dir.path().join("broker");
+    let voters = format!("1@{}", voter.addr);
+    let args = ["--node-id", "2", "--quorum-voters", voters.as_str()];
+
+    let broker = Broker::start_in(&data, 2, &args);
+    let mut s = broker.connect();
+    assert_eq!(create(&mut s, "remote", 2, 1, &[]), 0);
+    let mut expected = Vec::new();
+    for p in 0..2 {
+        let b = batch(p as u8, 3, 0);
+        let (err, base) = produce(&mut s, p, &b);
+        assert_eq!(err, 0);
+        expected.push(stored(&b, base));
+    }
+    let state = voter.state();
+    assert!(!state.brokers[&NodeId(2)].fenced, "registered and live");
+    let before: Vec<_> = state.topics["remote"].partitions.clone();
+    assert!(before.iter().all(|p| p.leader == Some(NodeId(2))), "the topic is in the voter's state: {before:?}");
+
+    assert!(broker.terminate().success());
+    let state = voter.state();
+    assert!(state.brokers[&NodeId(2)].fenced, "fenced by its controlled shutdown, not by a session timeout");
+    assert!(state.topics["remote"].partitions.iter().all(|p| p.leader.is_none()), "no other replica to lead");
+
+    let broker = Broker::start_in(&data, 2, &args);
+    let mut s = broker.connect();
+    for p in 0..2 {
+        let (err, records) = fetch(&mut s, p);
+        assert_eq!(err, 0);
+        assert_eq!(records.as_ref(), expected[p as usize].as_slice(), "partition {p} kept its records");
+    }
+    let state = voter.state();
+    assert!(!state.brokers[&NodeId(2)].fenced);
+    for (old, new) in before.iter().zip(&state.topics["remote"].partitions) {
+        assert_eq!(new.leader, Some(NodeId(2)));
+        assert!(new.leader_epoch > old.leader_epoch, "led again at a new epoch: {old:?} -> {new:?}");
+    }
+}

@@ -1,8 +1,8 @@
 //! `shardlog-bench cluster`: a local cluster of shardlog processes on loopback, each with its own data
-//! dir, for `tps-table` and for trying things out. Prints the bootstrap list once every broker answers
-//! Metadata, and stops them all (SIGTERM) on Ctrl-C or when dropped.
-//!
-//! More than one broker needs the quorum service; until it exists the launcher refuses N > 1.
+//! dir, for `tps-table` and for trying things out. With more than one broker every broker runs one of
+//! the quorum's voters (`--quorum-voters`). Prints the bootstrap list once every broker answers Metadata
+//! listing all of them, and stops them all (SIGTERM) on Ctrl-C or when dropped. Tests also kill and
+//! restart single brokers through [`Cluster`].
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -16,9 +16,13 @@ use shardlog_broker::admin_cli::AdminClient;
 pub struct ClusterArgs {
     #[arg(long, default_value_t = 1)]
     pub brokers: usize,
-    /// Port of the first broker; the others follow.
+    /// Kafka port of the first broker; the others follow. 0: a free port for each.
     #[arg(long, default_value_t = 9092)]
     pub base_port: u16,
+    /// With more than one broker, each runs a quorum voter: the first one's port, the others following.
+    /// Default: a free port for each. (A single broker is its own quorum, without a quorum port.)
+    #[arg(long)]
+    pub quorum_base_port: Option<u16>,
     /// Each broker's data goes to `<data-dir>/broker-<id>`.
     #[arg(long, default_value = "bench-cluster")]
     pub data_dir: PathBuf,
@@ -33,10 +37,36 @@ pub struct ClusterArgs {
     pub settings: Vec<String>,
 }
 
+/// One broker of the cluster: how to start it, and its process while it runs.
+#[derive(Debug)]
+struct BrokerProcess {
+    id: usize,
+    addr: String,
+    data: PathBuf,
+    command: Vec<std::ffi::OsString>,
+    child: Option<Child>,
+}
+
+impl BrokerProcess {
+    fn spawn(&mut self, binary: &Path) -> Result<()> {
+        // The log is appended to, so a restarted broker's log follows its previous one.
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.data.join("broker.log"))?;
+        let child = Command::new(binary)
+            .args(&self.command)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("start {}", binary.display()))?;
+        self.child = Some(child);
+        Ok(())
+    }
+}
+
 /// Running brokers; stopped when dropped.
 #[derive(Debug)]
 pub struct Cluster {
-    children: Vec<Child>,
+    binary: PathBuf,
+    brokers: Vec<BrokerProcess>,
     pub bootstrap: String,
 }
 
@@ -59,82 +89,124 @@ pub fn shardlog_binary(explicit: Option<&Path>) -> PathBuf {
 }
 
 impl Cluster {
+    /// Starts the brokers and returns once every one answers Metadata listing all of them.
     pub fn start(args: &ClusterArgs) -> Result<Cluster> {
-        if args.brokers != 1 {
-            bail!("{} brokers need the quorum service, which is not built yet: run with --brokers 1", args.brokers);
+        if ![1, 3, 5].contains(&args.brokers) {
+            bail!("{} brokers: every broker runs a quorum voter, and a quorum has 1, 3 or 5", args.brokers);
         }
+        let port = |i: usize, base: u16| if base == 0 { free_port() } else { Ok(base + i as u16) };
+        let kafka_ports = (0..args.brokers).map(|i| port(i, args.base_port)).collect::<Result<Vec<_>>>()?;
+        let voters = if args.brokers > 1 {
+            let ports =
+                (0..args.brokers).map(|i| port(i, args.quorum_base_port.unwrap_or(0))).collect::<Result<Vec<_>>>()?;
+            let list: Vec<String> = ports.iter().enumerate().map(|(i, p)| format!("{}@127.0.0.1:{p}", i + 1)).collect();
+            Some(list.join(","))
+        } else {
+            None
+        };
         let binary = shardlog_binary(args.shardlog.as_deref());
-        let mut cluster = Cluster { children: Vec::new(), bootstrap: String::new() };
-        let mut addresses = Vec::new();
-        for i in 0..args.brokers {
+        let mut cluster = Cluster { binary, brokers: Vec::new(), bootstrap: String::new() };
+        for (i, kafka_port) in kafka_ports.iter().enumerate() {
             let id = i + 1;
-            let port = args.base_port + i as u16;
+            let addr = format!("127.0.0.1:{kafka_port}");
             let data = args.data_dir.join(format!("broker-{id}"));
             std::fs::create_dir_all(&data).with_context(|| format!("create {}", data.display()))?;
-            let mut command = Command::new(&binary);
-            command
-                .args(["start", "--node-id", &id.to_string(), "--listen", &format!("127.0.0.1:{port}")])
-                .arg("--data-dir")
-                .arg(&data)
-                .stdout(Stdio::null())
-                .stderr(std::fs::File::create(data.join("broker.log"))?);
+            let mut command: Vec<std::ffi::OsString> =
+                ["start", "--node-id", &id.to_string(), "--listen", &addr].iter().map(Into::into).collect();
+            command.push("--data-dir".into());
+            command.push(data.clone().into());
+            if let Some(voters) = &voters {
+                command.extend(["--quorum-voters".into(), voters.into()]);
+            }
             if let Some(shards) = args.shards {
-                command.args(["--shards", &shards.to_string()]);
+                command.extend(["--shards".into(), shards.to_string().into()]);
             }
             for setting in &args.settings {
-                command.args(["--set", setting]);
+                command.extend(["--set".into(), setting.into()]);
             }
-            let child = command.spawn().with_context(|| format!("start {}", binary.display()))?;
-            cluster.children.push(child);
-            addresses.push(format!("127.0.0.1:{port}"));
+            let mut broker = BrokerProcess { id, addr, data, command, child: None };
+            broker.spawn(&cluster.binary)?;
+            cluster.brokers.push(broker);
         }
-        for addr in &addresses {
-            wait_for_metadata(addr, &mut cluster.children)?;
+        for i in 0..cluster.brokers.len() {
+            cluster.wait_for_metadata(i, args.brokers)?;
         }
-        cluster.bootstrap = addresses.join(",");
+        cluster.bootstrap = cluster.brokers.iter().map(|b| b.addr.clone()).collect::<Vec<_>>().join(",");
         Ok(cluster)
+    }
+
+    /// The Kafka address of broker `id` (1-based).
+    pub fn addr(&self, id: usize) -> &str {
+        &self.brokers[id - 1].addr
+    }
+
+    /// SIGKILL to broker `id` (1-based); returns once it is gone.
+    pub fn kill(&mut self, id: usize) -> Result<()> {
+        if let Some(mut child) = self.brokers[id - 1].child.take() {
+            child.kill()?;
+            child.wait()?;
+        }
+        Ok(())
+    }
+
+    /// Starts broker `id` again on its data and waits until it answers Metadata listing `expected` brokers.
+    pub fn restart(&mut self, id: usize, expected: usize) -> Result<()> {
+        let binary = self.binary.clone();
+        self.brokers[id - 1].spawn(&binary)?;
+        self.wait_for_metadata(id - 1, expected)
     }
 
     /// SIGTERM to every broker, then wait for them.
     pub fn stop(&mut self) -> Result<()> {
-        for child in &mut self.children {
-            // SAFETY: kill(2) on a process we started, with a valid signal.
-            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-        }
-        for child in &mut self.children {
-            let status = child.wait()?;
-            if !status.success() {
-                eprintln!("broker {} exited with {status}", child.id());
+        for broker in &self.brokers {
+            if let Some(child) = &broker.child {
+                // SAFETY: kill(2) on a process we started, with a valid signal.
+                unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
             }
         }
-        self.children.clear();
+        for broker in &mut self.brokers {
+            if let Some(mut child) = broker.child.take() {
+                let status = child.wait()?;
+                if !status.success() {
+                    eprintln!("broker {} exited with {status}", broker.id);
+                }
+            }
+        }
         Ok(())
+    }
+
+    /// Waits until broker `index` answers Metadata with `expected` live brokers (all registered).
+    fn wait_for_metadata(&mut self, index: usize, expected: usize) -> Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let addr = self.brokers[index].addr.clone();
+        loop {
+            if let Ok(mut admin) = AdminClient::connect(&addr)
+                && admin.metadata(None).is_ok_and(|m| m.brokers.len() >= expected)
+            {
+                return Ok(());
+            }
+            for broker in &mut self.brokers {
+                if let Some(child) = &mut broker.child
+                    && let Some(status) = child.try_wait()?
+                {
+                    bail!(
+                        "broker {} exited with {status}; see {}",
+                        broker.id,
+                        broker.data.join("broker.log").display()
+                    );
+                }
+            }
+            if Instant::now() > deadline {
+                bail!("{addr} did not list {expected} brokers in Metadata within 60 s");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 }
 
 impl Drop for Cluster {
     fn drop(&mut self) {
         let _ = self.stop();
-    }
-}
-
-fn wait_for_metadata(addr: &str, children: &mut [Child]) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Ok(mut admin) = AdminClient::connect(addr)
-            && admin.metadata(None).is_ok()
-        {
-            return Ok(());
-        }
-        for child in children.iter_mut() {
-            if let Some(status) = child.try_wait()? {
-                bail!("a broker exited during start-up with {status}; see its broker.log");
-            }
-        }
-        if Instant::now() > deadline {
-            bail!("{addr} did not answer Metadata within 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(50));
     }
 }
 

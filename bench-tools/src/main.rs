@@ -4,7 +4,7 @@
 use clap::{Parser, Subcommand};
 
 mod audit;
-mod cluster;
+use shardlog_bench::cluster;
 mod consume;
 mod loopback;
 mod payload;

@@ -19,7 +19,7 @@ use shardlog_broker::quorum::client::QuorumClient;
 use shardlog_broker::quorum::state::{BrokerEndpoint, Command, NodeId};
 use shardlog_broker::quorum::wire::WireWriteResult;
 
-use crate::cluster::{free_port, shardlog_binary};
+use shardlog_bench::cluster::{free_port, shardlog_binary};
 
 const CALL_TIMEOUT: Duration = Duration::from_secs(1);
 

@@ -14,10 +14,10 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use shardlog_broker::admin_cli::AdminClient;
 
-use crate::cluster::{Cluster, ClusterArgs, free_port};
 use crate::produce::{self, Mode, ProduceArgs};
 use crate::report;
 use crate::stats::{self, Tally};
+use shardlog_bench::cluster::{Cluster, ClusterArgs, free_port};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Flush {
@@ -157,6 +157,7 @@ pub fn run(args: &TpsArgs) -> Result<PathBuf> {
             let cluster = Cluster::start(&ClusterArgs {
                 brokers: 1,
                 base_port: free_port()?,
+                quorum_base_port: None,
                 data_dir: out.join("cluster"),
                 shards: args.shards,
                 shardlog: args.shardlog.clone(),

@@ -1,0 +1,203 @@
+//! Three `shardlog` brokers, each running one of the quorum's three voters, started by the launcher behind
+//! `shardlog-bench cluster --brokers 3`: a 6-partition topic with replication factor 1 spreads over all
+//! three; librdkafka produces to and consumes from every partition through one bootstrap broker; a
+//! broker killed with SIGKILL takes its partitions away (leaderless, produce to them fails) while the
+//! others go on; restarted, it brings them back with their data. A topic deleted while a broker is down
+//! leaves no logs behind on it once it is back.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{DeliveryResult, Message};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use shardlog_bench::cluster::{Cluster, ClusterArgs};
+use shardlog_broker::admin_cli::AdminClient;
+
+const TOPIC: &str = "spread";
+const PARTITIONS: i32 = 6;
+
+/// Records every delivery report: (partition, value, acknowledged).
+#[derive(Clone, Default)]
+struct Reports(Arc<Mutex<Vec<(i32, String, bool)>>>);
+
+impl ClientContext for Reports {}
+
+impl ProducerContext for Reports {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        let (message, ok) = match result {
+            Ok(m) => (m, true),
+            Err((_, m)) => (m, false),
+        };
+        let value = String::from_utf8_lossy(message.payload().unwrap_or_default()).into_owned();
+        self.0.lock().unwrap().push((message.partition(), value, ok));
+    }
+}
+
+/// Sends `values` to partition `partition` and returns how many were acknowledged.
+fn produce(bootstrap: &str, partition_values: &[(i32, String)], timeout_ms: u64) -> Vec<(i32, String, bool)> {
+    let reports = Reports::default();
+    let producer: BaseProducer<Reports> = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("acks", "all")
+        .set("message.timeout.ms", timeout_ms.to_string())
+        .set("topic.metadata.refresh.interval.ms", "500")
+        .create_with_context(reports.clone())
+        .expect("producer");
+    for (partition, value) in partition_values {
+        producer.send(BaseRecord::<(), str>::to(TOPIC).partition(*partition).payload(value)).expect("queued");
+    }
+    // Flushing waits for every report, acknowledged or failed (each fails by message.timeout.ms at most).
+    let _ = producer.flush(Duration::from_millis(timeout_ms + 30_000));
+    let reports = reports.0.lock().unwrap().clone();
+    assert_eq!(reports.len(), partition_values.len(), "a delivery report for every record");
+    reports
+}
+
+/// Reads `partitions` from the beginning until each has `expected[p]` records; returns the values read.
+fn consume(bootstrap: &str, expected: &BTreeMap<i32, usize>) -> BTreeMap<i32, Vec<String>> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "cluster-test")
+        .set("enable.auto.commit", "false")
+        .set("topic.metadata.refresh.interval.ms", "500")
+        .create()
+        .expect("consumer");
+    let mut assignment = TopicPartitionList::new();
+    for p in expected.keys() {
+        assignment.add_partition_offset(TOPIC, *p, Offset::Beginning).unwrap();
+    }
+    consumer.assign(&assignment).unwrap();
+    let mut read: BTreeMap<i32, Vec<String>> = expected.keys().map(|p| (*p, Vec::new())).collect();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while expected.iter().any(|(p, n)| read[p].len() < *n) {
+        assert!(Instant::now() < deadline, "not every record came back: read {:?}", counts(&read));
+        if let Some(Ok(m)) = consumer.poll(Duration::from_millis(200)) {
+            let value = String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned();
+            read.get_mut(&m.partition()).expect("an assigned partition").push(value);
+        }
+    }
+    read
+}
+
+fn counts(read: &BTreeMap<i32, Vec<String>>) -> BTreeMap<i32, usize> {
+    read.iter().map(|(p, v)| (*p, v.len())).collect()
+}
+
+/// Partition -> leader id (-1: none), from broker `addr`'s Metadata.
+fn leaders(addr: &str) -> BTreeMap<i32, i32> {
+    let metadata = AdminClient::connect(addr).unwrap().metadata(Some(&[TOPIC])).unwrap();
+    let topic = metadata.topics.iter().find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == TOPIC)).unwrap();
+    topic.partitions.iter().map(|p| (p.partition_index, p.leader_id.0)).collect()
+}
+
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn values(partition: i32, round: &str, n: usize) -> Vec<(i32, String)> {
+    (0..n).map(|i| (partition, format!("{round}-p{partition}-{i}"))).collect()
+}
+
+#[test]
+fn three_brokers_spread_a_topic_and_a_killed_broker_takes_its_partitions_away_and_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = Cluster::start(&ClusterArgs {
+        brokers: 3,
+        base_port: 0,
+        quorum_base_port: None,
+        data_dir: dir.path().to_path_buf(),
+        shards: Some(2),
+        shardlog: None,
+        // A killed broker is fenced 3 s after its last heartbeat instead of 9 s.
+        settings: vec!["broker.session.timeout.ms=3000".into(), "broker.heartbeat.interval.ms=300".into()],
+    })
+    .expect("three brokers start");
+    // Everything goes through broker 1 as the only bootstrap server: clients find the others from it.
+    let bootstrap = cluster.addr(1).to_string();
+    AdminClient::connect(&bootstrap).unwrap().create_topic(TOPIC, PARTITIONS, 1, &[]).unwrap();
+
+    let led = leaders(&bootstrap);
+    let mut per_broker: BTreeMap<i32, Vec<i32>> = BTreeMap::new();
+    for (p, leader) in &led {
+        per_broker.entry(*leader).or_default().push(*p);
+    }
+    assert_eq!(per_broker.keys().copied().collect::<Vec<_>>(), vec![1, 2, 3], "every broker leads: {led:?}");
+    assert!(per_broker.values().all(|ps| ps.len() == 2), "two partitions each: {led:?}");
+    for addr in [cluster.addr(2), cluster.addr(3)] {
+        assert_eq!(leaders(addr), led, "every broker tells the same leaders");
+    }
+
+    let first: Vec<(i32, String)> = (0..PARTITIONS).flat_map(|p| values(p, "first", 50)).collect();
+    let reports = produce(&bootstrap, &first, 30_000);
+    assert!(reports.iter().all(|(_, _, ok)| *ok), "every record acknowledged: {reports:?}");
+    let expected: BTreeMap<i32, usize> = (0..PARTITIONS).map(|p| (p, 50)).collect();
+    let read = consume(&bootstrap, &expected);
+    for p in 0..PARTITIONS {
+        let want: Vec<String> = values(p, "first", 50).into_iter().map(|(_, v)| v).collect();
+        assert_eq!(read[&p], want, "partition {p} in order");
+    }
+
+    // Broker 3 dies. Once its session expires its partitions have no leader (their only replica is gone).
+    cluster.kill(3).unwrap();
+    let gone = per_broker[&3].clone();
+    wait_for("broker 3's partitions to lose their leader", || {
+        let now = leaders(&bootstrap);
+        gone.iter().all(|p| now[p] == -1)
+    });
+    let now = leaders(&bootstrap);
+    for p in per_broker[&1].iter().chain(&per_broker[&2]) {
+        assert_eq!(now[p], led[p], "partition {p} keeps its leader");
+    }
+    let second: Vec<(i32, String)> = (0..PARTITIONS).flat_map(|p| values(p, "second", 10)).collect();
+    let reports = produce(&bootstrap, &second, 3_000);
+    for (p, value, ok) in &reports {
+        assert_eq!(*ok, !gone.contains(p), "{value}: acknowledged only where the partition has a leader");
+    }
+
+    // Back on its data: it leads its partitions again, with what they held.
+    cluster.restart(3, 3).unwrap();
+    wait_for("broker 3 to lead its partitions again", || {
+        let now = leaders(&bootstrap);
+        gone.iter().all(|p| now[p] == 3)
+    });
+    let third: Vec<(i32, String)> = gone.iter().flat_map(|p| values(*p, "third", 10)).collect();
+    let reports = produce(&bootstrap, &third, 30_000);
+    assert!(reports.iter().all(|(_, _, ok)| *ok), "broker 3 takes records again: {reports:?}");
+    let expected: BTreeMap<i32, usize> = (0..PARTITIONS).map(|p| (p, 60)).collect();
+    let read = consume(&bootstrap, &expected);
+    for p in 0..PARTITIONS {
+        let round = if gone.contains(&p) { "third" } else { "second" };
+        let want: Vec<String> =
+            values(p, "first", 50).into_iter().chain(values(p, round, 10)).map(|(_, v)| v).collect();
+        assert_eq!(read[&p], want, "partition {p}: what it held before, then what came after");
+    }
+
+    // The topic is deleted while broker 3 is down: when it comes back, its logs of that topic are strays
+    // (the caught-up metadata no longer has them) and are deleted before it serves anyone.
+    let broker_3_data = dir.path().join("broker-3");
+    let partition_dirs = || -> Vec<String> {
+        std::fs::read_dir(&broker_3_data)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name.starts_with(&format!("{TOPIC}-")))
+            .collect()
+    };
+    assert_eq!(partition_dirs().len(), gone.len(), "broker 3 holds its partitions: {:?}", partition_dirs());
+    cluster.kill(3).unwrap();
+    AdminClient::connect(&bootstrap).unwrap().delete_topic(TOPIC).unwrap();
+    cluster.restart(3, 3).unwrap();
+    assert_eq!(partition_dirs(), Vec::<String>::new(), "the deleted topic's logs are gone from broker 3");
+    let metadata = AdminClient::connect(cluster.addr(3)).unwrap().metadata(None).unwrap();
+    assert!(metadata.topics.is_empty(), "broker 3 knows the topic is gone");
+    cluster.stop().unwrap();
+}

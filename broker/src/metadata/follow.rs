@@ -31,11 +31,17 @@ struct Hosted {
 /// Shard 0's task: applies every image from the link, newest first when several are waiting.
 pub async fn follow(ctx: Arc<BrokerContext>, images: flume::Receiver<Arc<MetadataImage>>) {
     let mut hosted: BTreeMap<TopicPartition, Hosted> = BTreeMap::new();
+    let mut applied: Option<Arc<MetadataImage>> = None;
     while let Ok(mut image) = images.recv_async().await {
         while let Ok(newer) = images.try_recv() {
             image = newer;
         }
-        apply(&ctx, &mut hosted, &image).await;
+        // Most images only move heartbeat times: the logs need nothing unless the topics changed (or the
+        // last image could not be applied whole, which the next one retries).
+        if applied.as_ref().is_none_or(|last| last.state.topics != image.state.topics) {
+            let whole = apply(&ctx, &mut hosted, &image).await;
+            applied = whole.then(|| image.clone());
+        }
         *ctx.metadata.write().expect("metadata lock") = image.clone();
         ctx.mark_reconciled(image.applied);
         let caught_up = ctx.quorum.registered_at().is_some_and(|at| image.applied >= Some(at));
@@ -61,7 +67,9 @@ fn wanted(image: &MetadataImage, node: NodeId) -> BTreeMap<TopicPartition, Hoste
     out
 }
 
-async fn apply(ctx: &Arc<BrokerContext>, hosted: &mut BTreeMap<TopicPartition, Hosted>, image: &MetadataImage) {
+/// Brings the shards' logs in line with `image`; false if some partition could not be.
+async fn apply(ctx: &Arc<BrokerContext>, hosted: &mut BTreeMap<TopicPartition, Hosted>, image: &MetadataImage) -> bool {
+    let mut whole = true;
     let wanted = wanted(image, NodeId(ctx.config.node_id));
     // Gone, or a topic of the same name with another id (deleted and created again): delete first.
     let gone: Vec<TopicPartition> = hosted
@@ -70,8 +78,11 @@ async fn apply(ctx: &Arc<BrokerContext>, hosted: &mut BTreeMap<TopicPartition, H
         .map(|(tp, _)| tp.clone())
         .collect();
     for tp in gone {
-        delete_log(ctx, &tp).await;
-        hosted.remove(&tp);
+        if delete_log(ctx, &tp).await {
+            hosted.remove(&tp);
+        } else {
+            whole = false;
+        }
     }
     let defaults = ctx.topic_defaults();
     for (tp, want) in wanted {
@@ -92,17 +103,27 @@ async fn apply(ctx: &Arc<BrokerContext>, hosted: &mut BTreeMap<TopicPartition, H
                 }
                 hosted.insert(tp, want);
             }
-            other => tracing::error!(partition = %tp, outcome = ?other, "cannot create or configure partition log"),
+            other => {
+                tracing::error!(partition = %tp, outcome = ?other, "cannot create or configure partition log");
+                whole = false;
+            }
         }
     }
+    whole
 }
 
-async fn delete_log(ctx: &Arc<BrokerContext>, tp: &TopicPartition) {
+async fn delete_log(ctx: &Arc<BrokerContext>, tp: &TopicPartition) -> bool {
     let shard = ctx.shard_of(tp);
     let request_tp = tp.clone();
     match crate::handlers::ask_shard(ctx, shard, |reply| PartitionRequest::Delete { tp: request_tp, reply }).await {
-        Some(Ok(())) => tracing::info!(partition = %tp, "deleted partition log"),
-        other => tracing::error!(partition = %tp, outcome = ?other, "cannot delete partition log"),
+        Some(Ok(())) => {
+            tracing::info!(partition = %tp, "deleted partition log");
+            true
+        }
+        other => {
+            tracing::error!(partition = %tp, outcome = ?other, "cannot delete partition log");
+            false
+        }
     }
 }
 

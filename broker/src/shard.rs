@@ -11,6 +11,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_lite::future;
 use kafka_protocol::ResponseError;
+use shardlog_storage::durable;
 use shardlog_storage::fs::dma::DmaFs;
 use shardlog_storage::{
     Clock, FlushPolicy, LeaderEpoch, LogConfig, LogDir, Offset, PartitionLog, StorageError, SystemClock, TopicPartition,
@@ -41,9 +42,12 @@ pub enum OffsetSpec {
 /// Work for the shard owning a partition.
 #[derive(Debug)]
 pub enum PartitionRequest {
-    /// Makes sure the partition's log exists here, with these settings.
+    /// Makes sure the partition's log of topic `topic_id` exists here, with these settings. A log left
+    /// by an earlier topic of the same name (deleted and created again while this broker was away) is
+    /// deleted first.
     Create {
         tp: TopicPartition,
+        topic_id: uuid::Uuid,
         config: LogConfig,
         reply: flume::Sender<Result<(), String>>,
     },
@@ -262,13 +266,8 @@ async fn release_caches(logs: &LogDir<DmaFs>, limits: &ShardLimits) {
 
 async fn handle(logs: &LogDir<DmaFs>, request: PartitionRequest, turn: Option<AppendTurn>) {
     match request {
-        PartitionRequest::Create { tp, config, reply } => {
-            let result = match logs.get(&tp) {
-                // Opened at start with the default settings, or the topic's settings changed.
-                Some(log) => log.set_config(config).map_err(|e| e.to_string()),
-                None => logs.get_or_create(&tp, config).await.map(|_| ()).map_err(|e| e.to_string()),
-            };
-            let _ = reply.send(result);
+        PartitionRequest::Create { tp, topic_id, config, reply } => {
+            let _ = reply.send(ensure_log(logs, &tp, topic_id, config).await);
         }
         PartitionRequest::Hosted { reply } => {
             let _ = reply.send(logs.partitions());
@@ -293,6 +292,54 @@ async fn handle(logs: &LogDir<DmaFs>, request: PartitionRequest, turn: Option<Ap
             let _ = reply.send(delete_records(logs, &tp, offset).await);
         }
     }
+}
+
+/// The file in a partition directory naming the topic (by id) its log belongs to, as Kafka's
+/// `partition.metadata`: `version: 0` and `topic_id: <uuid>` lines.
+pub const PARTITION_METADATA_FILE: &str = "partition.metadata";
+
+async fn ensure_log(
+    logs: &LogDir<DmaFs>,
+    tp: &TopicPartition,
+    topic_id: uuid::Uuid,
+    config: LogConfig,
+) -> Result<(), String> {
+    if let Some(log) = logs.get(tp) {
+        match recorded_topic_id(&log).await? {
+            Some(id) if id != topic_id => {
+                tracing::warn!(partition = %tp, old = %id, new = %topic_id, "log of an earlier topic of this name; deleting it");
+                logs.delete(tp).await.map_err(|e| e.to_string())?;
+            }
+            // Opened at start with the default settings, or the topic's settings changed.
+            Some(_) => return log.set_config(config).map_err(|e| e.to_string()),
+            // Created just before a crash, before its topic was recorded (no client has seen it yet).
+            None => {
+                log.set_config(config).map_err(|e| e.to_string())?;
+                return record_topic_id(&log, topic_id).await;
+            }
+        }
+    }
+    let log = logs.get_or_create(tp, config).await.map_err(|e| e.to_string())?;
+    record_topic_id(&log, topic_id).await
+}
+
+async fn recorded_topic_id(log: &PartitionLog<DmaFs>) -> Result<Option<uuid::Uuid>, String> {
+    let path = log.dir().join(PARTITION_METADATA_FILE);
+    let Some(bytes) = durable::read_file(&DmaFs, &path, 4096).await.map_err(|e| e.to_string())? else {
+        return Ok(None);
+    };
+    let text = String::from_utf8_lossy(&bytes);
+    let id = text.lines().find_map(|line| line.strip_prefix("topic_id:")).map(|v| v.trim().parse::<uuid::Uuid>());
+    match id {
+        Some(Ok(id)) => Ok(Some(id)),
+        _ => Err(format!("{}: no readable topic_id", path.display())),
+    }
+}
+
+async fn record_topic_id(log: &PartitionLog<DmaFs>, topic_id: uuid::Uuid) -> Result<(), String> {
+    let path = log.dir().join(PARTITION_METADATA_FILE);
+    let body = format!("version: 0\ntopic_id: {topic_id}\n");
+    durable::replace_file(&DmaFs, &path, body.as_bytes()).await.map_err(|e| e.to_string())
 }
 
 /// The Kafka error for a storage refusal.

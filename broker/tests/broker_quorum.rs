@@ -120,3 +120,46 @@ fn a_broker_with_a_remote_quorum_registers_shuts_down_under_control_and_comes_ba
         assert!(new.leader_epoch > old.leader_epoch, "led again at a new epoch: {old:?} -> {new:?}");
     }
 }
+
+#[test]
+fn a_topic_deleted_and_created_again_while_its_broker_was_down_comes_back_empty() {
+    use shardlog_broker::quorum::state::Command;
+    use shardlog_broker::quorum::wire::WireWriteResult;
+    let dir = tempfile::tempdir().unwrap();
+    let voter = StandaloneVoter::start(&dir.path().join("voter"));
+    let data = dir.path().join("broker");
+    let voters = format!("1@{}", voter.addr);
+    let args = ["--node-id", "2", "--quorum-voters", voters.as_str()];
+
+    let broker = Broker::start_in(&data, 2, &args);
+    let mut s = broker.connect();
+    assert_eq!(create(&mut s, "remote", 1, 1, &[]), 0);
+    assert_eq!(produce(&mut s, 0, &batch(1, 3, 0)), (0, 0));
+    let old_id = voter.state().topics["remote"].id;
+    broker.kill();
+
+    // While the broker is down (and, with its ten-minute session, still counted live), the topic is
+    // deleted and a new one of the same name lands on it.
+    let mut client = QuorumClient::connect(&voter.addr, Duration::from_secs(10)).unwrap();
+    for command in [
+        Command::DeleteTopic { name: "remote".into() },
+        Command::CreateTopic {
+            name: "remote".into(),
+            id: uuid::Uuid::new_v4(),
+            partitions: 1,
+            replication_factor: 1,
+            configs: Default::default(),
+        },
+    ] {
+        let result = client.write(command).unwrap();
+        assert!(matches!(result, WireWriteResult::Applied { outcome: Ok(_), .. }), "{result:?}");
+    }
+    assert_ne!(voter.state().topics["remote"].id, old_id);
+
+    let broker = Broker::start_in(&data, 2, &args);
+    let mut s = broker.connect();
+    let (err, records) = fetch(&mut s, 0);
+    assert_eq!(err, 0);
+    assert!(records.is_empty(), "the old topic's records must not show up in the new one");
+    assert_eq!(produce(&mut s, 0, &batch(2, 1, 0)), (0, 0), "the new topic starts at offset 0");
+}

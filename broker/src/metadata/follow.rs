@@ -94,8 +94,14 @@ async fn apply(ctx: &Arc<BrokerContext>, hosted: &mut BTreeMap<TopicPartition, H
         let config = TopicConfig::resolve(&defaults, &want.configs).map_or_else(|_| defaults.log.clone(), |c| c.log);
         let shard = ctx.shard_of(&tp);
         let request_tp = tp.clone();
-        match crate::handlers::ask_shard(ctx, shard, |reply| PartitionRequest::Create { tp: request_tp, config, reply })
-            .await
+        let topic_id = want.topic_id;
+        match crate::handlers::ask_shard(ctx, shard, |reply| PartitionRequest::Create {
+            tp: request_tp,
+            topic_id,
+            config,
+            reply,
+        })
+        .await
         {
             Some(Ok(())) => {
                 if !hosted.contains_key(&tp) {

@@ -164,9 +164,21 @@ impl Cluster {
                 unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
             }
         }
+        // A broker stops within its drain and controlled-shutdown limits; one that does not is killed.
+        let deadline = Instant::now() + Duration::from_secs(30);
         for broker in &mut self.brokers {
             if let Some(mut child) = broker.child.take() {
-                let status = child.wait()?;
+                let status = loop {
+                    if let Some(status) = child.try_wait()? {
+                        break status;
+                    }
+                    if Instant::now() > deadline {
+                        eprintln!("broker {} did not stop within 30 s of SIGTERM; killing it", broker.id);
+                        child.kill()?;
+                        break child.wait()?;
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                };
                 if !status.success() {
                     eprintln!("broker {} exited with {status}", broker.id);
                 }

@@ -116,6 +116,7 @@ impl Drop for Voters {
 
 fn create(writer: usize, n: u64) -> Command {
     Command::CreateTopic {
+        assignment: None,
         name: format!("bench-{writer}-{n}"),
         id: uuid::Uuid::new_v4(),
         partitions: 1,

@@ -44,7 +44,7 @@ pub enum OffsetSpec {
 pub enum PartitionRequest {
     /// Makes sure the partition's log of topic `topic_id` exists here, with these settings. A log left
     /// by an earlier topic of the same name (deleted and created again while this broker was away) is
-    /// deleted first.
+    /// set aside first.
     Create {
         tp: TopicPartition,
         topic_id: uuid::Uuid,
@@ -54,6 +54,12 @@ pub enum PartitionRequest {
     Delete {
         tp: TopicPartition,
         reply: flume::Sender<Result<(), String>>,
+    },
+    /// Closes a partition's log and keeps its files under a name never opened again
+    /// (`<topic>-<partition>.stray`): a log this broker must not serve but will not destroy.
+    SetAside {
+        tp: TopicPartition,
+        reply: flume::Sender<Result<Option<std::path::PathBuf>, String>>,
     },
     /// The partitions whose logs this shard holds.
     Hosted {
@@ -269,6 +275,9 @@ async fn handle(logs: &LogDir<DmaFs>, request: PartitionRequest, turn: Option<Ap
         PartitionRequest::Create { tp, topic_id, config, reply } => {
             let _ = reply.send(ensure_log(logs, &tp, topic_id, config).await);
         }
+        PartitionRequest::SetAside { tp, reply } => {
+            let _ = reply.send(logs.set_aside(&tp).await.map_err(|e| e.to_string()));
+        }
         PartitionRequest::Hosted { reply } => {
             let _ = reply.send(logs.partitions());
         }
@@ -307,8 +316,10 @@ async fn ensure_log(
     if let Some(log) = logs.get(tp) {
         match recorded_topic_id(&log).await? {
             Some(id) if id != topic_id => {
-                tracing::warn!(partition = %tp, old = %id, new = %topic_id, "log of an earlier topic of this name; deleting it");
-                logs.delete(tp).await.map_err(|e| e.to_string())?;
+                // An earlier topic of this name, deleted (and this one created) while this broker was away;
+                // or the quorum lost its state and the topic was created anew. Kept, not served.
+                let aside = logs.set_aside(tp).await.map_err(|e| e.to_string())?;
+                tracing::warn!(partition = %tp, old = %id, new = %topic_id, ?aside, "log of an earlier topic of this name set aside");
             }
             // Opened at start with the default settings, or the topic's settings changed.
             Some(_) => return log.set_config(config).map_err(|e| e.to_string()),

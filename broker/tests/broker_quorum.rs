@@ -144,6 +144,7 @@ fn a_topic_deleted_and_created_again_while_its_broker_was_down_comes_back_empty(
     for command in [
         Command::DeleteTopic { name: "remote".into() },
         Command::CreateTopic {
+            assignment: None,
             name: "remote".into(),
             id: uuid::Uuid::new_v4(),
             partitions: 1,

@@ -177,6 +177,7 @@ fn commands(n: usize) -> Vec<Command> {
     let mut out = vec![register];
     for i in 0..n {
         out.push(Command::CreateTopic {
+            assignment: None,
             name: format!("t{i:04}"),
             id: Uuid::from_u128(i as u128 + 1),
             partitions: 1,

@@ -26,6 +26,7 @@ fn register(id: u32, incarnation: u64, now_ms: i64) -> Command {
 
 fn create(name: &str, partitions: u32, replication_factor: u16) -> Command {
     Command::CreateTopic {
+        assignment: None,
         name: name.into(),
         id: Uuid::from_u128(name.len() as u128 + 1),
         partitions,
@@ -277,6 +278,68 @@ fn a_broker_restarted_on_its_own_data_takes_over_its_previous_registration_at_on
 }
 
 #[test]
+fn an_assigned_topic_places_its_replicas_as_given_and_refuses_a_bad_assignment() {
+    let mut state = cluster(3);
+    let assigned = |lists: Vec<Vec<u32>>, rf: u16| Command::CreateTopic {
+        name: "imported".into(),
+        id: Uuid::nil(),
+        partitions: lists.len() as u32,
+        replication_factor: rf,
+        configs: BTreeMap::new(),
+        assignment: Some(lists.iter().map(|l| ids(l)).collect()),
+    };
+    for (bad, why) in [
+        (assigned(vec![vec![1], vec![2]], 2), "wrong replication factor"),
+        (assigned(vec![vec![1, 1]], 2), "a broker twice"),
+        (assigned(vec![vec![9]], 1), "an unregistered broker"),
+    ] {
+        assert_eq!(refused(&mut state, bad).kafka_code(), 39, "INVALID_REPLICA_ASSIGNMENT: {why}");
+    }
+    let mut wrong_count = assigned(vec![vec![3]], 1);
+    if let Command::CreateTopic { partitions, .. } = &mut wrong_count {
+        *partitions = 2;
+    }
+    assert_eq!(refused(&mut state, wrong_count).kafka_code(), 39, "one list per partition");
+    state.apply(&Command::ControlledShutdown { id: NodeId(3), incarnation: 3 }).unwrap();
+    state.apply(&assigned(vec![vec![3, 1], vec![3, 2]], 2)).unwrap();
+    let t = &state.topics["imported"];
+    assert_eq!(t.partitions[0].replicas, ids(&[3, 1]));
+    assert_eq!(t.partitions[0].leader, Some(NodeId(1)), "the first live replica leads");
+    assert_eq!(t.partitions[1].leader, Some(NodeId(2)));
+}
+
+#[test]
+fn partition_counts_are_bounded_whoever_proposes_them() {
+    let mut state = cluster(1);
+    assert_eq!(refused(&mut state, create("huge", 10_001, 1)).kafka_code(), 37);
+    state.apply(&create("t", 1, 1)).unwrap();
+    let grow = Command::CreatePartitions { name: "t".into(), count: u32::MAX };
+    assert_eq!(refused(&mut state, grow).kafka_code(), 37);
+}
+
+#[test]
+fn config_edits_change_only_the_keys_they_name() {
+    let mut state = cluster(1);
+    state.apply(&create("t", 1, 1)).unwrap();
+    let edit = |set: &[(&str, &str)], delete: &[&str]| Command::EditConfigs {
+        name: "t".into(),
+        set: set.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        delete: delete.iter().map(|k| k.to_string()).collect(),
+    };
+    // Two brokers' edits of different keys, proposed from the same starting point: both stay.
+    state.apply(&edit(&[("retention.ms", "1000")], &[])).unwrap();
+    state.apply(&edit(&[("segment.bytes", "2000")], &[])).unwrap();
+    state.apply(&edit(&[("cleanup.policy", "delete")], &["retention.ms"])).unwrap();
+    let configs: Vec<_> = state.topics["t"].configs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    assert_eq!(configs, vec![("cleanup.policy", "delete"), ("segment.bytes", "2000")]);
+    assert_eq!(
+        refused(&mut state, Command::EditConfigs { name: "u".into(), set: BTreeMap::new(), delete: vec![] })
+            .kafka_code(),
+        3
+    );
+}
+
+#[test]
 fn a_restarted_broker_takes_over_only_after_its_old_incarnation_is_fenced() {
     let mut state = cluster(2);
     state.apply(&create("orders", 1, 2)).unwrap();
@@ -341,6 +404,26 @@ fn command() -> impl Strategy<Value = Command> {
         (name.clone(), any::<bool>()).prop_map(|(n, unclean)| Command::AlterConfigs {
             name: n.into(),
             configs: BTreeMap::from([(UNCLEAN_ELECTION_KEY.to_string(), unclean.to_string())]),
+        }),
+        (name.clone(), any::<bool>(), any::<bool>()).prop_map(|(n, unclean, delete)| Command::EditConfigs {
+            name: n.into(),
+            set: if delete {
+                BTreeMap::new()
+            } else {
+                BTreeMap::from([(UNCLEAN_ELECTION_KEY.to_string(), unclean.to_string())])
+            },
+            delete: if delete { vec![UNCLEAN_ELECTION_KEY.to_string()] } else { Vec::new() },
+        }),
+        (name.clone(), prop::collection::vec(prop::collection::vec(1u32..=5, 1..3), 1..3)).prop_map(|(n, lists)| {
+            let replication_factor = lists[0].len() as u16;
+            Command::CreateTopic {
+                name: n.into(),
+                id: Uuid::nil(),
+                partitions: lists.len() as u32,
+                replication_factor,
+                configs: BTreeMap::new(),
+                assignment: Some(lists.into_iter().map(|l| l.into_iter().map(NodeId).collect()).collect()),
+            }
         }),
         (name.clone(), 0u32..4, id.clone(), 0i32..4, 0i32..6, prop::collection::vec(1u32..=4, 1..4)).prop_map(
             |(n, p, leader, le, pe, isr)| Command::AlterPartition {

@@ -133,6 +133,7 @@ fn register(id: u32, incarnation: u64) -> Command {
 
 fn create(name: &str) -> Command {
     Command::CreateTopic {
+        assignment: None,
         name: name.into(),
         id: Uuid::new_v4(),
         partitions: 1,

@@ -216,6 +216,21 @@ impl<F: Fs> LogDir<F> {
         log.delete().await
     }
 
+    /// Closes a partition's log and keeps its directory under a name the data dir never opens,
+    /// `<topic>-<partition>.stray` (`.stray.2`, ... if taken); returns that path.
+    pub async fn set_aside(&self, tp: &TopicPartition) -> Result<Option<PathBuf>> {
+        let Some(log) = self.logs.borrow_mut().remove(tp) else { return Ok(None) };
+        let base = self.path.join(format!("{}.stray", tp.dir_name()));
+        let mut to = base.clone();
+        let mut n = 1;
+        while self.fs.exists(&to) {
+            n += 1;
+            to = PathBuf::from(format!("{}.{n}", base.display()));
+        }
+        log.set_aside(&to).await?;
+        Ok(Some(to))
+    }
+
     /// Moves a partition's log start offset (Kafka's DeleteRecords) and checkpoints it.
     pub async fn delete_records(&self, tp: &TopicPartition, offset: Offset) -> Result<Offset> {
         let log = self.get(tp).ok_or_else(|| StorageError::Closed(self.path.join(tp.dir_name())))?;

@@ -200,3 +200,26 @@ fn batches_larger_than_a_scan_chunk_are_checked_piece_by_piece() {
     assert!(reports[0].1.damage.as_deref().is_some_and(|d| d.contains("CRC")), "{:?}", reports[0].1);
     assert_eq!(dir.get(&tp).unwrap().log_end_offset(), Offset(1));
 }
+
+#[test]
+fn a_log_set_aside_keeps_its_files_under_a_name_never_opened_again() {
+    let fs = SimFs::new();
+    let open =
+        || block_on(LogDir::open(fs.clone(), ManualClock::new(0), Path::new(DATA), |_| small_config())).unwrap().0;
+    let dir = open();
+    let tp = TopicPartition::new("t-1", 0);
+    for round in 0..2u64 {
+        let log = block_on(dir.get_or_create(&tp, small_config())).unwrap();
+        block_on(log.append(&make_batch(round, 3, 10, 0), LeaderEpoch(0))).unwrap();
+        block_on(log.flush()).unwrap();
+        let aside = block_on(dir.set_aside(&tp)).unwrap().expect("the log was open");
+        let expected = if round == 0 { "t-1-0.stray" } else { "t-1-0.stray.2" };
+        assert_eq!(aside, Path::new(DATA).join(expected), "a taken name is not reused");
+        assert!(fs.list_dir(&aside).unwrap().iter().any(|n| n.ends_with(".log")), "its segments are kept");
+        assert!(dir.get(&tp).is_none(), "no longer served");
+    }
+    assert_eq!(block_on(dir.set_aside(&tp)).unwrap(), None, "nothing open to set aside");
+    block_on(dir.close()).unwrap();
+    drop(dir);
+    assert!(open().partitions().is_empty(), "a set-aside directory is not opened as a partition");
+}

@@ -141,6 +141,7 @@ fn create_command(ctx: &BrokerContext, image: &MetadataImage, topic: &CreatableT
         partitions,
         replication_factor: replication as u16,
         configs,
+        assignment: None,
     })
 }
 
@@ -160,7 +161,7 @@ pub(super) async fn apply_create_topics(
                 continue;
             }
         };
-        let Command::CreateTopic { name, id, partitions, replication_factor, configs } = &command else {
+        let Command::CreateTopic { name, id, partitions, replication_factor, configs, .. } = &command else {
             unreachable!("create_command makes CreateTopic commands")
         };
         let resolved = TopicConfig::resolve(&defaults, configs).expect("validated by create_command");
@@ -430,30 +431,42 @@ pub(super) async fn apply_alter_configs(
     let mut outcomes = Vec::new();
     for change in changes {
         let image = ctx.image();
-        let (topic, configs) = match change {
+        // The settings the topic will have, and the command that gives them to it.
+        let (topic, planned) = match change {
             ConfigChange::Refused(e, m) => {
                 outcomes.push(Err((e, m)));
                 continue;
             }
             ConfigChange::Replace { topic, configs } => {
-                let exists = image.topic(&topic).is_some();
-                (topic, exists.then_some(configs))
+                let planned = image
+                    .topic(&topic)
+                    .map(|_| (configs.clone(), Command::AlterConfigs { name: topic.clone(), configs }));
+                (topic, planned)
             }
             ConfigChange::Edit { topic, edits } => {
-                let edited = image.topic(&topic).map(|t| {
-                    let mut c = t.configs.clone();
+                let planned = image.topic(&topic).map(|t| {
+                    let mut result = t.configs.clone();
+                    let (mut set, mut delete) = (BTreeMap::new(), Vec::new());
                     for (key, value) in edits {
                         match value {
-                            Some(v) => c.insert(key, v),
-                            None => c.remove(&key),
-                        };
+                            Some(v) => {
+                                result.insert(key.clone(), v.clone());
+                                set.insert(key, v);
+                            }
+                            None => {
+                                result.remove(&key);
+                                set.remove(&key);
+                                delete.push(key);
+                            }
+                        }
                     }
-                    c
+                    // Applied as edits, so that another broker's concurrent edit of other keys stays.
+                    (result, Command::EditConfigs { name: topic.clone(), set, delete })
                 });
-                (topic, edited)
+                (topic, planned)
             }
         };
-        let Some(configs) = configs else {
+        let Some((configs, command)) = planned else {
             outcomes.push(Err((ResponseError::UnknownTopicOrPartition, format!("topic {topic:?} does not exist"))));
             continue;
         };
@@ -465,7 +478,7 @@ pub(super) async fn apply_alter_configs(
             outcomes.push(Ok(()));
             continue;
         }
-        let outcome = commit(ctx, Command::AlterConfigs { name: topic.clone(), configs })
+        let outcome = commit(ctx, command)
             .await
             .map_err(|(code, m)| (ResponseError::try_from_code(code).unwrap_or(ResponseError::UnknownServerError), m));
         if outcome.is_ok() {

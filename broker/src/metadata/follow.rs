@@ -4,8 +4,9 @@
 //! handlers, so no client is told about a partition before its log exists here.
 //!
 //! Once the broker is registered and an image at least as new as its registration is applied, the broker
-//! is ready: partition directories on disk that this image does not give to this broker are strays (their
-//! topic was deleted while the broker was down, or they were placed elsewhere) and are deleted, and the
+//! is ready: partition logs on disk that this image does not give to this broker are strays (their topic
+//! was deleted while the broker was down, they were placed elsewhere, or the quorum lost its state) and
+//! are set aside (renamed to `<topic>-<partition>.stray`, kept for an operator, never served), and the
 //! shards start accepting clients.
 
 use std::collections::BTreeMap;
@@ -43,7 +44,10 @@ pub async fn follow(ctx: Arc<BrokerContext>, images: flume::Receiver<Arc<Metadat
             applied = whole.then(|| image.clone());
         }
         *ctx.metadata.write().expect("metadata lock") = image.clone();
-        ctx.mark_reconciled(image.applied);
+        // Admin requests wait for this: a change is reported applied only once its logs are in place.
+        if applied.is_some() {
+            ctx.mark_reconciled(image.applied);
+        }
         let caught_up = ctx.quorum.registered_at().is_some_and(|at| image.applied >= Some(at));
         if caught_up && !ctx.ready.load(Ordering::SeqCst) {
             remove_strays(&ctx, &image).await;
@@ -133,15 +137,25 @@ async fn delete_log(ctx: &Arc<BrokerContext>, tp: &TopicPartition) -> bool {
     }
 }
 
-/// Deletes the logs the shards opened at start that the caught-up image does not give to this broker.
+/// Sets aside the logs the shards opened at start that the caught-up image does not give to this broker.
 async fn remove_strays(ctx: &Arc<BrokerContext>, image: &MetadataImage) {
     let wanted = wanted(image, NodeId(ctx.config.node_id));
     for shard in 0..ctx.shards.len() {
         let on_shard = crate::handlers::ask_shard(ctx, shard, |reply| PartitionRequest::Hosted { reply }).await;
         for tp in on_shard.unwrap_or_default() {
-            if !wanted.contains_key(&tp) {
-                tracing::warn!(partition = %tp, "stray partition log (not this broker's in the cluster metadata)");
-                delete_log(ctx, &tp).await;
+            if wanted.contains_key(&tp) {
+                continue;
+            }
+            let request_tp = tp.clone();
+            match crate::handlers::ask_shard(ctx, shard, |reply| PartitionRequest::SetAside { tp: request_tp, reply })
+                .await
+            {
+                Some(Ok(aside)) => tracing::warn!(
+                    partition = %tp,
+                    ?aside,
+                    "stray partition log (not this broker's in the cluster metadata) set aside"
+                ),
+                other => tracing::error!(partition = %tp, outcome = ?other, "cannot set aside stray partition log"),
             }
         }
     }

@@ -81,6 +81,7 @@ mod tests {
 
     fn create(name: &str) -> Command {
         Command::CreateTopic {
+            assignment: None,
             name: name.into(),
             id: Uuid::nil(),
             partitions: 2,

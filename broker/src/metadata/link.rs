@@ -8,6 +8,10 @@
 //!   the shards ([`super::follow`]);
 //! - commits the commands shards send it (topic changes from Kafka admin requests).
 //!
+//! Every call to the quorum has a deadline, and none outlives shutdown: a quorum that cannot commit
+//! (a lost majority) delays a stop by at most the controlled-shutdown limit. If this broker's
+//! registration is taken over by another process with its id, or the follower stops, the broker stops.
+//!
 //! Shards reach it through [`QuorumHandle`], whose calls are plain flume messages usable from glommio.
 
 use std::path::{Path, PathBuf};
@@ -25,15 +29,20 @@ use crate::quorum::state::{BrokerEndpoint, Command, CommandError, NodeId};
 use crate::quorum::wire::{WireFetch, WireFetchResult, WireWriteResult, kind};
 use crate::runtime::Shutdown;
 
-/// The file in the data dir naming the incarnation of the process that last started on it.
+/// The file in the data dir naming the node id and incarnation of the process that last started on it
+/// (`<node id> <incarnation>`).
 pub const INCARNATION_FILE: &str = "broker-incarnation";
 /// The embedded voter's directory inside the data dir (not a `<topic>-<partition>` name, so the storage
 /// engine leaves it alone).
 pub const QUORUM_DIR: &str = "quorum";
 /// How long one metadata fetch waits for something new.
 const FETCH_WAIT: Duration = Duration::from_secs(1);
-/// How long a call to a remote voter may take beyond its own wait.
-const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long connecting to a remote voter may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long a topic change from a client may wait for its commit (then REQUEST_TIMED_OUT).
+const ADMIN_WRITE_LIMIT: Duration = Duration::from_secs(30);
+/// How long [`QuorumLink::stop`] waits for the link thread.
+const STOP_LIMIT: Duration = Duration::from_secs(15);
 /// Pause before retrying when no voter answered or there is no leader.
 const RETRY_PAUSE: Duration = Duration::from_millis(200);
 /// How long a stopping broker tries to get its controlled shutdown committed.
@@ -58,6 +67,8 @@ pub struct LinkSettings {
 pub enum LinkError {
     #[error("voter {0}: {1}")]
     Voter(String, #[source] StartError),
+    #[error("{path}: this data dir belongs to node {recorded}, not node {configured}")]
+    OtherNode { path: PathBuf, recorded: u32, configured: u32 },
     #[error("start the quorum link thread: {0}")]
     Thread(std::io::Error),
 }
@@ -102,6 +113,8 @@ impl QuorumHandle {
 pub struct QuorumLink {
     handle: QuorumHandle,
     thread: Option<JoinHandle<()>>,
+    /// Disconnected when the link thread ends.
+    ended: flume::Receiver<()>,
 }
 
 impl std::fmt::Debug for QuorumLink {
@@ -115,8 +128,8 @@ impl std::fmt::Debug for QuorumLink {
 enum Quorum {
     /// This process runs a voter (it forwards writes to the leader itself).
     Embedded(Arc<Voter>),
-    /// Voters elsewhere, tried in turn.
-    Remote(Arc<Vec<String>>),
+    /// Voters elsewhere, `(id, HOST:PORT)`, tried in turn.
+    Remote(Arc<Vec<(u64, String)>>),
 }
 
 impl QuorumLink {
@@ -127,6 +140,7 @@ impl QuorumLink {
         images: flume::Sender<Arc<MetadataImage>>,
         shutdown: Shutdown,
     ) -> Result<QuorumLink, LinkError> {
+        let previous_incarnation = read_incarnation(&settings.data_dir, settings.node)?;
         let quorum_dir = settings.data_dir.join(QUORUM_DIR);
         let quorum = if settings.voters.is_empty() {
             let mut voter = VoterSettings::alone(settings.node.0 as u64, quorum_dir);
@@ -140,31 +154,38 @@ impl QuorumLink {
             let voter = Voter::start(voter).map_err(|e| LinkError::Voter(addr.clone(), e))?;
             Quorum::Embedded(Arc::new(voter))
         } else {
-            Quorum::Remote(Arc::new(settings.voters.iter().map(|(_, addr)| addr.clone()).collect()))
+            Quorum::Remote(Arc::new(settings.voters.clone()))
         };
         let (writes, write_requests) = flume::unbounded();
         let handle = QuorumHandle { writes, registered_at: Arc::new(AtomicU64::new(u64::MAX)) };
         let registered_at = handle.registered_at.clone();
+        let (ended_tx, ended) = flume::bounded::<()>(0);
         let thread = std::thread::Builder::new()
             .name("quorum-link".into())
             .spawn(move || {
+                let _ended = ended_tx;
                 let runtime = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()
                     .expect("a current-thread tokio runtime builds");
-                runtime.block_on(run(settings, quorum, images, write_requests, registered_at, shutdown));
+                let link = Link { settings, quorum, registered_at, shutdown, previous_incarnation };
+                runtime.block_on(link.run(images, write_requests));
             })
             .map_err(LinkError::Thread)?;
-        Ok(QuorumLink { handle, thread: Some(thread) })
+        Ok(QuorumLink { handle, thread: Some(thread), ended })
     }
 
     pub fn handle(&self) -> QuorumHandle {
         self.handle.clone()
     }
 
-    /// Waits for the link to end (it ends once shutdown is triggered and the controlled shutdown is
-    /// done or given up), which also stops the voter it runs.
+    /// Waits (a bounded time) for the link to end: it ends once shutdown is triggered and the controlled
+    /// shutdown is done or given up, and stops the voter it runs.
     pub fn stop(mut self) {
+        if self.ended.recv_timeout(STOP_LIMIT) == Err(flume::RecvTimeoutError::Timeout) {
+            tracing::warn!("the quorum link did not stop in time; leaving it");
+            return;
+        }
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
@@ -179,131 +200,204 @@ fn resolve(addr: &str) -> Result<std::net::SocketAddr, StartError> {
     })
 }
 
-async fn run(
+/// The link thread's state.
+pub(super) struct Link {
     settings: LinkSettings,
     quorum: Quorum,
-    images: flume::Sender<Arc<MetadataImage>>,
-    write_requests: flume::Receiver<WriteRequest>,
     registered_at: Arc<AtomicU64>,
     shutdown: Shutdown,
-) {
-    let writer = {
-        let quorum = quorum.clone();
-        tokio::spawn(async move {
-            while let Ok(request) = write_requests.recv_async().await {
-                let quorum = quorum.clone();
-                tokio::spawn(async move {
-                    let _ = request.reply.send(quorum.write(request.command).await);
-                });
-            }
-        })
-    };
-    let follower = tokio::spawn(follow(quorum.clone(), images));
-    lifecycle(&settings, &quorum, &registered_at, &shutdown).await;
-    follower.abort();
-    writer.abort();
+    previous_incarnation: Option<u64>,
 }
 
-/// Register, heartbeat until shutdown, then ask for a controlled shutdown.
-async fn lifecycle(settings: &LinkSettings, quorum: &Quorum, registered_at: &AtomicU64, shutdown: &Shutdown) {
-    let previous_incarnation = read_incarnation(&settings.data_dir);
-    let incarnation = uuid::Uuid::new_v4().as_u64_pair().0;
-    // Recorded before registering: if this process dies, the next one on this data takes over from it.
-    crate::quorum::log_store::replace_file(
-        &settings.data_dir.join(INCARNATION_FILE),
-        incarnation.to_string().as_bytes(),
-    );
-    let register = Command::RegisterBroker {
-        id: settings.node,
-        endpoint: settings.endpoint.clone(),
-        incarnation,
-        previous_incarnation,
-        // Stamped by the voter that proposes it.
-        now_ms: 0,
-        session_timeout_ms: 0,
-    };
-    let mut registered = false;
-    while !shutdown.is_triggered() {
-        let command = if registered {
-            Command::BrokerHeartbeat { id: settings.node, incarnation, now_ms: 0 }
-        } else {
-            register.clone()
-        };
-        let pause = match quorum.write(command).await {
-            WireWriteResult::Applied { index, outcome: Ok(_) } => {
-                if !registered {
-                    registered = true;
-                    registered_at.store(index, Ordering::SeqCst);
-                    tracing::info!(node = %settings.node, incarnation, index, "registered with the quorum");
+impl Link {
+    async fn run(self, images: flume::Sender<Arc<MetadataImage>>, write_requests: flume::Receiver<WriteRequest>) {
+        let writer = {
+            let quorum = self.quorum.clone();
+            tokio::spawn(async move {
+                while let Ok(request) = write_requests.recv_async().await {
+                    let quorum = quorum.clone();
+                    tokio::spawn(async move {
+                        let result =
+                            tokio::time::timeout(ADMIN_WRITE_LIMIT, quorum.write(request.command, ADMIN_WRITE_LIMIT))
+                                .await
+                                .unwrap_or_else(|_| {
+                                    WireWriteResult::Failed(format!("not committed within {ADMIN_WRITE_LIMIT:?}"))
+                                });
+                        let _ = request.reply.send(result);
+                    });
                 }
-                settings.heartbeat_interval
-            }
-            WireWriteResult::Applied { outcome: Err(e), .. } => {
-                match e {
-                    CommandError::DuplicateBrokerRegistration(_) => tracing::warn!(
-                        node = %settings.node,
-                        "another process is registered with this node id; retrying until its session expires"
-                    ),
-                    e => {
-                        // Our registration was replaced (another process with this id took over after our
-                        // session expired): register again.
-                        tracing::error!(node = %settings.node, error = %e, "heartbeat refused; registering again");
-                        registered = false;
-                    }
-                }
-                settings.heartbeat_interval
-            }
-            WireWriteResult::NoLeader => RETRY_PAUSE,
-            WireWriteResult::Failed(reason) => {
-                tracing::debug!(%reason, "quorum write failed");
-                RETRY_PAUSE
-            }
+            })
         };
-        sleep_unless_stopping(pause, shutdown).await;
+        // Without the follower the broker would serve frozen metadata: if it ends, the broker stops.
+        let follower = tokio::spawn(follow(self.quorum.clone(), images));
+        let follower_abort = follower.abort_handle();
+        let watch = {
+            let shutdown = self.shutdown.clone();
+            tokio::spawn(async move {
+                let outcome = follower.await;
+                if !shutdown.is_triggered() {
+                    tracing::error!(?outcome, "the metadata follower stopped; stopping the broker");
+                    shutdown.trigger();
+                }
+            })
+        };
+        self.lifecycle().await;
+        follower_abort.abort();
+        watch.abort();
+        writer.abort();
     }
-    if registered {
-        controlled_shutdown(settings.node, incarnation, quorum).await;
+
+    /// A write that gives up after `limit`, or at once when shutdown is triggered (it may still commit).
+    async fn write(&self, command: Command, limit: Duration) -> WireWriteResult {
+        tokio::select! {
+            result = self.quorum.write(command, limit) => result,
+            _ = tokio::time::sleep(limit) => WireWriteResult::Failed(format!("no answer within {limit:?}")),
+            _ = wait_for_shutdown(&self.shutdown) => WireWriteResult::Failed("the broker is stopping".into()),
+        }
+    }
+
+    /// Register, heartbeat until shutdown, then ask for a controlled shutdown.
+    async fn lifecycle(&self) {
+        let settings = &self.settings;
+        let incarnation = uuid::Uuid::new_v4().as_u64_pair().0;
+        // Recorded before registering: if this process dies, the next one on this data takes over from it.
+        crate::quorum::log_store::replace_file(
+            &settings.data_dir.join(INCARNATION_FILE),
+            format!("{} {incarnation}\n", settings.node).as_bytes(),
+        );
+        let register = Command::RegisterBroker {
+            id: settings.node,
+            endpoint: settings.endpoint.clone(),
+            incarnation,
+            previous_incarnation: self.previous_incarnation,
+            // Stamped by the voter that proposes it.
+            now_ms: 0,
+            session_timeout_ms: 0,
+        };
+        // A heartbeat that takes longer than a third of the session is given up and tried again.
+        let call_limit = Duration::from_millis((settings.session_timeout_ms / 3).max(100));
+        let mut registered = false;
+        while !self.shutdown.is_triggered() {
+            let command = if registered {
+                Command::BrokerHeartbeat { id: settings.node, incarnation, now_ms: 0 }
+            } else {
+                register.clone()
+            };
+            let pause = match self.write(command, call_limit).await {
+                WireWriteResult::Applied { index, outcome: Ok(_) } => {
+                    if !registered {
+                        registered = true;
+                        let index = super::import::import_topics_file(self, index).await;
+                        self.registered_at.store(index, Ordering::SeqCst);
+                        tracing::info!(node = %settings.node, incarnation, index, "registered with the quorum");
+                    }
+                    settings.heartbeat_interval
+                }
+                WireWriteResult::Applied { outcome: Err(e), .. } => {
+                    match e {
+                        CommandError::DuplicateBrokerRegistration(_) => tracing::warn!(
+                            node = %settings.node,
+                            "another process is registered with this node id; retrying until its session expires"
+                        ),
+                        CommandError::StaleBrokerEpoch { .. } => {
+                            // Another process with this id registered after our session expired: it owns the
+                            // id now, and two brokers must never serve as one.
+                            tracing::error!(node = %settings.node, "another process took over this node id; stopping");
+                            self.shutdown.trigger();
+                            return;
+                        }
+                        e => {
+                            tracing::error!(node = %settings.node, error = %e, "heartbeat refused; registering again");
+                            registered = false;
+                        }
+                    }
+                    settings.heartbeat_interval
+                }
+                WireWriteResult::NoLeader => RETRY_PAUSE,
+                WireWriteResult::Failed(reason) => {
+                    tracing::debug!(%reason, "quorum write failed");
+                    RETRY_PAUSE
+                }
+            };
+            sleep_unless_stopping(pause, &self.shutdown).await;
+        }
+        if registered {
+            self.controlled_shutdown(incarnation).await;
+        }
+    }
+
+    async fn controlled_shutdown(&self, incarnation: u64) {
+        let node = self.settings.node;
+        let attempt = async {
+            loop {
+                let command = Command::ControlledShutdown { id: node, incarnation };
+                match self.quorum.write(command, CONTROLLED_SHUTDOWN_LIMIT).await {
+                    WireWriteResult::Applied { outcome, .. } => return outcome.map(|_| ()),
+                    _ => tokio::time::sleep(RETRY_PAUSE).await,
+                }
+            }
+        };
+        match tokio::time::timeout(CONTROLLED_SHUTDOWN_LIMIT, attempt).await {
+            Ok(Ok(())) => tracing::info!(node = %node, "controlled shutdown: leaderships moved, broker fenced"),
+            Ok(Err(e)) => tracing::warn!(node = %node, error = %e, "controlled shutdown refused"),
+            Err(_) => tracing::warn!(node = %node, "controlled shutdown not committed in time (no quorum?)"),
+        }
+    }
+
+    pub(super) fn settings(&self) -> &LinkSettings {
+        &self.settings
+    }
+
+    /// Commits a command on the link's behalf (the topic import), with the admin limit.
+    pub(super) async fn commit(&self, command: Command) -> WireWriteResult {
+        self.write(command, ADMIN_WRITE_LIMIT).await
+    }
+}
+
+async fn wait_for_shutdown(shutdown: &Shutdown) {
+    while !shutdown.is_triggered() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
 async fn sleep_unless_stopping(pause: Duration, shutdown: &Shutdown) {
-    let deadline = tokio::time::Instant::now() + pause;
-    while !shutdown.is_triggered() && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20).min(pause)).await;
+    tokio::select! {
+        _ = tokio::time::sleep(pause) => {}
+        _ = wait_for_shutdown(shutdown) => {}
     }
 }
 
-async fn controlled_shutdown(node: NodeId, incarnation: u64, quorum: &Quorum) {
-    let attempt = async {
-        loop {
-            match quorum.write(Command::ControlledShutdown { id: node, incarnation }).await {
-                WireWriteResult::Applied { outcome, .. } => return outcome.map(|_| ()),
-                _ => tokio::time::sleep(RETRY_PAUSE).await,
-            }
-        }
-    };
-    match tokio::time::timeout(CONTROLLED_SHUTDOWN_LIMIT, attempt).await {
-        Ok(Ok(())) => tracing::info!(node = %node, "controlled shutdown: leaderships moved, broker fenced"),
-        Ok(Err(e)) => tracing::warn!(node = %node, error = %e, "controlled shutdown refused"),
-        Err(_) => tracing::warn!(node = %node, "controlled shutdown not committed in time (no quorum?)"),
-    }
-}
-
-fn read_incarnation(data_dir: &Path) -> Option<u64> {
+/// The incarnation the last process on this data dir registered with; refuses a data dir of another node.
+fn read_incarnation(data_dir: &Path, node: NodeId) -> Result<Option<u64>, LinkError> {
     let path = data_dir.join(INCARNATION_FILE);
-    let text = std::fs::read_to_string(&path).ok()?;
-    let parsed = text.trim().parse().ok();
-    if parsed.is_none() {
-        tracing::warn!(path = %path.display(), "unreadable incarnation record; registering as a new process");
+    let Ok(text) = std::fs::read_to_string(&path) else { return Ok(None) };
+    let mut fields = text.split_whitespace().map(str::parse::<u64>);
+    match (fields.next(), fields.next()) {
+        (Some(Ok(recorded)), Some(Ok(incarnation))) if recorded == node.0 as u64 => Ok(Some(incarnation)),
+        (Some(Ok(recorded)), Some(Ok(_))) => {
+            Err(LinkError::OtherNode { path, recorded: recorded as u32, configured: node.0 })
+        }
+        _ => {
+            tracing::warn!(path = %path.display(), "unreadable incarnation record; registering as a new process");
+            Ok(None)
+        }
     }
-    parsed
 }
 
-/// Fetches what the quorum applied after the image's index, forever, sending every new image on.
+/// Fetches what the quorum applied after the image's index, sending every new image on. Ends only when
+/// the voter this broker runs has stopped (the broker then stops too).
 async fn follow(quorum: Quorum, images: flume::Sender<Arc<MetadataImage>>) {
     let mut image = MetadataImage::default();
+    let mut voter = 0;
     loop {
-        let Some(fetched) = quorum.fetch(image.applied, FETCH_WAIT).await else {
+        let fetched = match &quorum {
+            Quorum::Embedded(voter) => match voter.fetch_async(image.applied, FETCH_WAIT).await {
+                Some(fetched) => Some(fetched),
+                None => return,
+            },
+            Quorum::Remote(voters) => fetch_remote(voters, &mut voter, image.applied).await,
+        };
+        let Some(fetched) = fetched else {
             tokio::time::sleep(RETRY_PAUSE).await;
             continue;
         };
@@ -318,63 +412,75 @@ async fn follow(quorum: Quorum, images: flume::Sender<Arc<MetadataImage>>) {
     }
 }
 
+/// One fetch from the remote voters, starting with `voters[*current]`, which then becomes the leader the
+/// answer names: a voter cut off from the others would never have news, the leader always has the latest.
+async fn fetch_remote(voters: &[(u64, String)], current: &mut usize, after: Option<u64>) -> Option<WireFetchResult> {
+    let body = encode_message(&WireFetch { after, wait_ms: FETCH_WAIT.as_millis() as u32 });
+    for attempt in 0..voters.len() {
+        let at = (*current + attempt) % voters.len();
+        let addr = &voters[at].1;
+        match call(addr, kind::FETCH, &body, kind::FETCH_RESULT, FETCH_WAIT + CONNECT_TIMEOUT * 5).await {
+            Ok(result) => {
+                let result: WireFetchResult = result;
+                *current = result.leader.and_then(|id| voters.iter().position(|(v, _)| *v == id)).unwrap_or(at);
+                return Some(result);
+            }
+            Err(e) => tracing::debug!(%addr, error = %e.error, "metadata fetch failed"),
+        }
+    }
+    None
+}
+
 impl Quorum {
-    async fn write(&self, command: Command) -> WireWriteResult {
+    /// Commits `command`; remote calls give up after `limit`.
+    async fn write(&self, command: Command, limit: Duration) -> WireWriteResult {
         match self {
             Quorum::Embedded(voter) => voter.write_async(command).await,
-            Quorum::Remote(addrs) => {
+            Quorum::Remote(voters) => {
                 let body = encode_message(&WireWrite { command, forwarded: false });
-                let mut last = WireWriteResult::NoLeader;
-                for addr in addrs.iter() {
-                    match call(addr, kind::WRITE, &body, kind::WRITE_RESULT, CALL_TIMEOUT).await {
-                        Ok(result) => match result {
-                            WireWriteResult::NoLeader => continue,
-                            other => return other,
-                        },
-                        // Not reached: the command was not proposed through this voter; try the next.
-                        Err(CallError::Io(e)) => tracing::debug!(%addr, error = %e, "voter unreachable"),
-                        Err(e) => {
-                            // Sent but unanswered: it may have been committed; the caller decides.
-                            last = WireWriteResult::Failed(format!("voter {addr}: {e}"));
-                            break;
+                for (_, addr) in voters.iter() {
+                    match call(addr, kind::WRITE, &body, kind::WRITE_RESULT, limit).await {
+                        Ok(WireWriteResult::NoLeader) => continue,
+                        Ok(result) => return result,
+                        // Never reached that voter: the command was not proposed; the next may take it.
+                        Err(Failure { sent: false, error }) => tracing::debug!(%addr, %error, "voter unreachable"),
+                        // Sent but not answered: it may have been committed. Sending it to another voter
+                        // could apply it twice; the caller decides.
+                        Err(Failure { sent: true, error }) => {
+                            return WireWriteResult::Failed(format!("voter {addr}: {error}"));
                         }
                     }
                 }
-                last
-            }
-        }
-    }
-
-    async fn fetch(&self, after: Option<u64>, wait: Duration) -> Option<WireFetchResult> {
-        match self {
-            Quorum::Embedded(voter) => voter.fetch_async(after, wait).await,
-            Quorum::Remote(addrs) => {
-                let body = encode_message(&WireFetch { after, wait_ms: wait.as_millis() as u32 });
-                for addr in addrs.iter() {
-                    match call(addr, kind::FETCH, &body, kind::FETCH_RESULT, wait + CALL_TIMEOUT).await {
-                        Ok(result) => return Some(result),
-                        Err(e) => tracing::debug!(%addr, error = %e, "metadata fetch failed"),
-                    }
-                }
-                None
+                WireWriteResult::NoLeader
             }
         }
     }
 }
 
+/// A failed call to a remote voter, and whether the request may have reached it.
+#[derive(Debug)]
+struct Failure {
+    sent: bool,
+    error: CallError,
+}
+
 /// One request to a remote voter over a fresh connection.
-async fn call<T>(addr: &str, request: u16, body: &[u8], answer: u16, timeout: Duration) -> Result<T, CallError>
+async fn call<T>(addr: &str, request: u16, body: &[u8], answer: u16, timeout: Duration) -> Result<T, Failure>
 where
     T: rkyv::Archive,
     T::Archived: for<'a> rkyv::bytecheck::CheckBytes<rkyv::api::high::HighValidator<'a, rkyv::rancor::Error>>
         + rkyv::Deserialize<T, rkyv::api::high::HighDeserializer<rkyv::rancor::Error>>,
 {
-    let mut conn = tokio::time::timeout(timeout, PeerConnection::connect(addr))
-        .await
-        .map_err(|_| CallError::Io(std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out")))??;
-    let frame = conn.call(request, body, timeout).await?;
+    let unsent = |error| Failure { sent: false, error };
+    let mut conn = match tokio::time::timeout(CONNECT_TIMEOUT, PeerConnection::connect(addr)).await {
+        Ok(Ok(conn)) => conn,
+        Ok(Err(e)) => return Err(unsent(CallError::Io(e))),
+        Err(_) => return Err(unsent(CallError::Timeout(CONNECT_TIMEOUT))),
+    };
+    let sent = |error| Failure { sent: true, error };
+    let frame = conn.call(request, body, timeout).await.map_err(sent)?;
     if frame.kind != answer {
-        return Err(CallError::Frame(shardlog_net::peer::PeerFrameError::UnexpectedType(frame.kind)));
+        return Err(sent(CallError::Frame(shardlog_net::peer::PeerFrameError::UnexpectedType(frame.kind))));
     }
-    Ok(decode_message(&frame.body)?)
+    decode_message(&frame.body).map_err(|e| sent(CallError::Frame(e)))
 }

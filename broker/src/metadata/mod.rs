@@ -4,4 +4,5 @@
 
 pub mod follow;
 pub mod image;
+mod import;
 pub mod link;

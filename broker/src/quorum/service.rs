@@ -101,9 +101,37 @@ impl std::fmt::Debug for Request {
     }
 }
 
+/// The file in a voter's directory naming the voter ids its quorum was created with.
+const VOTERS_FILE: &str = "raft-voters";
+
+/// Refuses to start with other voter ids than the quorum in `dir` was created with: Raft would go on with
+/// the membership in its log (a single node's quorum of one stays one), and the voters named now would
+/// form a second quorum with a second metadata history. Changing voters is not supported.
+fn check_voter_ids(settings: &VoterSettings) -> Result<(), StartError> {
+    let path = settings.dir.join(VOTERS_FILE);
+    let mut ids: Vec<u64> = settings.voters.iter().map(|(id, _)| *id).collect();
+    ids.sort_unstable();
+    let wanted = ids.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
+    match std::fs::read_to_string(&path) {
+        Ok(recorded) if recorded.trim() == wanted => Ok(()),
+        Ok(recorded) => {
+            Err(StartError::OtherVoters { dir: settings.dir.clone(), recorded: recorded.trim().into(), wanted })
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            super::log_store::replace_file(&path, wanted.as_bytes());
+            Ok(())
+        }
+        Err(source) => Err(StartError::Storage { dir: settings.dir.clone(), source }),
+    }
+}
+
 /// Why a voter could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
+    #[error(
+        "quorum directory {dir} belongs to a quorum of voters {recorded}, not {wanted}: changing the voters is not supported"
+    )]
+    OtherVoters { dir: PathBuf, recorded: String, wanted: String },
     #[error("quorum directory {dir}: {source}")]
     Storage { dir: PathBuf, source: std::io::Error },
     #[error("quorum port {addr}: {source}")]
@@ -119,6 +147,7 @@ impl Voter {
     pub fn start(settings: VoterSettings) -> Result<Voter, StartError> {
         let storage_error = |source| StartError::Storage { dir: settings.dir.clone(), source };
         let (log_store, recovery) = LogStore::open(&settings.dir).map_err(storage_error)?;
+        check_voter_ids(&settings)?;
         let state_machine = StateMachineStore::open(&settings.dir).map_err(storage_error)?;
         let std_listener = match settings.listen {
             Some(addr) => {

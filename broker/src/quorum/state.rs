@@ -151,12 +151,15 @@ pub enum Command {
         id: NodeId,
         incarnation: u64,
     },
+    /// `assignment`: each partition's replicas, in preference order (a topic imported from a broker's
+    /// own record); `None`: placed over the live brokers by [`election::assign_replicas`].
     CreateTopic {
         name: String,
         id: Uuid,
         partitions: u32,
         replication_factor: u16,
         configs: BTreeMap<String, String>,
+        assignment: Option<Vec<Vec<NodeId>>>,
     },
     DeleteTopic {
         name: String,
@@ -170,6 +173,13 @@ pub enum Command {
     AlterConfigs {
         name: String,
         configs: BTreeMap<String, String>,
+    },
+    /// Sets some of a topic's settings and returns others to their defaults, leaving the rest as they
+    /// are when applied (Kafka's IncrementalAlterConfigs: concurrent edits of different keys all stay).
+    EditConfigs {
+        name: String,
+        set: BTreeMap<String, String>,
+        delete: Vec<String>,
     },
     /// A leader proposes a new ISR for its partition.
     AlterPartition {
@@ -218,6 +228,8 @@ pub enum CommandError {
     UnknownPartition { topic: String, partition: u32 },
     #[error("invalid partition count: {0}")]
     InvalidPartitions(String),
+    #[error("invalid replica assignment: {0}")]
+    InvalidReplicaAssignment(String),
     #[error("replication factor {wanted} is larger than the {available} available brokers")]
     InvalidReplicationFactor { wanted: u16, available: usize },
     #[error("leader epoch {given} is not the current {current}: the proposer is not the leader any more")]
@@ -242,6 +254,7 @@ impl CommandError {
             CommandError::TopicAlreadyExists(_) => 36,
             CommandError::UnknownTopic(_) | CommandError::UnknownPartition { .. } => 3,
             CommandError::InvalidPartitions(_) => 37,
+            CommandError::InvalidReplicaAssignment(_) => 39,
             CommandError::InvalidReplicationFactor { .. } => 38,
             CommandError::FencedLeaderEpoch { .. } => 74,
             CommandError::InvalidUpdateVersion { .. } => 96,
@@ -316,14 +329,15 @@ impl ClusterState {
                 self.registered(*id, *incarnation)?;
                 self.fence(*id, &mut events);
             }
-            Command::CreateTopic { name, id, partitions, replication_factor, configs } => {
+            Command::CreateTopic { name, id, partitions, replication_factor, configs, assignment } => {
                 if self.topics.contains_key(name) {
                     return Err(CommandError::TopicAlreadyExists(name.clone()));
                 }
-                if *partitions == 0 {
-                    return Err(CommandError::InvalidPartitions("a topic needs at least one partition".into()));
-                }
-                let records = self.new_partitions(*partitions, *replication_factor)?;
+                check_partition_count(*partitions)?;
+                let records = match assignment {
+                    None => self.new_partitions(*partitions, *replication_factor)?,
+                    Some(lists) => self.assigned_partitions(*partitions, *replication_factor, lists)?,
+                };
                 let topic = TopicRecord { id: *id, configs: configs.clone(), partitions: records };
                 self.topics.insert(name.clone(), topic);
             }
@@ -333,12 +347,15 @@ impl ClusterState {
             Command::CreatePartitions { name, count } => {
                 let topic = self.topics.get(name).ok_or_else(|| CommandError::UnknownTopic(name.clone()))?;
                 let current = topic.partitions.len() as u32;
+                check_partition_count(*count)?;
                 if *count <= current {
                     return Err(CommandError::InvalidPartitions(format!(
                         "topic {name:?} has {current} partitions; the count can only grow"
                     )));
                 }
-                let factor = topic.partitions[0].replicas.len() as u16;
+                // Every topic has a partition (commands never make one without); a state from a faulty
+                // peer that breaks that refuses the command rather than stop the voter.
+                let factor = topic.partitions.first().map_or(0, |p| p.replicas.len() as u16);
                 let records = self.new_partitions(count - current, factor)?;
                 self.topics.get_mut(name).expect("checked above").partitions.extend(records);
             }
@@ -346,6 +363,14 @@ impl ClusterState {
                 let topic = self.topics.get_mut(name).ok_or_else(|| CommandError::UnknownTopic(name.clone()))?;
                 topic.configs = configs.clone();
                 // Turning unclean election on may bring offline partitions back.
+                self.elect_leaderless(&mut events);
+            }
+            Command::EditConfigs { name, set, delete } => {
+                let topic = self.topics.get_mut(name).ok_or_else(|| CommandError::UnknownTopic(name.clone()))?;
+                for key in delete {
+                    topic.configs.remove(key);
+                }
+                topic.configs.extend(set.iter().map(|(k, v)| (k.clone(), v.clone())));
                 self.elect_leaderless(&mut events);
             }
             Command::AlterPartition { topic, partition, leader, leader_epoch, partition_epoch, isr } => {
@@ -381,7 +406,9 @@ impl ClusterState {
             Command::ElectPreferredLeader { topic, partition } => {
                 let live = self.live();
                 let p = self.partition_mut(topic, *partition)?;
-                let preferred = p.replicas[0];
+                let Some(&preferred) = p.replicas.first() else {
+                    return Err(CommandError::PreferredLeaderNotAvailable);
+                };
                 if p.leader == Some(preferred) {
                     return Err(CommandError::ElectionNotNeeded);
                 }
@@ -447,6 +474,48 @@ impl ClusterState {
             .collect())
     }
 
+    /// Records for partitions whose replicas are given: one non-empty list of distinct registered brokers
+    /// per partition, each `replication_factor` long. The first live replica leads.
+    fn assigned_partitions(
+        &self,
+        count: u32,
+        replication_factor: u16,
+        lists: &[Vec<NodeId>],
+    ) -> Result<Vec<PartitionRecord>, CommandError> {
+        let invalid = |reason: String| Err(CommandError::InvalidReplicaAssignment(reason));
+        if lists.len() != count as usize {
+            return invalid(format!("{} replica lists for {count} partitions", lists.len()));
+        }
+        let live = self.live();
+        let mut records = Vec::with_capacity(lists.len());
+        for replicas in lists {
+            if replicas.is_empty() || replicas.len() != replication_factor as usize {
+                return invalid(format!("{replicas:?}: {replication_factor} replicas expected"));
+            }
+            if replicas.iter().collect::<BTreeSet<_>>().len() != replicas.len() {
+                return invalid(format!("{replicas:?}: a broker appears twice"));
+            }
+            if let Some(unknown) = replicas.iter().find(|id| !self.brokers.contains_key(id)) {
+                return invalid(format!("broker {unknown} is not registered"));
+            }
+            // In sync: the live replicas (all empty logs); with none live, the first one alone, which the
+            // partition then waits for, as for a partition whose last ISR member was fenced.
+            let mut isr: Vec<NodeId> = replicas.iter().copied().filter(|id| live.contains(id)).collect();
+            if isr.is_empty() {
+                isr.push(replicas[0]);
+            }
+            let leader = live.contains(&isr[0]).then_some(isr[0]);
+            records.push(PartitionRecord {
+                replicas: replicas.clone(),
+                isr,
+                leader,
+                leader_epoch: LeaderEpoch(0),
+                partition_epoch: PartitionEpoch(0),
+            });
+        }
+        Ok(records)
+    }
+
     /// Fences a broker: it leaves every ISR it is in (unless it is the last member) and its leaderships
     /// go to the next eligible replica.
     fn fence(&mut self, id: NodeId, events: &mut Vec<Event>) {
@@ -484,6 +553,17 @@ impl ClusterState {
             }
         }
     }
+}
+
+/// The most partitions one topic may have (the brokers refuse more before proposing; this bounds what a
+/// peer can make every voter and broker allocate).
+pub const MAX_PARTITIONS_PER_TOPIC: u32 = 10_000;
+
+fn check_partition_count(count: u32) -> Result<(), CommandError> {
+    if count == 0 || count > MAX_PARTITIONS_PER_TOPIC {
+        return Err(CommandError::InvalidPartitions(format!("{count}: must be in [1, {MAX_PARTITIONS_PER_TOPIC}]")));
+    }
+    Ok(())
 }
 
 /// Elects a new leader for `p` among the live brokers (the current leader is going away or absent).

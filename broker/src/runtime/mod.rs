@@ -92,6 +92,7 @@ pub fn run(config: BrokerConfig, shutdown: Shutdown) -> Result<()> {
     raise_open_file_limit(config.shards * config.shard_limits.open_files_max);
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("create data dir {}", config.data_dir.display()))?;
+    let _lock = lock_data_dir(&config.data_dir)?;
     let shards = config.shards;
     let (senders, receivers): (Vec<_>, Vec<_>) = (0..shards).map(|_| flume::unbounded()).unzip();
     let (admin_tx, admin_rx) = flume::unbounded();
@@ -154,6 +155,28 @@ fn link_settings(config: &BrokerConfig) -> LinkSettings {
         heartbeat_interval: Duration::from_millis(config.broker_heartbeat_interval_ms),
         session_timeout_ms: config.broker_session_timeout_ms,
     }
+}
+
+/// The file whose lock says a broker process runs on the data dir.
+pub const LOCK_FILE: &str = ".shardlog-lock";
+
+/// Takes the data dir for this process (an exclusive `flock`, released when the process ends however it
+/// ends): two brokers appending to the same segment files would destroy them.
+fn lock_data_dir(dir: &std::path::Path) -> Result<std::fs::File> {
+    use std::os::fd::AsRawFd;
+    let path = dir.join(LOCK_FILE);
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("open {}", path.display()))?;
+    // SAFETY: flock(2) on a descriptor this function owns.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let e = std::io::Error::last_os_error();
+        anyhow::bail!("data dir {} is in use by another shardlog process ({e})", dir.display());
+    }
+    Ok(file)
 }
 
 /// Raises the soft limit on open descriptors to the hard limit (many systems start at 1024), and warns

@@ -58,6 +58,10 @@ impl Broker {
         broker
     }
 
+    pub fn data_dir(&self) -> &Path {
+        &self.data
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }

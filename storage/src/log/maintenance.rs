@@ -475,6 +475,26 @@ impl<F: Fs> PartitionLog<F> {
     }
 }
 
+impl<F: Fs> PartitionLog<F> {
+    /// Closes the log and renames its directory to `to`, durably, keeping every file: for a log the
+    /// broker no longer serves but will not destroy (an operator decides). `to` must not be a name the
+    /// data dir would open as a partition.
+    pub async fn set_aside(&self, to: &Path) -> Result<()> {
+        let _io = self.io.lock().await;
+        {
+            let mut inner = self.inner.borrow_mut();
+            inner.closed = true;
+            inner.generation += 1;
+            inner.end_cuts += 1;
+        }
+        if let Err(e) = self.fs.rename(&self.dir, to).await {
+            fatal::disk_failure("rename", &self.dir, &e);
+        }
+        durable::sync_parent(&self.fs, &self.dir).await;
+        Ok(())
+    }
+}
+
 /// Suffix of a partition directory whose removal has begun.
 pub const DELETED_SUFFIX: &str = ".deleted";
 

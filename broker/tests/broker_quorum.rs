@@ -5,16 +5,14 @@
 
 mod common;
 
-use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use kafka_protocol::messages::{ApiKey, ResponseKind};
 use shardlog_broker::quorum::client::QuorumClient;
 use shardlog_broker::quorum::state::{ClusterState, NodeId};
 
-use common::requests::{batch, create, fetch_request, produce_request, stored};
-use common::{Broker, receive, send};
+use common::Broker;
+use common::requests::{batch, create, fetch_all, produce_one, stored};
 
 struct StandaloneVoter {
     child: Child,
@@ -62,31 +60,40 @@ impl Drop for StandaloneVoter {
     }
 }
 
-fn produce(s: &mut TcpStream, partition: i32, b: &[u8]) -> (i16, i64) {
-    send(s, ApiKey::Produce, 9, 1, &produce_request("remote", partition, b, -1));
-    let (_, body) = receive(s, ApiKey::Produce, 9);
-    let ResponseKind::Produce(r) = body else { panic!("wrong response") };
-    let p = &r.responses[0].partition_responses[0];
-    (p.error_code, p.base_offset)
+/// A standalone voter and the data dir and arguments of a broker (node 2) that uses it.
+struct RemoteQuorum {
+    _dir: tempfile::TempDir,
+    voter: StandaloneVoter,
+    data: std::path::PathBuf,
+    voters: String,
 }
 
-fn fetch(s: &mut TcpStream, partition: i32) -> (i16, bytes::Bytes) {
-    send(s, ApiKey::Fetch, 11, 2, &fetch_request("remote", partition, 0, 0));
-    let (_, body) = receive(s, ApiKey::Fetch, 11);
-    let ResponseKind::Fetch(r) = body else { panic!("wrong response") };
-    let p = &r.responses[0].partitions[0];
-    (p.error_code, p.records.clone().unwrap_or_default())
+impl RemoteQuorum {
+    fn new() -> RemoteQuorum {
+        let dir = tempfile::tempdir().unwrap();
+        let voter = StandaloneVoter::start(&dir.path().join("voter"));
+        let voters = format!("1@{}", voter.addr);
+        RemoteQuorum { data: dir.path().join("broker"), _dir: dir, voter, voters }
+    }
+
+    fn start_broker(&self) -> Broker {
+        Broker::start_in(&self.data, 2, &["--node-id", "2", "--quorum-voters", &self.voters])
+    }
+}
+
+fn produce(s: &mut std::net::TcpStream, partition: i32, b: &[u8]) -> (i16, i64) {
+    produce_one(s, "remote", partition, b)
+}
+
+fn fetch(s: &mut std::net::TcpStream, partition: i32) -> (i16, bytes::Bytes) {
+    fetch_all(s, "remote", partition)
 }
 
 #[test]
 fn a_broker_with_a_remote_quorum_registers_shuts_down_under_control_and_comes_back_leading_its_partitions() {
-    let dir = tempfile::tempdir().unwrap();
-    let voter = StandaloneVoter::start(&dir.path().join("voter"));
-    let data = dir.path().join("broker");
-    let voters = format!("1@{}", voter.addr);
-    let args = ["--node-id", "2", "--quorum-voters", voters.as_str()];
-
-    let broker = Broker::start_in(&data, 2, &args);
+    let quorum = RemoteQuorum::new();
+    let voter = &quorum.voter;
+    let broker = quorum.start_broker();
     let mut s = broker.connect();
     assert_eq!(create(&mut s, "remote", 2, 1, &[]), 0);
     let mut expected = Vec::new();
@@ -106,7 +113,7 @@ fn a_broker_with_a_remote_quorum_registers_shuts_down_under_control_and_comes_ba
     assert!(state.brokers[&NodeId(2)].fenced, "fenced by its controlled shutdown, not by a session timeout");
     assert!(state.topics["remote"].partitions.iter().all(|p| p.leader.is_none()), "no other replica to lead");
 
-    let broker = Broker::start_in(&data, 2, &args);
+    let broker = quorum.start_broker();
     let mut s = broker.connect();
     for p in 0..2 {
         let (err, records) = fetch(&mut s, p);
@@ -125,13 +132,9 @@ fn a_broker_with_a_remote_quorum_registers_shuts_down_under_control_and_comes_ba
 fn a_topic_deleted_and_created_again_while_its_broker_was_down_comes_back_empty() {
     use shardlog_broker::quorum::state::Command;
     use shardlog_broker::quorum::wire::WireWriteResult;
-    let dir = tempfile::tempdir().unwrap();
-    let voter = StandaloneVoter::start(&dir.path().join("voter"));
-    let data = dir.path().join("broker");
-    let voters = format!("1@{}", voter.addr);
-    let args = ["--node-id", "2", "--quorum-voters", voters.as_str()];
-
-    let broker = Broker::start_in(&data, 2, &args);
+    let quorum = RemoteQuorum::new();
+    let voter = &quorum.voter;
+    let broker = quorum.start_broker();
     let mut s = broker.connect();
     assert_eq!(create(&mut s, "remote", 1, 1, &[]), 0);
     assert_eq!(produce(&mut s, 0, &batch(1, 3, 0)), (0, 0));
@@ -157,7 +160,7 @@ fn a_topic_deleted_and_created_again_while_its_broker_was_down_comes_back_empty(
     }
     assert_ne!(voter.state().topics["remote"].id, old_id);
 
-    let broker = Broker::start_in(&data, 2, &args);
+    let broker = quorum.start_broker();
     let mut s = broker.connect();
     let (err, records) = fetch(&mut s, 0);
     assert_eq!(err, 0);

@@ -5,15 +5,13 @@
 
 mod common;
 
-use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use kafka_protocol::messages::{ApiKey, ResponseKind};
 use shardlog_broker::admin_cli::AdminClient;
 
-use common::requests::{batch, create, fetch_request, produce_request, stored};
-use common::{Broker, receive, send};
+use common::Broker;
+use common::requests::{batch, create, fetch_all, produce_one, stored};
 
 /// Runs `shardlog start` expected to refuse: returns its stderr once it has exited unsuccessfully.
 fn refused_start(data: &Path, extra: &[&str]) -> String {
@@ -50,23 +48,6 @@ fn a_data_dir_of_another_node_is_refused() {
     assert!(stderr.contains("belongs to node 1, not node 2"), "{stderr}");
 }
 
-fn produce(s: &mut TcpStream, topic: &str, partition: i32, b: &[u8]) -> i64 {
-    send(s, ApiKey::Produce, 9, 1, &produce_request(topic, partition, b, -1));
-    let (_, body) = receive(s, ApiKey::Produce, 9);
-    let ResponseKind::Produce(r) = body else { panic!("wrong response") };
-    let p = &r.responses[0].partition_responses[0];
-    assert_eq!(p.error_code, 0);
-    p.base_offset
-}
-
-fn fetch(s: &mut TcpStream, topic: &str, partition: i32) -> (i16, bytes::Bytes) {
-    send(s, ApiKey::Fetch, 11, 2, &fetch_request(topic, partition, 0, 0));
-    let (_, body) = receive(s, ApiKey::Fetch, 11);
-    let ResponseKind::Fetch(r) = body else { panic!("wrong response") };
-    let p = &r.responses[0].partitions[0];
-    (p.error_code, p.records.clone().unwrap_or_default())
-}
-
 #[test]
 fn topics_recorded_before_the_quorum_are_imported_with_their_logs() {
     let data = tempfile::tempdir().unwrap();
@@ -78,7 +59,8 @@ fn topics_recorded_before_the_quorum_are_imported_with_their_logs() {
     let expected: Vec<Vec<u8>> = (0..2)
         .map(|p| {
             let b = batch(p as u8, 4, 0);
-            let base = produce(&mut s, "legacy", p, &b);
+            let (err, base) = produce_one(&mut s, "legacy", p, &b);
+            assert_eq!(err, 0);
             stored(&b, base)
         })
         .collect();
@@ -100,7 +82,7 @@ fn topics_recorded_before_the_quorum_are_imported_with_their_logs() {
     let broker = Broker::start_in(dir, 2, &[]);
     let mut s = broker.connect();
     for p in 0..2 {
-        let (err, records) = fetch(&mut s, "legacy", p);
+        let (err, records) = fetch_all(&mut s, "legacy", p);
         assert_eq!(err, 0);
         assert_eq!(records.as_ref(), expected[p as usize].as_slice(), "partition {p} kept its records");
     }

@@ -329,14 +329,7 @@ pub async fn fetch(served: &Served, after: Option<u64>, wait: Duration) -> WireF
                 && entries.last().is_some_and(|e| e.log_id.index == upto)
                 && entries.len() as u64 == upto - from + 1;
             if whole {
-                let commands = entries
-                    .into_iter()
-                    .filter_map(|e| match e.payload {
-                        openraft::EntryPayload::Normal(command) => Some((e.log_id.index, command)),
-                        _ => None,
-                    })
-                    .collect();
-                MetadataDelta::Entries { commands, applied: upto }
+                MetadataDelta::Entries { commands: commands_of(entries), applied: upto }
             } else {
                 let (state, applied) = served.state.state();
                 MetadataDelta::Snapshot { state, applied: applied.map(|l| l.index) }
@@ -358,14 +351,19 @@ pub async fn status(served: &Served) -> WireStatus {
         Some(upto) => log.try_get_log_entries(..=upto).await.unwrap_or_default(),
         None => Vec::new(),
     };
-    let commands = entries
+    let commands = commands_of(entries);
+    WireStatus { node: served.node, leader: served.raft.current_leader().await, applied, state, commands }
+}
+
+/// The commands among log entries, with their indexes (membership and blank entries carry none).
+fn commands_of(entries: Vec<openraft::Entry<QuorumConfig>>) -> Vec<(u64, Command)> {
+    entries
         .into_iter()
         .filter_map(|e| match e.payload {
             openraft::EntryPayload::Normal(command) => Some((e.log_id.index, command)),
             _ => None,
         })
-        .collect();
-    WireStatus { node: served.node, leader: served.raft.current_leader().await, applied, state, commands }
+        .collect()
 }
 
 /// Commits a command through this voter: proposed here when it leads, otherwise forwarded once to the

@@ -73,3 +73,21 @@ pub fn stored(b: &[u8], base: i64) -> Vec<u8> {
     stamp(&mut s, Offset(base as u64), LeaderEpoch(0));
     s
 }
+
+/// Produces one batch with acks=all (Produce v9); returns (error code, base offset).
+pub fn produce_one(s: &mut TcpStream, topic: &str, partition: i32, batch: &[u8]) -> (i16, i64) {
+    send(s, ApiKey::Produce, 9, 1, &produce_request(topic, partition, batch, -1));
+    let (_, body) = receive(s, ApiKey::Produce, 9);
+    let ResponseKind::Produce(r) = body else { panic!("wrong response") };
+    let p = &r.responses[0].partition_responses[0];
+    (p.error_code, p.base_offset)
+}
+
+/// Fetches a partition from offset 0 without waiting (Fetch v11); returns (error code, records).
+pub fn fetch_all(s: &mut TcpStream, topic: &str, partition: i32) -> (i16, Bytes) {
+    send(s, ApiKey::Fetch, 11, 2, &fetch_request(topic, partition, 0, 0));
+    let (_, body) = receive(s, ApiKey::Fetch, 11);
+    let ResponseKind::Fetch(r) = body else { panic!("wrong response") };
+    let p = &r.responses[0].partitions[0];
+    (p.error_code, p.records.clone().unwrap_or_default())
+}

@@ -167,3 +167,56 @@ fn a_topic_deleted_and_created_again_while_its_broker_was_down_comes_back_empty(
     assert!(records.is_empty(), "the old topic's records must not show up in the new one");
     assert_eq!(produce(&mut s, 0, &batch(2, 1, 0)), (0, 0), "the new topic starts at offset 0");
 }
+
+#[test]
+fn a_broker_whose_heartbeats_go_unanswered_for_a_session_stops_leading_until_they_are_answered_again() {
+    let quorum = RemoteQuorum::new();
+    let broker = Broker::start_in(
+        &quorum.data,
+        1,
+        &[
+            "--node-id",
+            "2",
+            "--quorum-voters",
+            &quorum.voters,
+            "--set",
+            "broker.session.timeout.ms=1000",
+            "--set",
+            "broker.heartbeat.interval.ms=100",
+        ],
+    );
+    let mut s = broker.connect();
+    assert_eq!(create(&mut s, "remote", 1, 1, &[]), 0);
+    assert_eq!(produce(&mut s, 0, &batch(1, 1, 0)).0, 0);
+
+    // The quorum stops answering (paused): after a session without an acknowledged heartbeat the broker
+    // must assume it was fenced and refuse to act as leader.
+    let voter_pid = quorum.voter.child.id() as i32;
+    signal(voter_pid, 19); // SIGSTOP
+    let refused = wait_for_code(&mut s, 6); // NOT_LEADER_OR_FOLLOWER
+    signal(voter_pid, 18); // SIGCONT
+    assert!(refused, "the broker kept leading without a session");
+    assert!(wait_for_code(&mut s, 0), "the broker leads again once its heartbeats are answered");
+    assert!(broker.log().contains("no heartbeat acknowledged for a whole session"));
+}
+
+/// Produces until the answer has `code` (at most 30 s); whether it did.
+fn wait_for_code(s: &mut std::net::TcpStream, code: i16) -> bool {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while std::time::Instant::now() < deadline {
+        if produce(s, 0, &batch(2, 1, 0)).0 == code {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+fn signal(pid: i32, sig: i32) {
+    // SAFETY: kill(2) on a process this test started, with a valid signal.
+    assert_eq!(unsafe { kill(pid, sig) }, 0);
+}
+
+unsafe extern "C" {
+    fn kill(pid: i32, sig: i32) -> i32;
+}

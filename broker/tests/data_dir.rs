@@ -48,11 +48,10 @@ fn a_data_dir_of_another_node_is_refused() {
     assert!(stderr.contains("belongs to node 1, not node 2"), "{stderr}");
 }
 
-#[test]
-fn topics_recorded_before_the_quorum_are_imported_with_their_logs() {
-    let data = tempfile::tempdir().unwrap();
-    let dir = data.path();
-    // Make a data dir as a broker from before the quorum left it: partition logs and topics.toml.
+/// Leaves `dir` as a broker from before the quorum did: topic "legacy" (2 partitions, retention.ms
+/// 123456) with records, its logs without `partition.metadata`, no quorum; returns the topic id and each
+/// partition's stored records. The caller writes `topics.toml`.
+fn legacy_data_dir(dir: &Path) -> (String, Vec<Vec<u8>>) {
     let broker = Broker::start_in(dir, 2, &[]);
     let mut s = broker.connect();
     assert_eq!(create(&mut s, "legacy", 2, 1, &[("retention.ms", "123456")]), 0);
@@ -72,6 +71,14 @@ fn topics_recorded_before_the_quorum_are_imported_with_their_logs() {
     for p in 0..2 {
         std::fs::remove_file(dir.join(format!("legacy-{p}/partition.metadata"))).unwrap();
     }
+    (id, expected)
+}
+
+#[test]
+fn topics_recorded_before_the_quorum_are_imported_with_their_logs() {
+    let data = tempfile::tempdir().unwrap();
+    let dir = data.path();
+    let (id, expected) = legacy_data_dir(dir);
     let old_record = format!(
         "[topics.legacy]\nid = \"{id}\"\nconfigs = {{ \"retention.ms\" = \"123456\" }}\n\n\
          [[topics.legacy.partitions]]\nshard = 0\nleader_epoch = 0\n\n\
@@ -93,4 +100,28 @@ fn topics_recorded_before_the_quorum_are_imported_with_their_logs() {
     assert_eq!(retention.1, "123456", "and its settings");
     assert!(!dir.join("topics.toml").exists() && dir.join("topics.toml.imported").exists());
     assert!(!broker.log().contains("stray"), "no log was set aside: {}", broker.log());
+}
+
+#[test]
+fn a_single_node_quorum_is_not_silently_turned_into_a_second_quorum() {
+    let data = tempfile::tempdir().unwrap();
+    let broker = Broker::start_in(data.path(), 1, &[]);
+    assert!(broker.terminate().success());
+    let voters = "1@127.0.0.1:1,2@127.0.0.1:2,3@127.0.0.1:3";
+    let stderr = refused_start(data.path(), &["--quorum-voters", voters]);
+    assert!(stderr.contains("voters 1, not 1,2,3: changing the voters is not supported"), "{stderr}");
+}
+
+#[test]
+fn an_old_topic_record_that_cannot_be_imported_keeps_every_log_where_it_is() {
+    let data = tempfile::tempdir().unwrap();
+    let dir = data.path();
+    legacy_data_dir(dir);
+    std::fs::write(dir.join("topics.toml"), "[topics.legacy\nnot toml").unwrap();
+    let broker = Broker::start_in(dir, 2, &[]);
+    assert!(broker.log().contains("not (wholly) imported"), "{}", broker.log());
+    for p in 0..2 {
+        assert!(dir.join(format!("legacy-{p}")).is_dir(), "legacy-{p} is not set aside");
+    }
+    assert!(dir.join("topics.toml").exists(), "kept for the next start");
 }

@@ -213,7 +213,10 @@ impl<F: Fs> LogDir<F> {
     /// Deletes a partition's log and its directory.
     pub async fn delete(&self, tp: &TopicPartition) -> Result<()> {
         let Some(log) = self.logs.borrow_mut().remove(tp) else { return Ok(()) };
-        log.delete().await
+        log.delete().await?;
+        // The checkpoints must forget it before a new log of the same partition can be created: its
+        // log start offset and high watermark would otherwise be applied to that log after a crash.
+        self.checkpoint().await
     }
 
     /// Closes a partition's log and keeps its directory under a name the data dir never opens,
@@ -228,6 +231,7 @@ impl<F: Fs> LogDir<F> {
             to = PathBuf::from(format!("{}.{n}", base.display()));
         }
         log.set_aside(&to).await?;
+        self.checkpoint().await?;
         Ok(Some(to))
     }
 

@@ -223,3 +223,38 @@ fn a_log_set_aside_keeps_its_files_under_a_name_never_opened_again() {
     drop(dir);
     assert!(open().partitions().is_empty(), "a set-aside directory is not opened as a partition");
 }
+
+#[test]
+fn a_partition_deleted_and_created_again_does_not_inherit_the_old_logs_checkpointed_offsets() {
+    use shardlog_storage::fs::sim::SimRng;
+    let fs = SimFs::new();
+    let open = |fs: &SimFs| {
+        block_on(LogDir::open(fs.clone(), ManualClock::new(0), Path::new(DATA), |_| small_config())).unwrap().0
+    };
+    let dir = open(&fs);
+    let tp = TopicPartition::new("t", 0);
+    for set_aside in [false, true] {
+        // The old log: ten records, the first five deleted, checkpointed.
+        let log = block_on(dir.get_or_create(&tp, small_config())).unwrap();
+        block_on(log.append(&make_batch(0, 10, 10, 0), LeaderEpoch(0))).unwrap();
+        block_on(log.flush()).unwrap();
+        block_on(dir.delete_records(&tp, Offset(5))).unwrap();
+        block_on(dir.checkpoint()).unwrap();
+        if set_aside {
+            block_on(dir.set_aside(&tp)).unwrap();
+        } else {
+            block_on(dir.delete(&tp)).unwrap();
+        }
+        // A new log of the same partition takes three records, acknowledged once durable; then power loss
+        // before any periodic checkpoint.
+        let log = block_on(dir.get_or_create(&tp, small_config())).unwrap();
+        block_on(log.append(&make_batch(0, 3, 10, 0), LeaderEpoch(0))).unwrap();
+        block_on(log.flush()).unwrap();
+        let crashed = fs.crash(&mut SimRng::new(3));
+        let reopened = open(&crashed);
+        let log = reopened.get(&tp).unwrap();
+        assert_eq!(log.log_start_offset(), Offset(0), "set aside: {set_aside}: the old log start does not apply");
+        assert_eq!(log.log_end_offset(), Offset(3));
+        block_on(dir.delete(&tp)).unwrap();
+    }
+}

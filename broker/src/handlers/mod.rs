@@ -183,11 +183,12 @@ impl BrokerContext {
     }
 
     /// Where this broker serves a partition it leads; UNKNOWN_TOPIC_OR_PARTITION if there is no such
-    /// partition, NOT_LEADER_OR_FOLLOWER if another broker leads it (or none does right now).
+    /// partition, NOT_LEADER_OR_FOLLOWER if another broker leads it (or none does right now), or if this
+    /// broker has lost its session with the quorum (which has fenced it by then).
     pub fn leader_here(&self, topic: &str, partition: i32) -> Result<Led, ResponseError> {
         let image = self.image();
         let p = image.partition(topic, partition).ok_or(ResponseError::UnknownTopicOrPartition)?;
-        if p.leader != Some(NodeId(self.config.node_id)) {
+        if p.leader != Some(NodeId(self.config.node_id)) || !self.quorum.in_session() {
             return Err(ResponseError::NotLeaderOrFollower);
         }
         let shard = crate::topics::assign_shard(topic, partition as u32, self.shards.len());

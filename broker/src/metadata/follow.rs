@@ -50,7 +50,9 @@ pub async fn follow(ctx: Arc<BrokerContext>, images: flume::Receiver<Arc<Metadat
         }
         let caught_up = ctx.quorum.registered_at().is_some_and(|at| image.applied >= Some(at));
         if caught_up && !ctx.ready.load(Ordering::SeqCst) {
-            remove_strays(&ctx, &image).await;
+            if ctx.quorum.strays_known() && !ctx.shutdown.is_triggered() {
+                remove_strays(&ctx, &image).await;
+            }
             ctx.ready.store(true, Ordering::SeqCst);
             tracing::info!(applied = ?image.applied, partitions = hosted.len(), "metadata caught up; serving clients");
         }

@@ -16,7 +16,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -26,7 +26,7 @@ use super::image::MetadataImage;
 use crate::quorum::network::{CallError, PeerConnection, WireWrite};
 use crate::quorum::service::{StartError, Voter, VoterSettings};
 use crate::quorum::state::{BrokerEndpoint, Command, CommandError, NodeId};
-use crate::quorum::wire::{WireFetch, WireFetchResult, WireWriteResult, kind};
+use crate::quorum::wire::{MetadataDelta, WireFetch, WireFetchResult, WireWriteResult, kind};
 use crate::runtime::Shutdown;
 
 /// The file in the data dir naming the node id and incarnation of the process that last started on it
@@ -84,6 +84,11 @@ pub struct QuorumHandle {
     writes: flume::Sender<WriteRequest>,
     /// The log index of this process's registration; `u64::MAX` until registered.
     registered_at: Arc<AtomicU64>,
+    /// False from the moment no heartbeat has been acknowledged for a whole session: the quorum will
+    /// have fenced this broker and moved its leaderships, so it must not act as leader any more.
+    in_session: Arc<AtomicBool>,
+    /// Set when a topic record from before the quorum could not be wholly imported (see `import`).
+    import_incomplete: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for QuorumHandle {
@@ -100,6 +105,18 @@ impl QuorumHandle {
             return WireWriteResult::Failed("the broker is stopping".into());
         }
         answer.recv_async().await.unwrap_or_else(|_| WireWriteResult::Failed("the broker is stopping".into()))
+    }
+
+    /// Whether this broker's session is alive as far as it knows (a heartbeat was acknowledged within
+    /// the session timeout). A broker out of session leads nothing.
+    pub fn in_session(&self) -> bool {
+        self.in_session.load(Ordering::SeqCst)
+    }
+
+    /// Whether logs the metadata does not give to this broker may be set aside as strays: not while some
+    /// topics of a record from before the quorum could not be imported (their logs would look like strays).
+    pub fn strays_known(&self) -> bool {
+        !self.import_incomplete.load(Ordering::SeqCst)
     }
 
     /// The log index at which this process registered, once it has.
@@ -157,8 +174,14 @@ impl QuorumLink {
             Quorum::Remote(Arc::new(settings.voters.clone()))
         };
         let (writes, write_requests) = flume::unbounded();
-        let handle = QuorumHandle { writes, registered_at: Arc::new(AtomicU64::new(u64::MAX)) };
-        let registered_at = handle.registered_at.clone();
+        let handle = QuorumHandle {
+            writes,
+            registered_at: Arc::new(AtomicU64::new(u64::MAX)),
+            in_session: Arc::new(AtomicBool::new(false)),
+            import_incomplete: Arc::new(AtomicBool::new(false)),
+        };
+        let (registered_at, in_session) = (handle.registered_at.clone(), handle.in_session.clone());
+        let import_incomplete = handle.import_incomplete.clone();
         let (ended_tx, ended) = flume::bounded::<()>(0);
         let thread = std::thread::Builder::new()
             .name("quorum-link".into())
@@ -168,7 +191,16 @@ impl QuorumLink {
                     .enable_all()
                     .build()
                     .expect("a current-thread tokio runtime builds");
-                let link = Link { settings, quorum, registered_at, shutdown, previous_incarnation };
+                let link = Link {
+                    settings,
+                    quorum,
+                    latest: Arc::new(tokio::sync::watch::Sender::new(Arc::new(MetadataImage::default()))),
+                    import_incomplete,
+                    registered_at,
+                    in_session,
+                    shutdown,
+                    previous_incarnation,
+                };
                 runtime.block_on(link.run(images, write_requests));
             })
             .map_err(LinkError::Thread)?;
@@ -181,14 +213,16 @@ impl QuorumLink {
 
     /// Waits (a bounded time) for the link to end: it ends once shutdown is triggered and the controlled
     /// shutdown is done or given up, and stops the voter it runs.
-    pub fn stop(mut self) {
+    /// Returns false if it did not end in time (it is left running).
+    pub fn stop(mut self) -> bool {
         if self.ended.recv_timeout(STOP_LIMIT) == Err(flume::RecvTimeoutError::Timeout) {
             tracing::warn!("the quorum link did not stop in time; leaving it");
-            return;
+            return false;
         }
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
+        true
     }
 }
 
@@ -204,7 +238,12 @@ fn resolve(addr: &str) -> Result<std::net::SocketAddr, StartError> {
 pub(super) struct Link {
     settings: LinkSettings,
     quorum: Quorum,
+    /// The follower's latest image (the import checks what the quorum already holds).
+    latest: Arc<tokio::sync::watch::Sender<Arc<MetadataImage>>>,
+    /// Set while topics of an old record could not be imported: their logs are then not strays.
+    import_incomplete: Arc<AtomicBool>,
     registered_at: Arc<AtomicU64>,
+    in_session: Arc<AtomicBool>,
     shutdown: Shutdown,
     previous_incarnation: Option<u64>,
 }
@@ -229,7 +268,7 @@ impl Link {
             })
         };
         // Without the follower the broker would serve frozen metadata: if it ends, the broker stops.
-        let follower = tokio::spawn(follow(self.quorum.clone(), images));
+        let follower = tokio::spawn(follow(self.quorum.clone(), images, self.latest.clone()));
         let follower_abort = follower.abort_handle();
         let watch = {
             let shutdown = self.shutdown.clone();
@@ -277,6 +316,8 @@ impl Link {
         // A heartbeat that takes longer than a third of the session is given up and tried again.
         let call_limit = Duration::from_millis((settings.session_timeout_ms / 3).max(100));
         let mut registered = false;
+        let session = Duration::from_millis(settings.session_timeout_ms);
+        let mut acknowledged = tokio::time::Instant::now();
         while !self.shutdown.is_triggered() {
             let command = if registered {
                 Command::BrokerHeartbeat { id: settings.node, incarnation, now_ms: 0 }
@@ -285,9 +326,14 @@ impl Link {
             };
             let pause = match self.write(command, call_limit).await {
                 WireWriteResult::Applied { index, outcome: Ok(_) } => {
+                    acknowledged = tokio::time::Instant::now();
+                    if registered && !self.in_session.swap(true, Ordering::SeqCst) {
+                        tracing::info!(node = %settings.node, "heartbeats acknowledged again; back in session");
+                    }
                     if !registered {
                         registered = true;
-                        let index = super::import::import_topics_file(self, index).await;
+                        let index = super::import::import_topics_file(self, index, incarnation).await;
+                        self.in_session.store(true, Ordering::SeqCst);
                         self.registered_at.store(index, Ordering::SeqCst);
                         tracing::info!(node = %settings.node, incarnation, index, "registered with the quorum");
                     }
@@ -319,6 +365,12 @@ impl Link {
                     RETRY_PAUSE
                 }
             };
+            if registered && acknowledged.elapsed() >= session && self.in_session.swap(false, Ordering::SeqCst) {
+                tracing::error!(
+                    node = %settings.node,
+                    "no heartbeat acknowledged for a whole session: the quorum has fenced this broker; leading nothing"
+                );
+            }
             sleep_unless_stopping(pause, &self.shutdown).await;
         }
         if registered {
@@ -346,6 +398,31 @@ impl Link {
 
     pub(super) fn settings(&self) -> &LinkSettings {
         &self.settings
+    }
+
+    pub(super) fn shutdown(&self) -> &Shutdown {
+        &self.shutdown
+    }
+
+    pub(super) fn mark_import_incomplete(&self) {
+        self.import_incomplete.store(true, Ordering::SeqCst);
+    }
+
+    /// Waits (at most `limit`) for the follower's image to include log index `index`.
+    pub(super) async fn image_at(&self, index: u64, limit: Duration) -> Option<Arc<MetadataImage>> {
+        let mut latest = self.latest.subscribe();
+        let reached = tokio::time::timeout(limit, async {
+            latest.wait_for(|image| image.applied >= Some(index)).await.map(|image| image.clone())
+        });
+        reached.await.ok()?.ok()
+    }
+
+    /// A heartbeat on the import's behalf (the import may outlast a heartbeat interval); its outcome is
+    /// the next regular heartbeat's business.
+    pub(super) async fn heartbeat(&self, incarnation: u64) {
+        let call_limit = Duration::from_millis((self.settings.session_timeout_ms / 3).max(100));
+        let command = Command::BrokerHeartbeat { id: self.settings.node, incarnation, now_ms: 0 };
+        let _ = self.write(command, call_limit).await;
     }
 
     /// Commits a command on the link's behalf (the topic import), with the admin limit.
@@ -377,6 +454,8 @@ fn read_incarnation(data_dir: &Path, node: NodeId) -> Result<Option<u64>, LinkEr
         (Some(Ok(recorded)), Some(Ok(_))) => {
             Err(LinkError::OtherNode { path, recorded: recorded as u32, configured: node.0 })
         }
+        // The first form of the record: the incarnation alone.
+        (Some(Ok(incarnation)), None) => Ok(Some(incarnation)),
         _ => {
             tracing::warn!(path = %path.display(), "unreadable incarnation record; registering as a new process");
             Ok(None)
@@ -386,7 +465,11 @@ fn read_incarnation(data_dir: &Path, node: NodeId) -> Result<Option<u64>, LinkEr
 
 /// Fetches what the quorum applied after the image's index, sending every new image on. Ends only when
 /// the voter this broker runs has stopped (the broker then stops too).
-async fn follow(quorum: Quorum, images: flume::Sender<Arc<MetadataImage>>) {
+async fn follow(
+    quorum: Quorum,
+    images: flume::Sender<Arc<MetadataImage>>,
+    latest: Arc<tokio::sync::watch::Sender<Arc<MetadataImage>>>,
+) {
     let mut image = MetadataImage::default();
     let mut voter = 0;
     loop {
@@ -405,7 +488,9 @@ async fn follow(quorum: Quorum, images: flume::Sender<Arc<MetadataImage>>) {
         let moved = image.apply(fetched.delta);
         if moved || controller != image.controller {
             image.controller = controller;
-            if images.send_async(Arc::new(image.clone())).await.is_err() {
+            let image = Arc::new(image.clone());
+            latest.send_replace(image.clone());
+            if images.send_async(image).await.is_err() {
                 return;
             }
         }
@@ -422,7 +507,14 @@ async fn fetch_remote(voters: &[(u64, String)], current: &mut usize, after: Opti
         match call(addr, kind::FETCH, &body, kind::FETCH_RESULT, FETCH_WAIT + CONNECT_TIMEOUT * 5).await {
             Ok(result) => {
                 let result: WireFetchResult = result;
-                *current = result.leader.and_then(|id| voters.iter().position(|(v, _)| *v == id)).unwrap_or(at);
+                // Follow the leader an answer with news names; after an answer without news, or from a voter
+                // that knows no leader, try the next voter: a voter cut off from the others (even one that
+                // still believes it leads) never has news.
+                let named = result.leader.and_then(|id| voters.iter().position(|(v, _)| *v == id));
+                *current = match (&result.delta, named) {
+                    (MetadataDelta::Unchanged, _) | (_, None) => (at + 1) % voters.len(),
+                    (_, Some(leader)) => leader,
+                };
                 return Some(result);
             }
             Err(e) => tracing::debug!(%addr, error = %e.error, "metadata fetch failed"),

@@ -99,6 +99,15 @@ pub(crate) fn replace_file(path: &Path, bytes: &[u8]) {
 }
 
 impl LogStore {
+    /// The voter ids of the last membership entry in the log, if it holds one.
+    pub fn last_membership_voters(&self) -> Option<Vec<u64>> {
+        let inner = self.lock();
+        inner.entries.values().rev().find_map(|e| match &e.payload {
+            openraft::EntryPayload::Membership(m) => Some(m.voter_ids().collect()),
+            _ => None,
+        })
+    }
+
     /// Opens (creating) the log in `dir`, replaying `raft-log` and cutting off a torn tail.
     pub fn open(dir: &Path) -> std::io::Result<(LogStore, LogRecovery)> {
         std::fs::create_dir_all(dir)?;

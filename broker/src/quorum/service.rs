@@ -101,28 +101,22 @@ impl std::fmt::Debug for Request {
     }
 }
 
-/// The file in a voter's directory naming the voter ids its quorum was created with.
-const VOTERS_FILE: &str = "raft-voters";
-
-/// Refuses to start with other voter ids than the quorum in `dir` was created with: Raft would go on with
-/// the membership in its log (a single node's quorum of one stays one), and the voters named now would
-/// form a second quorum with a second metadata history. Changing voters is not supported.
-fn check_voter_ids(settings: &VoterSettings) -> Result<(), StartError> {
-    let path = settings.dir.join(VOTERS_FILE);
-    let mut ids: Vec<u64> = settings.voters.iter().map(|(id, _)| *id).collect();
-    ids.sort_unstable();
-    let wanted = ids.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
-    match std::fs::read_to_string(&path) {
-        Ok(recorded) if recorded.trim() == wanted => Ok(()),
-        Ok(recorded) => {
-            Err(StartError::OtherVoters { dir: settings.dir.clone(), recorded: recorded.trim().into(), wanted })
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            super::log_store::replace_file(&path, wanted.as_bytes());
-            Ok(())
-        }
-        Err(source) => Err(StartError::Storage { dir: settings.dir.clone(), source }),
+/// Refuses to start with other voter ids than the membership this voter's log (or, failing that, its
+/// snapshot) holds: Raft would go on with that membership (a single node's quorum of one stays one), and
+/// the voters named now would form a second quorum with a second metadata history. Changing the voters
+/// is not supported. A new voter (no membership yet) takes the configured ids.
+fn check_voter_ids(settings: &VoterSettings, log: &LogStore, state: &StateMachineStore) -> Result<(), StartError> {
+    let Some(mut recorded) = log.last_membership_voters().or_else(|| state.snapshot_membership_voters()) else {
+        return Ok(());
+    };
+    let mut wanted: Vec<u64> = settings.voters.iter().map(|(id, _)| *id).collect();
+    recorded.sort_unstable();
+    wanted.sort_unstable();
+    if recorded == wanted {
+        return Ok(());
     }
+    let list = |ids: &[u64]| ids.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
+    Err(StartError::OtherVoters { dir: settings.dir.clone(), recorded: list(&recorded), wanted: list(&wanted) })
 }
 
 /// Why a voter could not start.
@@ -147,8 +141,8 @@ impl Voter {
     pub fn start(settings: VoterSettings) -> Result<Voter, StartError> {
         let storage_error = |source| StartError::Storage { dir: settings.dir.clone(), source };
         let (log_store, recovery) = LogStore::open(&settings.dir).map_err(storage_error)?;
-        check_voter_ids(&settings)?;
         let state_machine = StateMachineStore::open(&settings.dir).map_err(storage_error)?;
+        check_voter_ids(&settings, &log_store, &state_machine)?;
         let std_listener = match settings.listen {
             Some(addr) => {
                 let listen_error = |source| StartError::Listen { addr, source };

@@ -174,13 +174,6 @@ pub enum Command {
         name: String,
         configs: BTreeMap<String, String>,
     },
-    /// Sets some of a topic's settings and returns others to their defaults, leaving the rest as they
-    /// are when applied (Kafka's IncrementalAlterConfigs: concurrent edits of different keys all stay).
-    EditConfigs {
-        name: String,
-        set: BTreeMap<String, String>,
-        delete: Vec<String>,
-    },
     /// A leader proposes a new ISR for its partition.
     AlterPartition {
         topic: String,
@@ -194,6 +187,14 @@ pub enum Command {
     ElectPreferredLeader {
         topic: String,
         partition: u32,
+    },
+    // New variants go last: entries and frames are rkyv archives, whose enum tags are positions.
+    /// Sets some of a topic's settings and returns others to their defaults, leaving the rest as they
+    /// are when applied (Kafka's IncrementalAlterConfigs: concurrent edits of different keys all stay).
+    EditConfigs {
+        name: String,
+        set: BTreeMap<String, String>,
+        delete: Vec<String>,
     },
 }
 
@@ -228,8 +229,6 @@ pub enum CommandError {
     UnknownPartition { topic: String, partition: u32 },
     #[error("invalid partition count: {0}")]
     InvalidPartitions(String),
-    #[error("invalid replica assignment: {0}")]
-    InvalidReplicaAssignment(String),
     #[error("replication factor {wanted} is larger than the {available} available brokers")]
     InvalidReplicationFactor { wanted: u16, available: usize },
     #[error("leader epoch {given} is not the current {current}: the proposer is not the leader any more")]
@@ -242,6 +241,9 @@ pub enum CommandError {
     PreferredLeaderNotAvailable,
     #[error("the preferred leader already leads")]
     ElectionNotNeeded,
+    // New variants go last (rkyv enum tags are positions).
+    #[error("invalid replica assignment: {0}")]
+    InvalidReplicaAssignment(String),
 }
 
 impl CommandError {
@@ -557,7 +559,7 @@ impl ClusterState {
 
 /// The most partitions one topic may have (the brokers refuse more before proposing; this bounds what a
 /// peer can make every voter and broker allocate).
-pub const MAX_PARTITIONS_PER_TOPIC: u32 = 10_000;
+pub const MAX_PARTITIONS_PER_TOPIC: u32 = crate::topics::MAX_PARTITIONS;
 
 fn check_partition_count(count: u32) -> Result<(), CommandError> {
     if count == 0 || count > MAX_PARTITIONS_PER_TOPIC {

@@ -104,6 +104,13 @@ impl StateMachineStore {
         self.inner.lock().expect("the state machine lock is never poisoned: nothing panics while holding it")
     }
 
+    /// The voter ids of the membership the latest snapshot holds, if any.
+    pub fn snapshot_membership_voters(&self) -> Option<Vec<u64>> {
+        let inner = self.lock();
+        let (meta, _) = inner.snapshot.as_ref()?;
+        Some(meta.last_membership.membership().voter_ids().collect())
+    }
+
     /// Watches the index of the last applied entry.
     pub fn subscribe_applied(&self) -> tokio::sync::watch::Receiver<Option<u64>> {
         self.applied.subscribe()

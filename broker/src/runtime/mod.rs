@@ -92,7 +92,7 @@ pub fn run(config: BrokerConfig, shutdown: Shutdown) -> Result<()> {
     raise_open_file_limit(config.shards * config.shard_limits.open_files_max);
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("create data dir {}", config.data_dir.display()))?;
-    let _lock = lock_data_dir(&config.data_dir)?;
+    let lock = lock_data_dir(&config.data_dir)?;
     let shards = config.shards;
     let (senders, receivers): (Vec<_>, Vec<_>) = (0..shards).map(|_| flume::unbounded()).unzip();
     let (admin_tx, admin_rx) = flume::unbounded();
@@ -139,7 +139,10 @@ pub fn run(config: BrokerConfig, shutdown: Shutdown) -> Result<()> {
     // The link ends once shutdown is triggered and its controlled shutdown is done; the voter it runs
     // stops with it, after the shards.
     shutdown.trigger();
-    link.stop();
+    if !link.stop() {
+        // Its voter may still write to the data dir: the dir stays taken until the process ends.
+        std::mem::forget(lock);
+    }
     first_error.map_or(Ok(()), Err)
 }
 

@@ -1,4 +1,6 @@
-//! What other programs use of `shardlog-bench`: the local cluster launcher (tests start, kill and restart
-//! brokers through it). The commands themselves live in the binary.
+//! What other programs use of `shardlog-bench`: the local cluster launcher and the quorum voter processes
+//! (tests start, kill, pause and restart brokers and voters through them). The commands themselves live
+//! in the binary.
 
 pub mod cluster;
+pub mod voters;

@@ -8,18 +8,18 @@
 //!    restarted and allowed to catch up before the next kill.
 
 use std::path::PathBuf;
-use std::process::{Child, Command as Process, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use hdrhistogram::Histogram;
 use shardlog_broker::quorum::client::QuorumClient;
 use shardlog_broker::quorum::state::{BrokerEndpoint, Command, NodeId};
 use shardlog_broker::quorum::wire::WireWriteResult;
 
-use shardlog_bench::cluster::{free_port, shardlog_binary};
+use shardlog_bench::cluster::shardlog_binary;
+use shardlog_bench::voters::VoterProcesses;
 
 const CALL_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -44,74 +44,6 @@ pub struct QuorumArgs {
     /// The shardlog binary (default: next to this one, else on PATH).
     #[arg(long)]
     pub shardlog: Option<PathBuf>,
-}
-
-struct Voters {
-    binary: PathBuf,
-    dir: PathBuf,
-    addrs: Vec<String>,
-    children: Vec<Option<Child>>,
-}
-
-impl Voters {
-    fn spawn(&self, i: usize) -> Result<Child> {
-        let list: Vec<String> = self.addrs.iter().enumerate().map(|(j, a)| format!("{}@{a}", j + 1)).collect();
-        let dir = self.dir.join(format!("voter-{}", i + 1));
-        std::fs::create_dir_all(&dir)?;
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("voter.log"))?;
-        let child = Process::new(&self.binary)
-            .args([
-                "quorum",
-                "--node-id",
-                &(i + 1).to_string(),
-                "--listen",
-                &self.addrs[i],
-                "--voters",
-                &list.join(","),
-            ])
-            .arg("--data-dir")
-            .arg(&dir)
-            // The benchmark's broker registers once and never heartbeats.
-            .args(["--broker-session-timeout-ms", "86400000"])
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .with_context(|| format!("start {}", self.binary.display()))?;
-        Ok(child)
-    }
-
-    /// The voter index the running voters agree leads, once they do.
-    fn leader(&self) -> Result<usize> {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let seen: Vec<Option<u64>> = (0..self.addrs.len())
-                .filter(|i| self.children[*i].is_some())
-                .map(|i| QuorumClient::connect(&self.addrs[i], CALL_TIMEOUT).ok()?.status().ok()?.leader)
-                .collect();
-            if let Some(Some(leader)) = seen.first()
-                && seen.iter().all(|l| *l == Some(*leader))
-            {
-                return Ok((*leader - 1) as usize);
-            }
-            if Instant::now() > deadline {
-                bail!("the voters did not agree on a leader within 30 s: {seen:?}");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn applied(&self, i: usize) -> Option<u64> {
-        QuorumClient::connect(&self.addrs[i], CALL_TIMEOUT).ok()?.status().ok()?.applied
-    }
-}
-
-impl Drop for Voters {
-    fn drop(&mut self) {
-        for child in self.children.iter_mut().flatten() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
 }
 
 fn create(writer: usize, n: u64) -> Command {
@@ -153,17 +85,13 @@ pub fn run(args: &QuorumArgs) -> Result<()> {
         bail!("--voters {}: a quorum has 1, 3 or 5 voters", args.voters);
     }
     let _ = std::fs::remove_dir_all(&args.data_dir);
-    let addrs = (0..args.voters).map(|_| Ok(format!("127.0.0.1:{}", free_port()?))).collect::<Result<Vec<_>>>()?;
-    let mut voters = Voters {
-        binary: shardlog_binary(args.shardlog.as_deref()),
-        dir: args.data_dir.clone(),
-        addrs,
-        children: Vec::new(),
-    };
-    for i in 0..args.voters {
-        let child = voters.spawn(i)?;
-        voters.children.push(Some(child));
-    }
+    // The benchmark's broker registers once and never heartbeats.
+    let mut voters = VoterProcesses::start(
+        shardlog_binary(args.shardlog.as_deref()),
+        args.data_dir.clone(),
+        args.voters,
+        &["--broker-session-timeout-ms", "86400000"],
+    )?;
     voters.leader()?;
     let mut client = None;
     let register = Command::RegisterBroker {
@@ -232,11 +160,8 @@ pub fn run(args: &QuorumArgs) -> Result<()> {
     let mut gaps = Histogram::<u64>::new(3)?;
     for kill in 0..args.kills {
         let leader = voters.leader()?;
-        let child = voters.children[leader].as_mut().expect("the leader runs");
         let killed_at = Instant::now();
-        child.kill()?;
-        child.wait()?;
-        voters.children[leader] = None;
+        voters.kill(leader)?;
         let deadline = killed_at + Duration::from_secs(30);
         let next = loop {
             // Acknowledgements are recorded in time order: the first one after the kill.
@@ -250,11 +175,12 @@ pub fn run(args: &QuorumArgs) -> Result<()> {
             std::thread::sleep(Duration::from_millis(5));
         };
         gaps.record((next - killed_at).as_micros() as u64)?;
-        voters.children[leader] = Some(voters.spawn(leader)?);
+        voters.restart(leader)?;
         // Let it catch up before the next kill.
         let caught_up = Instant::now() + Duration::from_secs(30);
         loop {
-            let applied: Vec<Option<u64>> = (0..voters.addrs.len()).map(|i| voters.applied(i)).collect();
+            let applied: Vec<Option<u64>> =
+                (0..voters.addrs.len()).map(|i| voters.status(i).and_then(|s| s.applied)).collect();
             let max = applied.iter().flatten().max().copied().unwrap_or(0);
             if applied[leader].is_some_and(|a| a + 50 >= max) {
                 break;

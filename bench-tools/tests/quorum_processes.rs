@@ -5,12 +5,13 @@
 //! identical states.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command as Process, Stdio};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use shardlog_bench::cluster::shardlog_binary;
+use shardlog_bench::voters::VoterProcesses;
 use shardlog_broker::quorum::client::QuorumClient;
 use shardlog_broker::quorum::state::{BrokerEndpoint, Command, NodeId};
 use shardlog_broker::quorum::wire::{WireStatus, WireWriteResult};
@@ -18,96 +19,38 @@ use uuid::Uuid;
 
 const CALL_TIMEOUT: Duration = Duration::from_secs(1);
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+/// `n` voters in a temporary directory (kept as long as they run).
+struct Voters {
+    processes: VoterProcesses,
+    _dir: tempfile::TempDir,
 }
 
-struct Voters {
-    dir: tempfile::TempDir,
-    addrs: Vec<String>,
-    children: Vec<Option<Child>>,
+impl std::ops::Deref for Voters {
+    type Target = VoterProcesses;
+    fn deref(&self) -> &VoterProcesses {
+        &self.processes
+    }
+}
+
+impl std::ops::DerefMut for Voters {
+    fn deref_mut(&mut self) -> &mut VoterProcesses {
+        &mut self.processes
+    }
 }
 
 impl Voters {
     fn start(n: usize) -> Voters {
-        let addrs: Vec<String> = (0..n).map(|_| format!("127.0.0.1:{}", free_port())).collect();
-        let mut voters = Voters { dir: tempfile::tempdir().unwrap(), addrs, children: Vec::new() };
-        for i in 0..n {
-            let child = voters.spawn(i);
-            voters.children.push(Some(child));
-        }
-        voters
-    }
-
-    fn dir_of(&self, i: usize) -> PathBuf {
-        self.dir.path().join(format!("voter-{}", i + 1))
-    }
-
-    fn spawn(&self, i: usize) -> Child {
-        let list: Vec<String> = self.addrs.iter().enumerate().map(|(j, a)| format!("{}@{a}", j + 1)).collect();
-        std::fs::create_dir_all(self.dir_of(i)).unwrap();
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir_of(i).join("voter.log")).unwrap();
-        Process::new(env!("CARGO_BIN_EXE_shardlog"))
-            .args([
-                "quorum",
-                "--node-id",
-                &(i + 1).to_string(),
-                "--listen",
-                &self.addrs[i],
-                "--voters",
-                &list.join(","),
-            ])
+        let dir = tempfile::tempdir().unwrap();
+        let extra = [
             // No snapshot during the test: every voter's log keeps every command, for the comparison.
-            .args(["--snapshot-after-entries", "1000000"])
+            "--snapshot-after-entries",
+            "1000000",
             // The writer registers a broker that never heartbeats: keep it live for the whole test.
-            .args(["--broker-session-timeout-ms", "3600000"])
-            .arg("--data-dir")
-            .arg(self.dir_of(i))
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap()
-    }
-
-    fn status(&self, i: usize) -> Option<WireStatus> {
-        QuorumClient::connect(&self.addrs[i], CALL_TIMEOUT).ok()?.status().ok()
-    }
-
-    /// The voter (index) that the running voters agree leads.
-    fn leader(&self) -> usize {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let seen: Vec<Option<u64>> = (0..self.addrs.len())
-                .filter(|i| self.children[*i].is_some())
-                .map(|i| self.status(i).and_then(|s| s.leader))
-                .collect();
-            if let Some(Some(leader)) = seen.first()
-                && seen.iter().all(|l| *l == Some(*leader))
-            {
-                return (*leader - 1) as usize;
-            }
-            assert!(Instant::now() < deadline, "no agreed leader: {seen:?}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn signal(&self, i: usize, signal: i32) {
-        let pid = self.children[i].as_ref().unwrap().id() as i32;
-        // SAFETY: kill(2) with a pid of a child this test started; no memory is involved.
-        assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
-    }
-
-    fn log(&self, i: usize) -> String {
-        std::fs::read_to_string(self.dir_of(i).join("voter.log")).unwrap_or_default()
-    }
-}
-
-impl Drop for Voters {
-    fn drop(&mut self) {
-        for child in self.children.iter_mut().flatten() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+            "--broker-session-timeout-ms",
+            "3600000",
+        ];
+        let processes = VoterProcesses::start(shardlog_binary(None), dir.path().to_path_buf(), n, &extra).unwrap();
+        Voters { processes, _dir: dir }
     }
 }
 
@@ -237,7 +180,7 @@ fn dir_has_raft_files(dir: &Path) -> bool {
 #[test]
 fn acknowledged_commands_survive_a_killed_and_a_paused_leader_in_order_on_every_voter() {
     let mut voters = Voters::start(3);
-    voters.leader();
+    voters.leader().unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let acked = Arc::new(AtomicUsize::new(0));
     let writer = {
@@ -247,21 +190,20 @@ fn acknowledged_commands_survive_a_killed_and_a_paused_leader_in_order_on_every_
     let acked_now = || acked.load(Ordering::SeqCst);
 
     std::thread::sleep(Duration::from_millis(1500));
-    let killed = voters.leader();
-    voters.signal(killed, libc::SIGKILL);
-    voters.children[killed].take().unwrap().wait().unwrap();
+    let killed = voters.leader().unwrap();
+    voters.kill(killed).unwrap();
     let at_kill = acked_now();
     // While the killed voter is down, the two others elect a leader and go on (however long that takes).
     wait_until(|| acked_now() > at_kill + 20, "commits while the killed voter was down");
-    voters.children[killed] = Some(voters.spawn(killed));
+    voters.restart(killed).unwrap();
     std::thread::sleep(Duration::from_millis(1500));
 
-    let paused = voters.leader();
-    voters.signal(paused, libc::SIGSTOP);
+    let paused = voters.leader().unwrap();
+    voters.signal(paused, libc::SIGSTOP).unwrap();
     let at_pause = acked_now();
     wait_until(|| acked_now() > at_pause + 20, "commits while the leader was paused");
     std::thread::sleep(Duration::from_millis(1000));
-    voters.signal(paused, libc::SIGCONT);
+    voters.signal(paused, libc::SIGCONT).unwrap();
     std::thread::sleep(Duration::from_millis(1500));
     stop.store(true, Ordering::SeqCst);
     let fates = writer.join().unwrap();
@@ -307,7 +249,7 @@ fn bad_frames_on_the_quorum_port_close_only_their_connection() {
     use shardlog_net::peer::{HEADER_BYTES, encode_frame};
     use std::io::{Read, Write};
     let voters = Voters::start(1);
-    voters.leader();
+    voters.leader().unwrap();
     let good = encode_frame(16, b"not an archive of a write");
     let mut bad_crc = encode_frame(18, &[]);
     bad_crc[HEADER_BYTES - 1] ^= 1;

@@ -91,8 +91,13 @@ fn check_partition_count(count: i64) -> Result<u32, Refusal> {
     Ok(count as u32)
 }
 
-/// Validates one topic of a CreateTopics request into the command that creates it.
-fn create_command(ctx: &BrokerContext, image: &MetadataImage, topic: &CreatableTopic) -> Result<Command, Refusal> {
+/// Validates one topic of a CreateTopics request into the command that creates it and the answer given
+/// once it is committed.
+fn plan_create(
+    ctx: &BrokerContext,
+    image: &MetadataImage,
+    topic: &CreatableTopic,
+) -> Result<(Command, CreatableTopicResult), Refusal> {
     let name = topic.name.0.as_str().to_string();
     crate::topics::validate_topic_name(&name)
         .map_err(|e| refusal(ResponseError::InvalidTopicException, e.to_string()))?;
@@ -133,67 +138,65 @@ fn create_command(ctx: &BrokerContext, image: &MetadataImage, topic: &CreatableT
             .ok_or_else(|| refusal(ResponseError::InvalidConfig, format!("config {} has no value", c.name.as_str())))?;
         configs.insert(c.name.as_str().to_string(), value.as_str().to_string());
     }
-    TopicConfig::resolve(&ctx.topic_defaults(), &configs)
+    let resolved = TopicConfig::resolve(&ctx.topic_defaults(), &configs)
         .map_err(|e| refusal(ResponseError::InvalidConfig, e.to_string()))?;
-    Ok(Command::CreateTopic {
+    let described = resolved
+        .describe()
+        .into_iter()
+        .map(|(k, v, set)| {
+            CreatableTopicConfigs::default()
+                .with_name(StrBytes::from_static_str(k))
+                .with_value(Some(StrBytes::from_string(v)))
+                .with_config_source(if set { 1 } else { 5 })
+        })
+        .collect();
+    let id = uuid::Uuid::new_v4();
+    let created = CreatableTopicResult::default()
+        .with_name(topic.name.clone())
+        .with_topic_id(id)
+        .with_num_partitions(partitions as i32)
+        .with_replication_factor(replication as i16)
+        .with_configs(Some(described));
+    let command = Command::CreateTopic {
         name,
-        id: uuid::Uuid::new_v4(),
+        id,
         partitions,
         replication_factor: replication as u16,
         configs,
         assignment: None,
-    })
+    };
+    Ok((command, created))
 }
 
 pub(super) async fn apply_create_topics(
     ctx: &Arc<BrokerContext>,
     request: CreateTopicsRequest,
 ) -> CreateTopicsResponse {
-    let defaults = ctx.topic_defaults();
     let mut results = Vec::new();
     for topic in &request.topics {
-        let image = ctx.image();
-        let result = CreatableTopicResult::default().with_name(topic.name.clone());
-        let command = match create_command(ctx, &image, topic) {
-            Ok(command) => command,
-            Err((code, message)) => {
-                results.push(result.with_error_code(code).with_error_message(Some(StrBytes::from_string(message))));
+        let refused = |(code, message): Refusal| {
+            CreatableTopicResult::default()
+                .with_name(topic.name.clone())
+                .with_error_code(code)
+                .with_error_message(Some(StrBytes::from_string(message)))
+        };
+        let (command, created) = match plan_create(ctx, &ctx.image(), topic) {
+            Ok(planned) => planned,
+            Err(refusal) => {
+                results.push(refused(refusal));
                 continue;
             }
         };
-        let Command::CreateTopic { name, id, partitions, replication_factor, configs, .. } = &command else {
-            unreachable!("create_command makes CreateTopic commands")
-        };
-        let resolved = TopicConfig::resolve(&defaults, configs).expect("validated by create_command");
-        let described = resolved
-            .describe()
-            .into_iter()
-            .map(|(k, v, set)| {
-                CreatableTopicConfigs::default()
-                    .with_name(StrBytes::from_static_str(k))
-                    .with_value(Some(StrBytes::from_string(v)))
-                    .with_config_source(if set { 1 } else { 5 })
-            })
-            .collect();
-        let created = result
-            .clone()
-            .with_topic_id(*id)
-            .with_num_partitions(*partitions as i32)
-            .with_replication_factor(*replication_factor as i16)
-            .with_configs(Some(described));
-        let (name, partitions) = (name.clone(), *partitions);
         if request.validate_only {
             results.push(created);
             continue;
         }
         match commit(ctx, command).await {
             Ok(()) => {
-                tracing::info!(topic = %name, partitions, "created topic");
+                tracing::info!(topic = %topic.name.0.as_str(), partitions = created.num_partitions, "created topic");
                 results.push(created);
             }
-            Err((code, message)) => {
-                results.push(result.with_error_code(code).with_error_message(Some(StrBytes::from_string(message))))
-            }
+            Err(refusal) => results.push(refused(refusal)),
         }
     }
     CreateTopicsResponse::default().with_topics(results)

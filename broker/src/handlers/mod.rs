@@ -179,7 +179,11 @@ impl BrokerContext {
 
     /// The shard holding a partition's log on this broker.
     pub fn shard_of(&self, tp: &TopicPartition) -> usize {
-        crate::topics::assign_shard(&tp.topic, tp.partition, self.shards.len())
+        self.shard_for(&tp.topic, tp.partition)
+    }
+
+    fn shard_for(&self, topic: &str, partition: u32) -> usize {
+        crate::topics::assign_shard(topic, partition, self.shards.len())
     }
 
     /// Where this broker serves a partition it leads; UNKNOWN_TOPIC_OR_PARTITION if there is no such
@@ -191,8 +195,7 @@ impl BrokerContext {
         if p.leader != Some(NodeId(self.config.node_id)) || !self.quorum.in_session() {
             return Err(ResponseError::NotLeaderOrFollower);
         }
-        let shard = crate::topics::assign_shard(topic, partition as u32, self.shards.len());
-        Ok(Led { shard, epoch: p.leader_epoch })
+        Ok(Led { shard: self.shard_for(topic, partition as u32), epoch: p.leader_epoch })
     }
 
     /// Records that the image at `applied` is now what the shards serve.

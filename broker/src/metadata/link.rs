@@ -313,8 +313,7 @@ impl Link {
             now_ms: 0,
             session_timeout_ms: 0,
         };
-        // A heartbeat that takes longer than a third of the session is given up and tried again.
-        let call_limit = Duration::from_millis((settings.session_timeout_ms / 3).max(100));
+        let call_limit = self.heartbeat_limit();
         let mut registered = false;
         let session = Duration::from_millis(settings.session_timeout_ms);
         let mut acknowledged = tokio::time::Instant::now();
@@ -420,9 +419,14 @@ impl Link {
     /// A heartbeat on the import's behalf (the import may outlast a heartbeat interval); its outcome is
     /// the next regular heartbeat's business.
     pub(super) async fn heartbeat(&self, incarnation: u64) {
-        let call_limit = Duration::from_millis((self.settings.session_timeout_ms / 3).max(100));
         let command = Command::BrokerHeartbeat { id: self.settings.node, incarnation, now_ms: 0 };
-        let _ = self.write(command, call_limit).await;
+        let _ = self.write(command, self.heartbeat_limit()).await;
+    }
+
+    /// A registration or heartbeat that takes longer than a third of the session is given up and tried
+    /// again, so that one slow attempt does not cost the session.
+    fn heartbeat_limit(&self) -> Duration {
+        Duration::from_millis((self.settings.session_timeout_ms / 3).max(100))
     }
 
     /// Commits a command on the link's behalf (the topic import), with the admin limit.

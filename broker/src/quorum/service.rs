@@ -189,10 +189,7 @@ impl Voter {
 
     /// Commits a command (through the leader) and returns how it applied. Blocks the calling thread.
     pub fn write(&self, command: Command) -> WireWriteResult {
-        match self.ask(|tx| Request::Write(command, tx)) {
-            Some(rx) => rx.recv().unwrap_or_else(|_| WireWriteResult::Failed("the voter stopped".into())),
-            None => WireWriteResult::Failed("the voter stopped".into()),
-        }
+        futures_lite::future::block_on(self.write_async(command))
     }
 
     /// [`Voter::write`] for async callers on any runtime.

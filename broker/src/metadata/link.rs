@@ -3,7 +3,8 @@
 //! - runs this node's voter when it is one (the default single node is its own one-voter quorum), or
 //!   talks to the voters over their quorum ports;
 //! - registers the broker (a new incarnation per process, the previous one named from the data dir),
-//!   heartbeats every `broker.heartbeat.interval.ms`, and at shutdown asks for a controlled shutdown;
+//!   heartbeats every `broker.heartbeat.interval.ms`, and at shutdown, once the shards have answered the
+//!   requests in hand, asks for a controlled shutdown;
 //! - follows the metadata: fetches what was applied after its image's index and hands every new image to
 //!   the shards ([`super::follow`]);
 //! - commits the commands shards send it (topic changes from Kafka admin requests).
@@ -45,6 +46,9 @@ const ADMIN_WRITE_LIMIT: Duration = Duration::from_secs(30);
 const STOP_LIMIT: Duration = Duration::from_secs(15);
 /// Pause before retrying when no voter answered or there is no leader.
 const RETRY_PAUSE: Duration = Duration::from_millis(200);
+/// How long a stopping broker waits for its shards to answer the requests in hand before its
+/// controlled shutdown (the shards' own limit is 10 s).
+const CLIENTS_DONE_LIMIT: Duration = Duration::from_secs(11);
 /// How long a stopping broker tries to get its controlled shutdown committed.
 const CONTROLLED_SHUTDOWN_LIMIT: Duration = Duration::from_secs(5);
 
@@ -373,6 +377,14 @@ impl Link {
             sleep_unless_stopping(pause, &self.shutdown).await;
         }
         if registered {
+            // Leaderships are given up only once the requests clients sent before the stop are answered:
+            // a request taken in is not refused because its broker was on the way out.
+            let clients_done = async {
+                while !self.shutdown.clients_done() {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            };
+            let _ = tokio::time::timeout(CLIENTS_DONE_LIMIT, clients_done).await;
             self.controlled_shutdown(incarnation).await;
         }
     }

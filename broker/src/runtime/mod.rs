@@ -3,7 +3,8 @@
 //!
 //! Shutdown: the process's signal thread sets [`Shutdown`]; every shard stops accepting and lets its
 //! connections finish the requests in hand. Only when every shard has done so do the shards close their
-//! logs: a request on one shard may still need a partition another shard owns.
+//! logs (a request on one shard may still need a partition another shard owns) and does the quorum link
+//! ask for the controlled shutdown that gives up this broker's leaderships.
 
 mod connection;
 
@@ -28,17 +29,21 @@ use crate::metadata::link::{LinkSettings, QuorumLink};
 use crate::quorum::state::{BrokerEndpoint, NodeId};
 use crate::shard::{self, PartitionRequest};
 
-/// Set once to stop every shard.
+/// Set once to stop every shard; then, once every shard has finished its client connections, marked
+/// again so the quorum link knows it may give up this broker's leaderships (see [`Shutdown::clients_done`]).
 #[derive(Debug, Clone, Default)]
-pub struct Shutdown(Arc<AtomicBool>);
+pub struct Shutdown {
+    stop: Arc<AtomicBool>,
+    clients_done: Arc<AtomicBool>,
+}
 
 impl Shutdown {
     pub fn trigger(&self) {
-        self.0.store(true, Ordering::SeqCst);
+        self.stop.store(true, Ordering::SeqCst);
     }
 
     pub fn is_triggered(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
+        self.stop.load(Ordering::SeqCst)
     }
 
     /// Resolves once shutdown is triggered (checked every 50 ms: shutdown is rare, a timer is cheap).
@@ -50,7 +55,18 @@ impl Shutdown {
 
     /// The flag, for registering with a signal handler.
     pub fn flag(&self) -> Arc<AtomicBool> {
-        self.0.clone()
+        self.stop.clone()
+    }
+
+    /// True once every shard has answered the requests its connections took in (or given up waiting):
+    /// until then this broker keeps its leaderships, so that no request it accepted is refused because
+    /// the broker was on its way out.
+    pub fn clients_done(&self) -> bool {
+        self.clients_done.load(Ordering::SeqCst)
+    }
+
+    fn mark_clients_done(&self) {
+        self.clients_done.store(true, Ordering::SeqCst);
     }
 }
 
@@ -65,21 +81,27 @@ impl Drop for StopOnFailure {
     }
 }
 
-/// Shards still finishing their connections; each shard counts itself out once.
-struct Drained(Option<Arc<AtomicUsize>>);
+/// Shards still finishing their connections; each shard counts itself out once, and the last one out
+/// marks the clients done.
+struct Drained {
+    count: Option<Arc<AtomicUsize>>,
+    shutdown: Shutdown,
+}
 
 impl Drained {
     fn done(&mut self) -> Arc<AtomicUsize> {
-        let count = self.0.take().expect("counted out once");
-        count.fetch_sub(1, Ordering::SeqCst);
+        let count = self.count.take().expect("counted out once");
+        if count.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.shutdown.mark_clients_done();
+        }
         count
     }
 }
 
 impl Drop for Drained {
     fn drop(&mut self) {
-        if let Some(count) = self.0.take() {
-            count.fetch_sub(1, Ordering::SeqCst);
+        if self.count.is_some() {
+            self.done();
         }
     }
 }
@@ -139,6 +161,7 @@ pub fn run(config: BrokerConfig, shutdown: Shutdown) -> Result<()> {
     // The link ends once shutdown is triggered and its controlled shutdown is done; the voter it runs
     // stops with it, after the shards.
     shutdown.trigger();
+    shutdown.mark_clients_done();
     if !link.stop() {
         // Its voter may still write to the data dir: the dir stays taken until the process ends.
         std::mem::forget(lock);
@@ -215,7 +238,7 @@ async fn run_shard(
 ) -> Result<()> {
     // Counts this shard out of the drain however it ends, so a shard that fails to start does not hold
     // the others' shutdown.
-    let mut drained = Drained(Some(draining));
+    let mut drained = Drained { count: Some(draining), shutdown: shutdown.clone() };
     // Every partition directory this shard would serve is opened (with the default settings, until the
     // metadata gives the topic's): which of them this broker still hosts is known once the metadata is
     // caught up, and the others are then deleted as strays (see `crate::metadata::follow`).

@@ -80,6 +80,9 @@ impl Broker {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
+                if !status.success() {
+                    eprintln!("--- broker log ({status:?}) ---\n{}", self.log());
+                }
                 return status;
             }
             assert!(Instant::now() < deadline, "broker did not stop within 20 s of SIGTERM");

@@ -23,6 +23,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use bytes::BytesMut;
+use futures_channel::oneshot;
 use futures_lite::{AsyncReadExt, AsyncWriteExt, future};
 use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
 use glommio::net::TcpStream;
@@ -57,7 +58,7 @@ type Answer = (Option<BytesMut>, Next);
 /// A request in the queue, in arrival order.
 enum Pending {
     /// A handler running as its own task; the permit holds the request's share of the byte budget.
-    Running(glommio::Task<Answer>, StaticPermit),
+    Running(oneshot::Receiver<Answer>, StaticPermit),
     /// Known without running anything (a refusal).
     Ready(Answer),
 }
@@ -165,7 +166,8 @@ async fn write_answers(
     while let Some(pending) = answers.recv().await {
         // The permit (the request's share of the byte budget) is held until its answer is written.
         let ((reply, next), _permit) = match pending {
-            Pending::Running(task, permit) => (task.await, Some(permit)),
+            // A handler that ended without an answer (it panicked) leaves the connection unusable.
+            Pending::Running(answer, permit) => (answer.await.unwrap_or((None, Next::Close)), Some(permit)),
             Pending::Ready(answer) => (answer, None),
         };
         if let Some(bytes) = reply {
@@ -228,21 +230,48 @@ fn budget_units(request: &DecodedRequest, frame_bytes: usize) -> u64 {
 fn start(ctx: &Arc<BrokerContext>, request: DecodedRequest, peer: &str, permit: StaticPermit) -> Pending {
     let (api_key, version, correlation_id) = (request.api_key, request.version, request.header.correlation_id);
     let (ctx, peer) = (ctx.clone(), peer.to_string());
-    let task = match request.body {
+    let answer = match request.body {
         // Dispatched here, before the next frame is read, so appends keep the connection's order.
         RequestKind::Produce(req) => {
             let produce = handlers::dispatch_produce(&ctx, req);
-            glommio::spawn_local(async move {
+            spawn_handler(async move {
                 let body = produce.answer().await.map(ResponseKind::Produce);
                 encode(body, correlation_id, api_key, version, &peer)
             })
         }
-        _ => glommio::spawn_local(async move {
+        _ => spawn_handler(async move {
             let body = handlers::handle(&ctx, request).await;
             encode(body, correlation_id, api_key, version, &peer)
         }),
     };
-    Pending::Running(task, permit)
+    Pending::Running(answer, permit)
+}
+
+/// Runs a handler as a task of its own; its answer comes back through the returned channel, and
+/// dropping that (the connection ended) cancels the handler.
+///
+/// The task is detached rather than awaited through its glommio task handle: glommio 0.9 frees a
+/// finished task twice when its handle is dropped while another thread drops the task's last waker
+/// (a handler waits on replies from other shards and from the quorum link, whose channels hold its
+/// waker on their threads). That race aborted the broker under load ("double free detected in tcache").
+/// A detached task is freed only through its reference count, which the other threads' wakers share.
+fn spawn_handler(handler: impl Future<Output = Answer> + 'static) -> oneshot::Receiver<Answer> {
+    let (mut tx, rx) = oneshot::channel();
+    glommio::spawn_local(async move {
+        let answer = {
+            let abandoned = tx.cancellation();
+            future::or(async { Some(handler.await) }, async {
+                abandoned.await;
+                None
+            })
+            .await
+        };
+        if let Some(answer) = answer {
+            let _ = tx.send(answer);
+        }
+    })
+    .detach();
+    rx
 }
 
 fn encode(body: Option<ResponseKind>, correlation_id: i32, api_key: ApiKey, version: i16, peer: &str) -> Answer {

@@ -5,6 +5,11 @@
 //! connections finish the requests in hand. Only when every shard has done so do the shards close their
 //! logs (a request on one shard may still need a partition another shard owns) and does the quorum link
 //! ask for the controlled shutdown that gives up this broker's leaderships.
+//!
+//! A rule for every task spawned on a shard: one that waits on something another thread wakes (a flume
+//! reply from another shard or from the quorum link) is detached, never awaited or dropped through its
+//! glommio task handle. glommio 0.9 frees a finished task twice when its handle is dropped while another
+//! thread drops the task's last waker (see `connection::spawn_handler`).
 
 mod connection;
 

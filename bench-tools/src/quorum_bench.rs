@@ -15,11 +15,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Result, bail};
 use hdrhistogram::Histogram;
 use shardlog_broker::quorum::client::QuorumClient;
-use shardlog_broker::quorum::state::{BrokerEndpoint, Command, NodeId};
+use shardlog_broker::quorum::state::Command;
 use shardlog_broker::quorum::wire::WireWriteResult;
 
 use shardlog_bench::cluster::shardlog_binary;
-use shardlog_bench::voters::VoterProcesses;
+use shardlog_bench::voters::{VoterProcesses, everlasting_broker_registration};
 
 const CALL_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -94,14 +94,7 @@ pub fn run(args: &QuorumArgs) -> Result<()> {
     )?;
     voters.leader()?;
     let mut client = None;
-    let register = Command::RegisterBroker {
-        previous_incarnation: None,
-        id: NodeId(1),
-        endpoint: BrokerEndpoint { host: "127.0.0.1".into(), port: 9092 },
-        incarnation: 1,
-        now_ms: 0,
-        session_timeout_ms: i64::MAX,
-    };
+    let register = everlasting_broker_registration();
     if !write(&voters.addrs, &mut 0, &mut client, register) {
         bail!("could not register the benchmark's broker");
     }

@@ -7,12 +7,26 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use shardlog_broker::quorum::client::QuorumClient;
+use shardlog_broker::quorum::state::{BrokerEndpoint, Command as QuorumCommand, NodeId};
 use shardlog_broker::quorum::wire::WireStatus;
 
 use crate::cluster::free_port;
 
 /// How long a status question to a voter may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Registers broker 1 with a session that never expires: topics need a live broker for their replicas,
+/// and the quorum benchmark and tests run voters without brokers.
+pub fn everlasting_broker_registration() -> QuorumCommand {
+    QuorumCommand::RegisterBroker {
+        previous_incarnation: None,
+        id: NodeId(1),
+        endpoint: BrokerEndpoint { host: "127.0.0.1".into(), port: 9092 },
+        incarnation: 1,
+        now_ms: 0,
+        session_timeout_ms: i64::MAX,
+    }
+}
 
 /// Running voters `1..=n`; killed when dropped.
 #[derive(Debug)]

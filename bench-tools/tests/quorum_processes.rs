@@ -11,9 +11,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use shardlog_bench::cluster::shardlog_binary;
-use shardlog_bench::voters::VoterProcesses;
+use shardlog_bench::voters::{VoterProcesses, everlasting_broker_registration};
 use shardlog_broker::quorum::client::QuorumClient;
-use shardlog_broker::quorum::state::{BrokerEndpoint, Command, NodeId};
+use shardlog_broker::quorum::state::Command;
 use shardlog_broker::quorum::wire::{WireStatus, WireWriteResult};
 use uuid::Uuid;
 
@@ -109,14 +109,7 @@ fn write_stream(
 }
 
 fn commands(n: usize) -> Vec<Command> {
-    let register = Command::RegisterBroker {
-        previous_incarnation: None,
-        id: NodeId(1),
-        endpoint: BrokerEndpoint { host: "127.0.0.1".into(), port: 9092 },
-        incarnation: 1,
-        now_ms: 0,
-        session_timeout_ms: i64::MAX,
-    };
+    let register = everlasting_broker_registration();
     let mut out = vec![register];
     for i in 0..n {
         out.push(Command::CreateTopic {

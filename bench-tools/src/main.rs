@@ -17,7 +17,7 @@ mod tps_table;
 mod wire;
 
 #[derive(Debug, Parser)]
-#[command(name = "shardlog-bench", version, about = "Benchmarks for shardlog and any Kafka-compatible broker")]
+#[command(name = "shardlog-bench", version = shardlog_broker::VERSION, about = "Benchmarks for shardlog and any Kafka-compatible broker")]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -286,3 +286,10 @@ fn quorum_measures_the_commit_rate_and_a_leader_failover_with_real_voters() {
         assert!(data.join(format!("voter-{id}/raft-log")).is_file(), "voter {id} kept its log in the data dir");
     }
 }
+
+#[test]
+fn version_names_the_commit_and_the_build_profile() {
+    let (_, out) = run(&["--version"]);
+    assert!(out.starts_with(&format!("shardlog-bench {} (commit ", env!("CARGO_PKG_VERSION"))), "{out}");
+    assert!(out.contains("debug build)") || out.contains("release build)"), "{out}");
+}

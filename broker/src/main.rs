@@ -13,7 +13,7 @@ use shardlog_net::alloc::ReservingAllocator;
 static ALLOCATOR: ReservingAllocator = ReservingAllocator;
 
 #[derive(Debug, Parser)]
-#[command(name = "shardlog", version, about = "A durable, Kafka-compatible message broker")]
+#[command(name = "shardlog", version = shardlog_broker::VERSION, about = "A durable, Kafka-compatible message broker")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -30,6 +30,17 @@ enum Command {
         #[command(subcommand)]
         command: TopicCommand,
     },
+    /// The broker's settings.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ConfigCommand {
+    /// Every broker and topic setting with its default, unit and meaning.
+    List,
 }
 
 #[derive(Debug, Subcommand)]
@@ -90,6 +101,8 @@ struct QuorumArgs {
 
 /// Every flag is a shorthand for a setting of the config file; `--set KEY=VALUE` reaches any of them.
 #[derive(Debug, Args)]
+#[command(after_help = "Every setting, with its default, unit and meaning: `shardlog config list`. \
+The --config file and --set take the same keys (Kafka's names where Kafka has the setting).")]
 struct StartArgs {
     /// TOML settings file (Kafka's broker setting names).
     #[arg(long)]
@@ -112,8 +125,8 @@ struct StartArgs {
     /// `controller.quorum.voters`, ID@HOST:PORT,...
     #[arg(long)]
     quorum_voters: Option<String>,
-    /// `metrics.listen`, HOST:PORT
-    #[arg(long)]
+    /// `metrics.listen`: refused until the metrics endpoint exists (kept so the refusal says why).
+    #[arg(long, hide = true)]
     metrics_listen: Option<String>,
     /// Any setting, KEY=VALUE (repeatable); wins over the file and the flags above.
     #[arg(long = "set", value_name = "KEY=VALUE")]
@@ -143,12 +156,12 @@ impl StartArgs {
 
 fn main() -> Result<()> {
     shardlog_net::alloc::keep_request_buffers_in_the_heap();
+    use std::io::IsTerminal;
+    let filter = shardlog_broker::log_filter(std::env::var("RUST_LOG").ok().as_deref());
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                // openraft narrates every election at info; its warnings and errors are what operators need.
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn")),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_new(&filter).context("RUST_LOG")?)
+        // Colour codes only for a person at a terminal, not in journald or a log file.
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
@@ -156,6 +169,10 @@ fn main() -> Result<()> {
         Command::Start(args) => start(args),
         Command::Quorum(args) => quorum(args),
         Command::Topic { command } => topic(command),
+        Command::Config { command: ConfigCommand::List } => {
+            print!("{}", shardlog_broker::config::settings::render());
+            Ok(())
+        }
     }
 }
 

@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use shardlog_broker::config::settings::SETTINGS;
 use shardlog_broker::config::{BrokerConfig, ConfigError, Endpoint, Sources, Voter};
 use shardlog_storage::FlushPolicy;
 
@@ -21,7 +22,6 @@ fn no_settings_give_the_documented_single_node_defaults() {
     assert_eq!(c.socket_request_max_bytes, 100 << 20);
     assert_eq!(c.log.flush, FlushPolicy::Always, "acks mean fsynced unless Kafka's interval flush is asked for");
     assert_eq!(c.log.segment_bytes, 1 << 30);
-    assert_eq!(c.metrics_listen, None);
     assert_eq!(c.shard_limits.idle_poll_us, 0, "an idle shard sleeps at once unless asked to poll");
 }
 
@@ -90,7 +90,7 @@ fn command_line_overrides_beat_the_file() {
 fn unknown_keys_and_invalid_values_are_refused_by_name() {
     let err = BrokerConfig::from_toml("log.retention.mins = 5").unwrap_err();
     assert_eq!(err, ConfigError::UnknownKey { key: "log.retention.mins".into() });
-    assert_eq!(err.to_string(), "unknown setting `log.retention.mins`");
+    assert_eq!(err.to_string(), "unknown setting `log.retention.mins` (`shardlog config list` shows every setting)");
 
     let cases = [
         ("num.partitions = 0", "num.partitions"),
@@ -122,4 +122,55 @@ fn unknown_keys_and_invalid_values_are_refused_by_name() {
     ));
     let missing = BrokerConfig::load(&Sources { file: Some("/nonexistent/shardlog.toml".into()), overrides: vec![] });
     assert!(matches!(missing, Err(ConfigError::Read { .. })));
+}
+
+fn overrides(items: &[String]) -> Sources {
+    Sources { file: None, overrides: items.to_vec() }
+}
+
+#[test]
+fn every_setting_in_the_table_is_reported_and_changes_the_broker_config_when_set() {
+    let defaults = BrokerConfig::load(&Sources::default()).unwrap();
+    let keys: Vec<&str> = defaults.effective.iter().map(|e| e.key).collect();
+    assert_eq!(keys, SETTINGS.iter().map(|s| s.key).collect::<Vec<_>>(), "every row, in the table's order");
+    assert!(defaults.effective.iter().all(|e| !e.explicit), "nothing was set");
+    let unset: Vec<&str> = defaults.effective.iter().filter(|e| e.value.is_none()).map(|e| e.key).collect();
+    assert_eq!(unset, ["controller.quorum.voters", "log.flush.interval.messages", "log.flush.interval.ms"]);
+    let without_report = |c: &BrokerConfig| BrokerConfig { effective: Vec::new(), ..c.clone() };
+    for row in SETTINGS {
+        let c = BrokerConfig::load(&overrides(&[format!("{}={}", row.key, row.example)]))
+            .unwrap_or_else(|e| panic!("{}={}: {e}", row.key, row.example));
+        assert_ne!(
+            without_report(&c),
+            without_report(&defaults),
+            "{}={} is accepted but changes nothing",
+            row.key,
+            row.example
+        );
+        let reported = c.effective.iter().find(|e| e.key == row.key).unwrap();
+        assert!(reported.explicit, "{}", row.key);
+        let value = reported.value.as_deref().unwrap();
+        let bare = row.example.trim_start_matches("PLAINTEXT://");
+        assert!(value == row.example || value == bare, "{}: reported {value:?}, set {:?}", row.key, row.example);
+    }
+}
+
+#[test]
+fn settings_kafka_has_but_shardlog_does_not_implement_are_refused_with_the_reason() {
+    let err = BrokerConfig::load(&overrides(&["metrics.listen=127.0.0.1:9100".into()])).unwrap_err();
+    assert!(matches!(&err, ConfigError::Unsupported { key, .. } if key == "metrics.listen"), "{err}");
+    assert!(err.to_string().contains("not built yet"), "{err}");
+    let err = BrokerConfig::from_toml("unclean.leader.election.enable = true").unwrap_err();
+    assert!(matches!(&err, ConfigError::Unsupported { key, .. } if key == "unclean.leader.election.enable"));
+    assert!(err.to_string().contains("per topic"), "{err}");
+}
+
+#[test]
+fn the_heartbeat_must_come_more_often_than_the_session_expires() {
+    let err = BrokerConfig::load(&overrides(&[
+        "broker.session.timeout.ms=1000".into(),
+        "broker.heartbeat.interval.ms=1000".into(),
+    ]))
+    .unwrap_err();
+    assert!(matches!(&err, ConfigError::Invalid { key, .. } if key == "broker.heartbeat.interval.ms"), "{err}");
 }

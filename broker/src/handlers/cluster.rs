@@ -1,6 +1,7 @@
 //! What the cluster looks like: Metadata (with topic auto-creation), DescribeConfigs, DescribeCluster.
 
 use super::*;
+use crate::topics::configs::TOPIC_SETTINGS;
 
 pub(super) async fn metadata(ctx: &Arc<BrokerContext>, req: &MetadataRequest, version: i16) -> MetadataResponse {
     // Before v4 there is no flag and auto-creation is always asked for.
@@ -134,6 +135,7 @@ pub(super) fn describe_configs(
     version: i16,
 ) -> DescribeConfigsResponse {
     let defaults = ctx.topic_defaults();
+    let documented = version >= 3 && req.include_documentation;
     let results = req
         .resources
         .iter()
@@ -141,6 +143,26 @@ pub(super) fn describe_configs(
             let result = DescribeConfigsResult::default()
                 .with_resource_type(resource.resource_type)
                 .with_resource_name(resource.resource_name.clone());
+            let wanted = |key: &str| {
+                resource
+                    .configuration_keys
+                    .as_ref()
+                    .is_none_or(|keys| keys.is_empty() || keys.iter().any(|k| k.as_str() == key))
+            };
+            // Kafka's config types (v3+) and sources.
+            let entry = |key: &'static str, value: Option<String>, source: i8, kafka_type: i8, doc: &'static str| {
+                let mut entry = DescribeConfigsResourceResult::default()
+                    .with_name(StrBytes::from_static_str(key))
+                    .with_value(value.map(StrBytes::from_string))
+                    .with_config_source(source);
+                if version >= 3 {
+                    entry.config_type = kafka_type;
+                }
+                if documented {
+                    entry.documentation = Some(StrBytes::from_static_str(doc));
+                }
+                entry
+            };
             match resource.resource_type {
                 RESOURCE_TOPIC => {
                     let name = resource.resource_name.as_str();
@@ -151,39 +173,62 @@ pub(super) fn describe_configs(
                     let Ok(config) = TopicConfig::resolve(&defaults, &overrides) else {
                         return result.with_error_code(ResponseError::InvalidConfig.code());
                     };
-                    let wanted = |key: &str| {
-                        resource
-                            .configuration_keys
-                            .as_ref()
-                            .is_none_or(|keys| keys.is_empty() || keys.iter().any(|k| k.as_str() == key))
-                    };
                     let configs = config
                         .describe()
                         .into_iter()
-                        .filter(|(key, _, _)| wanted(key))
-                        .map(|(key, value, set)| {
-                            let mut entry = DescribeConfigsResourceResult::default()
-                                .with_name(StrBytes::from_static_str(key))
-                                .with_value(Some(StrBytes::from_string(value)))
-                                // DYNAMIC_TOPIC_CONFIG when set on the topic, DEFAULT_CONFIG otherwise.
-                                .with_config_source(if set { 1 } else { 5 });
-                            if version >= 3 {
-                                // BOOLEAN (1) or LONG (5).
-                                entry.config_type = if key == "unclean.leader.election.enable" { 1 } else { 5 };
-                            }
-                            entry
+                        .zip(TOPIC_SETTINGS)
+                        .filter(|((key, _, _), _)| wanted(key))
+                        .map(|((key, value, set), setting)| {
+                            let kafka_type = match key {
+                                "unclean.leader.election.enable" => CONFIG_TYPE_BOOLEAN,
+                                "compression.type" => CONFIG_TYPE_STRING,
+                                _ => CONFIG_TYPE_LONG,
+                            };
+                            let source = if set { SOURCE_DYNAMIC_TOPIC } else { SOURCE_DEFAULT };
+                            entry(key, Some(value), source, kafka_type, setting.meaning)
                         })
                         .collect();
                     result.with_configs(configs)
                 }
-                RESOURCE_BROKER if resource.resource_name.as_str() == ctx.config.node_id.to_string() => result,
-                RESOURCE_BROKER => result.with_error_code(ResponseError::InvalidRequest.code()),
+                // This broker's own settings: all static (set at start), so read-only.
+                RESOURCE_BROKER if resource.resource_name.as_str() == ctx.config.node_id.to_string() => {
+                    let configs = ctx
+                        .config
+                        .effective
+                        .iter()
+                        .zip(crate::config::settings::SETTINGS)
+                        .filter(|(e, _)| wanted(e.key))
+                        .map(|(e, setting)| {
+                            let source = if e.explicit { SOURCE_STATIC_BROKER } else { SOURCE_DEFAULT };
+                            entry(e.key, e.value.clone(), source, setting.kafka_type(), setting.meaning)
+                                .with_read_only(true)
+                        })
+                        .collect();
+                    result.with_configs(configs)
+                }
+                // The cluster-wide dynamic broker defaults: there are none.
+                RESOURCE_BROKER if resource.resource_name.is_empty() => result,
+                RESOURCE_BROKER => result.with_error_code(ResponseError::InvalidRequest.code()).with_error_message(
+                    Some(StrBytes::from_string(format!(
+                        "this is broker {}: ask each broker for its own settings",
+                        ctx.config.node_id
+                    ))),
+                ),
                 _ => result.with_error_code(ResponseError::InvalidRequest.code()),
             }
         })
         .collect();
     DescribeConfigsResponse::default().with_results(results)
 }
+
+/// Kafka's `ConfigSource` values.
+const SOURCE_DYNAMIC_TOPIC: i8 = 1;
+const SOURCE_STATIC_BROKER: i8 = 4;
+const SOURCE_DEFAULT: i8 = 5;
+/// Kafka's `ConfigType` values (DescribeConfigs v3+).
+const CONFIG_TYPE_BOOLEAN: i8 = 1;
+const CONFIG_TYPE_STRING: i8 = 2;
+const CONFIG_TYPE_LONG: i8 = 5;
 
 pub(super) fn describe_cluster(ctx: &Arc<BrokerContext>) -> DescribeClusterResponse {
     let image = ctx.image();

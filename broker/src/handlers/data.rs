@@ -2,6 +2,10 @@
 //! the shards owning the partitions and merged into one answer.
 
 use super::*;
+use crate::topics::configs::Compression;
+use crate::topics::recompress::{RecompressError, recompress};
+use bytes::Bytes;
+use shardlog_storage::batch::BatchError;
 
 /// A produce request whose batches have been handed to their shards, waiting for the outcomes.
 #[derive(Debug)]
@@ -16,14 +20,24 @@ pub struct DispatchedProduce {
 pub fn dispatch_produce(ctx: &Arc<BrokerContext>, req: ProduceRequest) -> DispatchedProduce {
     let acks = req.acks;
     let mut pending = Vec::new();
+    let image = ctx.image();
     for topic in req.topic_data {
         let name = topic.name.0.as_str().to_string();
+        let min_insync = if acks == -1 { ctx.min_insync_replicas(&image, &name) } else { 0 };
+        let compression = ctx.compression(&image, &name);
         for partition in topic.partition_data {
             let outcome = if ![-1, 0, 1].contains(&acks) {
                 Err(ResponseError::InvalidRequiredAcks)
             } else {
-                match (ctx.leader_here(&name, partition.index), partition.records) {
-                    (Ok(led), Some(batch)) => {
+                match (ctx.leader_in(&image, &name, partition.index), partition.records) {
+                    // acks=all with fewer in-sync replicas than the topic asks for: refused before it is
+                    // appended, so a retry cannot duplicate it (Kafka's NOT_ENOUGH_REPLICAS).
+                    (Ok(_), Some(_))
+                        if image.partition(&name, partition.index).is_some_and(|p| p.isr.len() < min_insync) =>
+                    {
+                        Err(ResponseError::NotEnoughReplicas)
+                    }
+                    (Ok(led), Some(batch)) => stored_form(batch, compression).and_then(|batch| {
                         let (reply, outcome) = flume::bounded(1);
                         let request = PartitionRequest::Produce {
                             tp: TopicPartition::new(name.clone(), partition.index as u32),
@@ -34,11 +48,11 @@ pub fn dispatch_produce(ctx: &Arc<BrokerContext>, req: ProduceRequest) -> Dispat
                         };
                         // Shard channels are unbounded: the number of requests in flight is bounded per
                         // connection instead.
-                        match ctx.shards[led.shard].send(request) {
-                            Ok(()) => Ok(outcome),
-                            Err(_) => Err(ResponseError::KafkaStorageError),
-                        }
-                    }
+                        ctx.shards[led.shard]
+                            .send(request)
+                            .map(|()| outcome)
+                            .map_err(|_| ResponseError::KafkaStorageError)
+                    }),
                     (Ok(_), None) => Err(ResponseError::CorruptMessage),
                     (Err(e), _) => Err(e),
                 }
@@ -75,6 +89,23 @@ impl DispatchedProduce {
             }
         }
         (self.acks != 0).then(|| ProduceResponse::default().with_responses(by_topic))
+    }
+}
+
+/// The batch as the topic stores it: as sent, or recompressed into the topic's `compression.type`.
+fn stored_form(batch: Bytes, compression: Compression) -> Result<Bytes, ResponseError> {
+    let Compression::Codec(target) = compression else { return Ok(batch) };
+    match recompress(&batch, target) {
+        Ok(None) => Ok(batch),
+        Ok(Some(recompressed)) => Ok(Bytes::from(recompressed)),
+        Err(e) => {
+            tracing::debug!(error = %e, "batch not recompressed; produce refused");
+            Err(match e {
+                RecompressError::TooLarge => ResponseError::MessageTooLarge,
+                RecompressError::Invalid(BatchError::BadMagic { .. }) => ResponseError::UnsupportedForMessageFormat,
+                _ => ResponseError::CorruptMessage,
+            })
+        }
     }
 }
 

@@ -50,7 +50,7 @@ use crate::metadata::image::MetadataImage;
 use crate::metadata::link::QuorumHandle;
 use crate::quorum::state::NodeId;
 use crate::shard::{FetchOutcome, ListOutcome, OffsetSpec, PartitionRequest, ProduceOutcome};
-use crate::topics::configs::{TopicConfig, TopicDefaults};
+use crate::topics::configs::{Compression, TopicConfig, TopicDefaults};
 
 /// The APIs and versions this broker serves. Grows with each handler.
 pub fn supported_apis() -> SupportedApis {
@@ -168,7 +168,7 @@ impl BrokerContext {
         TopicDefaults {
             log: self.config.log.clone(),
             min_insync_replicas: self.config.min_insync_replicas,
-            unclean_leader_election: self.config.unclean_leader_election,
+            compression: self.config.compression,
         }
     }
 
@@ -190,12 +190,35 @@ impl BrokerContext {
     /// partition, NOT_LEADER_OR_FOLLOWER if another broker leads it (or none does right now), or if this
     /// broker has lost its session with the quorum (which has fenced it by then).
     pub fn leader_here(&self, topic: &str, partition: i32) -> Result<Led, ResponseError> {
-        let image = self.image();
+        self.leader_in(&self.image(), topic, partition)
+    }
+
+    /// [`Self::leader_here`] as of `image`.
+    pub fn leader_in(&self, image: &MetadataImage, topic: &str, partition: i32) -> Result<Led, ResponseError> {
         let p = image.partition(topic, partition).ok_or(ResponseError::UnknownTopicOrPartition)?;
         if p.leader != Some(NodeId(self.config.node_id)) || !self.quorum.in_session() {
             return Err(ResponseError::NotLeaderOrFollower);
         }
         Ok(Led { shard: self.shard_for(topic, partition as u32), epoch: p.leader_epoch })
+    }
+
+    /// The topic's `min.insync.replicas`: its own setting, else this broker's default. (Settings are
+    /// validated before they are committed; one that no longer parses falls back to the default.)
+    pub fn min_insync_replicas(&self, image: &MetadataImage, topic: &str) -> usize {
+        image
+            .topic(topic)
+            .and_then(|t| t.configs.get("min.insync.replicas"))
+            .and_then(|v| v.trim().parse::<u16>().ok())
+            .unwrap_or(self.config.min_insync_replicas) as usize
+    }
+
+    /// The topic's `compression.type`: its own setting, else this broker's default.
+    pub fn compression(&self, image: &MetadataImage, topic: &str) -> Compression {
+        image
+            .topic(topic)
+            .and_then(|t| t.configs.get("compression.type"))
+            .and_then(|v| Compression::parse(v).ok())
+            .unwrap_or(self.config.compression)
     }
 
     /// Records that the image at `applied` is now what the shards serve.

@@ -8,18 +8,165 @@ use std::collections::BTreeMap;
 
 use shardlog_storage::{FlushPolicy, LogConfig};
 
-/// Kafka's topic setting names this broker implements.
-pub const TOPIC_CONFIG_KEYS: &[&str] = &[
-    "retention.ms",
-    "retention.bytes",
-    "segment.bytes",
-    "segment.ms",
-    "max.message.bytes",
-    "flush.messages",
-    "flush.ms",
-    "min.insync.replicas",
-    "unclean.leader.election.enable",
+/// One topic setting: Kafka's name, the broker setting that gives its default, and what it means.
+#[derive(Debug, Clone, Copy)]
+pub struct TopicSetting {
+    pub key: &'static str,
+    /// The broker setting whose value a topic without this key gets; `None`: [`TopicSetting::fixed_default`].
+    pub broker_key: Option<&'static str>,
+    /// The default when there is no broker setting for it.
+    pub fixed_default: &'static str,
+    pub unit: &'static str,
+    pub meaning: &'static str,
+    /// A valid value other than the default (the tests set every key to it and check it has an effect).
+    pub example: &'static str,
+}
+
+const fn topic_setting(
+    key: &'static str,
+    broker_key: &'static str,
+    unit: &'static str,
+    meaning: &'static str,
+    example: &'static str,
+) -> TopicSetting {
+    TopicSetting { key, broker_key: Some(broker_key), fixed_default: "", unit, meaning, example }
+}
+
+/// Kafka's topic settings this broker implements, in the order DescribeConfigs and `config list` give them.
+pub const TOPIC_SETTINGS: &[TopicSetting] = &[
+    topic_setting(
+        "retention.ms",
+        "log.retention.ms",
+        "ms",
+        "segments whose newest record is older are deleted (-1: keep)",
+        "-1",
+    ),
+    topic_setting(
+        "retention.bytes",
+        "log.retention.bytes",
+        "bytes",
+        "oldest segments are deleted while a partition is larger (-1: no limit)",
+        "1073741824",
+    ),
+    topic_setting(
+        "segment.bytes",
+        "log.segment.bytes",
+        "bytes",
+        "a segment is rolled before it grows past this",
+        "1048576",
+    ),
+    topic_setting(
+        "segment.ms",
+        "log.roll.ms",
+        "ms",
+        "a segment older than this is rolled on the next append",
+        "3600000",
+    ),
+    topic_setting(
+        "max.message.bytes",
+        "message.max.bytes",
+        "bytes",
+        "the largest record batch accepted (after recompression)",
+        "2097152",
+    ),
+    topic_setting(
+        "compression.type",
+        "compression.type",
+        "",
+        "producer (store batches as sent), or the codec batches are stored in: uncompressed, gzip, snappy, lz4, zstd",
+        "zstd",
+    ),
+    topic_setting(
+        "flush.messages",
+        "log.flush.interval.messages",
+        "",
+        "with it or flush.ms set: Kafka's interval flush (acks mean written, not synced)",
+        "1000",
+    ),
+    topic_setting(
+        "flush.ms",
+        "log.flush.interval.ms",
+        "ms",
+        "see flush.messages; unset, every acknowledged batch is fdatasync'ed first",
+        "1000",
+    ),
+    topic_setting(
+        "min.insync.replicas",
+        "min.insync.replicas",
+        "",
+        "acks=all is refused (NOT_ENOUGH_REPLICAS) while the ISR is smaller",
+        "2",
+    ),
+    TopicSetting {
+        key: "unclean.leader.election.enable",
+        broker_key: None,
+        fixed_default: "false",
+        unit: "",
+        meaning: "a replica outside the ISR may become leader when no ISR member is alive (records may be lost)",
+        example: "true",
+    },
 ];
+
+/// The codec a topic stores its batches in (`compression.type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compression {
+    /// Batches are stored as the producer sent them (Kafka's default).
+    Producer,
+    /// Batches are stored in this codec; a batch sent in another one is recompressed by the broker.
+    Codec(Codec),
+}
+
+/// A record batch codec: the low three bits of a v2 batch's attributes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Codec {
+    None = 0,
+    Gzip = 1,
+    Snappy = 2,
+    Lz4 = 3,
+    Zstd = 4,
+}
+
+impl Codec {
+    /// The codec of attribute bits `0..=4`; `None` for the values Kafka does not define.
+    pub fn from_attributes(attributes: i16) -> Option<Codec> {
+        Some(match attributes & 0x7 {
+            0 => Codec::None,
+            1 => Codec::Gzip,
+            2 => Codec::Snappy,
+            3 => Codec::Lz4,
+            4 => Codec::Zstd,
+            _ => return None,
+        })
+    }
+}
+
+impl Compression {
+    /// Kafka's values: `producer`, `uncompressed`, `gzip`, `snappy`, `lz4`, `zstd`.
+    pub fn parse(text: &str) -> Result<Compression, String> {
+        Ok(match text.trim() {
+            "producer" => Compression::Producer,
+            "uncompressed" => Compression::Codec(Codec::None),
+            "gzip" => Compression::Codec(Codec::Gzip),
+            "snappy" => Compression::Codec(Codec::Snappy),
+            "lz4" => Compression::Codec(Codec::Lz4),
+            "zstd" => Compression::Codec(Codec::Zstd),
+            other => {
+                return Err(format!("{other:?}: use producer, uncompressed, gzip, snappy, lz4 or zstd"));
+            }
+        })
+    }
+
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Compression::Producer => "producer",
+            Compression::Codec(Codec::None) => "uncompressed",
+            Compression::Codec(Codec::Gzip) => "gzip",
+            Compression::Codec(Codec::Snappy) => "snappy",
+            Compression::Codec(Codec::Lz4) => "lz4",
+            Compression::Codec(Codec::Zstd) => "zstd",
+        }
+    }
+}
 
 /// A topic setting that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -40,6 +187,7 @@ pub struct TopicConfig {
     pub log: LogConfig,
     pub min_insync_replicas: u16,
     pub unclean_leader_election: bool,
+    pub compression: Compression,
 }
 
 /// The broker-wide defaults a topic starts from.
@@ -47,7 +195,7 @@ pub struct TopicConfig {
 pub struct TopicDefaults {
     pub log: LogConfig,
     pub min_insync_replicas: u16,
-    pub unclean_leader_election: bool,
+    pub compression: Compression,
 }
 
 fn parse_i64(key: &str, value: &str, min: i64) -> Result<i64, TopicConfigError> {
@@ -67,7 +215,8 @@ impl TopicConfig {
     ) -> Result<TopicConfig, TopicConfigError> {
         let mut log = defaults.log.clone();
         let mut min_insync_replicas = defaults.min_insync_replicas;
-        let mut unclean_leader_election = defaults.unclean_leader_election;
+        let mut unclean_leader_election = false;
+        let mut compression = defaults.compression;
         let (mut flush_messages, mut flush_ms) = match defaults.log.flush {
             FlushPolicy::Always => (None, None),
             FlushPolicy::Interval { messages, ms } => (Some(messages), Some(ms)),
@@ -83,6 +232,13 @@ impl TopicConfig {
                 "max.message.bytes" => log.max_message_bytes = parse_i64(key, value, 0)?.min(i32::MAX as i64) as usize,
                 "flush.messages" => flush_messages = Some(parse_i64(key, value, 1)? as u64),
                 "flush.ms" => flush_ms = Some(parse_i64(key, value, 0)?.max(1) as u64),
+                "compression.type" => {
+                    compression = Compression::parse(value).map_err(|reason| TopicConfigError::Invalid {
+                        key: key.clone(),
+                        value: value.clone(),
+                        reason,
+                    })?
+                }
                 "min.insync.replicas" => {
                     min_insync_replicas = parse_i64(key, value, 1)?.min(i16::MAX as i64) as u16;
                 }
@@ -113,7 +269,7 @@ impl TopicConfig {
             value: format!("{overrides:?}"),
             reason: e.to_string(),
         })?;
-        Ok(TopicConfig { overrides: overrides.clone(), log, min_insync_replicas, unclean_leader_election })
+        Ok(TopicConfig { overrides: overrides.clone(), log, min_insync_replicas, unclean_leader_election, compression })
     }
 
     /// Every implemented key with its effective value, for DescribeConfigs: (key, value, set on the topic).
@@ -125,15 +281,17 @@ impl TopicConfig {
         };
         let or_max =
             |v: Option<u64>| v.filter(|v| *v < i64::MAX as u64).map_or(i64::MAX.to_string(), |v| v.to_string());
-        TOPIC_CONFIG_KEYS
+        TOPIC_SETTINGS
             .iter()
-            .map(|&key| {
+            .map(|setting| {
+                let key = setting.key;
                 let value = match key {
                     "retention.ms" => log.retention_ms.map_or("-1".to_string(), |v| v.to_string()),
                     "retention.bytes" => log.retention_bytes.map_or("-1".to_string(), |v| v.to_string()),
                     "segment.bytes" => log.segment_bytes.to_string(),
                     "segment.ms" => log.segment_ms.to_string(),
                     "max.message.bytes" => log.max_message_bytes.to_string(),
+                    "compression.type" => self.compression.as_str().to_string(),
                     "flush.messages" => or_max(flush_messages),
                     "flush.ms" => or_max(flush_ms),
                     "min.insync.replicas" => self.min_insync_replicas.to_string(),
@@ -151,7 +309,7 @@ mod tests {
     use super::*;
 
     fn defaults() -> TopicDefaults {
-        TopicDefaults { log: LogConfig::default(), min_insync_replicas: 1, unclean_leader_election: false }
+        TopicDefaults { log: LogConfig::default(), min_insync_replicas: 1, compression: Compression::Producer }
     }
 
     fn set(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
@@ -179,10 +337,23 @@ mod tests {
         assert_eq!(c.min_insync_replicas, 2);
         assert!(c.unclean_leader_election);
         let described = c.describe();
-        assert_eq!(described.len(), TOPIC_CONFIG_KEYS.len());
+        assert_eq!(described.len(), TOPIC_SETTINGS.len());
+        assert!(described.contains(&("compression.type", "producer".to_string(), false)));
         assert!(described.contains(&("segment.bytes", "1048576".to_string(), true)));
         assert!(described.contains(&("segment.ms", "604800000".to_string(), false)));
         assert!(described.contains(&("flush.ms", i64::MAX.to_string(), false)));
+    }
+
+    #[test]
+    fn every_topic_setting_changes_the_topic_config_when_set() {
+        let base = TopicConfig::resolve(&defaults(), &BTreeMap::new()).unwrap();
+        let effect = |c: &TopicConfig| TopicConfig { overrides: BTreeMap::new(), ..c.clone() };
+        for setting in TOPIC_SETTINGS {
+            let c = TopicConfig::resolve(&defaults(), &set(&[(setting.key, setting.example)]))
+                .unwrap_or_else(|e| panic!("{}={}: {e}", setting.key, setting.example));
+            assert_ne!(effect(&c), effect(&base), "{}={} changes nothing", setting.key, setting.example);
+            assert!(c.describe().contains(&(setting.key, setting.example.to_string(), true)), "{}", setting.key);
+        }
     }
 
     #[test]
@@ -196,6 +367,7 @@ mod tests {
             ("segment.bytes", "ten"),
             ("unclean.leader.election.enable", "yes"),
             ("min.insync.replicas", "0"),
+            ("compression.type", "brotli"),
         ] {
             match TopicConfig::resolve(&defaults(), &set(&[(key, value)])) {
                 Err(TopicConfigError::Invalid { key: k, .. }) => assert_eq!(k, key),

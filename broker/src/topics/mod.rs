@@ -6,6 +6,7 @@
 //! change of shard count a partition's log is simply opened by its new shard.
 
 pub mod configs;
+pub mod recompress;
 
 /// Kafka's longest topic name.
 pub const MAX_TOPIC_NAME_LEN: usize = 249;

@@ -1,0 +1,426 @@
+//! Broker settings: a TOML file whose keys are Kafka's broker setting names, every value overridable on
+//! the command line, validated once into [`BrokerConfig`], the only form the rest of the broker reads.
+//!
+//! Every key, with its type, range, default, unit and meaning, is a row of [`settings::SETTINGS`]; the
+//! parser reads values through that table (`shardlog config list` prints it), so a key is documented
+//! exactly where it is accepted.
+//!
+//! Kafka's names contain dots. In TOML `log.retention.ms = 60000` is a dotted key (nested tables); the
+//! file is flattened back to dotted names, so both that and `"log.retention.ms" = 60000` work. An unknown
+//! key or an invalid value stops the start with a message naming the key.
+//!
+//! Memory per shard is bounded by `shard.cache.max.bytes` for cached recent data, plus appended data
+//! waiting for its write-out (at most 16 MiB per partition; under the default flush policy it is written
+//! within 100 ms) and one aligned I/O buffer copy of it while it is written, plus the segment indexes
+//! (about 0.5% of the data stored), plus per connection at most 32 requests / 64 MiB in flight. An idle
+//! partition keeps less than one 4 KiB block of its data in memory and no open file.
+
+pub mod settings;
+
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+
+use shardlog_storage::{FlushPolicy, LogConfig};
+
+use self::settings::{Default, Kind, SETTINGS, UNSUPPORTED, setting};
+use crate::topics::configs::Compression;
+
+/// Why the settings cannot be used. The message names the key or file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    #[error("read config file {path}: {reason}")]
+    Read { path: PathBuf, reason: String },
+    #[error("config file {path}: {reason}")]
+    Parse { path: PathBuf, reason: String },
+    #[error("unknown setting `{key}` (`shardlog config list` shows every setting)")]
+    UnknownKey { key: String },
+    #[error("setting `{key}` is not supported: {reason}")]
+    Unsupported { key: String, reason: String },
+    #[error("invalid value for `{key}`: {reason}")]
+    Invalid { key: String, reason: String },
+    #[error("override `{0}` is not KEY=VALUE")]
+    BadOverride(String),
+}
+
+/// A quorum voter: `ID@HOST:PORT`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Voter {
+    pub id: u32,
+    pub host: String,
+    pub port: u16,
+}
+
+/// A `HOST:PORT` endpoint as configured (the host is kept as written, for advertising).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    pub host: String,
+    pub port: u16,
+}
+
+impl Endpoint {
+    /// Resolves the endpoint for binding.
+    pub fn socket_addr(&self) -> std::io::Result<SocketAddr> {
+        (self.host.as_str(), self.port)
+            .to_socket_addrs()?
+            .next()
+            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, format!("{} does not resolve", self.host)))
+    }
+}
+
+impl std::fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.host, self.port)
+    }
+}
+
+/// A setting's value as the broker runs with it, for DescribeConfigs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EffectiveSetting {
+    pub key: &'static str,
+    /// `None` when the setting is unset and has no value (the interval flush keys).
+    pub value: Option<String>,
+    /// Set in the file or on the command line, rather than left at its default.
+    pub explicit: bool,
+}
+
+/// Validated broker settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerConfig {
+    pub node_id: u32,
+    pub data_dir: PathBuf,
+    pub listener: Endpoint,
+    pub advertised_listener: Endpoint,
+    pub shards: usize,
+    /// Empty: the broker is its own one-voter quorum, reachable only from its own process.
+    pub quorum_voters: Vec<Voter>,
+    pub broker_session_timeout_ms: u64,
+    pub broker_heartbeat_interval_ms: u64,
+    pub auto_create_topics: bool,
+    pub num_partitions: u32,
+    pub default_replication_factor: u16,
+    pub socket_request_max_bytes: usize,
+    pub min_insync_replicas: u16,
+    /// Default `compression.type` of topics.
+    pub compression: Compression,
+    /// Defaults for each topic's log settings.
+    pub log: LogConfig,
+    /// What each shard may hold for its partitions.
+    pub shard_limits: ShardLimits,
+    /// Every row of [`settings::SETTINGS`] with the value in force, in the table's order.
+    pub effective: Vec<EffectiveSetting>,
+}
+
+/// Per-shard bounds on what partitions hold, and how a shard waits for work (shardlog settings; Kafka has
+/// no equivalent).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShardLimits {
+    /// `shard.open.files.max`: segment files a shard keeps open; the least recently used are closed
+    /// beyond it and reopened on demand.
+    pub open_files_max: usize,
+    /// `shard.cache.max.bytes`: memory a shard's partitions may hold in their tail caches; beyond it the
+    /// least recently used partitions release theirs.
+    pub cache_max_bytes: usize,
+    /// `shard.cache.idle.ms`: a partition neither written nor read for this long releases its cache and
+    /// closes its files.
+    pub cache_idle_ms: i64,
+    /// `shard.idle.poll.us`: when a shard runs out of work it keeps polling its rings this long before it
+    /// sleeps. Waking a sleeping thread on another core costs tens of microseconds on virtual machines,
+    /// once per request and once per hop between shards; polling saves that for requests that arrive
+    /// meanwhile, at the price of a busy core. Default 0 (sleep at once), which suits hosts shared with
+    /// other work; 50-200 lowers the latency of one-at-a-time requests on dedicated hosts. Only shards
+    /// pinned to their own core poll.
+    pub idle_poll_us: u64,
+}
+
+impl std::default::Default for ShardLimits {
+    fn default() -> Self {
+        ShardLimits { open_files_max: 4096, cache_max_bytes: 256 << 20, cache_idle_ms: 10_000, idle_poll_us: 0 }
+    }
+}
+
+/// Everything that goes into the settings, in increasing precedence: the file, then command-line
+/// overrides (`KEY=VALUE`, Kafka names; the dedicated flags are turned into these).
+#[derive(Debug, Clone, std::default::Default)]
+pub struct Sources {
+    pub file: Option<PathBuf>,
+    pub overrides: Vec<String>,
+}
+
+impl BrokerConfig {
+    /// Reads, merges and validates the settings.
+    pub fn load(sources: &Sources) -> Result<BrokerConfig, ConfigError> {
+        let mut flat = BTreeMap::new();
+        if let Some(path) = &sources.file {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| ConfigError::Read { path: path.clone(), reason: e.to_string() })?;
+            let table: toml::Table =
+                toml::from_str(&text).map_err(|e| ConfigError::Parse { path: path.clone(), reason: e.to_string() })?;
+            flatten("", table, &mut flat);
+        }
+        for item in &sources.overrides {
+            let (key, value) = parse_override(item)?;
+            flat.insert(key, value);
+        }
+        Reader::new(flat)?.config()
+    }
+
+    /// Parses settings from TOML text (for tests and tools).
+    pub fn from_toml(text: &str) -> Result<BrokerConfig, ConfigError> {
+        let table: toml::Table = toml::from_str(text)
+            .map_err(|e| ConfigError::Parse { path: Path::new("<text>").into(), reason: e.to_string() })?;
+        let mut flat = BTreeMap::new();
+        flatten("", table, &mut flat);
+        Reader::new(flat)?.config()
+    }
+}
+
+fn flatten(prefix: &str, table: toml::Table, out: &mut BTreeMap<String, toml::Value>) {
+    for (key, value) in table {
+        let name = if prefix.is_empty() { key } else { format!("{prefix}.{key}") };
+        match value {
+            toml::Value::Table(inner) => flatten(&name, inner, out),
+            other => {
+                out.insert(name, other);
+            }
+        }
+    }
+}
+
+/// `KEY=VALUE`: the value as TOML if it parses as a TOML value, else as a plain string.
+fn parse_override(item: &str) -> Result<(String, toml::Value), ConfigError> {
+    let (key, raw) = item.split_once('=').ok_or_else(|| ConfigError::BadOverride(item.to_string()))?;
+    let key = key.trim();
+    if key.is_empty() {
+        return Err(ConfigError::BadOverride(item.to_string()));
+    }
+    let value = toml::from_str::<toml::Table>(&format!("v = {raw}"))
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(raw.to_string()));
+    Ok((key.to_string(), value))
+}
+
+fn invalid(key: &str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid { key: key.to_string(), reason: reason.into() }
+}
+
+fn endpoint(key: &str, text: &str) -> Result<Endpoint, ConfigError> {
+    let text = text.trim();
+    let bare = text.strip_prefix("PLAINTEXT://").unwrap_or(text);
+    if bare.contains("://") {
+        return Err(invalid(key, format!("{text:?}: only PLAINTEXT listeners are supported")));
+    }
+    let (host, port) = bare.rsplit_once(':').ok_or_else(|| invalid(key, format!("{text:?} is not HOST:PORT")))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.is_empty() {
+        return Err(invalid(key, format!("{text:?} has no host")));
+    }
+    let port = port.parse().map_err(|_| invalid(key, format!("{text:?}: port is not a number 0-65535")))?;
+    Ok(Endpoint { host: host.to_string(), port })
+}
+
+/// Parses `ID@HOST:PORT,...` (1, 3 or 5 distinct ids); errors name `key`.
+pub fn voters(key: &str, text: &str) -> Result<Vec<Voter>, ConfigError> {
+    let mut out: Vec<Voter> = Vec::new();
+    for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (id, addr) = item.split_once('@').ok_or_else(|| invalid(key, format!("{item:?} is not ID@HOST:PORT")))?;
+        let id: u32 = id.parse().map_err(|_| invalid(key, format!("{item:?}: id is not a number")))?;
+        let ep = endpoint(key, addr)?;
+        if out.iter().any(|v| v.id == id) {
+            return Err(invalid(key, format!("voter id {id} appears twice")));
+        }
+        out.push(Voter { id, host: ep.host, port: ep.port });
+    }
+    if ![1, 3, 5].contains(&out.len()) {
+        return Err(invalid(key, format!("{} voters given; a quorum has 1, 3 or 5", out.len())));
+    }
+    Ok(out)
+}
+
+/// Reads values through the settings table: the given value, else the table's default, range-checked,
+/// and records what each key ends up as.
+struct Reader {
+    given: BTreeMap<String, toml::Value>,
+    effective: BTreeMap<&'static str, EffectiveSetting>,
+}
+
+impl Reader {
+    /// Refuses unknown and unsupported keys, and values of the wrong type, by name.
+    fn new(given: BTreeMap<String, toml::Value>) -> Result<Reader, ConfigError> {
+        for (key, value) in &given {
+            if let Some((_, reason)) = UNSUPPORTED.iter().find(|(k, _)| k == key) {
+                return Err(ConfigError::Unsupported { key: key.clone(), reason: reason.to_string() });
+            }
+            let row = setting(key).ok_or_else(|| ConfigError::UnknownKey { key: key.clone() })?;
+            let fits = matches!(
+                (row.kind, value),
+                (Kind::Int { .. }, toml::Value::Integer(_))
+                    | (Kind::Bool, toml::Value::Boolean(_))
+                    | (Kind::Text, toml::Value::String(_))
+            );
+            if !fits {
+                let wanted = match row.kind {
+                    Kind::Int { .. } => "an integer",
+                    Kind::Bool => "true or false",
+                    Kind::Text => "a string",
+                };
+                return Err(invalid(key, format!("{value} is not {wanted}")));
+            }
+        }
+        Ok(Reader { given, effective: BTreeMap::new() })
+    }
+
+    fn record(&mut self, key: &'static str, value: Option<String>) {
+        let explicit = self.given.contains_key(key);
+        self.effective.insert(key, EffectiveSetting { key, value, explicit });
+    }
+
+    /// The given value, else the default (`None` for a derived default); the caller records derived ones.
+    fn value(&self, key: &'static str) -> Option<toml::Value> {
+        let row = setting(key).unwrap_or_else(|| panic!("`{key}` is not in the settings table"));
+        if let Some(v) = self.given.get(key) {
+            return Some(v.clone());
+        }
+        match row.default {
+            Default::Value(text) => Some(match row.kind {
+                Kind::Int { .. } => toml::Value::Integer(text.parse().expect("the table's defaults parse")),
+                Kind::Bool => toml::Value::Boolean(text.parse().expect("the table's defaults parse")),
+                Kind::Text => toml::Value::String(text.to_string()),
+            }),
+            Default::Derived(_) => None,
+        }
+    }
+
+    fn int(&mut self, key: &'static str) -> Result<Option<i64>, ConfigError> {
+        let Some(Kind::Int { min, max }) = setting(key).map(|s| s.kind) else { panic!("`{key}` is not an integer") };
+        let v = self.value(key).map(|v| v.as_integer().expect("type checked"));
+        if let Some(v) = v {
+            if v < min || v > max {
+                return Err(invalid(key, format!("{v} is outside [{min}, {max}]")));
+            }
+            self.record(key, Some(v.to_string()));
+        }
+        Ok(v)
+    }
+
+    /// An integer whose table default is a value, so it always has one.
+    fn int_set(&mut self, key: &'static str) -> Result<i64, ConfigError> {
+        Ok(self.int(key)?.expect("a default value"))
+    }
+
+    fn bool(&mut self, key: &'static str) -> bool {
+        let v = self.value(key).and_then(|v| v.as_bool()).expect("a boolean with a default value");
+        self.record(key, Some(v.to_string()));
+        v
+    }
+
+    fn text(&mut self, key: &'static str) -> Option<String> {
+        let v = self.value(key).map(|v| v.as_str().expect("type checked").to_string());
+        if let Some(v) = &v {
+            self.record(key, Some(v.clone()));
+        }
+        v
+    }
+
+    fn config(mut self) -> Result<BrokerConfig, ConfigError> {
+        let node_id = self.int_set("node.id")? as u32;
+        let data_dir = PathBuf::from(self.text("log.dirs").expect("a default"));
+        let listener = endpoint("listeners", &self.text("listeners").expect("a default"))?;
+        let advertised_listener = match self.text("advertised.listeners") {
+            Some(text) => endpoint("advertised.listeners", &text)?,
+            None => {
+                self.record("advertised.listeners", Some(listener.to_string()));
+                listener.clone()
+            }
+        };
+        if advertised_listener.port == 0 {
+            return Err(invalid("advertised.listeners", "port 0 cannot be advertised"));
+        }
+        let shards = match self.int("shards")? {
+            Some(n) => n as usize,
+            None => {
+                let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+                self.record("shards", Some(n.to_string()));
+                n
+            }
+        };
+        let quorum_voters = match self.text("controller.quorum.voters") {
+            Some(text) => voters("controller.quorum.voters", &text)?,
+            None => {
+                self.record("controller.quorum.voters", None);
+                Vec::new()
+            }
+        };
+        let broker_session_timeout_ms = self.int_set("broker.session.timeout.ms")? as u64;
+        let broker_heartbeat_interval_ms = self.int_set("broker.heartbeat.interval.ms")? as u64;
+        if broker_heartbeat_interval_ms >= broker_session_timeout_ms {
+            return Err(invalid(
+                "broker.heartbeat.interval.ms",
+                format!(
+                    "{broker_heartbeat_interval_ms} must be less than broker.session.timeout.ms ({broker_session_timeout_ms})"
+                ),
+            ));
+        }
+        let compression_text = self.text("compression.type").expect("a default");
+        let compression =
+            Compression::parse(&compression_text).map_err(|reason| invalid("compression.type", reason))?;
+
+        let mut log = LogConfig {
+            max_message_bytes: self.int_set("message.max.bytes")? as usize,
+            segment_bytes: self.int_set("log.segment.bytes")? as u64,
+            segment_ms: self.int_set("log.roll.ms")?,
+            retention_ms: Some(self.int_set("log.retention.ms")?).filter(|v| *v >= 0),
+            retention_bytes: Some(self.int_set("log.retention.bytes")?).filter(|v| *v >= 0).map(|v| v as u64),
+            index_interval_bytes: self.int_set("log.index.interval.bytes")? as u64,
+            ..LogConfig::default()
+        };
+        let flush_messages = self.int("log.flush.interval.messages")?;
+        let flush_ms = self.int("log.flush.interval.ms")?;
+        for (key, v) in [("log.flush.interval.messages", flush_messages), ("log.flush.interval.ms", flush_ms)] {
+            if v.is_none() {
+                self.record(key, None);
+            }
+        }
+        log.flush = match (flush_messages, flush_ms) {
+            (None, None) => FlushPolicy::Always,
+            (messages, ms) => FlushPolicy::Interval {
+                messages: messages.unwrap_or(i64::MAX) as u64,
+                ms: ms.unwrap_or(i64::MAX) as u64,
+            },
+        };
+        log.validate().map_err(|e| invalid("log settings", e.to_string()))?;
+        let shard_limits = ShardLimits {
+            open_files_max: self.int_set("shard.open.files.max")? as usize,
+            cache_max_bytes: self.int_set("shard.cache.max.bytes")? as usize,
+            cache_idle_ms: self.int_set("shard.cache.idle.ms")?,
+            idle_poll_us: self.int_set("shard.idle.poll.us")? as u64,
+        };
+        let config = BrokerConfig {
+            node_id,
+            data_dir,
+            listener,
+            advertised_listener,
+            shards,
+            quorum_voters,
+            broker_session_timeout_ms,
+            broker_heartbeat_interval_ms,
+            auto_create_topics: self.bool("auto.create.topics.enable"),
+            num_partitions: self.int_set("num.partitions")? as u32,
+            default_replication_factor: self.int_set("default.replication.factor")? as u16,
+            socket_request_max_bytes: self.int_set("socket.request.max.bytes")? as usize,
+            min_insync_replicas: self.int_set("min.insync.replicas")? as u16,
+            compression,
+            log,
+            shard_limits,
+            effective: Vec::new(),
+        };
+        let mut effective = self.effective;
+        let effective = SETTINGS
+            .iter()
+            .map(|row| effective.remove(row.key).unwrap_or_else(|| panic!("`{}` was never read", row.key)))
+            .collect();
+        Ok(BrokerConfig { effective, ..config })
+    }
+}

@@ -1,0 +1,336 @@
+//! The broker's settings table: every key the TOML file and `--set` accept, with its type, range,
+//! default, unit and meaning. The parser ([`super::BrokerConfig::load`]) reads values through this
+//! table, `shardlog config list` prints it, and DescribeConfigs answers from it, so the three never
+//! disagree. A key that is not in the table is refused; so is a key shardlog knows but does not
+//! implement ([`UNSUPPORTED`]), with the reason.
+
+/// The type and valid range of a setting's value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A TOML integer in `[min, max]`.
+    Int {
+        min: i64,
+        max: i64,
+    },
+    Bool,
+    /// A TOML string.
+    Text,
+}
+
+/// Where a setting's value comes from when it is not set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Default {
+    /// This value, written as it would be set.
+    Value(&'static str),
+    /// Worked out at start (or no value at all); the text says how.
+    Derived(&'static str),
+}
+
+/// One row of the table.
+#[derive(Debug, Clone, Copy)]
+pub struct Setting {
+    /// Kafka's name for it, where Kafka has one.
+    pub key: &'static str,
+    pub kind: Kind,
+    pub default: Default,
+    /// `ms`, `us`, `bytes`, or empty for counts, ids, flags and addresses.
+    pub unit: &'static str,
+    /// One line.
+    pub meaning: &'static str,
+    /// A valid value other than the default (the tests set every key to it and check it has an effect).
+    pub example: &'static str,
+}
+
+impl Setting {
+    /// The default as `shardlog config list` shows it.
+    pub fn default_text(&self) -> &'static str {
+        match self.default {
+            Default::Value(v) | Default::Derived(v) => v,
+        }
+    }
+
+    /// Kafka's config type code in DescribeConfigs (v3+): BOOLEAN 1, STRING 2, LONG 5.
+    pub fn kafka_type(&self) -> i8 {
+        match self.kind {
+            Kind::Bool => 1,
+            Kind::Text => 2,
+            Kind::Int { .. } => 5,
+        }
+    }
+}
+
+const I32: i64 = i32::MAX as i64;
+const I16: i64 = i16::MAX as i64;
+const FOREVER: i64 = i64::MAX;
+
+const fn int(min: i64, max: i64) -> Kind {
+    Kind::Int { min, max }
+}
+
+/// Every broker setting, in the order `shardlog config list` prints them.
+pub const SETTINGS: &[Setting] = &[
+    Setting {
+        key: "node.id",
+        kind: int(0, I32),
+        default: Default::Value("1"),
+        unit: "",
+        meaning: "this broker's id (and its quorum voter's, when listed in controller.quorum.voters)",
+        example: "2",
+    },
+    Setting {
+        key: "log.dirs",
+        kind: Kind::Text,
+        default: Default::Value("data"),
+        unit: "",
+        meaning: "the data directory (one): partition logs, checkpoints, the quorum's files",
+        example: "/var/lib/shardlog",
+    },
+    Setting {
+        key: "listeners",
+        kind: Kind::Text,
+        default: Default::Value("127.0.0.1:9092"),
+        unit: "",
+        meaning: "the Kafka listener, HOST:PORT or PLAINTEXT://HOST:PORT",
+        example: "PLAINTEXT://127.0.0.1:9192",
+    },
+    Setting {
+        key: "advertised.listeners",
+        kind: Kind::Text,
+        default: Default::Derived("the listener"),
+        unit: "",
+        meaning: "the HOST:PORT clients are told to connect to (Metadata)",
+        example: "broker1.example:9092",
+    },
+    Setting {
+        key: "shards",
+        kind: int(1, 1024),
+        default: Default::Derived("number of CPUs"),
+        unit: "",
+        meaning: "shard executors, each owning a share of the partitions (pinned one per core when they fit)",
+        example: "7",
+    },
+    Setting {
+        key: "controller.quorum.voters",
+        kind: Kind::Text,
+        default: Default::Derived("unset: its own quorum"),
+        unit: "",
+        meaning: "quorum voters ID@HOST:PORT,... (1, 3 or 5); a listed node.id runs its voter; unset: a one-voter quorum without a port",
+        example: "1@127.0.0.1:9192,2@127.0.0.1:9193,3@127.0.0.1:9194",
+    },
+    Setting {
+        key: "broker.session.timeout.ms",
+        kind: int(100, 3_600_000),
+        default: Default::Value("9000"),
+        unit: "ms",
+        meaning: "a broker not heard from for this long is fenced (voters); a broker unanswered this long stops leading",
+        example: "12000",
+    },
+    Setting {
+        key: "broker.heartbeat.interval.ms",
+        kind: int(10, 3_600_000),
+        default: Default::Value("2000"),
+        unit: "ms",
+        meaning: "how often the broker heartbeats to the quorum (less than broker.session.timeout.ms)",
+        example: "1000",
+    },
+    Setting {
+        key: "auto.create.topics.enable",
+        kind: Kind::Bool,
+        default: Default::Value("true"),
+        unit: "",
+        meaning: "create a topic that Metadata asks for and does not exist",
+        example: "false",
+    },
+    Setting {
+        key: "num.partitions",
+        kind: int(1, 100_000),
+        default: Default::Value("3"),
+        unit: "",
+        meaning: "partitions of a topic created without a count (auto-created, or -1)",
+        example: "6",
+    },
+    Setting {
+        key: "default.replication.factor",
+        kind: int(1, I16),
+        default: Default::Value("1"),
+        unit: "",
+        meaning: "replicas of a topic created without a replication factor",
+        example: "3",
+    },
+    Setting {
+        key: "socket.request.max.bytes",
+        kind: int(1024, I32),
+        default: Default::Value("104857600"),
+        unit: "bytes",
+        meaning: "the largest request frame accepted; a larger one closes the connection",
+        example: "1048576",
+    },
+    Setting {
+        key: "message.max.bytes",
+        kind: int(1024, I32),
+        default: Default::Value("1048588"),
+        unit: "bytes",
+        meaning: "default max.message.bytes of topics: the largest record batch accepted",
+        example: "2097152",
+    },
+    Setting {
+        key: "compression.type",
+        kind: Kind::Text,
+        default: Default::Value("producer"),
+        unit: "",
+        meaning: "default compression.type of topics: producer (store as sent), uncompressed, gzip, snappy, lz4, zstd",
+        example: "zstd",
+    },
+    Setting {
+        key: "log.segment.bytes",
+        kind: int(14, I32),
+        default: Default::Value("1073741824"),
+        unit: "bytes",
+        meaning: "default segment.bytes: a segment is rolled before it grows past this",
+        example: "104857600",
+    },
+    Setting {
+        key: "log.roll.ms",
+        kind: int(1, FOREVER),
+        default: Default::Value("604800000"),
+        unit: "ms",
+        meaning: "default segment.ms: a segment older than this is rolled on the next append",
+        example: "3600000",
+    },
+    Setting {
+        key: "log.retention.ms",
+        kind: int(-1, FOREVER),
+        default: Default::Value("604800000"),
+        unit: "ms",
+        meaning: "default retention.ms: segments whose newest record is older are deleted (-1: keep)",
+        example: "-1",
+    },
+    Setting {
+        key: "log.retention.bytes",
+        kind: int(-1, FOREVER),
+        default: Default::Value("-1"),
+        unit: "bytes",
+        meaning: "default retention.bytes: oldest segments are deleted while a partition is larger (-1: no limit)",
+        example: "1073741824",
+    },
+    Setting {
+        key: "log.flush.interval.messages",
+        kind: int(1, FOREVER),
+        default: Default::Derived("unset"),
+        unit: "",
+        meaning: "with it or log.flush.interval.ms set: Kafka's interval flush (acks mean written, not synced)",
+        example: "10000",
+    },
+    Setting {
+        key: "log.flush.interval.ms",
+        kind: int(1, FOREVER),
+        default: Default::Derived("unset"),
+        unit: "ms",
+        meaning: "see log.flush.interval.messages; unset, every acknowledged batch is fdatasync'ed first",
+        example: "1000",
+    },
+    Setting {
+        key: "log.index.interval.bytes",
+        kind: int(1, I32),
+        default: Default::Value("4096"),
+        unit: "bytes",
+        meaning: "bytes of log between two entries of the sparse offset and time indexes",
+        example: "8192",
+    },
+    Setting {
+        key: "min.insync.replicas",
+        kind: int(1, I16),
+        default: Default::Value("1"),
+        unit: "",
+        meaning: "default min.insync.replicas: acks=all is refused (NOT_ENOUGH_REPLICAS) with a smaller ISR",
+        example: "2",
+    },
+    Setting {
+        key: "shard.open.files.max",
+        kind: int(16, 1 << 20),
+        default: Default::Value("4096"),
+        unit: "",
+        meaning: "segment files a shard keeps open; the least recently used are closed beyond it",
+        example: "1024",
+    },
+    Setting {
+        key: "shard.cache.max.bytes",
+        kind: int(0, FOREVER),
+        default: Default::Value("268435456"),
+        unit: "bytes",
+        meaning: "memory a shard's partitions may hold in their caches of recent data",
+        example: "67108864",
+    },
+    Setting {
+        key: "shard.cache.idle.ms",
+        kind: int(1, FOREVER),
+        default: Default::Value("10000"),
+        unit: "ms",
+        meaning: "a partition neither written nor read this long releases its cache and closes its files",
+        example: "60000",
+    },
+    Setting {
+        key: "shard.idle.poll.us",
+        kind: int(0, 1_000_000),
+        default: Default::Value("0"),
+        unit: "us",
+        meaning: "how long an idle shard polls for work before it sleeps (shards pinned to a core only)",
+        example: "50",
+    },
+];
+
+/// Keys Kafka users may reach for that shardlog knows but does not implement, refused with the reason
+/// rather than accepted and ignored.
+pub const UNSUPPORTED: &[(&str, &str)] = &[
+    ("metrics.listen", "the Prometheus metrics endpoint is not built yet; remove the setting"),
+    (
+        "unclean.leader.election.enable",
+        "leaders are elected by the quorum from each topic's own setting: set it per topic \
+         (shardlog topic create ... --config unclean.leader.election.enable=true)",
+    ),
+];
+
+/// The row for `key`.
+pub fn setting(key: &str) -> Option<&'static Setting> {
+    SETTINGS.iter().find(|s| s.key == key)
+}
+
+/// `shardlog config list`: every broker setting, then every topic setting, as aligned columns.
+pub fn render() -> String {
+    use crate::topics::configs::TOPIC_SETTINGS;
+    let broker: Vec<[&str; 4]> = SETTINGS.iter().map(|s| [s.key, s.default_text(), s.unit, s.meaning]).collect();
+    let topic: Vec<[&str; 4]> =
+        TOPIC_SETTINGS.iter().map(|s| [s.key, s.broker_key.unwrap_or(s.fixed_default), s.unit, s.meaning]).collect();
+    let mut out =
+        String::from("Broker settings: keys of the --config TOML file and of `shardlog start --set KEY=VALUE`.\n\n");
+    columns(&mut out, ["KEY", "DEFAULT", "UNIT", "MEANING"], &broker);
+    out.push_str(
+        "\nTopic settings: `shardlog topic create NAME ... --config KEY=VALUE`, AlterConfigs, DescribeConfigs.\n\
+         A topic without one takes the broker setting named under DEFAULT.\n\n",
+    );
+    columns(&mut out, ["KEY", "DEFAULT", "UNIT", "MEANING"], &topic);
+    out
+}
+
+fn columns(out: &mut String, heading: [&str; 4], rows: &[[&str; 4]]) {
+    let mut widths = heading.map(str::len);
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.len());
+        }
+    }
+    for row in std::iter::once(&heading).chain(rows) {
+        let line = format!(
+            "{:w0$}  {:w1$}  {:w2$}  {}",
+            row[0],
+            row[1],
+            row[2],
+            row[3],
+            w0 = widths[0],
+            w1 = widths[1],
+            w2 = widths[2]
+        );
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+}

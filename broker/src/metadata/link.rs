@@ -70,7 +70,7 @@ pub struct LinkSettings {
 #[derive(Debug, thiserror::Error)]
 pub enum LinkError {
     #[error("voter {0}: {1}")]
-    Voter(String, #[source] StartError),
+    Voter(String, StartError),
     #[error("{path}: this data dir belongs to node {recorded}, not node {configured}")]
     OtherNode { path: PathBuf, recorded: u32, configured: u32 },
     #[error("start the quorum link thread: {0}")]
@@ -232,7 +232,7 @@ impl QuorumLink {
 
 fn resolve(addr: &str) -> Result<std::net::SocketAddr, StartError> {
     use std::net::ToSocketAddrs;
-    let unresolved = |source| StartError::Listen { addr: std::net::SocketAddr::from(([0, 0, 0, 0], 0)), source };
+    let unresolved = |error| StartError::Listen { addr: std::net::SocketAddr::from(([0, 0, 0, 0], 0)), error };
     addr.to_socket_addrs().map_err(unresolved)?.next().ok_or_else(|| {
         unresolved(std::io::Error::new(std::io::ErrorKind::NotFound, format!("{addr} does not resolve")))
     })

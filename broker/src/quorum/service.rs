@@ -126,10 +126,11 @@ pub enum StartError {
         "quorum directory {dir} belongs to a quorum of voters {recorded}, not {wanted}: changing the voters is not supported"
     )]
     OtherVoters { dir: PathBuf, recorded: String, wanted: String },
-    #[error("quorum directory {dir}: {source}")]
-    Storage { dir: PathBuf, source: std::io::Error },
-    #[error("quorum port {addr}: {source}")]
-    Listen { addr: SocketAddr, source: std::io::Error },
+    // The I/O error is part of the message (not a separate cause), so it is printed once.
+    #[error("quorum directory {dir}: {error}")]
+    Storage { dir: PathBuf, error: std::io::Error },
+    #[error("quorum port {addr}: {error}")]
+    Listen { addr: SocketAddr, error: std::io::Error },
     #[error("raft: {0}")]
     Raft(String),
 }
@@ -139,13 +140,13 @@ impl Voter {
     /// is empty proposes the initial membership (every voter in `voters`); openraft ignores it where a
     /// log exists.
     pub fn start(settings: VoterSettings) -> Result<Voter, StartError> {
-        let storage_error = |source| StartError::Storage { dir: settings.dir.clone(), source };
+        let storage_error = |error| StartError::Storage { dir: settings.dir.clone(), error };
         let (log_store, recovery) = LogStore::open(&settings.dir).map_err(storage_error)?;
         let state_machine = StateMachineStore::open(&settings.dir).map_err(storage_error)?;
         check_voter_ids(&settings, &log_store, &state_machine)?;
         let std_listener = match settings.listen {
             Some(addr) => {
-                let listen_error = |source| StartError::Listen { addr, source };
+                let listen_error = |error| StartError::Listen { addr, error };
                 let listener = std::net::TcpListener::bind(addr).map_err(listen_error)?;
                 listener.set_nonblocking(true).map_err(listen_error)?;
                 Some(listener)
@@ -259,9 +260,9 @@ async fn run(
     };
     let listener = match listener.map(tokio::net::TcpListener::from_std).transpose() {
         Ok(l) => l,
-        Err(source) => {
+        Err(error) => {
             let addr = settings.listen.expect("a listener was bound");
-            let _ = ready.send(Err(StartError::Listen { addr, source }));
+            let _ = ready.send(Err(StartError::Listen { addr, error }));
             return;
         }
     };

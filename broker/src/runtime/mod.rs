@@ -1,5 +1,10 @@
 //! The shard runtime: one glommio executor per shard, pinned to a core when there are enough cores,
-//! each accepting connections on the shared listener address (SO_REUSEPORT) and serving them to the end.
+//! each accepting connections on the broker's one listening socket and serving them to the end.
+//!
+//! The Kafka listener is bound once, at start, without SO_REUSEPORT: a port another process listens on
+//! stops the start with "address already in use" (two brokers sharing a port would each get a random
+//! share of the clients). Every shard gets a duplicate of its descriptor and starts listening (and
+//! accepting) once the broker is ready to serve; until then connections are refused.
 //!
 //! Shutdown: the process's signal thread sets [`Shutdown`]; every shard stops accepting and lets its
 //! connections finish the requests in hand. Only when every shard has done so do the shards close their
@@ -14,6 +19,7 @@
 mod connection;
 
 use std::cell::Cell;
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -124,6 +130,7 @@ pub fn run(config: BrokerConfig, shutdown: Shutdown) -> Result<()> {
     let (senders, receivers): (Vec<_>, Vec<_>) = (0..shards).map(|_| flume::unbounded()).unzip();
     let (admin_tx, admin_rx) = flume::unbounded();
     let addr = config.listener.socket_addr().with_context(|| format!("resolve listener {}", config.listener))?;
+    let mut listeners = bind_listener(addr, shards)?.into_iter();
     let (images_tx, images_rx) = flume::unbounded();
     let link =
         QuorumLink::start(link_settings(&config), images_tx, shutdown.clone()).context("start the quorum link")?;
@@ -136,6 +143,7 @@ pub fn run(config: BrokerConfig, shutdown: Shutdown) -> Result<()> {
         // Pinned one per core when every shard has its own core; unpinned when there are more shards.
         let placement = if shards <= cpus { Placement::Fixed(shard) } else { Placement::Unbound };
         let (ctx, shutdown, admin, draining) = (ctx.clone(), shutdown.clone(), admin_rx.take(), draining.clone());
+        let listener = listeners.next().expect("one listener descriptor per shard");
         let mut builder = LocalExecutorBuilder::new(placement).name(&format!("shard-{shard}"));
         if ctx.config.shard_limits.idle_poll_us > 0 {
             builder = builder.spin_before_park(Duration::from_micros(ctx.config.shard_limits.idle_poll_us));
@@ -145,7 +153,7 @@ pub fn run(config: BrokerConfig, shutdown: Shutdown) -> Result<()> {
                 // A shard that fails or panics stops the whole broker: the others would serve a
                 // cluster view with its partitions missing.
                 let guard = StopOnFailure(shutdown.clone());
-                let result = run_shard(shard, addr, ctx, requests, admin, shutdown, draining).await;
+                let result = run_shard(shard, addr, listener, ctx, requests, admin, shutdown, draining).await;
                 if let Err(e) = &result {
                     tracing::error!(shard, error = %e, "shard failed; stopping the broker");
                     guard.0.trigger();
@@ -188,13 +196,35 @@ fn link_settings(config: &BrokerConfig) -> LinkSettings {
     }
 }
 
+/// Connections the kernel queues for the shards to accept.
+const LISTEN_BACKLOG: i32 = 1024;
+
+/// Binds the Kafka listener (SO_REUSEADDR, so a restart is not held up by connections of the previous
+/// process in TIME_WAIT, but not SO_REUSEPORT) and returns one descriptor of it per shard. It is
+/// non-blocking: the descriptors share its file status flags, and glommio's accept sets and restores
+/// O_NONBLOCK around a direct accept(2), which on a blocking socket could block a shard.
+fn bind_listener(addr: std::net::SocketAddr, shards: usize) -> Result<Vec<OwnedFd>> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let in_use = || format!("listen on {addr}");
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP)).with_context(in_use)?;
+    socket.set_reuse_address(true).with_context(in_use)?;
+    socket.set_nonblocking(true).with_context(in_use)?;
+    socket.bind(&addr.into()).with_context(in_use)?;
+    let first = OwnedFd::from(socket);
+    let mut out = Vec::with_capacity(shards);
+    for _ in 1..shards {
+        out.push(first.try_clone().with_context(in_use)?);
+    }
+    out.push(first);
+    Ok(out)
+}
+
 /// The file whose lock says a broker process runs on the data dir.
 pub const LOCK_FILE: &str = ".shardlog-lock";
 
 /// Takes the data dir for this process (an exclusive `flock`, released when the process ends however it
 /// ends): two brokers appending to the same segment files would destroy them.
 fn lock_data_dir(dir: &std::path::Path) -> Result<std::fs::File> {
-    use std::os::fd::AsRawFd;
     let path = dir.join(LOCK_FILE);
     let file = std::fs::OpenOptions::new()
         .create(true)
@@ -232,9 +262,11 @@ fn raise_open_file_limit(wanted: usize) {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn run_shard(
     shard: usize,
     addr: std::net::SocketAddr,
+    listener: OwnedFd,
     ctx: Arc<BrokerContext>,
     requests: flume::Receiver<PartitionRequest>,
     admin: Option<(flume::Receiver<AdminRequest>, flume::Receiver<Arc<MetadataImage>>)>,
@@ -272,7 +304,11 @@ async fn run_shard(
         glommio::spawn_local(handlers::admin(ctx.clone(), admin)).detach();
         glommio::spawn_local(crate::metadata::follow::follow(ctx.clone(), images)).detach();
     }
-    let served = serve(shard, addr, ctx, shutdown).await;
+    let served = serve(shard, addr, listener, ctx, shutdown.clone()).await;
+    if served.is_err() {
+        // This shard cannot serve (its listener failed): the broker stops, and upkeep with it.
+        shutdown.trigger();
+    }
     // Every shard's connections are done (or past the drain limit) before any shard closes its logs.
     let draining = drained.done();
     let deadline = std::time::Instant::now() + DRAIN_LIMIT;
@@ -285,7 +321,13 @@ async fn run_shard(
     served
 }
 
-async fn serve(shard: usize, addr: std::net::SocketAddr, ctx: Arc<BrokerContext>, shutdown: Shutdown) -> Result<()> {
+async fn serve(
+    shard: usize,
+    addr: std::net::SocketAddr,
+    listener: OwnedFd,
+    ctx: Arc<BrokerContext>,
+    shutdown: Shutdown,
+) -> Result<()> {
     // Clients are served once the broker is registered and has caught up with the metadata.
     while !ctx.ready.load(Ordering::SeqCst) {
         if shutdown.is_triggered() {
@@ -293,9 +335,15 @@ async fn serve(shard: usize, addr: std::net::SocketAddr, ctx: Arc<BrokerContext>
         }
         glommio::timer::sleep(Duration::from_millis(10)).await;
     }
-    let listener = TcpListener::bind(addr)
-        .map_err(std::io::Error::from)
-        .with_context(|| format!("shard {shard}: listen on {addr}"))?;
+    // listen(2) on a socket that already listens (another shard's duplicate) only sets the backlog again.
+    // SAFETY: listen(2) on a descriptor this shard owns.
+    if unsafe { libc::listen(listener.as_raw_fd(), LISTEN_BACKLOG) } != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(e).with_context(|| format!("listen on {addr} (does another process listen on it?)"));
+    }
+    // SAFETY: the descriptor is a bound, listening, non-blocking TCP socket that nothing else owns: it
+    // moves into the listener, which closes it when dropped.
+    let listener = unsafe { TcpListener::from_raw_fd(listener.into_raw_fd()) };
     tracing::info!(shard, %addr, "accepting connections");
     let open_connections = Rc::new(Cell::new(0usize));
     loop {

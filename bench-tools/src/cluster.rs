@@ -20,7 +20,9 @@ pub struct ClusterArgs {
     #[arg(long, default_value_t = 9092)]
     pub base_port: u16,
     /// With more than one broker, each runs a quorum voter: the first one's port, the others following.
-    /// Default: a free port for each. (A single broker is its own quorum, without a quorum port.)
+    /// Default: `--base-port` + 100 (9192, 9193, ...), or a free port for each with `--base-port 0`. A
+    /// cluster started again on the same `--data-dir` keeps its voters' ports (`<data-dir>/quorum-voters`):
+    /// the quorum remembers its voters' addresses. (A single broker is its own quorum, without a port.)
     #[arg(long)]
     pub quorum_base_port: Option<u16>,
     /// Each broker's data goes to `<data-dir>/broker-<id>`.
@@ -88,6 +90,31 @@ pub fn shardlog_binary(explicit: Option<&Path>) -> PathBuf {
     beside.unwrap_or_else(|| PathBuf::from("shardlog"))
 }
 
+/// The file in `--data-dir` that keeps the voters' addresses of a cluster started there.
+const VOTERS_FILE: &str = "quorum-voters";
+
+/// The `--quorum-voters` list: the one recorded in the data dir (unless `--quorum-base-port` is given),
+/// else a new one, which is recorded.
+fn voter_list(args: &ClusterArgs, port: impl Fn(usize, u16) -> Result<u16>) -> Result<String> {
+    let record = args.data_dir.join(VOTERS_FILE);
+    if args.quorum_base_port.is_none()
+        && let Ok(recorded) = std::fs::read_to_string(&record)
+    {
+        let recorded = recorded.trim().to_string();
+        if recorded.split(',').count() != args.brokers {
+            bail!("{} holds {recorded:?}, a quorum of another size: use another --data-dir", record.display());
+        }
+        return Ok(recorded);
+    }
+    let base = args.quorum_base_port.unwrap_or(if args.base_port == 0 { 0 } else { args.base_port + 100 });
+    let ports = (0..args.brokers).map(|i| port(i, base)).collect::<Result<Vec<_>>>()?;
+    let list: Vec<String> = ports.iter().enumerate().map(|(i, p)| format!("{}@127.0.0.1:{p}", i + 1)).collect();
+    let list = list.join(",");
+    std::fs::create_dir_all(&args.data_dir).with_context(|| format!("create {}", args.data_dir.display()))?;
+    std::fs::write(&record, format!("{list}\n")).with_context(|| format!("write {}", record.display()))?;
+    Ok(list)
+}
+
 impl Cluster {
     /// Starts the brokers and returns once every one answers Metadata listing all of them.
     pub fn start(args: &ClusterArgs) -> Result<Cluster> {
@@ -96,14 +123,7 @@ impl Cluster {
         }
         let port = |i: usize, base: u16| if base == 0 { free_port() } else { Ok(base + i as u16) };
         let kafka_ports = (0..args.brokers).map(|i| port(i, args.base_port)).collect::<Result<Vec<_>>>()?;
-        let voters = if args.brokers > 1 {
-            let ports =
-                (0..args.brokers).map(|i| port(i, args.quorum_base_port.unwrap_or(0))).collect::<Result<Vec<_>>>()?;
-            let list: Vec<String> = ports.iter().enumerate().map(|(i, p)| format!("{}@127.0.0.1:{p}", i + 1)).collect();
-            Some(list.join(","))
-        } else {
-            None
-        };
+        let voters = if args.brokers > 1 { Some(voter_list(args, port)?) } else { None };
         let binary = shardlog_binary(args.shardlog.as_deref());
         let mut cluster = Cluster { binary, brokers: Vec::new(), bootstrap: String::new() };
         for (i, kafka_port) in kafka_ports.iter().enumerate() {

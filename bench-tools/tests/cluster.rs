@@ -91,8 +91,13 @@ fn counts(read: &BTreeMap<i32, Vec<String>>) -> BTreeMap<i32, usize> {
 
 /// Partition -> leader id (-1: none), from broker `addr`'s Metadata.
 fn leaders(addr: &str) -> BTreeMap<i32, i32> {
-    let metadata = AdminClient::connect(addr).unwrap().metadata(Some(&[TOPIC])).unwrap();
-    let topic = metadata.topics.iter().find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == TOPIC)).unwrap();
+    leaders_of(addr, TOPIC)
+}
+
+/// Each partition's leader as `addr` tells it (none while it does not know the topic yet).
+fn leaders_of(addr: &str, name: &str) -> BTreeMap<i32, i32> {
+    let metadata = AdminClient::connect(addr).unwrap().metadata(Some(&[name])).unwrap();
+    let topic = metadata.topics.iter().find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == name)).unwrap();
     topic.partitions.iter().map(|p| (p.partition_index, p.leader_id.0)).collect()
 }
 
@@ -210,4 +215,35 @@ fn three_brokers_spread_a_topic_and_a_killed_broker_takes_its_partitions_away_an
     let metadata = AdminClient::connect(cluster.addr(3)).unwrap().metadata(None).unwrap();
     assert!(metadata.topics.is_empty(), "broker 3 knows the topic is gone");
     cluster.stop().unwrap();
+}
+
+#[test]
+fn three_brokers_start_restart_and_stop_without_a_warning() {
+    // On the build's disk: /tmp may be a tmpfs, which brokers warn about.
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let args = ClusterArgs {
+        brokers: 3,
+        base_port: 0,
+        quorum_base_port: None,
+        data_dir: dir.path().to_path_buf(),
+        shards: Some(1),
+        shardlog: None,
+        settings: Vec::new(),
+    };
+    for round in 0..2 {
+        // The second start finds the voters' ports recorded in the data dir, as the quorum remembers them.
+        let mut cluster = Cluster::start(&args).expect("three brokers start");
+        if round == 0 {
+            AdminClient::connect(cluster.addr(1)).unwrap().create_topic("calm", 6, 1, &[]).unwrap();
+        }
+        let led = |leaders: BTreeMap<i32, i32>| leaders.len() == 6 && leaders.values().all(|l| *l > 0);
+        wait_for("every partition to have a leader", || led(leaders_of(cluster.addr(3), "calm")));
+        cluster.stop().unwrap();
+    }
+    for id in 1..=3 {
+        let log = std::fs::read_to_string(dir.path().join(format!("broker-{id}/broker.log"))).unwrap();
+        assert_eq!(log.matches("INFO shardlog: stopped").count(), 2, "broker {id} stopped cleanly twice:\n{log}");
+        let alarms: Vec<&str> = log.lines().filter(|l| l.contains(" WARN ") || l.contains(" ERROR ")).collect();
+        assert_eq!(alarms, Vec::<&str>::new(), "broker {id}");
+    }
 }

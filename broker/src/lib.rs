@@ -12,17 +12,10 @@ pub const VERSION: &str = concat!(
     " build)"
 );
 
-/// The log filter for `RUST_LOG` (unset: `info`). openraft narrates every election and replication step
-/// (at debug, hundreds of lines a second); its warnings and errors are what operators need, so it stays
-/// at `warn` unless `RUST_LOG` names it.
-pub fn log_filter(rust_log: Option<&str>) -> String {
-    let base = rust_log.map(str::trim).filter(|s| !s.is_empty()).unwrap_or("info");
-    if base.contains("openraft") { base.to_string() } else { format!("{base},openraft=warn") }
-}
-
 pub mod admin_cli;
 pub mod config;
 pub mod handlers;
+pub mod logging;
 pub mod metadata;
 pub mod quorum;
 pub mod runtime;

@@ -156,14 +156,7 @@ impl StartArgs {
 
 fn main() -> Result<()> {
     shardlog_net::alloc::keep_request_buffers_in_the_heap();
-    use std::io::IsTerminal;
-    let filter = shardlog_broker::log_filter(std::env::var("RUST_LOG").ok().as_deref());
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_new(&filter).context("RUST_LOG")?)
-        // Colour codes only for a person at a terminal, not in journald or a log file.
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr)
-        .init();
+    shardlog_broker::logging::init()?;
     let cli = Cli::parse();
     match cli.command {
         Command::Start(args) => start(args),

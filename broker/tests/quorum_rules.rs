@@ -156,6 +156,25 @@ fn a_partition_whose_isr_is_gone_stays_offline_until_its_last_member_returns() {
 }
 
 #[test]
+fn a_restarted_process_taking_over_its_registration_reports_no_partition_offline() {
+    let mut state = cluster(2);
+    state.apply(&create("solo", 2, 1)).unwrap();
+    let on_broker_1 = state.topics["solo"].partitions.iter().position(|p| p.replicas == ids(&[1])).unwrap();
+    let takeover = Command::RegisterBroker {
+        id: NodeId(1),
+        endpoint: BrokerEndpoint { host: "127.0.0.1".into(), port: 9001 },
+        incarnation: 100,
+        previous_incarnation: Some(1),
+        now_ms: 10,
+        session_timeout_ms: SESSION_MS,
+    };
+    let events = state.apply(&takeover).unwrap();
+    assert_eq!(events, vec![], "led again within the same command: never offline");
+    let p = &state.topics["solo"].partitions[on_broker_1];
+    assert_eq!((p.leader, p.leader_epoch), (Some(NodeId(1)), LeaderEpoch(2)), "at a new epoch");
+}
+
+#[test]
 fn unclean_election_lets_an_out_of_sync_replica_lead_only_when_the_topic_allows_it() {
     let mut state = cluster(3);
     state.apply(&create("orders", 1, 3)).unwrap();

@@ -5,7 +5,9 @@
 //! checks (magic, version, length, CRC, archive validation) or has an unexpected type closes the
 //! connection with one log line naming the peer and the reason.
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use openraft::error::{NetworkError, RPCError, RaftError, Unreachable};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
@@ -105,9 +107,24 @@ async fn read_frame(
     }
 }
 
-/// Makes openraft's clients to the other voters.
+/// A peer voter that cannot be reached for this long is reported (once, at WARN; once again at INFO when
+/// it answers). openraft's own report of every failed attempt is filtered out ([`crate::logging`]): a
+/// voter away for the seconds of a restart or of a cluster's stop is no news.
+pub const UNREACHABLE_REPORT_AFTER: Duration = Duration::from_secs(15);
+
+/// Makes openraft's clients to the other voters, and keeps each peer's reachability across them
+/// (openraft makes a client per election and per replication stream).
 #[derive(Debug, Clone, Default)]
-pub struct Network;
+pub struct Network {
+    health: Arc<Mutex<HashMap<u64, PeerHealth>>>,
+}
+
+/// Since when a peer has failed every call, and whether that was reported.
+#[derive(Debug, Default)]
+struct PeerHealth {
+    failing_since: Option<Instant>,
+    reported: bool,
+}
 
 /// openraft's client to one voter: a connection opened on first use and after any failure.
 #[derive(Debug)]
@@ -115,17 +132,45 @@ pub struct PeerClient {
     target: u64,
     addr: String,
     conn: Option<PeerConnection>,
+    health: Arc<Mutex<HashMap<u64, PeerHealth>>>,
 }
 
 impl RaftNetworkFactory<QuorumConfig> for Network {
     type Network = PeerClient;
 
     async fn new_client(&mut self, target: u64, node: &BasicNode) -> PeerClient {
-        PeerClient { target, addr: node.addr.clone(), conn: None }
+        PeerClient { target, addr: node.addr.clone(), conn: None, health: self.health.clone() }
     }
 }
 
 impl PeerClient {
+    /// Notes the outcome of a call for this peer's reachability report.
+    fn note(&self, failure: Option<&dyn std::fmt::Display>) {
+        let mut health = self.health.lock().expect("peer health lock");
+        let peer = health.entry(self.target).or_default();
+        match failure {
+            Some(error) => {
+                let since = *peer.failing_since.get_or_insert_with(Instant::now);
+                if !peer.reported && since.elapsed() >= UNREACHABLE_REPORT_AFTER {
+                    peer.reported = true;
+                    tracing::warn!(
+                        voter = self.target,
+                        addr = %self.addr,
+                        seconds = since.elapsed().as_secs(),
+                        %error,
+                        "quorum: a voter has been unreachable; the quorum needs a majority of voters"
+                    );
+                }
+            }
+            None => {
+                if std::mem::take(&mut peer.reported) {
+                    tracing::info!(voter = self.target, addr = %self.addr, "quorum: the voter answers again");
+                }
+                peer.failing_since = None;
+            }
+        }
+    }
+
     async fn call<E: std::error::Error>(
         &mut self,
         request_kind: u16,
@@ -140,11 +185,15 @@ impl PeerClient {
             Some(conn) => conn,
             None => {
                 let connect = PeerConnection::connect(&self.addr);
-                match tokio::time::timeout(option.hard_ttl(), connect).await {
-                    Ok(Ok(conn)) => conn,
-                    Ok(Err(e)) => return Err(RPCError::Unreachable(Unreachable::new(&e))),
-                    Err(_) => {
-                        let e = CallError::Timeout(option.hard_ttl());
+                let error = match tokio::time::timeout(option.hard_ttl(), connect).await {
+                    Ok(Ok(conn)) => Ok(conn),
+                    Ok(Err(e)) => Err(CallError::Io(e)),
+                    Err(_) => Err(CallError::Timeout(option.hard_ttl())),
+                };
+                match error {
+                    Ok(conn) => conn,
+                    Err(e) => {
+                        self.note(Some(&e));
                         return Err(RPCError::Unreachable(Unreachable::new(&e)));
                     }
                 }
@@ -153,6 +202,7 @@ impl PeerClient {
         match conn.call(request_kind, &body, option.hard_ttl()).await {
             Ok(frame) if frame.kind == answer_kind => {
                 self.conn = Some(conn);
+                self.note(None);
                 Ok(frame.body)
             }
             Ok(frame) => {
@@ -161,6 +211,7 @@ impl PeerClient {
             }
             Err(e) => {
                 tracing::debug!(target = self.target, addr = %self.addr, error = %e, "quorum call failed");
+                self.note(Some(&e));
                 Err(RPCError::Network(NetworkError::new(&e)))
             }
         }
@@ -226,13 +277,16 @@ impl std::fmt::Debug for Served {
     }
 }
 
-/// Accepts connections on the quorum port until the task is dropped.
+/// Accepts connections on the quorum port until the task is dropped, which ends its connections too
+/// (so no peer's request reaches Raft once it is shut down).
 pub async fn serve(listener: TcpListener, served: Served) {
+    let mut connections = tokio::task::JoinSet::new();
     loop {
+        while connections.try_join_next().is_some() {}
         match listener.accept().await {
             Ok((stream, peer)) => {
                 let _ = stream.set_nodelay(true);
-                tokio::spawn(serve_connection(stream, peer.to_string(), served.clone()));
+                connections.spawn(serve_connection(stream, peer.to_string(), served.clone()));
             }
             Err(e) => {
                 tracing::warn!(error = %e, "quorum port: accept failed");
@@ -249,6 +303,11 @@ async fn serve_connection(mut stream: TcpStream, peer: String, served: Served) {
         let frame = match read_frame(&mut stream, &mut reader, &mut buf).await {
             Ok(Some(frame)) => frame,
             Ok(None) => return,
+            // The peer went away (a voter or broker stopping): nothing wrong here.
+            Err(CallError::Io(e)) => {
+                tracing::debug!(%peer, error = %e, "quorum port: connection lost");
+                return;
+            }
             Err(e) => {
                 tracing::warn!(%peer, error = %e, "quorum port: closing connection");
                 return;

@@ -251,13 +251,14 @@ async fn run(
             return;
         }
     };
-    let raft = match Raft::new(settings.node_id, config, Network, log_store.clone(), state_machine.clone()).await {
-        Ok(r) => r,
-        Err(e) => {
-            let _ = ready.send(Err(StartError::Raft(e.to_string())));
-            return;
-        }
-    };
+    let raft =
+        match Raft::new(settings.node_id, config, Network::default(), log_store.clone(), state_machine.clone()).await {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = ready.send(Err(StartError::Raft(e.to_string())));
+                return;
+            }
+        };
     let listener = match listener.map(tokio::net::TcpListener::from_std).transpose() {
         Ok(l) => l,
         Err(error) => {
@@ -277,9 +278,12 @@ async fn run(
     let fencing = tokio::spawn(fence_expired_sessions(served.clone()));
     let members: BTreeMap<u64, BasicNode> =
         settings.voters.iter().map(|(id, addr)| (*id, BasicNode { addr: addr.clone() })).collect();
-    match raft.initialize(members).await {
+    // Only a pristine voter proposes the membership: openraft logs an ERROR when asked on a voter that
+    // has a log or a vote (every start but the first).
+    let pristine = matches!(raft.is_initialized().await, Ok(false));
+    match if pristine { raft.initialize(members).await } else { Ok(()) } {
         Ok(()) => {}
-        // Every start but the first: the log already holds a membership.
+        // Another voter's vote request arrived first: the cluster is forming without this proposal.
         Err(openraft::error::RaftError::APIError(openraft::error::InitializeError::NotAllowed(_))) => {}
         Err(e) => tracing::warn!(node = settings.node_id, error = %e, "quorum: initial membership not proposed"),
     }

@@ -286,8 +286,23 @@ pub struct ClusterState {
 }
 
 impl ClusterState {
-    /// Applies one command. On error the state is unchanged.
+    /// Applies one command. On error the state is unchanged. The events tell what the command left: a
+    /// partition that lost its leader and got one again within it (a broker's new process taking over
+    /// its registration) is not reported offline.
     pub fn apply(&mut self, command: &Command) -> Result<Vec<Event>, CommandError> {
+        let mut events = self.apply_inner(command)?;
+        events.retain(|event| match event {
+            Event::Offline { topic, partition } => self
+                .topics
+                .get(topic)
+                .and_then(|t| t.partitions.get(*partition as usize))
+                .is_none_or(|p| p.leader.is_none()),
+            Event::UncleanElection { .. } => true,
+        });
+        Ok(events)
+    }
+
+    fn apply_inner(&mut self, command: &Command) -> Result<Vec<Event>, CommandError> {
         let mut events = Vec::new();
         match command {
             Command::RegisterBroker { id, endpoint, incarnation, previous_incarnation, now_ms, session_timeout_ms } => {

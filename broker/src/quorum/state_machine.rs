@@ -16,7 +16,7 @@ use openraft::{
 use shardlog_net::peer::{PeerFrameReader, decode_message, encode_frame, encode_message};
 
 use super::log_store::replace_file;
-use super::state::ClusterState;
+use super::state::{ClusterState, Command, Event};
 use super::wire::{CommandOutcome, QuorumConfig, WireLogId, WireStoredMembership};
 
 const SNAPSHOT_FILE: &str = "raft-snapshot";
@@ -177,9 +177,15 @@ impl RaftStateMachine<QuorumConfig> for StateMachineStore {
                 EntryPayload::Blank => outcomes.push(Ok(Vec::new())),
                 EntryPayload::Normal(command) => {
                     let outcome = inner.state.apply(&command);
-                    if let Ok(events) = &outcome {
-                        for event in events {
-                            tracing::warn!(?event, "quorum: partition leadership event");
+                    // A partition left without a leader because its broker shut down as asked is expected;
+                    // one left so by a fenced (silent) broker, or an unclean election, is for an operator.
+                    let asked = matches!(command, Command::ControlledShutdown { .. });
+                    for event in outcome.iter().flatten() {
+                        match event {
+                            Event::Offline { .. } if asked => {
+                                tracing::info!(?event, "quorum: partition offline while its broker is shut down")
+                            }
+                            _ => tracing::warn!(?event, "quorum: partition leadership event"),
                         }
                     }
                     outcomes.push(outcome);

@@ -126,6 +126,7 @@ pub fn run(config: BrokerConfig, shutdown: Shutdown) -> Result<()> {
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("create data dir {}", config.data_dir.display()))?;
     let lock = lock_data_dir(&config.data_dir)?;
+    warn_if_volatile(&config.data_dir);
     let shards = config.shards;
     let (senders, receivers): (Vec<_>, Vec<_>) = (0..shards).map(|_| flume::unbounded()).unzip();
     let (admin_tx, admin_rx) = flume::unbounded();
@@ -238,6 +239,27 @@ fn lock_data_dir(dir: &std::path::Path) -> Result<std::fs::File> {
         anyhow::bail!("data dir {} is in use by another shardlog process ({e})", dir.display());
     }
     Ok(file)
+}
+
+/// Warns when the data dir is in memory (tmpfs, ramfs): O_DIRECT and fdatasync succeed there, so every
+/// acknowledgement looks durable, but the data is gone when the host restarts or loses power.
+fn warn_if_volatile(dir: &std::path::Path) {
+    // Filesystem magic numbers (statfs(2), linux/magic.h).
+    const IN_MEMORY: &[(libc::c_long, &str)] = &[(0x0102_1994, "tmpfs"), (0x8584_58f6, "ramfs")];
+    let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else { return };
+    // SAFETY: statfs is a plain C struct of integers, for which all zeros is a valid value.
+    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: statfs(2) with a NUL-terminated path and a pointer to a live statfs it may fill.
+    if unsafe { libc::statfs(path.as_ptr(), &mut fs) } != 0 {
+        return;
+    }
+    if let Some((_, name)) = IN_MEMORY.iter().find(|(magic, _)| *magic == fs.f_type as libc::c_long) {
+        tracing::warn!(
+            data_dir = %dir.display(),
+            filesystem = name,
+            "the data dir is in memory: every acknowledged record is lost when the host restarts or loses power"
+        );
+    }
 }
 
 /// Raises the soft limit on open descriptors to the hard limit (many systems start at 1024), and warns

@@ -38,9 +38,19 @@ impl Broker {
 
     /// Starts on an existing data dir (for restarts); the caller keeps the dir alive.
     pub fn start_in(data: &Path, shards: usize, extra: &[&str]) -> Broker {
+        Self::start_in_env(data, shards, extra, None)
+    }
+
+    /// [`Broker::start_in`] with `RUST_LOG` set to `rust_log` (`None`: unset, the broker's default).
+    pub fn start_in_env(data: &Path, shards: usize, extra: &[&str], rust_log: Option<&str>) -> Broker {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let log = tempfile::NamedTempFile::new().unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_shardlog"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_shardlog"));
+        match rust_log {
+            Some(filter) => command.env("RUST_LOG", filter),
+            None => command.env_remove("RUST_LOG"),
+        };
+        let child = command
             .args(["start", "--listen", &format!("127.0.0.1:{port}"), "--shards", &shards.to_string()])
             .arg("--data-dir")
             .arg(data)
@@ -72,8 +82,18 @@ impl Broker {
         s
     }
 
+    /// Sends SIGTERM; returns the exit status and everything the broker logged.
+    pub fn terminate_with_log(mut self) -> (std::process::ExitStatus, String) {
+        let status = self.stop();
+        (status, self.log())
+    }
+
     /// Sends SIGTERM and returns the exit status.
     pub fn terminate(mut self) -> std::process::ExitStatus {
+        self.stop()
+    }
+
+    fn stop(&mut self) -> std::process::ExitStatus {
         let pid = self.child.id() as i32;
         // SAFETY: kill(2) with a pid we spawned and a valid signal number.
         assert_eq!(unsafe { libc_kill(pid, 15) }, 0);

@@ -1,0 +1,108 @@
+//! What a broker logs when nothing is wrong: a clean start, a restart and a clean stop print no WARN or
+//! ERROR line (those are for what an operator must act on), no colour codes into a file, and openraft's
+//! chatter stays out even at `RUST_LOG=debug`.
+
+mod common;
+
+use common::Broker;
+use common::requests::{batch, create, produce_one};
+
+/// A data dir on the disk the build is on (not /tmp, which may be a tmpfs, and would be warned about).
+fn disk_dir() -> tempfile::TempDir {
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
+}
+
+/// The WARN and ERROR lines of a log.
+fn alarms(log: &str) -> Vec<&str> {
+    log.lines().filter(|l| l.contains(" WARN ") || l.contains(" ERROR ")).collect()
+}
+
+#[test]
+fn a_clean_start_restart_and_stop_log_no_warning_and_no_colour() {
+    let data = disk_dir();
+    let broker = Broker::start_in_env(data.path(), 2, &[], None);
+    let mut s = broker.connect();
+    assert_eq!(create(&mut s, "quiet", 4, 1, &[]), 0);
+    for p in 0..4 {
+        assert_eq!(produce_one(&mut s, "quiet", p, &batch(1, 3, 0)).0, 0);
+    }
+    drop(s);
+    let (status, first) = broker.terminate_with_log();
+    assert!(status.success());
+    let broker = Broker::start_in_env(data.path(), 2, &[], None);
+    let mut s = broker.connect();
+    assert_eq!(produce_one(&mut s, "quiet", 0, &batch(2, 3, 0)), (0, 3), "the restarted broker serves");
+    drop(s);
+    let (status, second) = broker.terminate_with_log();
+    assert!(status.success());
+    for log in [&first, &second] {
+        assert!(log.contains("accepting connections") && log.contains("stopped"), "{log}");
+        assert_eq!(alarms(log), Vec::<&str>::new(), "{log}");
+        assert!(!log.contains('\u{1b}'), "colour codes in a log file:\n{log}");
+    }
+}
+
+#[test]
+fn openraft_stays_quiet_at_rust_log_debug_unless_named() {
+    let data = tempfile::tempdir().unwrap();
+    let broker = Broker::start_in_env(data.path(), 1, &[], Some("debug"));
+    let mut s = broker.connect();
+    assert_eq!(create(&mut s, "chatty", 1, 1, &[]), 0);
+    drop(s);
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let (status, log) = broker.terminate_with_log();
+    assert!(status.success());
+    assert!(log.contains(" DEBUG "), "debug logging is on: {log}");
+    let raft: Vec<&str> = log.lines().filter(|l| l.contains(" openraft")).collect();
+    assert_eq!(raft, Vec::<&str>::new());
+
+    let broker = Broker::start_in_env(data.path(), 1, &[], Some("info,openraft=debug"));
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let (_, log) = broker.terminate_with_log();
+    assert!(log.lines().any(|l| l.contains(" openraft")), "named, openraft logs: {log}");
+}
+
+/// A tmpfs for the test: `/dev/shm` when it is one, else one mounted here (root) and unmounted at the end.
+struct MemoryDir {
+    dir: tempfile::TempDir,
+    mounted: bool,
+}
+
+impl MemoryDir {
+    fn new() -> MemoryDir {
+        let shm_is_tmpfs = std::fs::read_to_string("/proc/mounts")
+            .unwrap_or_default()
+            .lines()
+            .any(|l| l.split_whitespace().nth(1) == Some("/dev/shm") && l.split_whitespace().nth(2) == Some("tmpfs"));
+        if shm_is_tmpfs {
+            return MemoryDir { dir: tempfile::tempdir_in("/dev/shm").unwrap(), mounted: false };
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let status = std::process::Command::new("mount").args(["-t", "tmpfs", "tmpfs"]).arg(dir.path()).status();
+        assert!(status.is_ok_and(|s| s.success()), "no /dev/shm tmpfs and cannot mount one");
+        MemoryDir { dir, mounted: true }
+    }
+}
+
+impl Drop for MemoryDir {
+    fn drop(&mut self) {
+        if self.mounted {
+            let _ = std::process::Command::new("umount").arg(self.dir.path()).status();
+        }
+    }
+}
+
+#[test]
+fn a_data_dir_in_memory_is_warned_about_naming_the_filesystem() {
+    let memory = MemoryDir::new();
+    let broker = Broker::start_in_env(memory.dir.path(), 1, &[], None);
+    let (status, log) = broker.terminate_with_log();
+    assert!(status.success());
+    let warned: Vec<&str> = alarms(&log);
+    assert_eq!(warned.len(), 1, "{log}");
+    assert!(warned[0].contains("filesystem=\"tmpfs\"") && warned[0].contains("lost when the host restarts"), "{log}");
+
+    let disk = disk_dir();
+    let (_, log) = Broker::start_in_env(disk.path(), 1, &[], None).terminate_with_log();
+    assert_eq!(alarms(&log), Vec::<&str>::new(), "a disk is not warned about");
+}

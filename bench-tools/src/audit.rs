@@ -10,25 +10,30 @@ use std::io::BufRead;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
+use bytes::Bytes;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::{ApiKey, FetchRequest, ResponseKind, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::RecordBatchDecoder;
-use shardlog_broker::admin_cli::AdminClient;
+use shardlog_broker::client::{BOOTSTRAP_ENV, Connection, DEFAULT_BOOTSTRAP, KafkaClient};
 
 use crate::payload::{self, Origin};
-use crate::wire::{Connection, TopicLayout, negotiate};
 
 /// Options of `shardlog-bench audit`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct AuditArgs {
-    #[arg(long, default_value = "127.0.0.1:9092")]
+    /// Brokers to reach the cluster through, HOST:PORT[,HOST:PORT...].
+    #[arg(long, env = BOOTSTRAP_ENV, default_value = DEFAULT_BOOTSTRAP)]
     pub bootstrap: String,
     #[arg(long)]
     pub topic: String,
     /// The file `produce --record` wrote.
     #[arg(long)]
     pub records: PathBuf,
+    /// Fail on any duplicate too (what idempotent producers promise). Without it, duplicates are
+    /// reported but pass: plain producers that retry deliver at least once.
+    #[arg(long)]
+    pub exactly_once: bool,
 }
 
 /// What the audit found.
@@ -45,41 +50,46 @@ pub struct AuditReport {
     pub duplicated: u64,
     /// Records stored after a later record of the same sender and partition.
     pub reordered: u64,
+    /// `--exactly-once`: a duplicate fails the audit.
+    pub exactly_once: bool,
 }
 
 impl AuditReport {
     pub fn passed(&self) -> bool {
-        self.missing == 0 && self.moved == 0
+        self.missing == 0 && self.moved == 0 && !(self.exactly_once && self.duplicated > 0)
     }
 
     pub fn render(&self) -> String {
+        let verdict = if self.passed() { "every acknowledged record is where it was acknowledged" } else { "FAILED" };
+        let duplicates = match (self.duplicated, self.exactly_once) {
+            (0, _) => "duplicates: none".to_string(),
+            (n, true) => format!("duplicates: {n} extra copies of sent records: FAILED (--exactly-once)"),
+            (n, false) => format!(
+                "duplicates: {n} extra copies of sent records (at least once, allowed; --exactly-once fails on them)"
+            ),
+        };
         format!(
-            "acknowledged {}, stored {}: missing {}, moved {}, duplicated {}, reordered {}: {}\n",
-            self.acknowledged,
-            self.stored,
-            self.missing,
-            self.moved,
-            self.duplicated,
-            self.reordered,
-            if self.passed() { "every acknowledged record is where it was acknowledged" } else { "FAILED" }
+            "acknowledged {}, stored {}: missing {}, moved {}, reordered {}: {verdict}\n{duplicates}\n",
+            self.acknowledged, self.stored, self.missing, self.moved, self.reordered,
         )
     }
 }
 
 pub fn run(args: &AuditArgs) -> Result<AuditReport> {
     let acknowledged = read_acknowledged(&args.records)?;
-    let mut admin = AdminClient::connect(&args.bootstrap)?;
-    let layout = TopicLayout::fetch(&mut admin, &args.topic)?;
-    let bounds = admin.offsets(&args.topic, layout.partitions)?;
-    let mut report =
-        AuditReport { acknowledged: acknowledged.values().map(|v| v.len() as u64).sum(), ..Default::default() };
-    for (partition, leader) in &layout.leaders {
-        let mut conn = Connection::open(leader)?;
-        let version = negotiate(&mut conn, ApiKey::Fetch, (4, 11))?;
-        let (start, end) = bounds[*partition as usize];
-        let stored = read_partition(&mut conn, version, &args.topic, *partition, start, end)?;
+    let mut client = KafkaClient::connect(&args.bootstrap)?;
+    let layout = client.led_layout(&args.topic)?;
+    let bounds = client.offsets(&args.topic, layout.partitions)?;
+    let mut report = AuditReport {
+        acknowledged: acknowledged.values().map(|v| v.len() as u64).sum(),
+        exactly_once: args.exactly_once,
+        ..Default::default()
+    };
+    for partition in 0..layout.partitions {
+        let (start, end) = bounds[partition as usize];
+        let stored = read_partition(&mut client, &args.topic, partition, start, end)?;
         report.stored += stored.len() as u64;
-        let acked = acknowledged.get(partition).map(Vec::as_slice).unwrap_or_default();
+        let acked = acknowledged.get(&partition).map(Vec::as_slice).unwrap_or_default();
         check_partition(acked, &stored, &mut report);
     }
     Ok(report)
@@ -129,10 +139,13 @@ fn read_acknowledged(path: &PathBuf) -> Result<BTreeMap<i32, Vec<(i64, u32)>>> {
     Ok(out)
 }
 
-/// Every record of a partition in `[start, end)`: offset, value hash and origin.
+/// Fetch versions this tool speaks.
+const FETCH_VERSIONS: (i16, i16) = (4, 11);
+
+/// Every record of a partition in `[start, end)`: offset, value hash and origin. Each part is fetched
+/// from the partition's leader at the time.
 fn read_partition(
-    conn: &mut Connection,
-    version: i16,
+    client: &mut KafkaClient,
     topic: &str,
     partition: i32,
     start: i64,
@@ -141,29 +154,10 @@ fn read_partition(
     let mut out = Vec::new();
     let mut position = start;
     while position < end {
-        let request = FetchRequest::default()
-            .with_replica_id(kafka_protocol::messages::BrokerId(-1))
-            .with_max_wait_ms(0)
-            .with_min_bytes(0)
-            .with_max_bytes(50 << 20)
-            .with_topics(vec![
-                FetchTopic::default().with_topic(TopicName(StrBytes::from_string(topic.to_string()))).with_partitions(
-                    vec![
-                        FetchPartition::default()
-                            .with_partition(partition)
-                            .with_fetch_offset(position)
-                            .with_partition_max_bytes(8 << 20),
-                    ],
-                ),
-            ]);
-        let ResponseKind::Fetch(response) = conn.call(ApiKey::Fetch, version, &request)? else {
-            bail!("wrong answer to Fetch")
-        };
-        let p = response.responses.first().and_then(|t| t.partitions.first()).context("empty Fetch answer")?;
-        if p.error_code != 0 {
-            bail!("fetch {topic}-{partition} at {position}: error code {}", p.error_code);
-        }
-        let mut records = p.records.clone().unwrap_or_default();
+        let mut answers = client.route(topic, &[partition], "fetch", |conn, _| {
+            Ok(vec![(partition, fetch_from(conn, topic, partition, position)?)])
+        })?;
+        let mut records = answers.remove(&partition).expect("routed");
         let before = position;
         while !records.is_empty() {
             let Ok(set) = RecordBatchDecoder::decode(&mut records) else { break };
@@ -180,6 +174,31 @@ fn read_partition(
         }
     }
     Ok(out)
+}
+
+/// One Fetch of a partition from `position`: its records, or the partition's error code.
+fn fetch_from(conn: &mut Connection, topic: &str, partition: i32, position: i64) -> Result<Result<Bytes, i16>> {
+    let version = conn.negotiate(ApiKey::Fetch, FETCH_VERSIONS)?;
+    let request = FetchRequest::default()
+        .with_replica_id(kafka_protocol::messages::BrokerId(-1))
+        .with_max_wait_ms(0)
+        .with_min_bytes(0)
+        .with_max_bytes(50 << 20)
+        .with_topics(vec![
+            FetchTopic::default().with_topic(TopicName(StrBytes::from_string(topic.to_string()))).with_partitions(
+                vec![
+                    FetchPartition::default()
+                        .with_partition(partition)
+                        .with_fetch_offset(position)
+                        .with_partition_max_bytes(8 << 20),
+                ],
+            ),
+        ]);
+    let ResponseKind::Fetch(response) = conn.call(ApiKey::Fetch, version, &request)? else {
+        bail!("wrong answer to Fetch")
+    };
+    let p = response.responses.first().and_then(|t| t.partitions.first()).context("empty Fetch answer")?;
+    Ok(if p.error_code == 0 { Ok(p.records.clone().unwrap_or_default()) } else { Err(p.error_code) })
 }
 
 #[cfg(test)]
@@ -201,5 +220,23 @@ mod tests {
         assert_eq!((report.missing, report.moved, report.duplicated), (1, 1, 1));
         assert_eq!(report.reordered, 2, "1 after 4, and the second 3 after 4");
         assert!(!report.passed());
+    }
+
+    #[test]
+    fn duplicates_pass_at_least_once_and_fail_exactly_once() {
+        let acked = [(0, 10), (1, 11)];
+        let stored = [(0, 10, origin(0)), (1, 11, origin(1)), (2, 11, origin(1))];
+        let mut report = AuditReport::default();
+        check_partition(&acked, &stored, &mut report);
+        assert_eq!((report.missing, report.moved, report.duplicated), (0, 0, 1));
+        assert!(report.passed(), "at least once");
+        assert!(
+            report.render().lines().nth(1).unwrap().starts_with("duplicates: 1 extra copies"),
+            "{}",
+            report.render()
+        );
+        report.exactly_once = true;
+        assert!(!report.passed());
+        assert!(report.render().contains("FAILED (--exactly-once)"), "{}", report.render());
     }
 }

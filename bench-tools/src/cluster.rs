@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use shardlog_broker::admin_cli::AdminClient;
+use shardlog_broker::client::KafkaClient;
 
 /// Options of `shardlog-bench cluster`.
 #[derive(Debug, Clone, clap::Args)]
@@ -212,7 +212,7 @@ impl Cluster {
         let deadline = Instant::now() + Duration::from_secs(60);
         let addr = self.brokers[index].addr.clone();
         loop {
-            if let Ok(mut admin) = AdminClient::connect(&addr)
+            if let Ok(mut admin) = KafkaClient::connect(&addr)
                 && admin.metadata(None).is_ok_and(|m| m.brokers.len() >= expected)
             {
                 return Ok(());

@@ -14,7 +14,6 @@ mod report;
 mod stats;
 mod storage_bench;
 mod tps_table;
-mod wire;
 
 #[derive(Debug, Parser)]
 #[command(name = "shardlog-bench", version = shardlog_broker::VERSION, about = "Benchmarks for shardlog and any Kafka-compatible broker")]

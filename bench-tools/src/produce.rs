@@ -7,6 +7,10 @@
 //!
 //! Latency is from the moment a request is written to the moment its answer is read. With acks=0 there
 //! is no answer: messages are counted when written to the socket, and no latency is reported.
+//!
+//! As a Kafka producer does, a batch refused with a retriable error (NOT_LEADER_OR_FOLLOWER after a
+//! leader moved, ...) is sent again to whoever leads its partition then, within `--retries` and
+//! `--delivery-timeout-ms`; its latency runs from the first send.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -22,11 +26,10 @@ use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProdu
 use kafka_protocol::messages::{ApiKey, ProduceRequest, ResponseKind, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::Compression;
-use shardlog_broker::admin_cli::AdminClient;
+use shardlog_broker::client::{BOOTSTRAP_ENV, Connection, DEFAULT_BOOTSTRAP, KafkaClient};
 
 use crate::payload::{self, Origin};
 use crate::stats::{self, Tally};
-use crate::wire::{Connection, TopicLayout, negotiate};
 
 /// Produce versions this tool speaks.
 const PRODUCE_VERSIONS: (i16, i16) = (3, 9);
@@ -41,7 +44,8 @@ pub enum Mode {
 #[derive(Debug, Clone, clap::Args)]
 #[command(group(clap::ArgGroup::new("amount").required(true).args(["messages", "duration"])))]
 pub struct ProduceArgs {
-    #[arg(long, default_value = "127.0.0.1:9092")]
+    /// Brokers to reach the cluster through, HOST:PORT[,HOST:PORT...].
+    #[arg(long, env = BOOTSTRAP_ENV, default_value = DEFAULT_BOOTSTRAP)]
     pub bootstrap: String,
     #[arg(long)]
     pub topic: String,
@@ -67,17 +71,26 @@ pub struct ProduceArgs {
     /// Requests unanswered per connection (async mode).
     #[arg(long, default_value_t = 5)]
     pub in_flight: usize,
-    /// Bytes of messages per partition batch (async mode).
-    #[arg(long, default_value_t = 16384)]
+    /// The most bytes of one partition's batch (async mode): librdkafka's default `batch.size`.
+    #[arg(long, default_value_t = 1_000_000)]
     pub batch_bytes: usize,
     /// Messages per second to offer, in all (async mode). Without it the producer sends as fast as the
     /// broker takes (closed loop); with it, records are created on schedule and latency runs from a
     /// request's oldest record's creation, so it includes lingering and waiting for a slot.
     #[arg(long)]
     pub rate: Option<f64>,
-    /// With --rate: how long a record may wait for its batch to fill before the request goes anyway.
-    #[arg(long, default_value_t = 0)]
-    pub linger_ms: u64,
+    /// With --rate: how long a record may wait for its batch to fill before the request goes anyway
+    /// (default 5, librdkafka's `linger.ms`).
+    #[arg(long)]
+    pub linger_ms: Option<u64>,
+    /// Kafka's `retries`: how often a batch refused with a retriable error (NOT_LEADER_OR_FOLLOWER, ...)
+    /// is sent again, to whoever leads its partition then.
+    #[arg(long, default_value_t = i32::MAX as u32)]
+    pub retries: u32,
+    /// Kafka's `delivery.timeout.ms`: no batch is sent again once this long has passed since it was first
+    /// sent.
+    #[arg(long, default_value_t = 120_000)]
+    pub delivery_timeout_ms: u64,
     /// none, gzip, snappy, lz4 or zstd.
     #[arg(long, default_value = "none")]
     pub compression: String,
@@ -112,16 +125,44 @@ pub struct ProduceResult {
     pub acks: i16,
     /// Paced by --rate: latency runs from record creation.
     pub paced: bool,
+    /// How the load was sent: the mode, and for async the batch size, linger and requests in flight.
+    pub setup: String,
 }
 
 impl ProduceResult {
     pub fn report(&self) -> String {
-        if self.acks == 0 {
+        let figures = if self.acks == 0 {
             format!("acks=0: sent, not acknowledged\n{}", self.tally.report(self.elapsed, None))
         } else if self.paced {
             self.tally.report(self.elapsed, Some("creation to acknowledgement"))
         } else {
             self.tally.report(self.elapsed, Some("send to acknowledgement"))
+        };
+        format!("{}\n{figures}", self.setup)
+    }
+}
+
+/// The default `--linger-ms` (librdkafka's `linger.ms`).
+const DEFAULT_LINGER_MS: u64 = 5;
+/// Kafka's `retry.backoff.ms`: the pause before a batch is sent again.
+const RETRY_BACKOFF: Duration = Duration::from_millis(100);
+/// Bytes a record adds to its value in a batch, at most for the values this tool sends (length, attributes,
+/// timestamp and offset deltas, key and value lengths, header count as varints).
+const RECORD_OVERHEAD_BYTES: usize = 16;
+
+/// What `setup` says for `args`.
+fn describe_setup(args: &ProduceArgs, linger_ms: u64) -> String {
+    match args.mode {
+        Mode::Sync => "sync: one message per request, one request at a time per partition".to_string(),
+        Mode::Async => {
+            let pacing = match args.rate {
+                Some(rate) => format!("{rate:.0} msg/s offered, linger {linger_ms} ms"),
+                None => "as fast as acknowledged (closed loop)".to_string(),
+            };
+            format!(
+                "async: batches up to {} bytes per partition, {} requests in flight per broker, {pacing}",
+                args.batch_bytes, args.in_flight
+            )
         }
     }
 }
@@ -178,7 +219,10 @@ fn record(recorder: &Recorder, partition: i32, base_offset: i64, hashes: &[u32])
 /// What every lane shares.
 #[derive(Debug)]
 struct Plan {
+    bootstrap: String,
     topic: String,
+    retries: u32,
+    delivery_timeout: Duration,
     version: i16,
     acks: i16,
     message_size: usize,
@@ -190,7 +234,7 @@ struct Plan {
 }
 
 pub fn run(args: &ProduceArgs) -> Result<ProduceResult> {
-    let mut admin = AdminClient::connect(&args.bootstrap)?;
+    let mut admin = KafkaClient::connect(&args.bootstrap)?;
     if args.create {
         let configs: Vec<(String, String)> =
             args.min_insync.iter().map(|m| ("min.insync.replicas".to_string(), m.to_string())).collect();
@@ -202,8 +246,9 @@ pub fn run(args: &ProduceArgs) -> Result<ProduceResult> {
             Err(e) => return Err(e),
         }
     }
-    let layout = TopicLayout::fetch(&mut admin, &args.topic)?;
-    let version = negotiate(&mut Connection::open(&args.bootstrap)?, ApiKey::Produce, PRODUCE_VERSIONS)?;
+    let layout = admin.led_layout(&args.topic)?;
+    let any_leader = layout.leaders.values().next().context("a topic without partitions")?.clone();
+    let version = admin.connection(&any_leader)?.negotiate(ApiKey::Produce, PRODUCE_VERSIONS)?;
     let recorder: Recorder = match &args.record {
         Some(path) => Some(Arc::new(Mutex::new(BufWriter::new(
             File::create(path).with_context(|| format!("create {}", path.display()))?,
@@ -213,8 +258,15 @@ pub fn run(args: &ProduceArgs) -> Result<ProduceResult> {
     if args.message_size < payload::PREFIX_BYTES {
         bail!("--message-size must be at least {} bytes", payload::PREFIX_BYTES);
     }
+    if args.linger_ms.is_some() && args.rate.is_none() {
+        bail!("--linger-ms applies to --mode async --rate (a closed loop always has full batches)");
+    }
+    let linger_ms = args.linger_ms.unwrap_or(DEFAULT_LINGER_MS);
     let plan = Arc::new(Plan {
+        bootstrap: args.bootstrap.clone(),
         topic: args.topic.clone(),
+        retries: args.retries,
+        delivery_timeout: Duration::from_millis(args.delivery_timeout_ms),
         version,
         acks: args.acks,
         message_size: args.message_size,
@@ -223,7 +275,7 @@ pub fn run(args: &ProduceArgs) -> Result<ProduceResult> {
         pacing: match args.rate {
             Some(rate) if rate > 0.0 && args.mode == Mode::Async => {
                 let lanes = layout.by_leader().len().max(1) as f64;
-                Some((rate / lanes, Duration::from_millis(args.linger_ms)))
+                Some((rate / lanes, Duration::from_millis(linger_ms)))
             }
             Some(_) if args.mode == Mode::Async => bail!("--rate must be positive"),
             Some(_) => bail!("--rate and --linger-ms apply to --mode async"),
@@ -248,7 +300,7 @@ pub fn run(args: &ProduceArgs) -> Result<ProduceResult> {
             .iter()
             .map(|(&partition, leader)| {
                 let (plan, recorder, leader) = (plan.clone(), recorder.clone(), leader.clone());
-                std::thread::spawn(move || sync_lane(&plan, &leader, partition, &recorder))
+                std::thread::spawn(move || sync_lane(&plan, leader, partition, &recorder))
             })
             .collect(),
         Mode::Async => layout
@@ -257,7 +309,7 @@ pub fn run(args: &ProduceArgs) -> Result<ProduceResult> {
             .map(|(leader, partitions)| {
                 let (plan, recorder) = (plan.clone(), recorder.clone());
                 let (in_flight, batch_bytes) = (args.in_flight.max(1), args.batch_bytes);
-                std::thread::spawn(move || async_lane(&plan, &leader, &partitions, in_flight, batch_bytes, &recorder))
+                std::thread::spawn(move || async_lane(plan, &leader, &partitions, in_flight, batch_bytes, &recorder))
             })
             .collect(),
     };
@@ -270,7 +322,13 @@ pub fn run(args: &ProduceArgs) -> Result<ProduceResult> {
     if let Some(file) = &recorder {
         file.lock().expect("audit file lock").flush()?;
     }
-    Ok(ProduceResult { tally, elapsed, acks: args.acks, paced: plan.pacing.is_some() })
+    Ok(ProduceResult {
+        tally,
+        elapsed,
+        acks: args.acks,
+        paced: plan.pacing.is_some(),
+        setup: describe_setup(args, linger_ms),
+    })
 }
 
 fn now_ms() -> i64 {
@@ -297,16 +355,17 @@ fn outcomes(response: ResponseKind) -> Result<Vec<(i32, i16, i64)>> {
 }
 
 /// One partition, one message per request, the next sent once the last is acknowledged.
-fn sync_lane(plan: &Plan, leader: &str, partition: i32, recorder: &Recorder) -> Result<Tally> {
-    let mut conn = Connection::open(leader)?;
+fn sync_lane(plan: &Plan, mut leader: String, partition: i32, recorder: &Recorder) -> Result<Tally> {
+    let mut conn = Connection::open(&leader)?;
     let mut tally = Tally::default();
+    let mut again = Redelivery { plan, client: None };
     let mut sequence = 0u64;
     while plan.budget.take(1) == 1 {
         let value = payload::value(Origin { run: plan.run, partition: partition as u32, sequence }, plan.message_size);
         sequence += 1;
         let batch = payload::batch(std::slice::from_ref(&value), now_ms(), plan.compression)?;
         let sent_at = Instant::now();
-        conn.sender.send(ApiKey::Produce, plan.version, &request(plan, vec![(partition, batch)]))?;
+        conn.sender.send(ApiKey::Produce, plan.version, &request(plan, vec![(partition, batch.clone())]))?;
         if plan.acks == 0 {
             tally.messages += 1;
             tally.bytes += value.len() as u64;
@@ -314,23 +373,112 @@ fn sync_lane(plan: &Plan, leader: &str, partition: i32, recorder: &Recorder) -> 
         }
         let (_, response) = conn.receiver.receive(ApiKey::Produce, plan.version)?;
         for (_, error, base_offset) in outcomes(response)? {
-            if error == 0 {
-                tally.messages += 1;
-                tally.bytes += value.len() as u64;
-                tally.record_latency(sent_at.elapsed(), 1);
-                record(recorder, partition, base_offset, &[payload::hash(&value)])?;
+            let outcome = if error == 0 {
+                Ok(base_offset)
             } else {
-                *tally.errors.entry(error).or_default() += 1;
+                again.send(partition, &batch, error, sent_at, 1, &mut tally)?
+            };
+            match outcome {
+                Ok(base_offset) => {
+                    tally.messages += 1;
+                    tally.bytes += value.len() as u64;
+                    tally.record_latency(sent_at.elapsed(), 1);
+                    record(recorder, partition, base_offset, &[payload::hash(&value)])?;
+                }
+                Err(error) => *tally.errors.entry(error).or_default() += 1,
+            }
+            // The next message goes where the last one went.
+            if let Some(moved) = again.moved_leader(partition, &leader) {
+                conn = Connection::open(&moved)?;
+                leader = moved;
             }
         }
     }
     Ok(tally)
 }
 
-/// A request on the wire: when it was sent, and per partition the message count, bytes and hashes.
+/// Sends a batch refused with a retriable error again, to whoever leads its partition then, until it is
+/// acknowledged, refused for good, or out of retries or time (Kafka's `retries`, `delivery.timeout.ms`).
+struct Redelivery<'a> {
+    plan: &'a Plan,
+    /// Opened on the first retry: the cluster's view, for finding leaders.
+    client: Option<KafkaClient>,
+}
+
+impl Redelivery<'_> {
+    /// `error` came back for `batch` (of `count` messages), first sent at `first_sent`. Returns its base
+    /// offset once acknowledged, or the last error code.
+    fn send(
+        &mut self,
+        partition: i32,
+        batch: &Bytes,
+        mut error: i16,
+        first_sent: Instant,
+        count: u64,
+        tally: &mut Tally,
+    ) -> Result<Result<i64, i16>> {
+        let plan = self.plan;
+        let mut attempts = 0u32;
+        while is_retriable(error) && attempts < plan.retries && first_sent.elapsed() < plan.delivery_timeout {
+            *tally.retried.entry(error).or_default() += count;
+            attempts += 1;
+            std::thread::sleep(RETRY_BACKOFF);
+            let client = match &mut self.client {
+                Some(client) => client,
+                None => self.client.insert(KafkaClient::connect(&plan.bootstrap)?),
+            };
+            let Some(leader) = client.leader(&plan.topic, partition)? else {
+                error = kafka_protocol::ResponseError::LeaderNotAvailable.code();
+                continue;
+            };
+            let sent = client.connection(&leader).and_then(|conn| {
+                conn.call(ApiKey::Produce, plan.version, &request(plan, vec![(partition, batch.clone())]))
+            });
+            match sent.and_then(outcomes) {
+                Ok(answers) => {
+                    for (p, code, base_offset) in answers {
+                        if p == partition {
+                            if code == 0 {
+                                return Ok(Ok(base_offset));
+                            }
+                            error = code;
+                        }
+                    }
+                }
+                Err(_) => {
+                    client.forget(&leader);
+                    error = kafka_protocol::ResponseError::NetworkException.code();
+                }
+            }
+        }
+        Ok(Err(error))
+    }
+
+    /// The partition's leader as last looked up, if a retry found it elsewhere than `current`.
+    fn moved_leader(&mut self, partition: i32, current: &str) -> Option<String> {
+        let client = self.client.as_mut()?;
+        let leader = client.leader(&self.plan.topic, partition).ok()??;
+        (leader != current).then_some(leader)
+    }
+}
+
+fn is_retriable(code: i16) -> bool {
+    kafka_protocol::ResponseError::try_from_code(code).is_some_and(|e| e.is_retriable())
+}
+
+/// A request on the wire: when it was sent, and per partition what it carried.
 struct InFlight {
     sent_at: Instant,
-    batches: BTreeMap<i32, (u64, u64, Vec<u32>)>,
+    batches: BTreeMap<i32, Sent>,
+}
+
+/// One partition's batch in a request: its message count, value bytes, value hashes (for `--record`),
+/// and the batch itself (sent again after a retriable error).
+struct Sent {
+    count: u64,
+    bytes: u64,
+    hashes: Vec<u32>,
+    batch: Bytes,
 }
 
 /// When records are due under `--rate`, and how long they may linger.
@@ -377,15 +525,17 @@ impl Schedule {
 
 /// One leader broker, requests of one batch per partition, `in_flight` of them unanswered at most.
 fn async_lane(
-    plan: &Plan,
+    plan: Arc<Plan>,
     leader: &str,
     partitions: &[i32],
     in_flight: usize,
     batch_bytes: usize,
     recorder: &Recorder,
 ) -> Result<Tally> {
-    let Connection { mut sender, mut receiver } = Connection::open(leader)?;
-    let per_batch = (batch_bytes / plan.message_size).max(1) as u64;
+    let Connection { mut sender, mut receiver, .. } = Connection::open(leader)?;
+    let per_batch = (batch_bytes.saturating_sub(shardlog_storage::batch::HEADER_BYTES)
+        / (plan.message_size + RECORD_OVERHEAD_BYTES))
+        .max(1) as u64;
     let mut sequences = vec![0u64; partitions.len()];
     // Requests on the wire go to the answer reader in order; a request is sent only with one of the
     // `in_flight` slots, which the reader hands back as each answer arrives.
@@ -396,21 +546,27 @@ fn async_lane(
     }
     let (version, acks) = (plan.version, plan.acks);
     let recorder_for_reader = recorder.clone();
+    let plan_for_reader = plan.clone();
     let reader = std::thread::spawn(move || -> Result<Tally> {
         let mut tally = Tally::default();
+        let mut again = Redelivery { plan: &plan_for_reader, client: None };
         while let Ok(request) = answers.recv() {
             let (_, response) = receiver.receive(ApiKey::Produce, version)?;
-            let latency = request.sent_at.elapsed();
             let _ = free.send(());
             for (partition, error, base_offset) in outcomes(response)? {
-                let Some((count, bytes, hashes)) = request.batches.get(&partition) else { continue };
-                if error == 0 {
-                    tally.messages += count;
-                    tally.bytes += bytes;
-                    tally.record_latency(latency, *count);
-                    record(&recorder_for_reader, partition, base_offset, hashes)?;
-                } else {
-                    *tally.errors.entry(error).or_default() += count;
+                let Some(sent) = request.batches.get(&partition) else { continue };
+                let outcome = match error {
+                    0 => Ok(base_offset),
+                    error => again.send(partition, &sent.batch, error, request.sent_at, sent.count, &mut tally)?,
+                };
+                match outcome {
+                    Ok(base_offset) => {
+                        tally.messages += sent.count;
+                        tally.bytes += sent.bytes;
+                        tally.record_latency(request.sent_at.elapsed(), sent.count);
+                        record(&recorder_for_reader, partition, base_offset, &sent.hashes)?;
+                    }
+                    Err(error) => *tally.errors.entry(error).or_default() += sent.count,
                 }
             }
         }
@@ -445,18 +601,19 @@ fn async_lane(
             let hashes =
                 if recorder.is_some() { values.iter().map(|v| payload::hash(v)).collect() } else { Vec::new() };
             let bytes = values.iter().map(|v| v.len() as u64).sum();
-            batches.push((partition, payload::batch(&values, now_ms(), plan.compression)?));
-            in_request.insert(partition, (n, bytes, hashes));
+            let batch = payload::batch(&values, now_ms(), plan.compression)?;
+            batches.push((partition, batch.clone()));
+            in_request.insert(partition, Sent { count: n, bytes, hashes, batch });
         }
         if batches.is_empty() {
             break 'requests;
         }
-        let request = request(plan, batches);
+        let request = request(&plan, batches);
         if acks == 0 {
             sender.send(ApiKey::Produce, version, &request)?;
-            for (count, bytes, _) in in_request.values() {
-                sent.messages += count;
-                sent.bytes += bytes;
+            for batch in in_request.values() {
+                sent.messages += batch.count;
+                sent.bytes += batch.bytes;
             }
             continue;
         }

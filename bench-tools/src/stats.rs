@@ -15,6 +15,8 @@ pub struct Tally {
     pub latency_us: Histogram<u64>,
     /// Messages refused, by Kafka error code.
     pub errors: BTreeMap<i16, u64>,
+    /// Messages sent again after a retriable error, by the error's code (each retry counted).
+    pub retried: BTreeMap<i16, u64>,
 }
 
 impl Default for Tally {
@@ -24,6 +26,7 @@ impl Default for Tally {
             bytes: 0,
             latency_us: Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds"),
             errors: BTreeMap::new(),
+            retried: BTreeMap::new(),
         }
     }
 }
@@ -35,6 +38,9 @@ impl Tally {
         self.latency_us.add(&other.latency_us).expect("histograms with the same bounds");
         for (code, n) in &other.errors {
             *self.errors.entry(*code).or_default() += n;
+        }
+        for (code, n) in &other.retried {
+            *self.retried.entry(*code).or_default() += n;
         }
     }
 
@@ -75,10 +81,15 @@ impl Tally {
             }
             _ => {}
         }
+        let name = |code: i16| {
+            kafka_protocol::ResponseError::try_from_code(code)
+                .map_or_else(|| "unknown".to_string(), |e| format!("{e:?}"))
+        };
+        for (code, n) in &self.retried {
+            out.push_str(&format!("retried: {n} x {} (code {code})\n", name(*code)));
+        }
         for (code, n) in &self.errors {
-            let name = kafka_protocol::ResponseError::try_from_code(*code)
-                .map_or_else(|| "unknown".to_string(), |e| format!("{e:?}"));
-            out.push_str(&format!("errors: {n} x {name} (code {code})\n"));
+            out.push_str(&format!("errors: {n} x {} (code {code})\n", name(*code)));
         }
         out
     }

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use shardlog_broker::admin_cli::AdminClient;
+use shardlog_broker::client::KafkaClient;
 
 use crate::produce::{self, Mode, ProduceArgs};
 use crate::report;
@@ -33,7 +33,7 @@ pub struct TpsArgs {
     /// 1, 2, 3, 4, 5 or all.
     #[arg(long, default_value = "all")]
     pub scenario: String,
-    /// Measure this cluster.
+    /// Measure this cluster: brokers HOST:PORT[,HOST:PORT...] (default: $SHARDLOG_BOOTSTRAP, unless --local).
     #[arg(long, conflicts_with = "local")]
     pub bootstrap: Option<String>,
     /// Start a local single-broker cluster to measure (see `cluster`).
@@ -167,9 +167,13 @@ pub fn run(args: &TpsArgs) -> Result<PathBuf> {
             local = Some(cluster);
             bootstrap
         }
-        _ => bail!("give --bootstrap HOST:PORT or --local"),
+        (None, false) => match std::env::var(shardlog_broker::client::BOOTSTRAP_ENV) {
+            Ok(list) if !list.trim().is_empty() => list,
+            _ => bail!("give --bootstrap HOST:PORT[,...] (or set $SHARDLOG_BOOTSTRAP) or --local"),
+        },
+        (Some(_), true) => unreachable!("clap refuses --bootstrap with --local"),
     };
-    let brokers = AdminClient::connect(&bootstrap)?.metadata(None)?.brokers.len();
+    let brokers = KafkaClient::connect(&bootstrap)?.metadata(None)?.brokers.len();
     let run_id = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let measured_rows: usize =
         scenarios.iter().flat_map(|s| scenario_rows(*s)).filter(|r| r.replicas as usize <= brokers).count();
@@ -196,7 +200,7 @@ pub fn run(args: &TpsArgs) -> Result<PathBuf> {
                 progress.set_message(format!("scenario {scenario} row {}", i + 1));
                 let topic = format!("tps-s{scenario}-{i}-{run_id}");
                 let outcome = measure(&bootstrap, &topic, &r, args, &progress);
-                let _ = AdminClient::connect(&bootstrap).and_then(|mut a| a.delete_topic(&topic));
+                let _ = KafkaClient::connect(&bootstrap).and_then(|mut a| a.delete_topic(&topic));
                 outcome
             };
             rows.push((r, outcome));
@@ -237,7 +241,7 @@ fn measure(bootstrap: &str, topic: &str, r: &Row, args: &TpsArgs, progress: &ind
         configs.push(("flush.ms".into(), i64::MAX.to_string()));
     }
     let created =
-        AdminClient::connect(bootstrap).and_then(|mut a| a.create_topic(topic, r.partitions, r.replicas, &configs));
+        KafkaClient::connect(bootstrap).and_then(|mut a| a.create_topic(topic, r.partitions, r.replicas, &configs));
     if let Err(e) = created {
         return Outcome::Failed(format!("create topic: {e:#}"));
     }
@@ -254,7 +258,10 @@ fn measure(bootstrap: &str, topic: &str, r: &Row, args: &TpsArgs, progress: &ind
         in_flight: 1,
         batch_bytes: 1024,
         rate: None,
-        linger_ms: 0,
+        linger_ms: None,
+        // The seed's Kafka 0.10 producer did not retry (`retries` defaulted to 0 then).
+        retries: 0,
+        delivery_timeout_ms: 120_000,
         compression: "none".into(),
         messages: None,
         duration: Some(args.duration),

@@ -15,7 +15,7 @@ use rdkafka::message::{DeliveryResult, Message};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use shardlog_bench::cluster::{Cluster, ClusterArgs};
-use shardlog_broker::admin_cli::AdminClient;
+use shardlog_broker::client::KafkaClient;
 
 const TOPIC: &str = "spread";
 const PARTITIONS: i32 = 6;
@@ -96,7 +96,7 @@ fn leaders(addr: &str) -> BTreeMap<i32, i32> {
 
 /// Each partition's leader as `addr` tells it (none while it does not know the topic yet).
 fn leaders_of(addr: &str, name: &str) -> BTreeMap<i32, i32> {
-    let metadata = AdminClient::connect(addr).unwrap().metadata(Some(&[name])).unwrap();
+    let metadata = KafkaClient::connect(addr).unwrap().metadata(Some(&[name])).unwrap();
     let topic = metadata.topics.iter().find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == name)).unwrap();
     topic.partitions.iter().map(|p| (p.partition_index, p.leader_id.0)).collect()
 }
@@ -130,7 +130,7 @@ fn three_brokers_spread_a_topic_and_a_killed_broker_takes_its_partitions_away_an
     .expect("three brokers start");
     // Everything goes through broker 1 as the only bootstrap server: clients find the others from it.
     let bootstrap = cluster.addr(1).to_string();
-    AdminClient::connect(&bootstrap).unwrap().create_topic(TOPIC, PARTITIONS, 1, &[]).unwrap();
+    KafkaClient::connect(&bootstrap).unwrap().create_topic(TOPIC, PARTITIONS, 1, &[]).unwrap();
 
     let led = leaders(&bootstrap);
     let mut per_broker: BTreeMap<i32, Vec<i32>> = BTreeMap::new();
@@ -208,11 +208,11 @@ fn three_brokers_spread_a_topic_and_a_killed_broker_takes_its_partitions_away_an
     let held: Vec<String> = gone.iter().map(|p| format!("{TOPIC}-{p}")).collect();
     assert_eq!(dirs(""), held, "broker 3 holds its partitions");
     cluster.kill(3).unwrap();
-    AdminClient::connect(&bootstrap).unwrap().delete_topic(TOPIC).unwrap();
+    KafkaClient::connect(&bootstrap).unwrap().delete_topic(TOPIC).unwrap();
     cluster.restart(3, 3).unwrap();
     let set_aside: Vec<String> = held.iter().map(|d| format!("{d}.stray")).collect();
     assert_eq!(dirs(""), set_aside, "the deleted topic's logs are set aside on broker 3, not served");
-    let metadata = AdminClient::connect(cluster.addr(3)).unwrap().metadata(None).unwrap();
+    let metadata = KafkaClient::connect(cluster.addr(3)).unwrap().metadata(None).unwrap();
     assert!(metadata.topics.is_empty(), "broker 3 knows the topic is gone");
     cluster.stop().unwrap();
 }
@@ -234,7 +234,7 @@ fn three_brokers_start_restart_and_stop_without_a_warning() {
         // The second start finds the voters' ports recorded in the data dir, as the quorum remembers them.
         let mut cluster = Cluster::start(&args).expect("three brokers start");
         if round == 0 {
-            AdminClient::connect(cluster.addr(1)).unwrap().create_topic("calm", 6, 1, &[]).unwrap();
+            KafkaClient::connect(cluster.addr(1)).unwrap().create_topic("calm", 6, 1, &[]).unwrap();
         }
         let led = |leaders: BTreeMap<i32, i32>| leaders.len() == 6 && leaders.values().all(|l| *l > 0);
         wait_for("every partition to have a leader", || led(leaders_of(cluster.addr(3), "calm")));
@@ -246,4 +246,124 @@ fn three_brokers_start_restart_and_stop_without_a_warning() {
         let alarms: Vec<&str> = log.lines().filter(|l| l.contains(" WARN ") || l.contains(" ERROR ")).collect();
         assert_eq!(alarms, Vec::<&str>::new(), "broker {id}");
     }
+}
+
+/// Runs `binary args...` with `$SHARDLOG_BOOTSTRAP` set to `env_bootstrap`; returns stdout, failing the test
+/// (with stderr) if it fails.
+fn tool(binary: &std::path::Path, args: &[&str], env_bootstrap: &str) -> String {
+    let out = std::process::Command::new(binary)
+        .args(args)
+        .env(shardlog_broker::client::BOOTSTRAP_ENV, env_bootstrap)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{args:?}: {}\n{stdout}", String::from_utf8_lossy(&out.stderr));
+    stdout
+}
+
+#[test]
+fn every_tool_works_against_three_brokers_through_a_bootstrap_list() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = Cluster::start(&ClusterArgs {
+        brokers: 3,
+        base_port: 0,
+        quorum_base_port: None,
+        data_dir: dir.path().to_path_buf(),
+        shards: Some(1),
+        shardlog: None,
+        settings: Vec::new(),
+    })
+    .expect("three brokers start");
+    let shardlog = shardlog_bench::cluster::shardlog_binary(None);
+    let bench = std::path::PathBuf::from(env!("CARGO_BIN_EXE_shardlog-bench"));
+    // The launcher's list, led by an address nobody listens on: the tools go on to the next one.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let list = format!("{dead},{}", cluster.bootstrap);
+    assert_eq!(cluster.bootstrap.split(',').count(), 3, "{}", cluster.bootstrap);
+    // Half of the calls name the list with --bootstrap, the others take it from $SHARDLOG_BOOTSTRAP.
+    let no_env = "nobody.invalid:1";
+
+    tool(
+        &shardlog,
+        &["topic", "create", "c3", "--partitions", "6", "--replication-factor", "1", "--bootstrap", &list],
+        no_env,
+    );
+    assert!(tool(&shardlog, &["topic", "list"], &list).lines().any(|l| l == "c3"));
+    let acked = dir.path().join("acked.txt");
+    let produced = tool(
+        &bench,
+        &["produce", "--topic", "c3", "--mode", "async", "--messages", "6000", "--record", acked.to_str().unwrap()],
+        &list,
+    );
+    assert!(produced.contains("6000 messages in"), "{produced}");
+
+    let described = tool(&shardlog, &["topic", "describe", "c3", "--bootstrap", &list], no_env);
+    let partitions: Vec<&str> = described.lines().filter(|l| l.contains("Partition: ")).collect();
+    assert_eq!(partitions.len(), 6, "{described}");
+    for broker in 1..=3 {
+        assert!(described.contains(&format!("Leader: {broker}\t")), "every broker leads some: {described}");
+    }
+    let end: i64 =
+        partitions.iter().map(|l| l.split("LogEndOffset: ").nth(1).unwrap().trim().parse::<i64>().unwrap()).sum();
+    assert_eq!(end, 6000, "offsets come from each partition's leader: {described}");
+
+    let consumed = tool(&bench, &["consume", "--topic", "c3", "--messages", "6000"], &list);
+    assert!(consumed.starts_with("6000 messages in"), "{consumed}");
+    let audit = tool(
+        &bench,
+        &["audit", "--topic", "c3", "--records", acked.to_str().unwrap(), "--exactly-once", "--bootstrap", &list],
+        no_env,
+    );
+    assert!(audit.starts_with("acknowledged 6000, stored 6000: missing 0, moved 0"), "{audit}");
+
+    let report = dir.path().join("report");
+    let table =
+        tool(&bench, &["tps-table", "--scenario", "3", "--duration", "1s", "--out", report.to_str().unwrap()], &list);
+    assert!(report.join("report.md").is_file(), "{table}");
+
+    tool(&shardlog, &["topic", "delete", "c3"], &list);
+    assert!(!tool(&shardlog, &["topic", "list", "--bootstrap", &list], no_env).lines().any(|l| l == "c3"));
+}
+
+#[test]
+fn tools_wait_out_a_leader_that_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = Cluster::start(&ClusterArgs {
+        brokers: 3,
+        base_port: 0,
+        quorum_base_port: None,
+        data_dir: dir.path().to_path_buf(),
+        shards: Some(1),
+        shardlog: None,
+        settings: vec!["broker.session.timeout.ms=6000".into(), "broker.heartbeat.interval.ms=500".into()],
+    })
+    .expect("three brokers start");
+    let shardlog = shardlog_bench::cluster::shardlog_binary(None);
+    let bench = std::path::PathBuf::from(env!("CARGO_BIN_EXE_shardlog-bench"));
+    let list = cluster.bootstrap.clone();
+    let acked = dir.path().join("acked.txt");
+    tool(&shardlog, &["topic", "create", "moving", "--partitions", "3", "--replication-factor", "1"], &list);
+    tool(
+        &bench,
+        &["produce", "--topic", "moving", "--messages", "3000", "--mode", "async", "--record", acked.to_str().unwrap()],
+        &list,
+    );
+
+    // Broker 2 dies: its partition has no reachable leader until it is back, some seconds later.
+    cluster.kill(2).unwrap();
+    let (audit, described) = {
+        let (bench, shardlog, list, acked) = (bench.clone(), shardlog.clone(), list.clone(), acked.clone());
+        let audit = std::thread::spawn(move || {
+            tool(&bench, &["audit", "--topic", "moving", "--records", acked.to_str().unwrap()], &list)
+        });
+        let list = cluster.bootstrap.clone();
+        let described = std::thread::spawn(move || tool(&shardlog, &["topic", "describe", "moving"], &list));
+        (audit, described)
+    };
+    std::thread::sleep(Duration::from_secs(3));
+    cluster.restart(2, 3).unwrap();
+    let audit = audit.join().unwrap();
+    assert!(audit.starts_with("acknowledged 3000, stored 3000: missing 0, moved 0"), "{audit}");
+    let described = described.join().unwrap();
+    assert_eq!(described.lines().filter(|l| l.contains("Partition: ")).count(), 3, "{described}");
 }

@@ -13,6 +13,7 @@ pub const VERSION: &str = concat!(
 );
 
 pub mod admin_cli;
+pub mod client;
 pub mod config;
 pub mod handlers;
 pub mod logging;

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
+use shardlog_broker::client::KafkaClient;
 use shardlog_broker::config::{BrokerConfig, Sources};
 use shardlog_broker::runtime::{self, Shutdown};
 use shardlog_net::alloc::ReservingAllocator;
@@ -55,26 +56,40 @@ enum TopicCommand {
         /// A topic setting, KEY=VALUE with Kafka's names (repeatable).
         #[arg(long = "config", value_name = "KEY=VALUE")]
         configs: Vec<String>,
-        #[arg(long, default_value = "127.0.0.1:9092")]
-        bootstrap: String,
+        #[command(flatten)]
+        bootstrap: Bootstrap,
     },
     /// List topic names.
     List {
-        #[arg(long, default_value = "127.0.0.1:9092")]
-        bootstrap: String,
+        #[command(flatten)]
+        bootstrap: Bootstrap,
     },
     /// Show a topic's partitions (leader, replicas, ISR, log start and end offsets) and settings.
     Describe {
         name: String,
-        #[arg(long, default_value = "127.0.0.1:9092")]
-        bootstrap: String,
+        #[command(flatten)]
+        bootstrap: Bootstrap,
     },
     /// Delete a topic and its data.
     Delete {
         name: String,
-        #[arg(long, default_value = "127.0.0.1:9092")]
-        bootstrap: String,
+        #[command(flatten)]
+        bootstrap: Bootstrap,
     },
+}
+
+/// Where the cluster is: any of its brokers.
+#[derive(Debug, Args)]
+struct Bootstrap {
+    /// Brokers to reach the cluster through, HOST:PORT[,HOST:PORT...]: the first that answers is used.
+    #[arg(long = "bootstrap", env = shardlog_broker::client::BOOTSTRAP_ENV, default_value = shardlog_broker::client::DEFAULT_BOOTSTRAP)]
+    list: String,
+}
+
+impl Bootstrap {
+    fn connect(&self) -> Result<KafkaClient> {
+        KafkaClient::connect(&self.list)
+    }
 }
 
 #[derive(Debug, Args)]
@@ -212,7 +227,7 @@ fn quorum(args: QuorumArgs) -> Result<()> {
 }
 
 fn topic(command: TopicCommand) -> Result<()> {
-    use shardlog_broker::admin_cli::{self, AdminClient};
+    use shardlog_broker::admin_cli;
     match command {
         TopicCommand::Create { name, partitions, replication_factor, configs, bootstrap } => {
             let configs = configs
@@ -223,15 +238,15 @@ fn topic(command: TopicCommand) -> Result<()> {
                         .with_context(|| format!("--config {c:?} is not KEY=VALUE"))
                 })
                 .collect::<Result<Vec<_>>>()?;
-            AdminClient::connect(&bootstrap)?.create_topic(&name, partitions, replication_factor, &configs)?;
+            bootstrap.connect()?.create_topic(&name, partitions, replication_factor, &configs)?;
             println!("Created topic {name}.");
         }
-        TopicCommand::List { bootstrap } => print!("{}", admin_cli::list(&mut AdminClient::connect(&bootstrap)?)?),
+        TopicCommand::List { bootstrap } => print!("{}", admin_cli::list(&mut bootstrap.connect()?)?),
         TopicCommand::Describe { name, bootstrap } => {
-            print!("{}", admin_cli::describe(&mut AdminClient::connect(&bootstrap)?, &name)?)
+            print!("{}", admin_cli::describe(&mut bootstrap.connect()?, &name)?)
         }
         TopicCommand::Delete { name, bootstrap } => {
-            AdminClient::connect(&bootstrap)?.delete_topic(&name)?;
+            bootstrap.connect()?.delete_topic(&name)?;
             println!("Deleted topic {name}.");
         }
     }

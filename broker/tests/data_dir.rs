@@ -8,7 +8,7 @@ mod common;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use shardlog_broker::admin_cli::AdminClient;
+use shardlog_broker::client::KafkaClient;
 
 use common::Broker;
 use common::requests::{batch, create, fetch_all, produce_one, stored};
@@ -93,7 +93,7 @@ fn topics_recorded_before_the_quorum_are_imported_with_their_logs() {
         assert_eq!(err, 0);
         assert_eq!(records.as_ref(), expected[p as usize].as_slice(), "partition {p} kept its records");
     }
-    let mut admin = AdminClient::connect(&format!("127.0.0.1:{}", broker.port)).unwrap();
+    let mut admin = KafkaClient::connect(&format!("127.0.0.1:{}", broker.port)).unwrap();
     let topic = admin.metadata(Some(&["legacy"])).unwrap().topics.remove(0);
     assert_eq!(topic.topic_id.to_string(), id, "the recorded topic id is kept");
     let retention = admin.configs("legacy").unwrap().into_iter().find(|(k, _, _)| k == "retention.ms").unwrap();

@@ -7,7 +7,8 @@ mod common;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use shardlog_broker::admin_cli::{self, AdminClient};
+use shardlog_broker::admin_cli;
+use shardlog_broker::client::KafkaClient;
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
@@ -56,9 +57,9 @@ fn two_brokers_started_at_once_on_one_port_leave_one_serving_and_one_refused() {
     assert!(stderr.contains("Address already in use"), "{stderr}");
 
     // Every client lands on the survivor: a topic created once is listed by every new connection.
-    AdminClient::connect(&listen).unwrap().create_topic("only-here", 1, 1, &[]).unwrap();
+    KafkaClient::connect(&listen).unwrap().create_topic("only-here", 1, 1, &[]).unwrap();
     for _ in 0..6 {
-        assert_eq!(admin_cli::list(&mut AdminClient::connect(&listen).unwrap()).unwrap(), "only-here\n");
+        assert_eq!(admin_cli::list(&mut KafkaClient::connect(&listen).unwrap()).unwrap(), "only-here\n");
     }
     stop(survivor);
 }

@@ -1,0 +1,409 @@
+//! A blocking Kafka client for shardlog's own tools: the admin CLI, the load generators, the tests. It
+//! does what Kafka clients do, so that a tool works against a cluster as it does against one broker: it
+//! takes a bootstrap list and uses whichever broker answers, asks any broker for the cluster's metadata,
+//! sends each partition's requests to that partition's leader, and on NOT_LEADER_OR_FOLLOWER,
+//! UNKNOWN_TOPIC_OR_PARTITION and Kafka's other retriable errors refreshes the metadata and tries again,
+//! for up to [`KafkaClient::retry_for`].
+
+mod connection;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use kafka_protocol::ResponseError;
+use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::{
+    ApiKey, BrokerId, CreateTopicsRequest, DeleteTopicsRequest, DescribeConfigsRequest, ListOffsetsRequest,
+    MetadataRequest, MetadataResponse, ResponseKind, TopicName,
+};
+use kafka_protocol::protocol::{Encodable, StrBytes};
+
+pub use connection::{Connection, Receiver, Sender};
+
+/// The environment variable a `--bootstrap` list defaults to.
+pub const BOOTSTRAP_ENV: &str = "SHARDLOG_BOOTSTRAP";
+/// The bootstrap list without `--bootstrap` or `$SHARDLOG_BOOTSTRAP`: the default single node.
+pub const DEFAULT_BOOTSTRAP: &str = "127.0.0.1:9092";
+/// How long a request that gets a retriable answer is tried again (metadata reaches every broker
+/// within a heartbeat; a new leader is elected within a broker session).
+pub const RETRY_FOR: Duration = Duration::from_secs(30);
+/// The pause before a retry.
+const RETRY_PAUSE: Duration = Duration::from_millis(100);
+
+/// Versions this client speaks (ones every current broker has).
+const METADATA_VERSIONS: (i16, i16) = (1, 12);
+const CREATE_TOPICS_V: i16 = 5;
+const DELETE_TOPICS_V: i16 = 4;
+const LIST_OFFSETS_V: i16 = 5;
+const DESCRIBE_CONFIGS_V: i16 = 2;
+
+/// Splits a bootstrap list, `HOST:PORT[,HOST:PORT...]`.
+pub fn parse_bootstrap(list: &str) -> Result<Vec<String>> {
+    let addrs: Vec<String> = list.split(',').map(str::trim).filter(|a| !a.is_empty()).map(String::from).collect();
+    if addrs.is_empty() {
+        bail!("empty bootstrap list {list:?}: give HOST:PORT[,HOST:PORT...]");
+    }
+    if let Some(bad) =
+        addrs.iter().find(|a| !a.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok()))
+    {
+        bail!("bootstrap address {bad:?} is not HOST:PORT");
+    }
+    Ok(addrs)
+}
+
+/// A topic's partitions and where each one's leader is.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TopicLayout {
+    pub partitions: i32,
+    /// Leader address per partition, for the partitions that have a leader.
+    pub leaders: BTreeMap<i32, String>,
+}
+
+impl TopicLayout {
+    /// Partitions grouped by leader address.
+    pub fn by_leader(&self) -> BTreeMap<String, Vec<i32>> {
+        let mut out: BTreeMap<String, Vec<i32>> = BTreeMap::new();
+        for (p, addr) in &self.leaders {
+            out.entry(addr.clone()).or_default().push(*p);
+        }
+        out
+    }
+}
+
+/// A Kafka error code as an error, or nothing for 0.
+pub fn check(code: i16, what: &str) -> Result<()> {
+    match ResponseError::try_from_code(code) {
+        None => Ok(()),
+        Some(e) => bail!("{what}: {e} (error code {code})"),
+    }
+}
+
+fn retriable(code: i16) -> bool {
+    ResponseError::try_from_code(code).is_some_and(|e| e.is_retriable())
+}
+
+fn topic_name(n: &str) -> TopicName {
+    TopicName(StrBytes::from_string(n.to_string()))
+}
+
+/// Connections to a cluster's brokers, and what it was last told of them.
+#[derive(Debug)]
+pub struct KafkaClient {
+    bootstrap: Vec<String>,
+    /// Open connections, by broker address.
+    connections: BTreeMap<String, Connection>,
+    /// Where cluster-wide requests (Metadata, topic administration) go: the broker that answered last.
+    home: String,
+    /// Broker id to address, from the last Metadata answer.
+    brokers: BTreeMap<i32, String>,
+    /// Each topic's layout as last looked up: where [`Self::route`] sends requests first.
+    layouts: BTreeMap<String, TopicLayout>,
+    metadata_version: i16,
+    /// How long requests that get retriable answers are tried again.
+    pub retry_for: Duration,
+}
+
+impl KafkaClient {
+    /// Connects to the first broker of the bootstrap list that answers.
+    pub fn connect(bootstrap: &str) -> Result<KafkaClient> {
+        let bootstrap = parse_bootstrap(bootstrap)?;
+        let mut failures = Vec::new();
+        for addr in &bootstrap {
+            match Connection::open(addr)
+                .and_then(|mut c| c.negotiate(ApiKey::Metadata, METADATA_VERSIONS).map(|v| (c, v)))
+            {
+                Ok((conn, metadata_version)) => {
+                    return Ok(KafkaClient {
+                        connections: BTreeMap::from([(addr.clone(), conn)]),
+                        home: addr.clone(),
+                        bootstrap,
+                        brokers: BTreeMap::new(),
+                        layouts: BTreeMap::new(),
+                        metadata_version,
+                        retry_for: RETRY_FOR,
+                    });
+                }
+                Err(e) => failures.push(format!("{addr}: {e:#}")),
+            }
+        }
+        bail!("no bootstrap broker answered ({})", failures.join("; "))
+    }
+
+    /// The connection to `addr`, opened if need be.
+    pub fn connection(&mut self, addr: &str) -> Result<&mut Connection> {
+        if !self.connections.contains_key(addr) {
+            self.connections.insert(addr.to_string(), Connection::open(addr)?);
+        }
+        Ok(self.connections.get_mut(addr).expect("inserted above"))
+    }
+
+    /// Drops the connection to `addr` (after it failed; the next use opens a new one).
+    pub fn forget(&mut self, addr: &str) {
+        self.connections.remove(addr);
+    }
+
+    /// Sends a request any broker may answer: to the home broker, or, if it does not answer, to the
+    /// next of the known brokers and the bootstrap list that does (which becomes home).
+    pub fn call_any<T: Encodable>(&mut self, api: ApiKey, version: i16, body: &T) -> Result<ResponseKind> {
+        let mut candidates = vec![self.home.clone()];
+        for addr in self.brokers.values().chain(&self.bootstrap) {
+            if !candidates.contains(addr) {
+                candidates.push(addr.clone());
+            }
+        }
+        let mut failures = Vec::new();
+        for addr in candidates {
+            match self.connection(&addr).and_then(|c| c.call(api, version, body)) {
+                Ok(answer) => {
+                    self.home = addr;
+                    return Ok(answer);
+                }
+                Err(e) => {
+                    self.forget(&addr);
+                    failures.push(format!("{addr}: {e:#}"));
+                }
+            }
+        }
+        bail!("no broker answered {api:?} ({})", failures.join("; "))
+    }
+
+    /// Metadata of `topics` (`None`: every topic), from any broker; remembers the brokers' addresses.
+    pub fn metadata(&mut self, topics: Option<&[&str]>) -> Result<MetadataResponse> {
+        let req = MetadataRequest::default().with_allow_auto_topic_creation(false).with_topics(
+            topics
+                .map(|ts| ts.iter().map(|t| MetadataRequestTopic::default().with_name(Some(topic_name(t)))).collect()),
+        );
+        let ResponseKind::Metadata(r) = self.call_any(ApiKey::Metadata, self.metadata_version, &req)? else {
+            bail!("wrong answer to Metadata")
+        };
+        self.brokers = r.brokers.iter().map(|b| (b.node_id.0, format!("{}:{}", b.host.as_str(), b.port))).collect();
+        Ok(r)
+    }
+
+    /// The topic's partitions and their leaders as the cluster tells them now. A topic the answering
+    /// broker does not know yet (just created through another broker) is asked for again, up to
+    /// [`Self::retry_for`].
+    pub fn layout(&mut self, topic: &str) -> Result<TopicLayout> {
+        let deadline = Instant::now() + self.retry_for;
+        loop {
+            let metadata = self.metadata(Some(&[topic]))?;
+            let t = metadata.topics.first().context("empty Metadata answer")?;
+            if t.error_code == 0 {
+                let mut layout = TopicLayout { partitions: t.partitions.len() as i32, leaders: BTreeMap::new() };
+                for p in &t.partitions {
+                    if let Some(addr) = self.brokers.get(&p.leader_id.0) {
+                        layout.leaders.insert(p.partition_index, addr.clone());
+                    }
+                }
+                self.layouts.insert(topic.to_string(), layout.clone());
+                return Ok(layout);
+            }
+            if !retriable(t.error_code) || Instant::now() >= deadline {
+                check(t.error_code, &format!("topic {topic}"))?;
+            }
+            std::thread::sleep(RETRY_PAUSE);
+        }
+    }
+
+    /// [`Self::layout`] once every partition has a leader (up to [`Self::retry_for`]).
+    pub fn led_layout(&mut self, topic: &str) -> Result<TopicLayout> {
+        let deadline = Instant::now() + self.retry_for;
+        loop {
+            let layout = self.layout(topic)?;
+            if layout.leaders.len() == layout.partitions as usize {
+                return Ok(layout);
+            }
+            if Instant::now() >= deadline {
+                let leaderless = (0..layout.partitions).find(|p| !layout.leaders.contains_key(p)).unwrap_or(0);
+                bail!("{topic}-{leaderless} has no leader after {:?}", self.retry_for);
+            }
+            std::thread::sleep(RETRY_PAUSE);
+        }
+    }
+
+    /// The address of a partition's leader now, from fresh metadata (`None`: it has none right now).
+    pub fn leader(&mut self, topic: &str, partition: i32) -> Result<Option<String>> {
+        Ok(self.layout(topic)?.leaders.remove(&partition))
+    }
+
+    /// Asks each partition's leader about it: `ask` gets a connection to a leader and the partitions it
+    /// leads, and returns each one's outcome (a value, or a Kafka error code). The leaders are those last
+    /// looked up; partitions answered with a retriable error (NOT_LEADER_OR_FOLLOWER,
+    /// UNKNOWN_TOPIC_OR_PARTITION, ...), or whose leader did not answer or is not known, are asked again
+    /// after fresh metadata, up to [`Self::retry_for`].
+    /// `what` names the request in errors.
+    pub fn route<T>(
+        &mut self,
+        topic: &str,
+        partitions: &[i32],
+        what: &str,
+        mut ask: impl FnMut(&mut Connection, &[i32]) -> Result<Vec<(i32, Result<T, i16>)>>,
+    ) -> Result<BTreeMap<i32, T>> {
+        let deadline = Instant::now() + self.retry_for;
+        let mut done = BTreeMap::new();
+        let mut pending: BTreeSet<i32> = partitions.iter().copied().collect();
+        let mut reasons: BTreeMap<i32, String> = BTreeMap::new();
+        let mut cached = self.layouts.get(topic).cloned();
+        loop {
+            let layout = match cached.take() {
+                Some(layout) => layout,
+                None => self.layout(topic)?,
+            };
+            if let Some(p) = pending.iter().find(|p| **p < 0 || **p >= layout.partitions) {
+                bail!("{what} of {topic}-{p}: the topic has {} partitions", layout.partitions);
+            }
+            let mut by_leader: BTreeMap<String, Vec<i32>> = BTreeMap::new();
+            for p in &pending {
+                match layout.leaders.get(p) {
+                    Some(addr) => by_leader.entry(addr.clone()).or_default().push(*p),
+                    None => {
+                        reasons.insert(*p, "no leader".into());
+                    }
+                }
+            }
+            for (addr, asked) in by_leader {
+                let answers = match self.connection(&addr).and_then(|conn| ask(conn, &asked)) {
+                    Ok(answers) => answers,
+                    Err(e) => {
+                        self.forget(&addr);
+                        for p in &asked {
+                            reasons.insert(*p, format!("{addr}: {e:#}"));
+                        }
+                        continue;
+                    }
+                };
+                for (p, outcome) in answers {
+                    if !asked.contains(&p) {
+                        continue;
+                    }
+                    match outcome {
+                        Ok(value) => {
+                            pending.remove(&p);
+                            done.insert(p, value);
+                        }
+                        Err(code) if retriable(code) => {
+                            let error = ResponseError::try_from_code(code).expect("a known code");
+                            reasons.insert(p, format!("{error} (error code {code}) from {addr}"));
+                        }
+                        Err(code) => check(code, &format!("{what} of {topic}-{p}"))?,
+                    }
+                }
+            }
+            if pending.is_empty() {
+                return Ok(done);
+            }
+            if Instant::now() >= deadline {
+                let p = pending.first().expect("not empty");
+                let reason = reasons.get(p).map_or("no answer", String::as_str);
+                bail!("{what} of {topic}-{p}: {reason}, still after {:?} of retries", self.retry_for);
+            }
+            std::thread::sleep(RETRY_PAUSE);
+        }
+    }
+
+    /// (earliest, latest) offsets of each partition, each asked of its leader.
+    pub fn offsets(&mut self, topic: &str, partitions: i32) -> Result<Vec<(i64, i64)>> {
+        let all: Vec<i32> = (0..partitions).collect();
+        let mut bounds = Vec::new();
+        for timestamp in [-2i64, -1] {
+            bounds.push(self.route(topic, &all, "list offsets", |conn, asked| {
+                let req = ListOffsetsRequest::default().with_replica_id(BrokerId(-1)).with_topics(vec![
+                    ListOffsetsTopic::default().with_name(topic_name(topic)).with_partitions(
+                        asked
+                            .iter()
+                            .map(|&p| ListOffsetsPartition::default().with_partition_index(p).with_timestamp(timestamp))
+                            .collect(),
+                    ),
+                ]);
+                let ResponseKind::ListOffsets(r) = conn.call(ApiKey::ListOffsets, LIST_OFFSETS_V, &req)? else {
+                    bail!("wrong answer to ListOffsets")
+                };
+                Ok(r.topics
+                    .iter()
+                    .flat_map(|t| &t.partitions)
+                    .map(|p| (p.partition_index, if p.error_code == 0 { Ok(p.offset) } else { Err(p.error_code) }))
+                    .collect())
+            })?);
+        }
+        Ok(all.iter().map(|p| (bounds[0][p], bounds[1][p])).collect())
+    }
+
+    pub fn create_topic(
+        &mut self,
+        topic: &str,
+        partitions: i32,
+        replication: i16,
+        configs: &[(String, String)],
+    ) -> Result<()> {
+        let t = CreatableTopic::default()
+            .with_name(topic_name(topic))
+            .with_num_partitions(partitions)
+            .with_replication_factor(replication)
+            .with_configs(
+                configs
+                    .iter()
+                    .map(|(k, v)| {
+                        CreatableTopicConfig::default()
+                            .with_name(StrBytes::from_string(k.clone()))
+                            .with_value(Some(StrBytes::from_string(v.clone())))
+                    })
+                    .collect(),
+            );
+        let req = CreateTopicsRequest::default().with_topics(vec![t]).with_timeout_ms(30_000);
+        let ResponseKind::CreateTopics(r) = self.call_any(ApiKey::CreateTopics, CREATE_TOPICS_V, &req)? else {
+            bail!("wrong answer to CreateTopics")
+        };
+        let result = r.topics.first().context("empty CreateTopics answer")?;
+        let detail = result.error_message.as_ref().map(|m| m.as_str().to_string()).unwrap_or_default();
+        check(result.error_code, &format!("create topic {topic} {detail}"))
+    }
+
+    pub fn delete_topic(&mut self, topic: &str) -> Result<()> {
+        let req = DeleteTopicsRequest::default().with_topic_names(vec![topic_name(topic)]).with_timeout_ms(30_000);
+        let ResponseKind::DeleteTopics(r) = self.call_any(ApiKey::DeleteTopics, DELETE_TOPICS_V, &req)? else {
+            bail!("wrong answer to DeleteTopics")
+        };
+        check(r.responses.first().context("empty DeleteTopics answer")?.error_code, &format!("delete topic {topic}"))
+    }
+
+    /// (key, value, set on the topic) for every config the broker reports for `topic`.
+    pub fn configs(&mut self, topic: &str) -> Result<Vec<(String, String, bool)>> {
+        let req = DescribeConfigsRequest::default().with_resources(vec![
+            DescribeConfigsResource::default()
+                .with_resource_type(2)
+                .with_resource_name(StrBytes::from_string(topic.to_string())),
+        ]);
+        let ResponseKind::DescribeConfigs(r) = self.call_any(ApiKey::DescribeConfigs, DESCRIBE_CONFIGS_V, &req)? else {
+            bail!("wrong answer to DescribeConfigs")
+        };
+        let result = r.results.first().context("empty DescribeConfigs answer")?;
+        check(result.error_code, &format!("describe configs of {topic}"))?;
+        Ok(result
+            .configs
+            .iter()
+            .map(|c| {
+                let value = c.value.as_ref().map_or_else(|| "(null)".to_string(), |v| v.as_str().to_string());
+                // DYNAMIC_TOPIC_CONFIG (1) means set on the topic.
+                (c.name.as_str().to_string(), value, c.config_source == 1)
+            })
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bootstrap_lists_are_split_and_checked() {
+        assert_eq!(parse_bootstrap("a:1, b:2,").unwrap(), vec!["a:1", "b:2"]);
+        assert_eq!(parse_bootstrap("[::1]:9092").unwrap(), vec!["[::1]:9092"]);
+        for bad in ["", " , ", "a", "a:x", ":9092", "a:1,b"] {
+            assert!(parse_bootstrap(bad).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -1,6 +1,8 @@
 //! The report folder of a `tps-table` run: `report.md` (the tables, as also printed), `results.csv`,
 //! `hdr/*.hlog` (each row's latency histogram, HdrHistogram interval-log format) and charts as SVG and
-//! PNG: `tps` (each row's TPS beside the seed's) and `latency` (percentile curves).
+//! PNG: `tps` (each row's TPS beside the seed's, on a log scale so that rows a thousand times apart are
+//! both visible, rows that did not run marked as such) and `latency` (percentile curves with ticks at
+//! p50, p90, p99, p99.9 and p99.99). Rows are labelled by what they are, e.g. `S3 acks=1 RF=1`.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -11,6 +13,7 @@ use hdrhistogram::serialization::V2Serializer;
 use hdrhistogram::serialization::interval_log::IntervalLogWriterBuilder;
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::tps_table::{Outcome, Row, Table};
 
@@ -30,20 +33,43 @@ pub fn write(out: &Path, tables: &[Table], flush: &str, brokers: usize) -> Resul
     std::fs::write(out.join("results.csv"), csv(tables, flush))?;
     write_histograms(out, tables)?;
     register_font()?;
-    let measured: Vec<(String, &Row, &Outcome)> = tables
-        .iter()
-        .flat_map(|t| t.rows.iter().enumerate().map(move |(i, (r, o))| (format!("s{}r{}", t.scenario, i + 1), r, o)))
-        .filter(|(_, _, o)| o.tps().is_some())
-        .collect();
+    let rows: Vec<(String, &Row, &Outcome)> =
+        tables.iter().flat_map(|t| t.rows.iter().map(|(r, o)| (label(r), r, o))).collect();
+    // One band of bars per row.
+    let size = (1100, 110 + 34 * rows.len().max(1) as u32);
     let svg = out.join("tps.svg");
-    draw_tps(SVGBackend::new(&svg, (1000, 500)).into_drawing_area(), &measured)?;
+    draw_tps(SVGBackend::new(&svg, size).into_drawing_area(), &rows)?;
     let png = out.join("tps.png");
-    draw_tps(BitMapBackend::new(&png, (1000, 500)).into_drawing_area(), &measured)?;
+    draw_tps(BitMapBackend::new(&png, size).into_drawing_area(), &rows)?;
     let svg = out.join("latency.svg");
-    draw_latency(SVGBackend::new(&svg, (1000, 500)).into_drawing_area(), &measured)?;
+    draw_latency(SVGBackend::new(&svg, (1100, 560)).into_drawing_area(), &rows)?;
     let png = out.join("latency.png");
-    draw_latency(BitMapBackend::new(&png, (1000, 500)).into_drawing_area(), &measured)?;
+    draw_latency(BitMapBackend::new(&png, (1100, 560)).into_drawing_area(), &rows)?;
     Ok(())
+}
+
+/// What a row is, in the terms of its table: `S3 acks=1 RF=1`, `S1 acks=-1 RF=3 min.isr=2 P=12`.
+pub fn label(r: &Row) -> String {
+    let mut out = format!("S{} acks={} RF={}", r.scenario, acks(r.acks), r.replicas);
+    if let Some(m) = r.min_insync {
+        let _ = write!(out, " min.isr={m}");
+    }
+    if r.scenario == 1 || r.scenario == 4 {
+        let _ = write!(out, " P={}", r.partitions);
+    }
+    out
+}
+
+/// Why a row has no figure, for the charts.
+fn not_run(o: &Outcome) -> Option<String> {
+    match o {
+        Outcome::Measured { .. } => None,
+        Outcome::Needs { brokers } => Some(format!("not run: needs {brokers} brokers")),
+        Outcome::Failed(reason) => {
+            let short: String = reason.chars().take(70).collect();
+            Some(format!("not run: {short}"))
+        }
+    }
 }
 
 fn acks(a: i16) -> &'static str {
@@ -207,53 +233,68 @@ fn plot_err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
     anyhow!("draw chart: {e:?}")
 }
 
-/// Each measured row's TPS beside the seed's.
+/// Each row's TPS beside the seed's, one band per row, on a log scale; rows without a figure say why.
 fn draw_tps<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, rows: &[(String, &Row, &Outcome)]) -> Result<()>
 where
     DB::ErrorType: 'static,
 {
     root.fill(&WHITE).map_err(plot_err)?;
-    let top = rows.iter().map(|(_, r, o)| o.tps().unwrap_or(0.0).max(r.seed_tps.unwrap_or(0.0))).fold(1.0, f64::max);
+    let top = rows.iter().map(|(_, r, o)| o.tps().unwrap_or(0.0).max(r.seed_tps.unwrap_or(0.0))).fold(10.0, f64::max);
+    let n = rows.len().max(1);
     let mut chart = ChartBuilder::on(&root)
-        .caption("TPS per row: seed's Kafka (grey) and shardlog (blue)", ("sans-serif", 20))
+        .caption("Messages per second: the seed's Kafka (grey) and shardlog (blue), log scale", ("sans-serif", 20))
         .margin(10)
         .x_label_area_size(40)
-        .y_label_area_size(70)
-        .build_cartesian_2d(0f64..rows.len().max(1) as f64, 0f64..top * 1.1)
+        .y_label_area_size(260)
+        .build_cartesian_2d((1f64..top * 3.0).log_scale(), 0f64..n as f64)
         .map_err(plot_err)?;
     chart
         .configure_mesh()
-        .disable_x_mesh()
-        .x_labels(0)
-        .x_desc("rows: sNrM = scenario N, row M of its table")
-        .y_desc("messages/s")
+        .disable_y_mesh()
+        .y_labels(0)
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .x_desc("messages/s")
         .draw()
         .map_err(plot_err)?;
-    for (i, (label, r, o)) in rows.iter().enumerate() {
-        let x = i as f64;
-        let height = o.tps().unwrap_or(0.0).max(r.seed_tps.unwrap_or(0.0));
-        chart
-            .draw_series([Text::new(label.clone(), (x + 0.3, height + top * 0.06), ("sans-serif", 14))])
-            .map_err(plot_err)?;
+    // Row i's band is [n - i - 1, n - i), so the first row is on top; its label sits left of the band.
+    let label_style = TextStyle::from(("sans-serif", 14).into_font()).pos(Pos::new(HPos::Right, VPos::Center));
+    for (i, (label, _, _)) in rows.iter().enumerate() {
+        let (x, y) = chart.backend_coord(&(1.0, (n - 1 - i) as f64 + 0.5));
+        root.draw(&Text::new(label.clone(), (x - 8, y), label_style.clone())).map_err(plot_err)?;
+    }
+    for (i, (_, r, o)) in rows.iter().enumerate() {
+        let y = (n - 1 - i) as f64;
         if let Some(seed) = r.seed_tps {
-            chart
-                .draw_series([Rectangle::new([(x + 0.1, 0.0), (x + 0.45, seed)], RGBColor(160, 160, 160).filled())])
-                .map_err(plot_err)?;
+            let bar = Rectangle::new([(1.0, y + 0.52), (seed, y + 0.9)], RGBColor(160, 160, 160).filled());
+            chart.draw_series([bar]).map_err(plot_err)?;
         }
-        let ours = o.tps().unwrap_or(0.0);
-        chart.draw_series([Rectangle::new([(x + 0.5, 0.0), (x + 0.85, ours)], BLUE.filled())]).map_err(plot_err)?;
+        match (o.tps(), not_run(o)) {
+            (Some(ours), _) => {
+                let bar = Rectangle::new([(1.0, y + 0.1), (ours.max(1.0), y + 0.48)], BLUE.filled());
+                chart.draw_series([bar]).map_err(plot_err)?;
+                let text = Text::new(format!("{ours:.0}"), (ours.max(1.0) * 1.1, y + 0.42), ("sans-serif", 12));
+                chart.draw_series([text]).map_err(plot_err)?;
+            }
+            (None, Some(why)) => {
+                let text = Text::new(why, (1.2, y + 0.42), ("sans-serif", 13).into_font().color(&RED));
+                chart.draw_series([text]).map_err(plot_err)?;
+            }
+            (None, None) => {}
+        }
     }
     root.present().map_err(plot_err)?;
     Ok(())
 }
 
-/// Latency against percentile ("nines": 1 = p90, 2 = p99, 3 = p99.9 ...) for each acknowledged row.
+/// Latency against percentile for each acknowledged row. The x axis is in "nines" (-log10 of the
+/// fraction above): p50 at 0.3, p90 at 1, p99 at 2, p99.9 at 3, p99.99 at 4; the y axis is logarithmic.
 fn draw_latency<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, rows: &[(String, &Row, &Outcome)]) -> Result<()>
 where
     DB::ErrorType: 'static,
 {
     root.fill(&WHITE).map_err(plot_err)?;
     let quantiles = [0.5, 0.75, 0.9, 0.95, 0.99, 0.995, 0.999, 0.9995, 0.9999];
+    let nines = |q: f64| -(1.0 - q).log10();
     let curves: Vec<(String, Vec<(f64, f64)>)> = rows
         .iter()
         .filter_map(|(label, _, o)| match o {
@@ -261,30 +302,40 @@ where
                 label.clone(),
                 quantiles
                     .iter()
-                    .map(|q| (-(1.0 - q as &f64).log10(), tally.latency_us.value_at_quantile(*q) as f64 / 1000.0))
+                    .map(|q| (nines(*q), (tally.latency_us.value_at_quantile(*q) as f64 / 1000.0).max(0.001)))
                     .collect(),
             )),
             _ => None,
         })
         .collect();
     let top = curves.iter().flat_map(|(_, c)| c.iter().map(|(_, y)| *y)).fold(0.1, f64::max);
+    let bottom = curves.iter().flat_map(|(_, c)| c.iter().map(|(_, y)| *y)).fold(top, f64::min);
+    let (low, high) = (bottom / 2.0, top * 2.0);
     let mut chart = ChartBuilder::on(&root)
-        .caption("Send-to-acknowledgement latency by percentile", ("sans-serif", 20))
+        .caption("Send-to-acknowledgement latency by percentile (log scale)", ("sans-serif", 20))
         .margin(10)
-        .x_label_area_size(40)
+        .x_label_area_size(45)
         .y_label_area_size(70)
-        .build_cartesian_2d(0.3f64..4.0, 0f64..top * 1.1)
+        .build_cartesian_2d(0.25f64..4.1, (low..high).log_scale())
         .map_err(plot_err)?;
     chart
         .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(0)
         .x_desc("percentile")
-        .x_label_formatter(&|x| {
-            let p = format!("{:.2}", 100.0 - 100.0 * 10f64.powf(-x));
-            format!("p{}", p.trim_end_matches('0').trim_end_matches('.'))
-        })
+        .y_label_formatter(&|y| format!("{y}"))
         .y_desc("ms")
         .draw()
         .map_err(plot_err)?;
+    // Ticks and grid lines at the percentiles people quote.
+    let tick_style = TextStyle::from(("sans-serif", 14).into_font()).pos(Pos::new(HPos::Center, VPos::Top));
+    for (tick, name) in [(0.5, "p50"), (0.9, "p90"), (0.99, "p99"), (0.999, "p99.9"), (0.9999, "p99.99")] {
+        let x = nines(tick);
+        let grid = LineSeries::new([(x, low), (x, high)], RGBColor(220, 220, 220).stroke_width(1));
+        chart.draw_series(grid).map_err(plot_err)?;
+        let (px, py) = chart.backend_coord(&(x, low));
+        root.draw(&Text::new(name, (px, py + 6), tick_style.clone())).map_err(plot_err)?;
+    }
     for (i, (label, points)) in curves.iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
         chart
@@ -296,6 +347,7 @@ where
     if !curves.is_empty() {
         chart
             .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
             .background_style(WHITE.mix(0.8))
             .border_style(BLACK)
             .draw()

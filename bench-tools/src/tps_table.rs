@@ -42,7 +42,7 @@ pub struct TpsArgs {
     /// How long each row sends.
     #[arg(long, default_value = "10s", value_parser = stats::duration)]
     pub duration: Duration,
-    /// The report folder (default: bench-reports/tps-<time>).
+    /// The report folder (default: bench-reports/tps-<local date>-<time>).
     #[arg(long)]
     pub out: Option<PathBuf>,
     #[arg(long, value_enum, default_value_t = Flush::Always)]
@@ -285,7 +285,42 @@ fn measure(bootstrap: &str, topic: &str, r: &Row, args: &TpsArgs, progress: &ind
     outcome
 }
 
+/// `bench-reports/tps-<local date>-<time>`, e.g. `tps-2026-11-30-142501`.
 fn default_out() -> PathBuf {
-    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    PathBuf::from("bench-reports").join(format!("tps-{secs}"))
+    PathBuf::from("bench-reports").join(format!("tps-{}", local_timestamp()))
+}
+
+/// The local date and time, `YYYY-MM-DD-HHMMSS`.
+fn local_timestamp() -> String {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let now = now as libc::time_t;
+    // SAFETY: tm is a plain C struct of integers (and a pointer localtime_r sets), valid when zeroed.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    // SAFETY: localtime_r(3) with pointers to a live time_t and tm; it only writes the tm.
+    if unsafe { libc::localtime_r(&now, &mut tm) }.is_null() {
+        return now.to_string();
+    }
+    format!(
+        "{:04}-{:02}-{:02}-{:02}{:02}{:02}",
+        tm.tm_year + 1900,
+        tm.tm_mon + 1,
+        tm.tm_mday,
+        tm.tm_hour,
+        tm.tm_min,
+        tm.tm_sec
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn report_folders_are_named_by_local_date_and_time() {
+        let stamp = super::local_timestamp();
+        let digits: Vec<usize> = stamp.split('-').map(str::len).collect();
+        assert_eq!(digits, vec![4, 2, 2, 6], "{stamp}");
+        assert!(stamp.chars().all(|c| c.is_ascii_digit() || c == '-'), "{stamp}");
+        let folder = super::default_out();
+        let name = folder.file_name().unwrap().to_str().unwrap();
+        assert!(name.starts_with(&format!("tps-{}", &stamp[..10])), "{name}: named by today's date");
+    }
 }

@@ -287,12 +287,24 @@ fn tps_table_scenario_3_fills_the_single_node_rows_and_writes_a_report_folder() 
     assert_eq!(report.matches("needs 2 brokers").count(), 3);
     assert_eq!(report.matches("needs 4 brokers").count(), 3);
 
-    // Charts: valid images, and the latency histograms of the acknowledged rows.
-    for chart in ["tps", "latency"] {
+    // Charts: valid images with a band per row, rows labelled by what they are, the rows that could not
+    // run shown as such, percentile ticks people quote; and the latency histograms of acknowledged rows.
+    for (chart, size) in [("tps", (1100, 110 + 34 * 9)), ("latency", (1100, 560))] {
         let png = image::open(out.join(format!("{chart}.png"))).unwrap();
-        assert_eq!((png.width(), png.height()), (1000, 500));
-        assert!(std::fs::read_to_string(out.join(format!("{chart}.svg"))).unwrap().starts_with("<svg"));
+        assert_eq!((png.width(), png.height()), size, "{chart}");
     }
+    let tps = std::fs::read_to_string(out.join("tps.svg")).unwrap();
+    assert!(tps.starts_with("<svg"));
+    for text in ["S3 acks=1 RF=1", "S3 acks=-1 RF=1", "S3 acks=0 RF=4", "not run: needs 2 brokers", "log scale"] {
+        assert!(tps.contains(text), "tps chart lacks {text:?}");
+    }
+    let latency = std::fs::read_to_string(out.join("latency.svg")).unwrap();
+    // SVG text elements hold their text on a line of its own.
+    let lines: Vec<&str> = latency.lines().map(str::trim).collect();
+    for tick in ["p50", "p90", "p99", "p99.9", "p99.99"] {
+        assert!(lines.contains(&tick), "latency chart lacks the {tick} tick");
+    }
+    assert!(lines.iter().any(|l| l.starts_with("S3 acks=1 RF=1")), "latency curves are labelled by row");
     let logs: Vec<_> = std::fs::read_dir(out.join("hdr")).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(logs.len(), 2, "acks=1 and acks=all rows have latency logs: {logs:?}");
 }

@@ -65,7 +65,7 @@ fn two_brokers_started_at_once_on_one_port_leave_one_serving_and_one_refused() {
 }
 
 #[test]
-fn a_broker_started_on_a_port_in_use_is_refused_at_once() {
+fn a_broker_started_on_a_port_in_use_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let taken = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();

@@ -197,6 +197,9 @@ fn link_settings(config: &BrokerConfig) -> LinkSettings {
     }
 }
 
+/// How long a start waits for a port in use to be released before it gives up.
+const PORT_RELEASE_WAIT: Duration = Duration::from_secs(5);
+
 /// Connections the kernel queues for the shards to accept.
 const LISTEN_BACKLOG: i32 = 1024;
 
@@ -204,13 +207,30 @@ const LISTEN_BACKLOG: i32 = 1024;
 /// process in TIME_WAIT, but not SO_REUSEPORT) and returns one descriptor of it per shard. It is
 /// non-blocking: the descriptors share its file status flags, and glommio's accept sets and restores
 /// O_NONBLOCK around a direct accept(2), which on a blocking socket could block a shard.
+///
+/// A port still held for a moment after its process died is waited for, up to [`PORT_RELEASE_WAIT`]:
+/// after kill -9 under load, the kernel tears the dead broker's io_uring rings down only once their
+/// direct writes complete, and a pending accept keeps its listening socket open until then.
 fn bind_listener(addr: std::net::SocketAddr, shards: usize) -> Result<Vec<OwnedFd>> {
     use socket2::{Domain, Protocol, Socket, Type};
     let in_use = || format!("listen on {addr}");
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP)).with_context(in_use)?;
     socket.set_reuse_address(true).with_context(in_use)?;
     socket.set_nonblocking(true).with_context(in_use)?;
-    socket.bind(&addr.into()).with_context(in_use)?;
+    let deadline = std::time::Instant::now() + PORT_RELEASE_WAIT;
+    let mut told = false;
+    loop {
+        match socket.bind(&addr.into()) {
+            Ok(()) => break,
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && std::time::Instant::now() < deadline => {
+                if !std::mem::replace(&mut told, true) {
+                    tracing::info!(%addr, "the port is in use; waiting a few seconds in case a previous process still holds it");
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => return Err(e).with_context(in_use),
+        }
+    }
     let first = OwnedFd::from(socket);
     let mut out = Vec::with_capacity(shards);
     for _ in 1..shards {

@@ -32,6 +32,9 @@ pub const LOG_START_FILE: &str = "log-start-offset-checkpoint";
 pub const HIGH_WATERMARK_FILE: &str = "replication-offset-checkpoint";
 pub const CLEAN_SHUTDOWN_FILE: &str = ".shardlog-clean-shutdown";
 
+/// Logs a [`LogDir::close`] closes at once.
+pub const CLOSES_IN_FLIGHT: usize = 64;
+
 /// The partition logs of one data directory.
 pub struct LogDir<F: Fs> {
     fs: F,
@@ -41,6 +44,9 @@ pub struct LogDir<F: Fs> {
     path: PathBuf,
     logs: RefCell<BTreeMap<TopicPartition, Rc<PartitionLog<F>>>>,
     checkpoint_lock: Mutex<()>,
+    /// What the checkpoint files hold, as last written (recovery points, log starts, high watermarks):
+    /// [`LogDir::checkpoint_if_moved`] writes only the files whose offsets have moved since.
+    written: RefCell<[OffsetCheckpoint; 3]>,
     create_lock: Mutex<()>,
     /// `.<scope name>` for a scoped dir, empty otherwise: part of the checkpoint and marker names.
     suffix: String,
@@ -162,6 +168,7 @@ impl<F: Fs> LogDir<F> {
             path: path.to_path_buf(),
             logs: RefCell::new(logs),
             checkpoint_lock: Mutex::new(()),
+            written: RefCell::new(Default::default()),
             create_lock: Mutex::new(()),
         };
         Ok((dir, reports))
@@ -245,20 +252,40 @@ impl<F: Fs> LogDir<F> {
 
     /// Writes the recovery-point, log-start and high-watermark checkpoints of every log.
     pub async fn checkpoint(&self) -> Result<()> {
+        self.write_checkpoints(true).await.map(|_| ())
+    }
+
+    /// Writes the checkpoint files whose offsets moved since they were last written (and the active
+    /// segments' index entries for durable batches); returns how many checkpoint files it wrote. Called
+    /// often (every second), it keeps the recovery point close to the durable offset, so that opening the
+    /// logs after a crash validates only the last moments of data.
+    pub async fn checkpoint_if_moved(&self) -> Result<usize> {
+        self.write_checkpoints(false).await
+    }
+
+    async fn write_checkpoints(&self, all: bool) -> Result<usize> {
         let _guard = self.checkpoint_lock.lock().await;
         let logs: Vec<_> = self.logs.borrow().iter().map(|(tp, l)| (tp.clone(), l.clone())).collect();
-        let mut recovery = OffsetCheckpoint::new();
-        let mut starts = OffsetCheckpoint::new();
-        let mut hws = OffsetCheckpoint::new();
+        let mut now: [OffsetCheckpoint; 3] = Default::default();
         for (tp, log) in logs {
-            recovery.insert(tp.clone(), log.recovery_point());
-            starts.insert(tp.clone(), log.log_start_offset());
-            hws.insert(tp, log.high_watermark());
+            // The index files first: recovery from the new recovery point validates only what follows
+            // the active segment's last durable index entry.
+            log.persist_active_index().await?;
+            now[0].insert(tp.clone(), log.recovery_point());
+            now[1].insert(tp.clone(), log.log_start_offset());
+            now[2].insert(tp, log.high_watermark());
         }
-        let file = |name: &str| self.path.join(format!("{name}{}", self.suffix));
-        checkpoint::write_offsets(&self.fs, &file(RECOVERY_POINT_FILE), &recovery).await?;
-        checkpoint::write_offsets(&self.fs, &file(LOG_START_FILE), &starts).await?;
-        checkpoint::write_offsets(&self.fs, &file(HIGH_WATERMARK_FILE), &hws).await
+        let mut written = 0;
+        for (i, name) in [RECOVERY_POINT_FILE, LOG_START_FILE, HIGH_WATERMARK_FILE].into_iter().enumerate() {
+            if !all && self.written.borrow()[i] == now[i] {
+                continue;
+            }
+            let path = self.path.join(format!("{name}{}", self.suffix));
+            checkpoint::write_offsets(&self.fs, &path, &now[i]).await?;
+            self.written.borrow_mut()[i] = std::mem::take(&mut now[i]);
+            written += 1;
+        }
+        Ok(written)
     }
 
     /// Deletes old segments of every log by its retention settings, then checkpoints log start offsets.
@@ -274,11 +301,40 @@ impl<F: Fs> LogDir<F> {
         Ok(deleted)
     }
 
-    /// Flushes and closes every log, writes the checkpoints, then the clean-shutdown marker.
+    /// Flushes and closes every log, writes the checkpoints, then the clean-shutdown marker. Logs are
+    /// closed [`CLOSES_IN_FLIGHT`] at a time: each seal waits for a few syncs, and with thousands of
+    /// partitions one after another would make a clean stop take minutes.
     pub async fn close(&self) -> Result<()> {
         let logs: Vec<_> = self.logs.borrow().values().cloned().collect();
-        for log in &logs {
-            log.close().await?;
+        let mut pending = logs.iter().map(|log| log.close());
+        let mut running: Vec<std::pin::Pin<Box<dyn std::future::Future<Output = Result<()>> + '_>>> = Vec::new();
+        loop {
+            while running.len() < CLOSES_IN_FLIGHT
+                && let Some(close) = pending.next()
+            {
+                running.push(Box::pin(close));
+            }
+            if running.is_empty() {
+                break;
+            }
+            // Polls every close in progress; keeps those not done.
+            let finished = futures_lite::future::poll_fn(|cx| {
+                let mut done = None;
+                for (i, close) in running.iter_mut().enumerate() {
+                    if let std::task::Poll::Ready(result) = close.as_mut().poll(cx) {
+                        done = Some((i, result));
+                        break;
+                    }
+                }
+                match done {
+                    Some(finished) => std::task::Poll::Ready(finished),
+                    None => std::task::Poll::Pending,
+                }
+            })
+            .await;
+            let (i, result) = finished;
+            drop(running.swap_remove(i));
+            result?;
         }
         self.checkpoint().await?;
         durable::replace_file(&self.fs, &self.path.join(format!("{CLEAN_SHUTDOWN_FILE}{}", self.suffix)), b"").await?;

@@ -335,7 +335,7 @@ async fn run_shard(
         .await
         .with_context(|| format!("shard {shard}: open logs"))?;
     for (tp, report) in &reports {
-        if report.damage.is_some() || report.scanned_segments > 0 {
+        if report.damage.is_some() || report.scanned_bytes > 0 {
             tracing::info!(shard, partition = %tp, ?report, "recovered partition");
         }
     }

@@ -36,12 +36,13 @@ pub(super) async fn create_segment<F: Fs>(
         size: 0,
         next_offset: base,
         index: SegmentIndex::new(base),
+        persisted_index: None,
         created_ms: now_ms,
     })
 }
 
 /// Writes a segment's `.index` and `.timeindex` files whole.
-pub(super) async fn write_index_files<F: Fs>(
+pub(crate) async fn write_index_files<F: Fs>(
     fs: &F,
     index: &SegmentIndex,
     index_path: &Path,
@@ -52,7 +53,7 @@ pub(super) async fn write_index_files<F: Fs>(
 }
 
 /// Removes a segment's three files (index files first, so a crash leaves no index without its log).
-async fn remove_segment_files<F: Fs>(fs: &F, dir: &Path, base: Offset) -> Result<()> {
+pub(super) async fn remove_segment_files<F: Fs>(fs: &F, dir: &Path, base: Offset) -> Result<()> {
     for suffix in [segment::INDEX_SUFFIX, segment::TIME_INDEX_SUFFIX, segment::LOG_SUFFIX] {
         let path = dir.join(segment::file_name(base, suffix));
         if fs.exists(&path)
@@ -176,6 +177,7 @@ impl<F: Fs> PartitionLog<F> {
         let mut inner = self.inner.borrow_mut();
         inner.stats.fsyncs += 1;
         inner.durable = inner.durable.max(covered);
+        inner.active_mut().persisted_index = Some(index.entry_count());
         Ok(())
     }
 
@@ -225,6 +227,8 @@ impl<F: Fs> PartitionLog<F> {
             (inner.active().base, inner.active().size)
         };
         let (cut_pos, cut_offset) = self.find_batch_start_locked(offset, seg_base, seg_size).await?;
+        // Index files describing batches about to go must not outlive the cut (recovery trusts them).
+        self.remove_active_index_files_locked().await?;
         let (file, path) = {
             let inner = self.inner.borrow();
             (inner.active().file.clone(), inner.active().log_path())

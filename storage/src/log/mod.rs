@@ -17,6 +17,7 @@
 //! interval flush policy a write-out instead puts exactly the unwritten bytes into the page cache.
 
 pub mod config;
+mod index_files;
 pub mod maintenance;
 mod open;
 mod read;

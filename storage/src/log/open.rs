@@ -162,21 +162,20 @@ impl<F: Fs> PartitionLog<F> {
             Recovery::Clean => bases.len(),
             Recovery::FromRecoveryPoint(rp) => bases.partition_point(|b| *b <= rp).saturating_sub(1),
         };
+        let crashed = !matches!(hints.recovery, Recovery::Clean);
         for (i, &base) in bases.iter().enumerate() {
             let next_base = bases.get(i + 1).copied();
-            let loaded = load_segment(
-                &fs,
-                &files,
-                dir,
-                base,
-                next_base,
-                i < first_scanned,
-                &config,
-                now,
-                &mut epoch_starts,
-                &mut report,
-            )
-            .await?;
+            // The segment holding the recovery point is trusted up to what its index files describe: they
+            // hold entries only for synced batches (see `index_files`); the batches after them are validated.
+            let trust = match (i.cmp(&first_scanned), next_base) {
+                (std::cmp::Ordering::Less, _) => Trust::Whole,
+                (std::cmp::Ordering::Equal, None) if crashed => Trust::UpToIndex,
+                (std::cmp::Ordering::Equal, Some(_)) => Trust::Whole,
+                _ => Trust::Nothing,
+            };
+            let loaded =
+                load_segment(&fs, &files, dir, base, next_base, trust, &config, now, &mut epoch_starts, &mut report)
+                    .await?;
             let damaged =
                 loaded.size < loaded.file_size || next_base.is_some_and(|nb| loaded.segment.next_offset != nb);
             if loaded.size < loaded.file_size {
@@ -245,7 +244,7 @@ impl<F: Fs> PartitionLog<F> {
         let tail = Tail { start: tail_start, bytes: tail_bytes, written: active.size };
         if report.damage.is_some() || report.removed_segments > 0 {
             tracing::warn!(dir = %dir.display(), ?report, "recovered a damaged log");
-        } else if report.scanned_segments > 0 {
+        } else if report.scanned_bytes > 0 {
             tracing::info!(dir = %dir.display(), scanned_bytes = report.scanned_bytes, truncated = report.truncated_bytes, "recovered log");
         }
 
@@ -294,6 +293,20 @@ struct Loaded<F: Fs> {
     size: u64,
 }
 
+/// How far a segment's files are taken as they are when it is loaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Trust {
+    /// Before the recovery point (or after a clean close): its index files and batches are trusted; only
+    /// the batches after its last index entry are checked, and they must end where the next segment
+    /// begins.
+    Whole,
+    /// The last segment after a crash, holding the recovery point: trusted up to its last index entry;
+    /// the batches after it are validated and a torn or damaged end is cut off.
+    UpToIndex,
+    /// Validated batch by batch.
+    Nothing,
+}
+
 /// Loads one segment: trusted ones through their index files (rebuilt by a scan when missing or
 /// inconsistent), the others by a full scan.
 #[allow(clippy::too_many_arguments)]
@@ -303,7 +316,7 @@ async fn load_segment<F: Fs>(
     dir: &Path,
     base: Offset,
     next_base: Option<Offset>,
-    trusted: bool,
+    trust: Trust,
     config: &LogConfig,
     now: i64,
     epoch_starts: &mut Vec<(LeaderEpoch, Offset)>,
@@ -316,6 +329,7 @@ async fn load_segment<F: Fs>(
     let file_size = file.size().await.map_err(|e| StorageError::io("stat", &log_path, e))?;
     let interval = config.index_interval_bytes;
 
+    let trusted = trust != Trust::Nothing;
     let mut loaded_index = None;
     if trusted {
         // Bound index reads by what a segment of this size could need.
@@ -341,7 +355,9 @@ async fn load_segment<F: Fs>(
     // begins). That also finds the log end in the last segment. Anything unexpected means the index or the
     // segment cannot be trusted, and the segment is rescanned whole.
     let mut quick = None;
+    let mut persisted_index = None;
     if let Some(mut index) = loaded_index {
+        let on_disk = index.entry_count();
         let last_entry = index.offset_entries().last();
         let start = last_entry.map_or(0, |(_, position)| position);
         let start_offset = match last_entry {
@@ -364,9 +380,18 @@ async fn load_segment<F: Fs>(
             })
             .await?;
             let ends_at_next = next_base.is_none_or(|next| scan.next_offset == next);
-            if scan.stop == ScanStop::Clean && ends_at_next {
+            if trust == Trust::UpToIndex {
+                // What follows the last durable entry is what a crash may have torn: validated, and cut
+                // at the first bad batch, as a full scan would.
+                report.scanned_bytes += scan.valid_bytes - start;
+                note_damage(&scan.stop, report);
                 starts.iter().for_each(&mut push_epoch);
                 quick = Some((index, scan.valid_bytes, scan.next_offset));
+                persisted_index = Some(on_disk);
+            } else if scan.stop == ScanStop::Clean && ends_at_next {
+                starts.iter().for_each(&mut push_epoch);
+                quick = Some((index, scan.valid_bytes, scan.next_offset));
+                persisted_index = Some(on_disk);
             }
         }
     }
@@ -391,14 +416,19 @@ async fn load_segment<F: Fs>(
         }
     };
     let mut index = index;
-    if scanned {
+    if scanned || trust == Trust::UpToIndex {
         // Whatever the device had cached from before the crash is made durable before it is relied upon.
         if let Err(e) = file.fdatasync().await {
             fatal::disk_failure("fdatasync", &log_path, &e);
         }
-        if next_base.is_some() {
+        if scanned && next_base.is_some() {
             index.seal();
             write_index_files(fs, &index, &index_path, &time_index_path).await?;
+            persisted_index = Some(index.entry_count());
+        } else if scanned {
+            // The last segment's index files, if any, may describe batches the scan did not keep: the
+            // next checkpoint writes them again from the rebuilt index.
+            super::index_files::remove_files(fs, &[index_path.clone(), time_index_path.clone()], dir).await;
         }
     }
     let segment = Segment {
@@ -408,6 +438,7 @@ async fn load_segment<F: Fs>(
         size,
         next_offset,
         index,
+        persisted_index,
         created_ms: now,
     };
     Ok(Loaded { segment, file_size, size })

@@ -1,5 +1,6 @@
 //! The sparse offset index (`.index`) and time index (`.timeindex`) of one segment, held in memory and
-//! written whole when the segment is rolled or the log is closed.
+//! written whole when the segment is rolled or the log is closed; the active segment's files are also
+//! kept up to date for its durable batches (`log::index_files`).
 //!
 //! Following Kafka, an entry is added before a batch once more than `index.interval.bytes` were appended
 //! since the previous entry; the offset entry pairs the batch's last offset with the batch's position, and
@@ -174,6 +175,38 @@ impl SegmentIndex {
         out
     }
 
+    /// How many leading entries of each index (offset, time) describe batches wholly below `durable`:
+    /// those whose bytes are on disk.
+    pub fn durable_entries(&self, durable: Offset) -> (usize, usize) {
+        let rel = durable.0.saturating_sub(self.base.0);
+        (
+            self.offsets.partition_point(|&(r, _)| (r as u64) < rel),
+            self.times.partition_point(|&(_, r)| (r as u64) < rel),
+        )
+    }
+
+    /// The `.index` file's bytes from byte `from` to the end of entry `upto` (exclusive).
+    pub fn offset_bytes(&self, from: usize, upto: usize) -> Vec<u8> {
+        let first = from / OFFSET_ENTRY_BYTES;
+        let mut out = Vec::with_capacity((upto.saturating_sub(first)) * OFFSET_ENTRY_BYTES);
+        for &(r, p) in &self.offsets[first.min(upto)..upto] {
+            out.extend_from_slice(&r.to_be_bytes());
+            out.extend_from_slice(&p.to_be_bytes());
+        }
+        out.split_off(from - first * OFFSET_ENTRY_BYTES)
+    }
+
+    /// The `.timeindex` file's bytes from byte `from` to the end of entry `upto` (exclusive).
+    pub fn time_bytes(&self, from: usize, upto: usize) -> Vec<u8> {
+        let first = from / TIME_ENTRY_BYTES;
+        let mut out = Vec::with_capacity((upto.saturating_sub(first)) * TIME_ENTRY_BYTES);
+        for &(t, r) in &self.times[first.min(upto)..upto] {
+            out.extend_from_slice(&t.to_be_bytes());
+            out.extend_from_slice(&r.to_be_bytes());
+        }
+        out.split_off(from - first * TIME_ENTRY_BYTES)
+    }
+
     /// Rebuilds an index from its files, checking that entries increase, stay inside a segment of
     /// `segment_bytes` bytes and below `next_offset`. `None` means the files cannot be trusted.
     pub fn decode(
@@ -251,6 +284,15 @@ mod tests {
         assert_eq!(decoded.as_ref().map(|d| d.entry_count()), Some((4, 4)));
         assert!(SegmentIndex::decode(Offset(100), &idx.encode_offsets(), &[], 5_000, Offset(150)).is_none());
         assert!(SegmentIndex::decode(Offset(100), &idx.encode_offsets()[..7], &[], 10_000, Offset(150)).is_none());
+        // Entries for batches below a durable offset, and file bytes from any position.
+        assert_eq!(idx.durable_entries(Offset(100)), (0, 0));
+        assert_eq!(idx.durable_entries(Offset(120)), (1, 1), "the indexed batch ending at 114");
+        assert_eq!(idx.durable_entries(Offset(125)), (2, 2), "and the one ending at 124");
+        assert_eq!(idx.durable_entries(Offset(1000)), (4, 4));
+        assert_eq!(idx.offset_bytes(0, 4), idx.encode_offsets());
+        assert_eq!(idx.offset_bytes(13, 3), idx.encode_offsets()[13..24].to_vec());
+        assert_eq!(idx.time_bytes(0, 4), idx.encode_times());
+        assert_eq!(idx.time_bytes(17, 4), idx.encode_times()[17..].to_vec());
         idx.truncate(4000, Offset(120));
         assert_eq!(idx.entry_count(), (1, 1));
         assert_eq!(idx.max_timestamp(), 1002);

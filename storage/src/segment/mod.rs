@@ -48,6 +48,10 @@ pub struct Segment<F: Fs> {
     /// The offset after the segment's last batch.
     pub next_offset: Offset,
     pub index: SegmentIndex,
+    /// How many leading entries of each index (offset, time) the `.index` and `.timeindex` files on disk
+    /// hold, durably and matching `index`; `None` when the files are missing or cannot be trusted to
+    /// match (see `log::index_files`).
+    pub persisted_index: Option<(usize, usize)>,
     /// When the segment was created, for `segment.ms`.
     pub created_ms: i64,
 }

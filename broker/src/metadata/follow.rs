@@ -7,7 +7,9 @@
 //! is ready: partition logs on disk that this image does not give to this broker are strays (their topic
 //! was deleted while the broker was down, they were placed elsewhere, or the quorum lost its state) and
 //! are set aside (renamed to `<topic>-<partition>.stray`, kept for an operator, never served), and the
-//! shards start accepting clients.
+//! shards start accepting clients. Until then no log is deleted: the images that arrive while the broker
+//! catches up replay history (a topic created, then deleted while the broker was down), and a log the
+//! metadata did not delete while this broker was running is only ever set aside.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -40,7 +42,7 @@ pub async fn follow(ctx: Arc<BrokerContext>, images: flume::Receiver<Arc<Metadat
         // Most images only move heartbeat times: the logs need nothing unless the topics changed (or the
         // last image could not be applied whole, which the next one retries).
         if applied.as_ref().is_none_or(|last| last.state.topics != image.state.topics) {
-            let whole = apply(&ctx, &mut hosted, &image).await;
+            let whole = apply(&ctx, &mut hosted, &image, ctx.ready.load(Ordering::SeqCst)).await;
             applied = whole.then(|| image.clone());
         }
         *ctx.metadata.write().expect("metadata lock") = image.clone();
@@ -53,6 +55,10 @@ pub async fn follow(ctx: Arc<BrokerContext>, images: flume::Receiver<Arc<Metadat
             if ctx.quorum.strays_known() && !ctx.shutdown.is_triggered() {
                 remove_strays(&ctx, &image).await;
             }
+            // What catching up would have deleted is set aside now (or, if strays cannot be told yet,
+            // left alone): either way it is no longer this broker's to delete.
+            let wanted = wanted(&image, NodeId(ctx.config.node_id));
+            hosted.retain(|tp, h| wanted.get(tp).is_some_and(|w| w.topic_id == h.topic_id));
             ctx.ready.store(true, Ordering::SeqCst);
             tracing::info!(applied = ?image.applied, partitions = hosted.len(), "metadata caught up; serving clients");
         }
@@ -73,14 +79,20 @@ fn wanted(image: &MetadataImage, node: NodeId) -> BTreeMap<TopicPartition, Hoste
     out
 }
 
-/// Brings the shards' logs in line with `image`; false if some partition could not be.
-async fn apply(ctx: &Arc<BrokerContext>, hosted: &mut BTreeMap<TopicPartition, Hosted>, image: &MetadataImage) -> bool {
+/// Brings the shards' logs in line with `image`; false if some partition could not be. Logs of deleted
+/// topics are deleted only when `ready` (see the module doc).
+async fn apply(
+    ctx: &Arc<BrokerContext>,
+    hosted: &mut BTreeMap<TopicPartition, Hosted>,
+    image: &MetadataImage,
+    ready: bool,
+) -> bool {
     let mut whole = true;
     let wanted = wanted(image, NodeId(ctx.config.node_id));
     // Gone, or a topic of the same name with another id (deleted and created again): delete first.
     let gone: Vec<TopicPartition> = hosted
         .iter()
-        .filter(|(tp, h)| wanted.get(*tp).is_none_or(|w| w.topic_id != h.topic_id))
+        .filter(|(tp, h)| ready && wanted.get(*tp).is_none_or(|w| w.topic_id != h.topic_id))
         .map(|(tp, _)| tp.clone())
         .collect();
     for tp in gone {

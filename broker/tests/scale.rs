@@ -157,13 +157,13 @@ fn ten_thousand_partitions_are_created_written_read_and_recovered() {
 
     let started = Instant::now();
     let broker = start(data.path());
-    report(&broker, &format!("listening {:?} after a clean stop", started.elapsed()));
+    report(&broker, &format!("answering {:?} after a clean stop", started.elapsed()));
     fetch_all(&mut connect(&broker));
     broker.kill();
 
     let started = Instant::now();
     let broker = start(data.path());
-    report(&broker, &format!("listening {:?} after SIGKILL", started.elapsed()));
+    report(&broker, &format!("answering {:?} after SIGKILL", started.elapsed()));
     fetch_all(&mut connect(&broker));
     assert!(broker.terminate().success());
 }

@@ -1,10 +1,11 @@
 //! The shard runtime: one glommio executor per shard, pinned to a core when there are enough cores,
 //! each accepting connections on the broker's one listening socket and serving them to the end.
 //!
-//! The Kafka listener is bound once, at start, without SO_REUSEPORT: a port another process listens on
-//! stops the start with "address already in use" (two brokers sharing a port would each get a random
-//! share of the clients). Every shard gets a duplicate of its descriptor and starts listening (and
-//! accepting) once the broker is ready to serve; until then connections are refused.
+//! The Kafka listener is bound and listening from the start, without SO_REUSEPORT: a port another process
+//! listens on stops the start with "address already in use" (two brokers sharing a port would each get a
+//! random share of the clients), before anything else is done. Every shard gets a duplicate of its
+//! descriptor and accepts once the broker is ready to serve; connections made before wait in the backlog
+//! (as Kafka's do until its request handlers start).
 //!
 //! Shutdown: the process's signal thread sets [`Shutdown`]; every shard stops accepting and lets its
 //! connections finish the requests in hand. Only when every shard has done so do the shards close their
@@ -203,8 +204,8 @@ const PORT_RELEASE_WAIT: Duration = Duration::from_secs(5);
 /// Connections the kernel queues for the shards to accept.
 const LISTEN_BACKLOG: i32 = 1024;
 
-/// Binds the Kafka listener (SO_REUSEADDR, so a restart is not held up by connections of the previous
-/// process in TIME_WAIT, but not SO_REUSEPORT) and returns one descriptor of it per shard. It is
+/// Binds the Kafka listener and listens (SO_REUSEADDR, so a restart is not held up by connections of the
+/// previous process in TIME_WAIT, but not SO_REUSEPORT) and returns one descriptor of it per shard. It is
 /// non-blocking: the descriptors share its file status flags, and glommio's accept sets and restores
 /// O_NONBLOCK around a direct accept(2), which on a blocking socket could block a shard.
 ///
@@ -231,6 +232,9 @@ fn bind_listener(addr: std::net::SocketAddr, shards: usize) -> Result<Vec<OwnedF
             Err(e) => return Err(e).with_context(in_use),
         }
     }
+    // Listening at once: two sockets with SO_REUSEADDR may both bind while neither listens, so only a
+    // listening socket keeps the port from a second process.
+    socket.listen(LISTEN_BACKLOG).with_context(in_use)?;
     let first = OwnedFd::from(socket);
     let mut out = Vec::with_capacity(shards);
     for _ in 1..shards {
@@ -376,12 +380,6 @@ async fn serve(
             return Ok(());
         }
         glommio::timer::sleep(Duration::from_millis(10)).await;
-    }
-    // listen(2) on a socket that already listens (another shard's duplicate) only sets the backlog again.
-    // SAFETY: listen(2) on a descriptor this shard owns.
-    if unsafe { libc::listen(listener.as_raw_fd(), LISTEN_BACKLOG) } != 0 {
-        let e = std::io::Error::last_os_error();
-        return Err(e).with_context(|| format!("listen on {addr} (does another process listen on it?)"));
     }
     // SAFETY: the descriptor is a bound, listening, non-blocking TCP socket that nothing else owns: it
     // moves into the listener, which closes it when dropped.

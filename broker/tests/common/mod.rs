@@ -59,13 +59,29 @@ impl Broker {
             .stderr(log.reopen().unwrap())
             .spawn()
             .expect("start shardlog");
-        let broker = Broker { child, port, data: data.to_path_buf(), _owned: None, log };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "broker did not listen within 30 s");
+        let mut broker = Broker { child, port, data: data.to_path_buf(), _owned: None, log };
+        // The listener is open from the start; the broker is ready once it answers.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !broker.answers() {
+            if let Some(status) = broker.child.try_wait().unwrap() {
+                panic!("broker exited with {status} before it answered:\n{}", broker.log());
+            }
+            assert!(Instant::now() < deadline, "broker did not answer within 60 s:\n{}", broker.log());
             std::thread::sleep(Duration::from_millis(20));
         }
         broker
+    }
+
+    /// Whether the broker answers an ApiVersions request now (within a second).
+    fn answers(&self) -> bool {
+        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) else { return false };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+        let request = kafka_protocol::messages::ApiVersionsRequest::default();
+        if try_send(&mut s, ApiKey::ApiVersions, 0, 0, &request).is_err() {
+            return false;
+        }
+        let mut size = [0u8; 4];
+        s.read_exact(&mut size).is_ok()
     }
 
     pub fn data_dir(&self) -> &Path {

@@ -146,6 +146,9 @@ impl ProduceResult {
 const DEFAULT_LINGER_MS: u64 = 5;
 /// Kafka's `retry.backoff.ms`: the pause before a batch is sent again.
 const RETRY_BACKOFF: Duration = Duration::from_millis(100);
+/// The most bytes of batches one request carries (async mode): a request holds a batch for every
+/// partition its broker leads, and must stay well within brokers' `socket.request.max.bytes` (100 MiB).
+const MAX_REQUEST_BYTES: usize = 32 << 20;
 /// Bytes a record adds to its value in a batch, at most for the values this tool sends (length, attributes,
 /// timestamp and offset deltas, key and value lengths, header count as varints).
 const RECORD_OVERHEAD_BYTES: usize = 16;
@@ -160,8 +163,11 @@ fn describe_setup(args: &ProduceArgs, linger_ms: u64) -> String {
                 None => "as fast as acknowledged (closed loop)".to_string(),
             };
             format!(
-                "async: batches up to {} bytes per partition, {} requests in flight per broker, {pacing}",
-                args.batch_bytes, args.in_flight
+                "async: batches up to {} bytes per partition (requests up to {} MiB), {} requests in flight \
+                 per broker, {pacing}",
+                args.batch_bytes,
+                MAX_REQUEST_BYTES >> 20,
+                args.in_flight
             )
         }
     }
@@ -387,8 +393,10 @@ fn sync_lane(plan: &Plan, mut leader: String, partition: i32, recorder: &Recorde
                 }
                 Err(error) => *tally.errors.entry(error).or_default() += 1,
             }
-            // The next message goes where the last one went.
-            if let Some(moved) = again.moved_leader(partition, &leader) {
+            // After a retry, the next message goes where the retry went.
+            if error != 0
+                && let Some(moved) = again.moved_leader(partition, &leader)
+            {
                 conn = Connection::open(&moved)?;
                 leader = moved;
             }
@@ -454,7 +462,7 @@ impl Redelivery<'_> {
         Ok(Err(error))
     }
 
-    /// The partition's leader as last looked up, if a retry found it elsewhere than `current`.
+    /// The partition's leader now (fresh metadata) if a retry went on and it is not `current`.
     fn moved_leader(&mut self, partition: i32, current: &str) -> Option<String> {
         let client = self.client.as_mut()?;
         let leader = client.leader(&self.plan.topic, partition).ok()??;
@@ -533,6 +541,8 @@ fn async_lane(
     recorder: &Recorder,
 ) -> Result<Tally> {
     let Connection { mut sender, mut receiver, .. } = Connection::open(leader)?;
+    // Each partition's batch within --batch-bytes, and the whole request within MAX_REQUEST_BYTES.
+    let batch_bytes = batch_bytes.min(MAX_REQUEST_BYTES / partitions.len().max(1));
     let per_batch = (batch_bytes.saturating_sub(shardlog_storage::batch::HEADER_BYTES)
         / (plan.message_size + RECORD_OVERHEAD_BYTES))
         .max(1) as u64;

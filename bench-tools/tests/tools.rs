@@ -114,7 +114,8 @@ fn produce_consume_and_audit_agree_on_what_was_acknowledged() {
         acked_async.to_str().unwrap(),
     ]);
     assert_eq!(messages(&batched), 30000, "{batched}");
-    assert!(batched.starts_with("async: batches up to 8192 bytes per partition, 4 requests in flight"), "{batched}");
+    let setup = "async: batches up to 8192 bytes per partition (requests up to 32 MiB), 4 requests in flight";
+    assert!(batched.starts_with(setup), "{batched}");
     let mut all = std::fs::read_to_string(acked).unwrap();
     all.push_str(&std::fs::read_to_string(&acked_async).unwrap());
     std::fs::write(acked, &all).unwrap();

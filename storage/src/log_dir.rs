@@ -32,8 +32,8 @@ pub const LOG_START_FILE: &str = "log-start-offset-checkpoint";
 pub const HIGH_WATERMARK_FILE: &str = "replication-offset-checkpoint";
 pub const CLEAN_SHUTDOWN_FILE: &str = ".shardlog-clean-shutdown";
 
-/// Logs a [`LogDir::close`] closes at once.
-pub const CLOSES_IN_FLIGHT: usize = 64;
+/// Logs closed, or whose index files are written, at once ([`LogDir::close`], [`LogDir::checkpoint`]).
+pub const LOGS_IN_FLIGHT: usize = 64;
 
 /// The partition logs of one data directory.
 pub struct LogDir<F: Fs> {
@@ -266,11 +266,12 @@ impl<F: Fs> LogDir<F> {
     async fn write_checkpoints(&self, all: bool) -> Result<usize> {
         let _guard = self.checkpoint_lock.lock().await;
         let logs: Vec<_> = self.logs.borrow().iter().map(|(tp, l)| (tp.clone(), l.clone())).collect();
+        // The active segments' index files, for the batches durable now (several logs at a time: each
+        // write that has something to add waits for a sync).
+        let handles: Vec<_> = logs.iter().map(|(_, log)| log.clone()).collect();
+        for_each_log(&handles, |log| async move { log.persist_active_index().await.map(|_| ()) }).await?;
         let mut now: [OffsetCheckpoint; 3] = Default::default();
         for (tp, log) in logs {
-            // The index files first: recovery from the new recovery point validates only what follows
-            // the active segment's last durable index entry.
-            log.persist_active_index().await?;
             now[0].insert(tp.clone(), log.recovery_point());
             now[1].insert(tp.clone(), log.log_start_offset());
             now[2].insert(tp, log.high_watermark());
@@ -302,42 +303,48 @@ impl<F: Fs> LogDir<F> {
     }
 
     /// Flushes and closes every log, writes the checkpoints, then the clean-shutdown marker. Logs are
-    /// closed [`CLOSES_IN_FLIGHT`] at a time: each seal waits for a few syncs, and with thousands of
+    /// closed [`LOGS_IN_FLIGHT`] at a time: each seal waits for a few syncs, and with thousands of
     /// partitions one after another would make a clean stop take minutes.
     pub async fn close(&self) -> Result<()> {
         let logs: Vec<_> = self.logs.borrow().values().cloned().collect();
-        let mut pending = logs.iter().map(|log| log.close());
-        let mut running: Vec<std::pin::Pin<Box<dyn std::future::Future<Output = Result<()>> + '_>>> = Vec::new();
-        loop {
-            while running.len() < CLOSES_IN_FLIGHT
-                && let Some(close) = pending.next()
-            {
-                running.push(Box::pin(close));
-            }
-            if running.is_empty() {
-                break;
-            }
-            // Polls every close in progress; keeps those not done.
-            let finished = futures_lite::future::poll_fn(|cx| {
-                let mut done = None;
-                for (i, close) in running.iter_mut().enumerate() {
-                    if let std::task::Poll::Ready(result) = close.as_mut().poll(cx) {
-                        done = Some((i, result));
-                        break;
-                    }
-                }
-                match done {
-                    Some(finished) => std::task::Poll::Ready(finished),
-                    None => std::task::Poll::Pending,
-                }
-            })
-            .await;
-            let (i, result) = finished;
-            drop(running.swap_remove(i));
-            result?;
-        }
+        for_each_log(&logs, |log| log.close()).await?;
         self.checkpoint().await?;
         durable::replace_file(&self.fs, &self.path.join(format!("{CLEAN_SHUTDOWN_FILE}{}", self.suffix)), b"").await?;
         Ok(())
+    }
+}
+
+/// Runs `op` on every log, [`LOGS_IN_FLIGHT`] at a time, on this thread; returns the first error (the
+/// operations still in progress are then dropped).
+async fn for_each_log<'a, F: Fs, Fut>(
+    logs: &'a [Rc<PartitionLog<F>>],
+    op: impl Fn(&'a PartitionLog<F>) -> Fut,
+) -> Result<()>
+where
+    Fut: std::future::Future<Output = Result<()>> + 'a,
+{
+    let mut pending = logs.iter().map(|log| op(log));
+    let mut running: Vec<std::pin::Pin<Box<Fut>>> = Vec::new();
+    loop {
+        while running.len() < LOGS_IN_FLIGHT
+            && let Some(next) = pending.next()
+        {
+            running.push(Box::pin(next));
+        }
+        if running.is_empty() {
+            return Ok(());
+        }
+        // The first operation to finish, and its outcome; the others keep their progress.
+        let (i, result) = futures_lite::future::poll_fn(|cx| {
+            for (i, op) in running.iter_mut().enumerate() {
+                if let std::task::Poll::Ready(result) = op.as_mut().poll(cx) {
+                    return std::task::Poll::Ready((i, result));
+                }
+            }
+            std::task::Poll::Pending
+        })
+        .await;
+        drop(running.swap_remove(i));
+        result?;
     }
 }

@@ -28,10 +28,12 @@ use super::PartitionLog;
 
 impl<F: Fs> PartitionLog<F> {
     /// Brings the active segment's index files up to the batches that are durable now. Returns whether
-    /// it wrote anything.
+    /// it wrote anything. It holds the log's I/O lock while it writes (a truncation or seal must not run
+    /// meanwhile), so a write-out waits for it: about two small synced writes, once a second at most.
     pub async fn persist_active_index(&self) -> Result<bool> {
         let _io = self.io.lock().await;
-        let (counts, from, index, index_path, time_path) = {
+        // Each file's new bytes, from the block holding its first new entry: (path, start, bytes).
+        let writes = {
             let inner = self.inner.borrow();
             if inner.closed {
                 return Ok(false);
@@ -42,12 +44,20 @@ impl<F: Fs> PartitionLog<F> {
             if counts == from || counts.0 < from.0 || counts.1 < from.1 {
                 return Ok(false);
             }
-            (counts, from, active.index.clone(), active.index_path(), active.time_index_path())
+            let offsets_from = align_down((from.0 * OFFSET_ENTRY_BYTES) as u64) as usize;
+            let times_from = align_down((from.1 * TIME_ENTRY_BYTES) as u64) as usize;
+            // Without files yet, both are created (recovery needs the pair).
+            let fresh = active.persisted_index.is_none();
+            let offsets = (fresh || counts.0 > from.0)
+                .then(|| (active.index_path(), offsets_from, active.index.offset_bytes(offsets_from, counts.0)));
+            let times = (fresh || counts.1 > from.1)
+                .then(|| (active.time_index_path(), times_from, active.index.time_bytes(times_from, counts.1)));
+            (counts, [offsets, times])
         };
-        let offsets_from = align_down((from.0 * OFFSET_ENTRY_BYTES) as u64) as usize;
-        write_tail(&self.fs, &index_path, offsets_from, &index.offset_bytes(offsets_from, counts.0)).await?;
-        let times_from = align_down((from.1 * TIME_ENTRY_BYTES) as u64) as usize;
-        write_tail(&self.fs, &time_path, times_from, &index.time_bytes(times_from, counts.1)).await?;
+        let (counts, files) = writes;
+        for (path, from, bytes) in files.into_iter().flatten() {
+            write_tail(&self.fs, &path, from, &bytes).await?;
+        }
         self.inner.borrow_mut().active_mut().persisted_index = Some(counts);
         Ok(true)
     }

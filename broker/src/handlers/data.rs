@@ -97,7 +97,7 @@ fn stored_form(batch: Bytes, compression: Compression) -> Result<Bytes, Response
     let Compression::Codec(target) = compression else { return Ok(batch) };
     match recompress(&batch, target) {
         Ok(None) => Ok(batch),
-        Ok(Some(recompressed)) => Ok(Bytes::from(recompressed)),
+        Ok(Some(recompressed)) => Ok(recompressed),
         Err(e) => {
             tracing::debug!(error = %e, "batch not recompressed; produce refused");
             Err(match e {

@@ -13,7 +13,7 @@
 
 use std::io::Read;
 
-use bytes::{BufMut, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::compression::{self as codecs, Compressor};
 use shardlog_storage::batch::{self, BatchError, HEADER_BYTES, LOG_OVERHEAD};
 
@@ -44,15 +44,16 @@ pub enum RecompressError {
     Compress(String),
 }
 
-/// The batch as it is to be stored in `target`: `None` when it already is (or is a control batch), else
-/// the recompressed batch.
-pub fn recompress(batch: &[u8], target: Codec) -> Result<Option<Vec<u8>>, RecompressError> {
-    let header = batch::validate(batch, usize::MAX)?;
+/// The batch as it is to be stored in `target`: `None` when it already is (or is a control batch, or too
+/// short to tell: the log's own checks refuse what is wrong with it), else the recompressed batch.
+pub fn recompress(batch: &[u8], target: Codec) -> Result<Option<Bytes>, RecompressError> {
+    let Ok(header) = batch::BatchHeader::parse(batch) else { return Ok(None) };
     let source =
         Codec::from_attributes(header.attributes).ok_or(RecompressError::UnknownCodec(header.attributes & 7))?;
     if source == target || header.attributes & CONTROL_BIT != 0 {
         return Ok(None);
     }
+    let header = batch::validate(batch, usize::MAX)?;
     let records = decompress(source, &batch[HEADER_BYTES..])?;
     check_framing(&records, header.record_count)?;
     let mut out = BytesMut::with_capacity(HEADER_BYTES + records.len() / 2);
@@ -64,7 +65,7 @@ pub fn recompress(batch: &[u8], target: Codec) -> Result<Option<Vec<u8>>, Recomp
     out[21..23].copy_from_slice(&attributes.to_be_bytes());
     let crc = batch::compute_crc(&out);
     out[17..21].copy_from_slice(&crc.to_be_bytes());
-    Ok(Some(out.to_vec()))
+    Ok(Some(out.freeze()))
 }
 
 /// Decompresses a records section, never holding more than [`DECOMPRESSED_MAX_BYTES`].
@@ -236,7 +237,7 @@ mod tests {
                 assert_eq!(same(&header), same(&sent_header));
                 assert_eq!((header.producer_epoch, header.base_sequence), (3, 40));
                 assert_eq!(header.attributes & !7, sent_header.attributes & !7, "other attribute bits kept");
-                let decoded = RecordBatchDecoder::decode(&mut bytes::Bytes::from(stored)).unwrap();
+                let decoded = RecordBatchDecoder::decode(&mut stored.clone()).unwrap();
                 let original = RecordBatchDecoder::decode(&mut bytes::Bytes::from(sent.clone())).unwrap();
                 assert_eq!(decoded.records, original.records, "{from:?}->{to:?}");
             }

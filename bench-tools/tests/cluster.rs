@@ -349,7 +349,8 @@ fn tools_wait_out_a_leader_that_restarts() {
         &list,
     );
 
-    // Broker 2 dies: its partition has no reachable leader until it is back, some seconds later.
+    // Broker 2 dies: its partition has no reachable leader until it is back, some seconds later. Audit and
+    // describe, started meanwhile, wait for it.
     cluster.kill(2).unwrap();
     let (audit, described) = {
         let (bench, shardlog, list, acked) = (bench.clone(), shardlog.clone(), list.clone(), acked.clone());
@@ -366,4 +367,19 @@ fn tools_wait_out_a_leader_that_restarts() {
     assert!(audit.starts_with("acknowledged 3000, stored 3000: missing 0, moved 0"), "{audit}");
     let described = described.join().unwrap();
     assert_eq!(described.lines().filter(|l| l.contains("Partition: ")).count(), 3, "{described}");
+
+    // Down for good: once the quorum fences broker 2, its partition has no leader, and describe still
+    // shows every partition, without offsets for that one (as Kafka's tools do).
+    cluster.kill(2).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let leaderless = loop {
+        let described = tool(&shardlog, &["topic", "describe", "moving"], &list);
+        if described.contains("Leader: -1") {
+            break described;
+        }
+        assert!(std::time::Instant::now() < deadline, "broker 2 never fenced: {described}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(leaderless.contains("LogStartOffset: -\tLogEndOffset: -"), "{leaderless}");
+    assert_eq!(leaderless.lines().filter(|l| l.contains("Partition: ")).count(), 3, "{leaderless}");
 }

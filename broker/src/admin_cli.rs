@@ -4,7 +4,7 @@
 
 use anyhow::{Context, Result};
 
-use crate::client::{KafkaClient, check};
+use crate::client::{KafkaClient, Leaderless, check};
 
 /// `topic list`: one name per line, sorted.
 pub fn list(client: &mut KafkaClient) -> Result<String> {
@@ -22,19 +22,25 @@ pub fn describe(client: &mut KafkaClient, topic: &str) -> Result<String> {
     check(t.error_code, &format!("topic {topic}"))?;
     let mut partitions: Vec<_> = t.partitions.iter().collect();
     partitions.sort_by_key(|p| p.partition_index);
-    let offsets = client.offsets(topic, partitions.len() as i32)?;
+    // Offsets come from each partition's leader; a partition without one (its broker is down) shows none.
+    let led: Vec<i32> = partitions.iter().filter(|p| p.leader_id.0 >= 0).map(|p| p.partition_index).collect();
+    let offsets = client.offsets_of(topic, &led, Leaderless::Skip)?;
+    let shown = |v: Option<i64>| v.map_or("-".to_string(), |o| o.to_string());
     let id = if t.topic_id.is_nil() { "-".to_string() } else { t.topic_id.to_string() };
     let mut out = format!("Topic: {topic}\tTopicId: {id}\tPartitionCount: {}\n", partitions.len());
     let ids =
         |v: &[kafka_protocol::messages::BrokerId]| v.iter().map(|b| b.0.to_string()).collect::<Vec<_>>().join(",");
-    for (p, (start, end)) in partitions.iter().zip(&offsets) {
+    for p in &partitions {
+        let bounds = offsets.get(&p.partition_index);
         out.push_str(&format!(
-            "\tPartition: {}\tLeader: {}\tEpoch: {}\tReplicas: {}\tIsr: {}\tLogStartOffset: {start}\tLogEndOffset: {end}\n",
+            "\tPartition: {}\tLeader: {}\tEpoch: {}\tReplicas: {}\tIsr: {}\tLogStartOffset: {}\tLogEndOffset: {}\n",
             p.partition_index,
             p.leader_id.0,
             p.leader_epoch,
             ids(&p.replica_nodes),
             ids(&p.isr_nodes),
+            shown(bounds.map(|b| b.0)),
+            shown(bounds.map(|b| b.1)),
         ));
     }
     out.push_str("Configs:\n");

@@ -55,6 +55,15 @@ pub fn parse_bootstrap(list: &str) -> Result<Vec<String>> {
     Ok(addrs)
 }
 
+/// What [`KafkaClient::route`] does with a partition the cluster says has no leader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Leaderless {
+    /// Ask again until one is elected (up to [`KafkaClient::retry_for`]): the caller needs its answer.
+    Wait,
+    /// Leave it out of the answer (a description of the topic shows it without one).
+    Skip,
+}
+
 /// A topic's partitions and where each one's leader is.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TopicLayout {
@@ -234,13 +243,14 @@ impl KafkaClient {
     /// leads, and returns each one's outcome (a value, or a Kafka error code). The leaders are those last
     /// looked up; partitions answered with a retriable error (NOT_LEADER_OR_FOLLOWER,
     /// UNKNOWN_TOPIC_OR_PARTITION, ...), or whose leader did not answer or is not known, are asked again
-    /// after fresh metadata, up to [`Self::retry_for`].
-    /// `what` names the request in errors.
+    /// after fresh metadata, up to [`Self::retry_for`]; a partition the metadata gives no leader is
+    /// waited for or left out, as `leaderless` says. `what` names the request in errors.
     pub fn route<T>(
         &mut self,
         topic: &str,
         partitions: &[i32],
         what: &str,
+        leaderless: Leaderless,
         mut ask: impl FnMut(&mut Connection, &[i32]) -> Result<Vec<(i32, Result<T, i16>)>>,
     ) -> Result<BTreeMap<i32, T>> {
         let deadline = Instant::now() + self.retry_for;
@@ -255,6 +265,9 @@ impl KafkaClient {
             };
             if let Some(p) = pending.iter().find(|p| **p < 0 || **p >= layout.partitions) {
                 bail!("{what} of {topic}-{p}: the topic has {} partitions", layout.partitions);
+            }
+            if leaderless == Leaderless::Skip {
+                pending.retain(|p| layout.leaders.contains_key(p));
             }
             let mut by_leader: BTreeMap<String, Vec<i32>> = BTreeMap::new();
             for p in &pending {
@@ -308,9 +321,21 @@ impl KafkaClient {
     /// (earliest, latest) offsets of each partition, each asked of its leader.
     pub fn offsets(&mut self, topic: &str, partitions: i32) -> Result<Vec<(i64, i64)>> {
         let all: Vec<i32> = (0..partitions).collect();
+        let bounds = self.offsets_of(topic, &all, Leaderless::Wait)?;
+        Ok(all.iter().map(|p| bounds[p]).collect())
+    }
+
+    /// (earliest, latest) offsets of the given partitions, each asked of its leader; with
+    /// [`Leaderless::Skip`], those without a leader are left out.
+    pub fn offsets_of(
+        &mut self,
+        topic: &str,
+        partitions: &[i32],
+        leaderless: Leaderless,
+    ) -> Result<BTreeMap<i32, (i64, i64)>> {
         let mut bounds = Vec::new();
         for timestamp in [-2i64, -1] {
-            bounds.push(self.route(topic, &all, "list offsets", |conn, asked| {
+            bounds.push(self.route(topic, partitions, "list offsets", leaderless, |conn, asked| {
                 let req = ListOffsetsRequest::default().with_replica_id(BrokerId(-1)).with_topics(vec![
                     ListOffsetsTopic::default().with_name(topic_name(topic)).with_partitions(
                         asked
@@ -329,7 +354,8 @@ impl KafkaClient {
                     .collect())
             })?);
         }
-        Ok(all.iter().map(|p| (bounds[0][p], bounds[1][p])).collect())
+        // A partition answered for the earliest offset may have lost its leader before the latest.
+        Ok(partitions.iter().filter_map(|p| Some((*p, (*bounds[0].get(p)?, *bounds[1].get(p)?)))).collect())
     }
 
     pub fn create_topic(

@@ -315,12 +315,13 @@ fn local_timestamp() -> String {
 mod tests {
     #[test]
     fn report_folders_are_named_by_local_date_and_time() {
-        let stamp = super::local_timestamp();
-        let digits: Vec<usize> = stamp.split('-').map(str::len).collect();
-        assert_eq!(digits, vec![4, 2, 2, 6], "{stamp}");
-        assert!(stamp.chars().all(|c| c.is_ascii_digit() || c == '-'), "{stamp}");
         let folder = super::default_out();
         let name = folder.file_name().unwrap().to_str().unwrap();
-        assert!(name.starts_with(&format!("tps-{}", &stamp[..10])), "{name}: named by today's date");
+        let stamp = name.strip_prefix("tps-").unwrap_or_else(|| panic!("{name}"));
+        let digits: Vec<usize> = stamp.split('-').map(str::len).collect();
+        assert_eq!(digits, vec![4, 2, 2, 6], "{stamp}: YYYY-MM-DD-HHMMSS");
+        assert!(stamp.chars().all(|c| c.is_ascii_digit() || c == '-'), "{stamp}");
+        let year: i32 = stamp[..4].parse().unwrap();
+        assert!(year >= 2024, "{stamp}: a date, not seconds since 1970");
     }
 }

@@ -241,8 +241,20 @@ fn a_restart_after_sigkill_validates_only_what_came_after_the_last_checkpoint() 
             assert_eq!(produce(&mut s, "steady", p, &b, -1, 1).unwrap().0, 0);
         }
     }
-    // Checkpoints (recovery point and the active segments' index files) follow within a second or two.
-    std::thread::sleep(std::time::Duration::from_millis(2500));
+    // The checkpoints (the active segments' index files, then the recovery point) follow within a
+    // second or so: wait until the recovery points cover everything.
+    let checkpointed = |p: i32| {
+        let line = format!("steady {p} 20000");
+        (0..2).any(|shard| {
+            let file = data.path().join(format!("recovery-point-offset-checkpoint.shard-{shard}"));
+            std::fs::read_to_string(file).is_ok_and(|text| text.lines().any(|l| l == line))
+        })
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !(checkpointed(0) && checkpointed(1)) {
+        assert!(std::time::Instant::now() < deadline, "no checkpoint within 60 s");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     broker.kill();
     let broker = Broker::start_in(data.path(), 2, &[]);
     let mut s = broker.connect();

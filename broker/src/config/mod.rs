@@ -134,12 +134,6 @@ pub struct ShardLimits {
     pub idle_poll_us: u64,
 }
 
-impl std::default::Default for ShardLimits {
-    fn default() -> Self {
-        ShardLimits { open_files_max: 4096, cache_max_bytes: 256 << 20, cache_idle_ms: 10_000, idle_poll_us: 0 }
-    }
-}
-
 /// Everything that goes into the settings, in increasing precedence: the file, then command-line
 /// overrides (`KEY=VALUE`, Kafka names; the dedicated flags are turned into these).
 #[derive(Debug, Clone, std::default::Default)]

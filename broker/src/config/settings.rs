@@ -183,7 +183,7 @@ pub const SETTINGS: &[Setting] = &[
     },
     Setting {
         key: "log.segment.bytes",
-        kind: int(14, I32),
+        kind: int(61, I32),
         default: Default::Value("1073741824"),
         unit: "bytes",
         meaning: "default segment.bytes: a segment is rolled before it grows past this",

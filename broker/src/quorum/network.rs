@@ -207,6 +207,7 @@ impl PeerClient {
             }
             Ok(frame) => {
                 let e = CallError::Frame(PeerFrameError::UnexpectedType(frame.kind));
+                self.note(Some(&e));
                 Err(RPCError::Network(NetworkError::new(&e)))
             }
             Err(e) => {

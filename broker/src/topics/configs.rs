@@ -227,7 +227,11 @@ impl TopicConfig {
                 "retention.bytes" => {
                     log.retention_bytes = Some(parse_i64(key, value, -1)?).filter(|v| *v >= 0).map(|v| v as u64)
                 }
-                "segment.bytes" => log.segment_bytes = parse_i64(key, value, 14)?.min(i32::MAX as i64) as u64,
+                "segment.bytes" => {
+                    // A segment holds at least one batch header (Kafka's own minimum, 14, predates them).
+                    log.segment_bytes =
+                        parse_i64(key, value, shardlog_storage::batch::HEADER_BYTES as i64)?.min(i32::MAX as i64) as u64
+                }
                 "segment.ms" => log.segment_ms = parse_i64(key, value, 1)?,
                 "max.message.bytes" => log.max_message_bytes = parse_i64(key, value, 0)?.min(i32::MAX as i64) as usize,
                 "flush.messages" => flush_messages = Some(parse_i64(key, value, 1)? as u64),

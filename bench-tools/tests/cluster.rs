@@ -113,21 +113,27 @@ fn values(partition: i32, round: &str, n: usize) -> Vec<(i32, String)> {
     (0..n).map(|i| (partition, format!("{round}-p{partition}-{i}"))).collect()
 }
 
-#[test]
-fn three_brokers_spread_a_topic_and_a_killed_broker_takes_its_partitions_away_and_back() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut cluster = Cluster::start(&ClusterArgs {
+/// Three brokers (each with one of the quorum's voters) on free ports, with their data in `dir`.
+fn three_brokers(dir: &std::path::Path, shards: usize, settings: &[&str]) -> Cluster {
+    Cluster::start(&ClusterArgs {
         brokers: 3,
         base_port: 0,
         quorum_base_port: None,
-        data_dir: dir.path().to_path_buf(),
-        shards: Some(2),
+        data_dir: dir.to_path_buf(),
+        shards: Some(shards),
         shardlog: None,
-        // A killed broker is fenced 6 s after its last heartbeat instead of 9 s (a live one heartbeats
-        // twelve times a session, so a loaded machine does not get it fenced).
-        settings: vec!["broker.session.timeout.ms=6000".into(), "broker.heartbeat.interval.ms=500".into()],
+        settings: settings.iter().map(|s| s.to_string()).collect(),
     })
-    .expect("three brokers start");
+    .expect("three brokers start")
+}
+
+#[test]
+fn three_brokers_spread_a_topic_and_a_killed_broker_takes_its_partitions_away_and_back() {
+    let dir = tempfile::tempdir().unwrap();
+    // A killed broker is fenced 6 s after its last heartbeat instead of 9 s (a live one heartbeats
+    // twelve times a session, so a loaded machine does not get it fenced).
+    let mut cluster =
+        three_brokers(dir.path(), 2, &["broker.session.timeout.ms=6000", "broker.heartbeat.interval.ms=500"]);
     // Everything goes through broker 1 as the only bootstrap server: clients find the others from it.
     let bootstrap = cluster.addr(1).to_string();
     KafkaClient::connect(&bootstrap).unwrap().create_topic(TOPIC, PARTITIONS, 1, &[]).unwrap();
@@ -264,16 +270,7 @@ fn tool(binary: &std::path::Path, args: &[&str], env_bootstrap: &str) -> String 
 #[test]
 fn every_tool_works_against_three_brokers_through_a_bootstrap_list() {
     let dir = tempfile::tempdir().unwrap();
-    let cluster = Cluster::start(&ClusterArgs {
-        brokers: 3,
-        base_port: 0,
-        quorum_base_port: None,
-        data_dir: dir.path().to_path_buf(),
-        shards: Some(1),
-        shardlog: None,
-        settings: Vec::new(),
-    })
-    .expect("three brokers start");
+    let cluster = three_brokers(dir.path(), 1, &[]);
     let shardlog = shardlog_bench::cluster::shardlog_binary(None);
     let bench = std::path::PathBuf::from(env!("CARGO_BIN_EXE_shardlog-bench"));
     // The launcher's list, led by an address nobody listens on: the tools go on to the next one.
@@ -328,16 +325,8 @@ fn every_tool_works_against_three_brokers_through_a_bootstrap_list() {
 #[test]
 fn tools_wait_out_a_leader_that_restarts() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cluster = Cluster::start(&ClusterArgs {
-        brokers: 3,
-        base_port: 0,
-        quorum_base_port: None,
-        data_dir: dir.path().to_path_buf(),
-        shards: Some(1),
-        shardlog: None,
-        settings: vec!["broker.session.timeout.ms=6000".into(), "broker.heartbeat.interval.ms=500".into()],
-    })
-    .expect("three brokers start");
+    let mut cluster =
+        three_brokers(dir.path(), 1, &["broker.session.timeout.ms=6000", "broker.heartbeat.interval.ms=500"]);
     let shardlog = shardlog_bench::cluster::shardlog_binary(None);
     let bench = std::path::PathBuf::from(env!("CARGO_BIN_EXE_shardlog-bench"));
     let list = cluster.bootstrap.clone();

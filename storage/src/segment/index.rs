@@ -157,22 +157,14 @@ impl SegmentIndex {
         self.bytes_since_entry = 0;
     }
 
+    /// The whole `.index` file.
     pub fn encode_offsets(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.offsets.len() * OFFSET_ENTRY_BYTES);
-        for &(r, p) in &self.offsets {
-            out.extend_from_slice(&r.to_be_bytes());
-            out.extend_from_slice(&p.to_be_bytes());
-        }
-        out
+        self.offset_bytes(0, self.offsets.len())
     }
 
+    /// The whole `.timeindex` file.
     pub fn encode_times(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.times.len() * TIME_ENTRY_BYTES);
-        for &(t, r) in &self.times {
-            out.extend_from_slice(&t.to_be_bytes());
-            out.extend_from_slice(&r.to_be_bytes());
-        }
-        out
+        self.time_bytes(0, self.times.len())
     }
 
     /// How many leading entries of each index (offset, time) describe batches wholly below `durable`:

@@ -8,6 +8,7 @@ use shardlog_bench::cluster;
 mod consume;
 mod loopback;
 mod payload;
+mod probe;
 mod produce;
 mod quorum_bench;
 mod report;
@@ -44,6 +45,9 @@ enum Command {
     /// The metadata quorum with real voter processes: commit rate, and time from killing the Raft leader
     /// to the next committed command.
     Quorum(quorum_bench::QuorumArgs),
+    /// What a hostile client can make a broker hold: partial frames, slowloris, large requests; the
+    /// broker's memory and an ordinary client's answers meanwhile.
+    Probe(probe::ProbeArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -67,6 +71,7 @@ fn main() -> anyhow::Result<()> {
         Command::Storage(args) => storage_bench::run(args)?,
         Command::Loopback(args) => loopback::run(&args)?,
         Command::Quorum(args) => quorum_bench::run(&args)?,
+        Command::Probe(args) => probe::run(&args)?,
     }
     Ok(())
 }

@@ -8,8 +8,11 @@
 //! ([`crate::quorum::network`]). Those openraft events are dropped; every other openraft warning and
 //! error is kept, and openraft's chatter below `warn` is off unless `RUST_LOG` names openraft.
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::IsTerminal;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use tracing::field::{Field, Visit};
 use tracing::{Event, Level, Subscriber};
@@ -31,8 +34,102 @@ pub fn init() -> anyhow::Result<()> {
         // Colour codes only for a person at a terminal, not in journald or a log file.
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
-    tracing_subscriber::registry().with(filter).with(QuietOpenraft).with(format).try_init()?;
+    let repeats = RepeatLimit::default();
+    tracing_subscriber::registry().with(filter).with(QuietOpenraft).with(repeats.clone()).with(format).try_init()?;
+    std::thread::Builder::new().name("log-repeats".into()).spawn(move || {
+        loop {
+            std::thread::sleep(Duration::from_secs(1));
+            repeats.report_dropped();
+        }
+    })?;
     Ok(())
+}
+
+/// Lines of one WARN or ERROR call site let through per [`REPEAT_WINDOW`]; the rest are counted.
+pub const REPEAT_BURST: u32 = 10;
+/// See [`REPEAT_BURST`].
+pub const REPEAT_WINDOW: Duration = Duration::from_secs(5);
+
+/// Keeps a flood of one warning (a client sending garbage from a thousand connections, a failing accept)
+/// from burying everything else: each WARN or ERROR call site gets [`REPEAT_BURST`] lines per
+/// [`REPEAT_WINDOW`]; beyond that its lines are counted, and the count is logged once the window is
+/// over (by [`RepeatLimit::report_dropped`], which [`init`] calls every second from a thread of its own,
+/// or before the site's next line, whichever comes first).
+#[derive(Debug, Clone, Default)]
+pub struct RepeatLimit {
+    sites: Arc<Mutex<HashMap<tracing::callsite::Identifier, Window>>>,
+}
+
+#[derive(Debug)]
+struct Window {
+    start: Instant,
+    passed: u32,
+    dropped: u64,
+    site: &'static tracing::Metadata<'static>,
+}
+
+impl RepeatLimit {
+    /// Whether a line of `site` at `now` is written; the second value is how many lines of the site
+    /// were dropped before it and not yet reported (to be reported first).
+    fn admit(&self, site: &'static tracing::Metadata<'static>, now: Instant) -> (bool, u64) {
+        let mut sites = self.sites.lock().expect("repeat limit lock");
+        let window = sites.entry(site.callsite()).or_insert(Window { start: now, passed: 0, dropped: 0, site });
+        if now.duration_since(window.start) >= REPEAT_WINDOW {
+            let dropped = window.dropped;
+            *window = Window { start: now, passed: 1, dropped: 0, site };
+            return (true, dropped);
+        }
+        if window.passed < REPEAT_BURST {
+            window.passed += 1;
+            return (true, 0);
+        }
+        window.dropped += 1;
+        (false, 0)
+    }
+
+    /// Takes the counts of windows that are over, with their sites.
+    fn take_dropped(&self, now: Instant) -> Vec<(&'static tracing::Metadata<'static>, u64)> {
+        let mut sites = self.sites.lock().expect("repeat limit lock");
+        let mut out = Vec::new();
+        for window in sites.values_mut() {
+            if window.dropped > 0 && now.duration_since(window.start) >= REPEAT_WINDOW {
+                out.push((window.site, std::mem::take(&mut window.dropped)));
+            }
+        }
+        out
+    }
+
+    /// Logs how many lines each site dropped in its windows that are over.
+    pub fn report_dropped(&self) {
+        for (site, dropped) in self.take_dropped(Instant::now()) {
+            report(site, dropped);
+        }
+    }
+}
+
+/// One line saying `dropped` lines of `site` were not logged.
+fn report(site: &tracing::Metadata<'_>, dropped: u64) {
+    let at = format!("{}:{}", site.file().unwrap_or("?"), site.line().unwrap_or(0));
+    let seconds = REPEAT_WINDOW.as_secs();
+    if *site.level() == Level::ERROR {
+        tracing::error!(dropped, site = %at, "{dropped} more lines from the same place were not logged (at most {REPEAT_BURST} per {seconds} s)");
+    } else {
+        tracing::warn!(dropped, site = %at, "{dropped} more lines from the same place were not logged (at most {REPEAT_BURST} per {seconds} s)");
+    }
+}
+
+impl<S: Subscriber> Layer<S> for RepeatLimit {
+    fn event_enabled(&self, event: &Event<'_>, _ctx: Context<'_, S>) -> bool {
+        let meta = event.metadata();
+        if *meta.level() > Level::WARN {
+            return true;
+        }
+        let (write, dropped) = self.admit(meta, Instant::now());
+        if dropped > 0 {
+            report(meta, dropped);
+        }
+        write
+    }
 }
 
 /// Drops openraft's per-attempt reports of unreachable peers and its election and shutdown races.
@@ -88,6 +185,31 @@ impl Visit for FieldText {
     }
 }
 
+/// Lets a repeated event be logged at most once per interval, counting the ones in between.
+#[derive(Debug)]
+pub struct Throttle {
+    interval: Duration,
+    last: Option<Instant>,
+    skipped: u64,
+}
+
+impl Throttle {
+    pub fn new(interval: Duration) -> Self {
+        Throttle { interval, last: None, skipped: 0 }
+    }
+
+    /// For an event at `now`: `Some(n)` when it should be logged, with the `n` events not logged since
+    /// the last one that was; `None` when it is only counted.
+    pub fn event(&mut self, now: Instant) -> Option<u64> {
+        if self.last.is_some_and(|last| now.duration_since(last) < self.interval) {
+            self.skipped += 1;
+            return None;
+        }
+        self.last = Some(now);
+        Some(std::mem::take(&mut self.skipped))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -106,5 +228,52 @@ mod tests {
         assert!(is_openraft_noise("message=core_call fatal error error=Stopped "));
         assert!(!is_openraft_noise("message=core_call fatal error error=StorageError "));
         assert!(!is_openraft_noise("message=RaftCore stopped with fatal error=StorageError "));
+    }
+
+    #[test]
+    fn a_throttle_lets_one_event_per_interval_through_and_counts_the_rest() {
+        let mut t = Throttle::new(Duration::from_secs(1));
+        let t0 = Instant::now();
+        assert_eq!(t.event(t0), Some(0));
+        assert_eq!(t.event(t0 + Duration::from_millis(10)), None);
+        assert_eq!(t.event(t0 + Duration::from_millis(900)), None);
+        assert_eq!(t.event(t0 + Duration::from_millis(1000)), Some(2));
+        assert_eq!(t.event(t0 + Duration::from_millis(1001)), None);
+    }
+
+    #[test]
+    fn a_call_site_gets_a_burst_per_window_and_the_rest_are_counted_for_the_next_line() {
+        static SITE_A: tracing::callsite::DefaultCallsite = tracing::callsite::DefaultCallsite::new(&META_A);
+        static META_A: tracing::Metadata<'static> = tracing::metadata! {
+            name: "a", target: "test", level: Level::WARN, fields: &[], callsite: &SITE_A, kind: tracing::metadata::Kind::EVENT
+        };
+        static SITE_B: tracing::callsite::DefaultCallsite = tracing::callsite::DefaultCallsite::new(&META_B);
+        static META_B: tracing::Metadata<'static> = tracing::metadata! {
+            name: "b", target: "test", level: Level::WARN, fields: &[], callsite: &SITE_B, kind: tracing::metadata::Kind::EVENT
+        };
+        let limit = RepeatLimit::default();
+        let t0 = Instant::now();
+        for i in 0..REPEAT_BURST {
+            assert_eq!(limit.admit(&META_A, t0), (true, 0), "line {i} of the burst");
+        }
+        for _ in 0..25 {
+            assert_eq!(limit.admit(&META_A, t0 + Duration::from_secs(1)), (false, 0));
+        }
+        assert_eq!(limit.admit(&META_B, t0 + Duration::from_secs(1)), (true, 0), "another site is not held back");
+        assert!(limit.take_dropped(t0 + Duration::from_secs(1)).is_empty(), "counts wait for the window's end");
+        assert_eq!(limit.admit(&META_A, t0 + REPEAT_WINDOW), (true, 25), "the next window's first line reports them");
+        assert_eq!(limit.admit(&META_A, t0 + REPEAT_WINDOW), (true, 0));
+        // Reported by the timer instead when no line comes.
+        for _ in 0..REPEAT_BURST + 3 {
+            limit.admit(&META_B, t0 + REPEAT_WINDOW);
+        }
+        let dropped = limit.take_dropped(t0 + REPEAT_WINDOW + REPEAT_WINDOW);
+        assert_eq!(dropped.len(), 1);
+        assert_eq!(
+            (dropped[0].0.name(), dropped[0].1),
+            ("b", 4),
+            "B's window began with its first line: 4 of these 13 are past the burst"
+        );
+        assert!(limit.take_dropped(t0 + REPEAT_WINDOW * 3).is_empty(), "reported once");
     }
 }

@@ -153,9 +153,24 @@ fn each_malformed_frame_closes_only_its_connection_is_logged_once_and_changes_no
         send(&mut s, ApiKey::ApiVersions, 3, 2, &api_versions_v3());
         assert_eq!(receive(&mut s, ApiKey::ApiVersions, 3).0, 2, "after {name}");
     }
-    let log = broker.log();
-    let closings = log.lines().filter(|l| l.contains("closing connection")).count();
-    assert_eq!(closings, corpus.len(), "one log line per bad connection:\n{log}");
+    // One line per bad connection; past the log's burst limit per call site, a count of the lines not
+    // logged (within a few seconds of the window's end).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let log = broker.log();
+        let closings = log.lines().filter(|l| l.contains("closing connection")).count();
+        let dropped: usize = log
+            .lines()
+            .filter(|l| l.contains("were not logged") && l.contains("runtime/connection.rs"))
+            .map(|l| l.split("dropped=").nth(1).and_then(|v| v.split(' ').next()).unwrap().parse::<usize>().unwrap())
+            .sum();
+        assert!(closings + dropped <= corpus.len(), "at most one log line per bad connection:\n{log}");
+        if closings + dropped == corpus.len() {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "every bad connection is logged or counted:\n{log}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
 
     send(&mut s, ApiKey::Fetch, 11, 3, &fetch_request("events", 0, 0, 0));
     let (_, body) = receive(&mut s, ApiKey::Fetch, 11);

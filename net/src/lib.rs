@@ -7,3 +7,4 @@
 pub mod alloc;
 pub mod kafka;
 pub mod peer;
+pub mod pool;

@@ -101,6 +101,8 @@ pub struct BrokerConfig {
     pub num_partitions: u32,
     pub default_replication_factor: u16,
     pub socket_request_max_bytes: usize,
+    /// What clients may make the broker hold.
+    pub clients: ClientLimits,
     pub min_insync_replicas: u16,
     /// Default `compression.type` of topics.
     pub compression: Compression,
@@ -110,6 +112,23 @@ pub struct BrokerConfig {
     pub shard_limits: ShardLimits,
     /// Every row of [`settings::SETTINGS`] with the value in force, in the table's order.
     pub effective: Vec<EffectiveSetting>,
+}
+
+/// Bounds on what clients of the Kafka listener may make the broker hold (Kafka's settings; the quorum
+/// port has its own, fixed limits).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientLimits {
+    /// `queued.max.request.bytes`: request bytes being read or waiting for their answer, all
+    /// connections together; never below `socket.request.max.bytes`.
+    pub queued_max_request_bytes: usize,
+    /// `socket.request.timeout.ms`: how long a frame may take to arrive once its first byte has.
+    pub socket_request_timeout_ms: u64,
+    /// `connections.max.idle.ms`: how long a connection may sit with nothing in hand and nothing moving.
+    pub connections_max_idle_ms: u64,
+    /// `max.connections`: open client connections, all addresses together.
+    pub max_connections: usize,
+    /// `max.connections.per.ip`: open client connections from one address.
+    pub max_connections_per_ip: usize,
 }
 
 /// Per-shard bounds on what partitions hold, and how a shard waits for work (shardlog settings; Kafka has
@@ -391,6 +410,24 @@ impl Reader {
             cache_idle_ms: self.int_set("shard.cache.idle.ms")?,
             idle_poll_us: self.int_set("shard.idle.poll.us")? as u64,
         };
+        let socket_request_max_bytes = self.int_set("socket.request.max.bytes")? as usize;
+        let clients = ClientLimits {
+            queued_max_request_bytes: self.int_set("queued.max.request.bytes")? as usize,
+            socket_request_timeout_ms: self.int_set("socket.request.timeout.ms")? as u64,
+            connections_max_idle_ms: self.int_set("connections.max.idle.ms")? as u64,
+            max_connections: self.int_set("max.connections")? as usize,
+            max_connections_per_ip: self.int_set("max.connections.per.ip")? as usize,
+        };
+        if clients.queued_max_request_bytes < socket_request_max_bytes {
+            return Err(invalid(
+                "queued.max.request.bytes",
+                format!(
+                    "{} is below socket.request.max.bytes ({socket_request_max_bytes}): a request of the largest \
+                     size would wait forever",
+                    clients.queued_max_request_bytes
+                ),
+            ));
+        }
         let config = BrokerConfig {
             node_id,
             data_dir,
@@ -403,7 +440,8 @@ impl Reader {
             auto_create_topics: self.bool("auto.create.topics.enable"),
             num_partitions: self.int_set("num.partitions")? as u32,
             default_replication_factor: self.int_set("default.replication.factor")? as u16,
-            socket_request_max_bytes: self.int_set("socket.request.max.bytes")? as usize,
+            socket_request_max_bytes,
+            clients,
             min_insync_replicas: self.int_set("min.insync.replicas")? as u16,
             compression,
             log,

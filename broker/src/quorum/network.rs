@@ -27,6 +27,7 @@ use super::wire::{
     MetadataDelta, QuorumConfig, WireAppend, WireAppendResult, WireFetch, WireFetchResult, WireSnapshotChunk,
     WireStatus, WireVote, WireVoteRequest, WireVoteResult, WireWriteResult, kind,
 };
+use crate::logging::Throttle;
 
 /// The largest frame a voter accepts (snapshot chunks and entry batches are far smaller).
 pub const MAX_FRAME_BYTES: u32 = 64 << 20;
@@ -278,30 +279,51 @@ impl std::fmt::Debug for Served {
     }
 }
 
+/// Connections the quorum port keeps open at once (voters and brokers hold a few each); more are
+/// closed as they are accepted. The quorum port does not share the clients' limits, so a flood of
+/// Kafka clients cannot lock the cluster's own members out.
+pub const MAX_PEER_CONNECTIONS: usize = 512;
+/// Bytes of request frames the quorum port holds at once, all connections together.
+pub const PEER_BUDGET_BYTES: usize = 256 << 20;
+/// A request frame must arrive whole within this long of its first byte.
+pub const PEER_FRAME_LIMIT: Duration = Duration::from_secs(30);
+/// A connection with no request for this long is closed (members poll far more often).
+pub const PEER_IDLE_LIMIT: Duration = Duration::from_secs(600);
+
 /// Accepts connections on the quorum port until the task is dropped, which ends its connections too
 /// (so no peer's request reaches Raft once it is shut down).
 pub async fn serve(listener: TcpListener, served: Served) {
     let mut connections = tokio::task::JoinSet::new();
+    let budget = Arc::new(tokio::sync::Semaphore::new(PEER_BUDGET_BYTES));
+    let (mut refusals, mut failures) = (Throttle::new(Duration::from_secs(1)), Throttle::new(Duration::from_secs(1)));
     loop {
         while connections.try_join_next().is_some() {}
         match listener.accept().await {
+            Ok((stream, peer)) if connections.len() >= MAX_PEER_CONNECTIONS => {
+                drop(stream);
+                if let Some(skipped) = refusals.event(Instant::now()) {
+                    tracing::warn!(%peer, open = connections.len(), refused_unlogged = skipped, "quorum port: refused a connection: too many open");
+                }
+            }
             Ok((stream, peer)) => {
                 let _ = stream.set_nodelay(true);
-                connections.spawn(serve_connection(stream, peer.to_string(), served.clone()));
+                connections.spawn(serve_connection(stream, peer.to_string(), served.clone(), budget.clone()));
             }
             Err(e) => {
-                tracing::warn!(error = %e, "quorum port: accept failed");
+                if let Some(skipped) = failures.event(Instant::now()) {
+                    tracing::warn!(error = %e, failed_unlogged = skipped, "quorum port: accept failed");
+                }
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
     }
 }
 
-async fn serve_connection(mut stream: TcpStream, peer: String, served: Served) {
+async fn serve_connection(mut stream: TcpStream, peer: String, served: Served, budget: Arc<tokio::sync::Semaphore>) {
     let mut reader = PeerFrameReader::new(MAX_FRAME_BYTES);
-    let mut buf = Vec::new();
+    let mut buf = vec![0u8; READ_CHUNK_BYTES];
     loop {
-        let frame = match read_frame(&mut stream, &mut reader, &mut buf).await {
+        let (frame, _held) = match read_request(&mut stream, &mut reader, &mut buf, &budget).await {
             Ok(Some(frame)) => frame,
             Ok(None) => return,
             // The peer went away (a voter or broker stopping): nothing wrong here.
@@ -325,6 +347,45 @@ async fn serve_connection(mut stream: TcpStream, peer: String, served: Served) {
             tracing::debug!(%peer, error = %e, "quorum port: connection lost");
             return;
         }
+    }
+}
+
+/// Reads a peer's next request within the quorum port's limits: nothing for [`PEER_IDLE_LIMIT`] ends
+/// the connection quietly (`None`); a frame's body is read only once it fits in the port's budget
+/// (whose share comes back with the frame, to be held until it is answered), and must be whole within
+/// [`PEER_FRAME_LIMIT`] of that.
+async fn read_request(
+    stream: &mut TcpStream,
+    reader: &mut PeerFrameReader,
+    buf: &mut [u8],
+    budget: &Arc<tokio::sync::Semaphore>,
+) -> Result<Option<(PeerFrame, Option<tokio::sync::OwnedSemaphorePermit>)>, CallError> {
+    let mut held = None;
+    let mut due: Option<tokio::time::Instant> = None;
+    loop {
+        if let Some(frame) = reader.next_frame()? {
+            return Ok(Some((frame, held)));
+        }
+        if held.is_none()
+            && let Some(len) = reader.announced()
+        {
+            let permits = u32::try_from(len).expect("bounded by MAX_FRAME_BYTES");
+            held = Some(budget.clone().acquire_many_owned(permits).await.expect("the budget is never closed"));
+            due = Some(tokio::time::Instant::now() + PEER_FRAME_LIMIT);
+        }
+        let limit = due.unwrap_or_else(|| tokio::time::Instant::now() + PEER_IDLE_LIMIT);
+        let n = match tokio::time::timeout_at(limit, stream.read(buf)).await {
+            Ok(read) => read?,
+            Err(_) if reader.buffered() == 0 => return Ok(None),
+            Err(_) => return Err(CallError::Timeout(PEER_FRAME_LIMIT)),
+        };
+        if n == 0 {
+            return if reader.buffered() == 0 { Ok(None) } else { Err(CallError::Closed) };
+        }
+        if due.is_none() {
+            due = Some(tokio::time::Instant::now() + PEER_FRAME_LIMIT);
+        }
+        reader.extend(&buf[..n]);
     }
 }
 

@@ -16,11 +16,20 @@
 //! The byte budget counts each request's frame and, for a Fetch, the answer it may bring back, so a
 //! client that pipelines fetches and stops reading holds at most one fetch answer.
 //!
+//! Every frame also takes its bytes from the broker-wide request budget (`queued.max.request.bytes`,
+//! see [`super::limits`]) as soon as its length has arrived, before its body is read, and gives them back
+//! when its handler has answered. A frame must arrive whole within `socket.request.timeout.ms` of the
+//! moment it may be read, and a connection with nothing in hand and nothing moving for
+//! `connections.max.idle.ms` is closed: a client cannot hold the broker's memory or a connection by
+//! sending slowly or not at all.
+//!
 //! Bad input closes the connection with one log line; nothing a client sends can panic the shard.
 
+use std::cell::Cell;
 use std::os::fd::{AsRawFd, RawFd};
 use std::rc::Rc;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use futures_channel::oneshot;
@@ -32,6 +41,7 @@ use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
 use shardlog_net::kafka::{DecodedRequest, FrameReader, RequestError, decode_request, encode_response};
 
 use super::Shutdown;
+use super::limits::{BudgetPermit, Clients};
 use crate::handlers::{self, BrokerContext};
 
 const READ_CHUNK_BYTES: usize = 64 << 10;
@@ -63,19 +73,75 @@ enum Pending {
     Ready(Answer),
 }
 
-pub(super) async fn serve(stream: TcpStream, ctx: Arc<BrokerContext>, shutdown: Shutdown) {
+/// What the reader, the writer and the watch share about the connection's progress.
+#[derive(Debug)]
+struct Activity {
+    /// When bytes last moved either way.
+    last_moved: Cell<Instant>,
+    /// Requests taken in and not yet answered on the wire.
+    in_hand: Cell<usize>,
+    /// When the frame being received must be whole; `None` between frames and while a frame waits for
+    /// its share of the request budget (the client is not to blame for that).
+    frame_due: Cell<Option<Instant>>,
+    /// A frame has started to arrive (it may be waiting for the budget).
+    receiving: Cell<bool>,
+}
+
+impl Activity {
+    fn new() -> Self {
+        Activity {
+            last_moved: Cell::new(Instant::now()),
+            in_hand: Cell::new(0),
+            frame_due: Cell::new(None),
+            receiving: Cell::new(false),
+        }
+    }
+
+    fn moved(&self) {
+        self.last_moved.set(Instant::now());
+    }
+}
+
+pub(super) async fn serve(stream: TcpStream, ctx: Arc<BrokerContext>, clients: Arc<Clients>, shutdown: Shutdown) {
     let peer = stream.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "unknown".into());
     let fd = stream.as_raw_fd();
     let (mut reader, writer) = futures_lite::io::split(stream);
     let (queue, answers) = local_channel::new_bounded(MAX_IN_FLIGHT_REQUESTS);
+    let activity = Activity::new();
     // The reader ends at end of stream, a bad frame or shutdown, dropping its end of the queue; the writer
-    // then writes what is queued and ends. A writer that ends first (a lost peer) ends the reader too.
+    // then writes what is queued and ends. A writer that ends first (a lost peer) ends the reader too, and
+    // so does the watch when the client is too slow or idle too long.
     let reading = async {
-        read_requests(&mut reader, queue, &ctx, &shutdown, &peer).await;
+        read_requests(&mut reader, queue, &ctx, &clients, &activity, &shutdown, &peer).await;
         future::pending::<()>().await
     };
-    future::or(write_answers(writer, answers, &shutdown, &peer), reading).await;
+    let watching = watch(&activity, &clients, &peer);
+    future::or(write_answers(writer, answers, &activity, &shutdown, &peer), future::or(reading, watching)).await;
     linger(fd, &mut reader, &shutdown).await;
+}
+
+/// Returns when the connection must be closed: a frame late past `socket.request.timeout.ms`, or nothing
+/// in hand and nothing moving for `connections.max.idle.ms`.
+async fn watch(activity: &Activity, clients: &Clients, peer: &str) {
+    let (frame_limit, idle_limit) = (clients.frame_limit(), clients.idle_limit());
+    let tick = (frame_limit.min(idle_limit) / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+    loop {
+        glommio::timer::sleep(tick).await;
+        let now = Instant::now();
+        if activity.frame_due.get().is_some_and(|due| now >= due) {
+            tracing::warn!(
+                %peer,
+                limit_ms = frame_limit.as_millis() as u64,
+                "closing connection: a request did not arrive whole within socket.request.timeout.ms"
+            );
+            return;
+        }
+        let idle = activity.in_hand.get() == 0 && !activity.receiving.get();
+        if idle && now.duration_since(activity.last_moved.get()) >= idle_limit {
+            tracing::debug!(%peer, "closing connection: idle for connections.max.idle.ms");
+            return;
+        }
+    }
 }
 
 /// Closes the way a careful server does: end of stream first, then whatever the peer still sends is read
@@ -98,16 +164,21 @@ async fn linger(fd: RawFd, reader: &mut futures_lite::io::ReadHalf<TcpStream>, s
     future::or(drain, give_up).await;
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn read_requests(
     stream: &mut futures_lite::io::ReadHalf<TcpStream>,
     queue: LocalSender<Pending>,
     ctx: &Arc<BrokerContext>,
+    clients: &Clients,
+    activity: &Activity,
     shutdown: &Shutdown,
     peer: &str,
 ) {
     let budget = Rc::new(Semaphore::new(MAX_IN_FLIGHT_BYTES));
     let mut reader = FrameReader::new(ctx.config.socket_request_max_bytes);
     let mut buf = vec![0u8; READ_CHUNK_BYTES];
+    // The frame being received's share of the broker's request budget, once it has one.
+    let mut held: Option<BudgetPermit> = None;
     loop {
         loop {
             let frame = match reader.next_frame() {
@@ -118,16 +189,29 @@ async fn read_requests(
                     return;
                 }
             };
+            // What follows the frame is the start of the next one, due in its own time.
+            let more = reader.buffered() > 0;
+            activity.receiving.set(more);
+            activity.frame_due.set(more.then(|| Instant::now() + clients.frame_limit()));
             let frame_bytes = frame.len();
+            // A frame that came whole in one read takes its share now (a read is at most 64 KiB).
+            let shared = match held.take() {
+                Some(permit) => permit,
+                None => match until_shutdown(clients.budget.acquire(frame_bytes), shutdown).await {
+                    Some(permit) => permit,
+                    None => return,
+                },
+            };
             let pending = match decode(ctx, frame, peer) {
                 Ok(request) => {
                     let units = budget_units(&request, frame_bytes);
                     let Ok(permit) = budget.clone().acquire_static_permit(units).await else { return };
-                    start(ctx, request, peer, permit)
+                    start(ctx, request, peer, permit, shared)
                 }
                 Err(answer) => Pending::Ready(answer),
             };
             let last = matches!(pending, Pending::Ready((_, Next::Close)));
+            activity.in_hand.set(activity.in_hand.get() + 1);
             if queue.send(pending).await.is_err() || last {
                 return;
             }
@@ -135,11 +219,19 @@ async fn read_requests(
         if shutdown.is_triggered() {
             return;
         }
-        let read = future::or(async { Some(stream.read(&mut buf).await) }, async {
-            shutdown.wait().await;
-            None
-        })
-        .await;
+        // A frame whose length has arrived is read only once its bytes fit in the broker's budget, and
+        // its time to arrive counts from then.
+        if held.is_none()
+            && let Some(size) = reader.announced()
+        {
+            activity.frame_due.set(None);
+            match until_shutdown(clients.budget.acquire(size), shutdown).await {
+                Some(permit) => held = Some(permit),
+                None => return,
+            }
+            activity.frame_due.set(Some(Instant::now() + clients.frame_limit()));
+        }
+        let read = until_shutdown(stream.read(&mut buf), shutdown).await;
         match read {
             None => return,
             Some(Ok(0)) => {
@@ -148,7 +240,13 @@ async fn read_requests(
                 }
                 return;
             }
-            Some(Ok(n)) => reader.extend(&buf[..n]),
+            Some(Ok(n)) => {
+                activity.moved();
+                if !activity.receiving.replace(true) {
+                    activity.frame_due.set(Some(Instant::now() + clients.frame_limit()));
+                }
+                reader.extend(&buf[..n]);
+            }
             Some(Err(e)) => {
                 tracing::debug!(%peer, error = %e, "connection lost while reading");
                 return;
@@ -157,9 +255,19 @@ async fn read_requests(
     }
 }
 
+/// `work`'s outcome, or `None` once the broker is stopping.
+async fn until_shutdown<T>(work: impl Future<Output = T>, shutdown: &Shutdown) -> Option<T> {
+    future::or(async { Some(work.await) }, async {
+        shutdown.wait().await;
+        None
+    })
+    .await
+}
+
 async fn write_answers(
     mut stream: futures_lite::io::WriteHalf<TcpStream>,
     answers: LocalReceiver<Pending>,
+    activity: &Activity,
     shutdown: &Shutdown,
     peer: &str,
 ) {
@@ -180,7 +288,7 @@ async fn write_answers(
             })
             .await;
             match written {
-                Some(Ok(())) => {}
+                Some(Ok(())) => activity.moved(),
                 Some(Err(e)) => {
                     tracing::debug!(%peer, error = %e, "connection lost while writing");
                     return;
@@ -188,6 +296,7 @@ async fn write_answers(
                 None => return,
             }
         }
+        activity.in_hand.set(activity.in_hand.get() - 1);
         if next == Next::Close {
             return;
         }
@@ -226,8 +335,15 @@ fn budget_units(request: &DecodedRequest, frame_bytes: usize) -> u64 {
     ((frame_bytes + answer_bytes) as u64).clamp(1, MAX_IN_FLIGHT_BYTES)
 }
 
-/// Starts answering a request.
-fn start(ctx: &Arc<BrokerContext>, request: DecodedRequest, peer: &str, permit: StaticPermit) -> Pending {
+/// Starts answering a request. `shared`, the frame's share of the broker's request budget, is given back
+/// when the handler has its answer.
+fn start(
+    ctx: &Arc<BrokerContext>,
+    request: DecodedRequest,
+    peer: &str,
+    permit: StaticPermit,
+    shared: BudgetPermit,
+) -> Pending {
     let (api_key, version, correlation_id) = (request.api_key, request.version, request.header.correlation_id);
     let (ctx, peer) = (ctx.clone(), peer.to_string());
     let answer = match request.body {
@@ -236,11 +352,13 @@ fn start(ctx: &Arc<BrokerContext>, request: DecodedRequest, peer: &str, permit: 
             let produce = handlers::dispatch_produce(&ctx, req);
             spawn_handler(async move {
                 let body = produce.answer().await.map(ResponseKind::Produce);
+                drop(shared);
                 encode(body, correlation_id, api_key, version, &peer)
             })
         }
         _ => spawn_handler(async move {
             let body = handlers::handle(&ctx, request).await;
+            drop(shared);
             encode(body, correlation_id, api_key, version, &peer)
         }),
     };

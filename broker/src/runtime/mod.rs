@@ -18,6 +18,7 @@
 //! thread drops the task's last waker (see `connection::spawn_handler`).
 
 mod connection;
+pub mod limits;
 
 use std::cell::Cell;
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
@@ -36,10 +37,12 @@ use shardlog_storage::{LogDir, LogDirScope, SystemClock, TopicPartition};
 
 use crate::config::BrokerConfig;
 use crate::handlers::{self, AdminRequest, BrokerContext};
+use crate::logging::Throttle;
 use crate::metadata::image::MetadataImage;
 use crate::metadata::link::{LinkSettings, QuorumLink};
 use crate::quorum::state::{BrokerEndpoint, NodeId};
 use crate::shard::{self, PartitionRequest};
+use limits::Clients;
 
 /// Set once to stop every shard; then, once every shard has finished its client connections, marked
 /// again so the quorum link knows it may give up this broker's leaderships (see [`Shutdown::clients_done`]).
@@ -123,7 +126,7 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(10);
 
 /// Runs the broker's shards until shutdown; returns once every shard has stopped and closed its logs.
 pub fn run(config: BrokerConfig, shutdown: Shutdown) -> Result<()> {
-    raise_open_file_limit(config.shards * config.shard_limits.open_files_max);
+    let clients = client_limits(&config);
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("create data dir {}", config.data_dir.display()))?;
     let lock = lock_data_dir(&config.data_dir)?;
@@ -145,6 +148,7 @@ pub fn run(config: BrokerConfig, shutdown: Shutdown) -> Result<()> {
         // Pinned one per core when every shard has its own core; unpinned when there are more shards.
         let placement = if shards <= cpus { Placement::Fixed(shard) } else { Placement::Unbound };
         let (ctx, shutdown, admin, draining) = (ctx.clone(), shutdown.clone(), admin_rx.take(), draining.clone());
+        let clients = clients.clone();
         let listener = listeners.next().expect("one listener descriptor per shard");
         let mut builder = LocalExecutorBuilder::new(placement).name(&format!("shard-{shard}"));
         if ctx.config.shard_limits.idle_poll_us > 0 {
@@ -155,7 +159,7 @@ pub fn run(config: BrokerConfig, shutdown: Shutdown) -> Result<()> {
                 // A shard that fails or panics stops the whole broker: the others would serve a
                 // cluster view with its partitions missing.
                 let guard = StopOnFailure(shutdown.clone());
-                let result = run_shard(shard, addr, listener, ctx, requests, admin, shutdown, draining).await;
+                let result = run_shard(shard, addr, listener, ctx, clients, requests, admin, shutdown, draining).await;
                 if let Err(e) = &result {
                     tracing::error!(shard, error = %e, "shard failed; stopping the broker");
                     guard.0.trigger();
@@ -286,9 +290,53 @@ fn warn_if_volatile(dir: &std::path::Path) {
     }
 }
 
+/// How often a repeated failure or refusal is logged.
+const LOG_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Descriptors kept for everything but segment files and client connections (the quorum's files and
+/// connections, checkpoints, index files, the log).
+const RESERVED_FILES: usize = 1024;
+
+/// The client limits in force: `max.connections` lowered, when the open file limit cannot hold that
+/// many connections beside the segment files, to what it can (a connection beyond the limit would take
+/// the descriptor a segment roll needs).
+fn client_limits(config: &BrokerConfig) -> Arc<Clients> {
+    let segment_files = config.shards * config.shard_limits.open_files_max;
+    let files = raise_open_file_limit(segment_files);
+    let mut settings = config.clients;
+    let room = files.saturating_sub(segment_files + RESERVED_FILES).max(64);
+    if settings.max_connections > room {
+        let explicit = config.effective.iter().any(|s| s.key == "max.connections" && s.explicit);
+        if explicit {
+            tracing::warn!(
+                max_connections = settings.max_connections,
+                lowered_to = room,
+                open_file_limit = files,
+                "max.connections does not fit the open file limit beside shards x shard.open.files.max; raise LimitNOFILE"
+            );
+        } else {
+            tracing::info!(
+                max_connections = room,
+                open_file_limit = files,
+                "max.connections fitted to the open file limit"
+            );
+        }
+        settings.max_connections = room;
+    }
+    Clients::new(settings)
+}
+
+/// Gives large request buffers that lie unused back to the system (see `shardlog_net::pool`).
+async fn trim_frame_buffers(shutdown: Shutdown) {
+    while !shutdown.is_triggered() {
+        shardlog_net::pool::trim_idle();
+        glommio::timer::sleep(Duration::from_secs(1)).await;
+    }
+}
+
 /// Raises the soft limit on open descriptors to the hard limit (many systems start at 1024), and warns
-/// when even that cannot hold the segment files every shard may keep open.
-fn raise_open_file_limit(wanted: usize) {
+/// when even that cannot hold the segment files every shard may keep open. Returns the limit in force.
+fn raise_open_file_limit(wanted: usize) -> usize {
     let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: getrlimit/setrlimit with a valid resource and a pointer to a live rlimit.
     let raised = unsafe {
@@ -299,13 +347,16 @@ fn raise_open_file_limit(wanted: usize) {
     };
     if !raised {
         tracing::warn!(error = %std::io::Error::last_os_error(), "cannot raise the open file limit");
-    } else if (limit.rlim_cur as usize) < wanted + 1024 {
+        // SAFETY: as above.
+        unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
+    } else if (limit.rlim_cur as usize) < wanted + RESERVED_FILES {
         tracing::warn!(
             limit = limit.rlim_cur,
             segment_files = wanted,
             "the open file limit is low for shards x shard.open.files.max; lower that setting or raise LimitNOFILE"
         );
     }
+    usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -314,6 +365,7 @@ async fn run_shard(
     addr: std::net::SocketAddr,
     listener: OwnedFd,
     ctx: Arc<BrokerContext>,
+    clients: Arc<Clients>,
     requests: flume::Receiver<PartitionRequest>,
     admin: Option<(flume::Receiver<AdminRequest>, flume::Receiver<Arc<MetadataImage>>)>,
     shutdown: Shutdown,
@@ -349,8 +401,9 @@ async fn run_shard(
     if let Some((admin, images)) = admin {
         glommio::spawn_local(handlers::admin(ctx.clone(), admin)).detach();
         glommio::spawn_local(crate::metadata::follow::follow(ctx.clone(), images)).detach();
+        glommio::spawn_local(trim_frame_buffers(shutdown.clone())).detach();
     }
-    let served = serve(shard, addr, listener, ctx, shutdown.clone()).await;
+    let served = serve(shard, addr, listener, ctx, clients, shutdown.clone()).await;
     if served.is_err() {
         // This shard cannot serve (its listener failed): the broker stops, and upkeep with it.
         shutdown.trigger();
@@ -372,6 +425,7 @@ async fn serve(
     addr: std::net::SocketAddr,
     listener: OwnedFd,
     ctx: Arc<BrokerContext>,
+    clients: Arc<Clients>,
     shutdown: Shutdown,
 ) -> Result<()> {
     // Clients are served once the broker is registered and has caught up with the metadata.
@@ -386,6 +440,7 @@ async fn serve(
     let listener = unsafe { TcpListener::from_raw_fd(listener.into_raw_fd()) };
     tracing::info!(shard, %addr, "accepting connections");
     let open_connections = Rc::new(Cell::new(0usize));
+    let (mut refusals, mut accept_failures) = (Throttle::new(LOG_INTERVAL), Throttle::new(LOG_INTERVAL));
     loop {
         let accepted = future::or(async { Some(listener.accept().await) }, async {
             shutdown.wait().await;
@@ -395,17 +450,40 @@ async fn serve(
         match accepted {
             None => break,
             Some(Ok(stream)) => {
-                let (ctx, shutdown, open) = (ctx.clone(), shutdown.clone(), open_connections.clone());
+                let ip = stream.peer_addr().map_or(std::net::Ipv4Addr::UNSPECIFIED.into(), |a| a.ip());
+                let slot = match clients.counts.admit(ip) {
+                    Ok(slot) => slot,
+                    Err(refusal) => {
+                        // Closed at once (dropping the stream), counted, logged at most once a second.
+                        drop(stream);
+                        if let Some(skipped) = refusals.event(std::time::Instant::now()) {
+                            tracing::warn!(
+                                shard,
+                                %ip,
+                                limit = refusal.setting(),
+                                refused_since_start = clients.counts.refused(),
+                                refused_unlogged = skipped,
+                                "refused a client connection: too many open"
+                            );
+                        }
+                        continue;
+                    }
+                };
+                let (ctx, clients, shutdown, open) =
+                    (ctx.clone(), clients.clone(), shutdown.clone(), open_connections.clone());
                 open.set(open.get() + 1);
                 glommio::spawn_local(async move {
-                    connection::serve(stream, ctx, shutdown).await;
+                    connection::serve(stream, ctx, clients, shutdown).await;
+                    drop(slot);
                     open.set(open.get() - 1);
                 })
                 .detach();
             }
             Some(Err(e)) => {
-                // Out of descriptors and the like: log, back off, keep the shard alive.
-                tracing::warn!(shard, error = %e, "accept failed");
+                // Out of descriptors and the like: keep the shard alive, back off, log once a second.
+                if let Some(skipped) = accept_failures.event(std::time::Instant::now()) {
+                    tracing::warn!(shard, error = %e, failed_unlogged = skipped, "accept failed");
+                }
                 glommio::timer::sleep(Duration::from_millis(10)).await;
             }
         }

@@ -5,8 +5,7 @@
 
 use bytes::{Buf, Bytes, BytesMut};
 
-/// The most a reader sets aside for a frame before its bytes arrive.
-const RESERVE_MAX_BYTES: usize = 8 << 20;
+use crate::pool::{LARGE_FRAME_BYTES, PooledBuf};
 
 /// Why the byte stream cannot be read as frames. Either way the connection must be closed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -16,12 +15,19 @@ pub enum FrameError {
     Negative(i32),
     #[error("frame of {size} bytes exceeds the {max}-byte limit (socket.request.max.bytes)")]
     TooLarge { size: usize, max: usize },
+    #[error("no memory for a frame of {size} bytes: {error}")]
+    NoMemory { size: usize, error: String },
 }
 
 /// Splits a byte stream into frames.
+///
+/// A frame smaller than [`LARGE_FRAME_BYTES`] is cut from the connection's buffer; a larger one is read
+/// into a pooled buffer of its own ([`crate::pool`]), so its memory goes back once it is answered.
 #[derive(Debug)]
 pub struct FrameReader {
     buf: BytesMut,
+    /// The large frame being received: its announced size and the buffer its bytes go to.
+    large: Option<(usize, PooledBuf)>,
     max_frame_bytes: usize,
 }
 
@@ -29,21 +35,43 @@ impl FrameReader {
     /// A reader refusing frames larger than `max_frame_bytes` (Kafka's `socket.request.max.bytes`,
     /// default 100 MiB).
     pub fn new(max_frame_bytes: usize) -> Self {
-        FrameReader { buf: BytesMut::new(), max_frame_bytes }
+        FrameReader { buf: BytesMut::new(), large: None, max_frame_bytes }
     }
 
     /// Adds bytes read from the connection.
-    pub fn extend(&mut self, bytes: &[u8]) {
+    pub fn extend(&mut self, mut bytes: &[u8]) {
+        if let Some((size, frame)) = &mut self.large {
+            let n = (*size - frame.buf().len()).min(bytes.len());
+            frame.buf_mut().extend_from_slice(&bytes[..n]);
+            bytes = &bytes[n..];
+        }
         self.buf.extend_from_slice(bytes);
     }
 
     /// Bytes received but not yet returned as frames.
     pub fn buffered(&self) -> usize {
-        self.buf.len()
+        self.buf.len() + self.large.as_ref().map_or(0, |(_, frame)| frame.buf().len())
+    }
+
+    /// The size of the frame whose length has arrived but whose body has not, all of it.
+    pub fn announced(&self) -> Option<usize> {
+        if let Some((size, _)) = &self.large {
+            return Some(*size);
+        }
+        let claimed = i32::from_be_bytes(self.buf.get(..4)?.try_into().expect("4 bytes"));
+        let size = usize::try_from(claimed).ok()?;
+        (self.buf.len() < 4 + size).then_some(size)
     }
 
     /// The next complete frame's body, `Ok(None)` if more bytes are needed.
     pub fn next_frame(&mut self) -> Result<Option<Bytes>, FrameError> {
+        if let Some((size, frame)) = &self.large {
+            if frame.buf().len() < *size {
+                return Ok(None);
+            }
+            let (_, frame) = self.large.take().expect("checked above");
+            return Ok(Some(Bytes::from_owner(frame)));
+        }
         if self.buf.len() < 4 {
             return Ok(None);
         }
@@ -55,13 +83,20 @@ impl FrameReader {
         if size > self.max_frame_bytes {
             return Err(FrameError::TooLarge { size, max: self.max_frame_bytes });
         }
+        if size >= LARGE_FRAME_BYTES {
+            // The mapping takes memory only as the frame's bytes arrive.
+            let frame = PooledBuf::take(size).map_err(|e| FrameError::NoMemory { size, error: e.to_string() })?;
+            self.buf.advance(4);
+            let body = self.buf.split_to(self.buf.len().min(size));
+            self.large = Some((size, frame));
+            self.extend(&body);
+            return self.next_frame();
+        }
         if self.buf.len() < 4 + size {
             // Room for the rest of the frame, so it arrives without the buffer growing (and copying)
-            // step by step; beyond RESERVE_MAX_BYTES the buffer grows with what really arrives, so a
-            // client announcing large frames and sending little costs little.
-            let wanted = (4 + size).min(RESERVE_MAX_BYTES);
-            if self.buf.capacity() < wanted {
-                self.buf.reserve(wanted - self.buf.len());
+            // step by step.
+            if self.buf.capacity() < 4 + size {
+                self.buf.reserve(4 + size - self.buf.len());
             }
             return Ok(None);
         }
@@ -95,5 +130,31 @@ mod tests {
         r.extend(&0x7FFF_FFFFu32.to_be_bytes());
         assert_eq!(r.next_frame(), Err(FrameError::TooLarge { size: 0x7FFF_FFFF, max: 1 << 20 }));
         assert!(r.buf.capacity() < 1 << 20, "nothing was reserved for the refused frame");
+    }
+
+    #[test]
+    fn a_large_frame_arrives_in_a_buffer_of_its_own_and_the_next_frame_follows_it() {
+        let size = LARGE_FRAME_BYTES + 5;
+        let body: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+        let mut stream = (size as u32).to_be_bytes().to_vec();
+        stream.extend_from_slice(&body);
+        stream.extend_from_slice(&[0, 0, 0, 2, b'x', b'y']);
+        let mut r = FrameReader::new(LARGE_FRAME_BYTES * 2);
+        assert_eq!(r.announced(), None);
+        let mut frames = Vec::new();
+        for chunk in stream.chunks(64 << 10) {
+            r.extend(chunk);
+            while let Some(frame) = r.next_frame().unwrap() {
+                frames.push(frame);
+            }
+            if frames.is_empty() {
+                assert_eq!(r.announced(), Some(size), "the large frame is announced until it is whole");
+            }
+        }
+        assert_eq!(frames.len(), 2);
+        assert_eq!(frames[0], body);
+        assert_eq!(&frames[1][..], b"xy");
+        assert_eq!(r.buffered(), 0);
+        assert_eq!(r.announced(), None);
     }
 }

@@ -89,6 +89,12 @@ impl PeerFrameReader {
         self.buf.len()
     }
 
+    /// The body length of the frame whose header has arrived but whose body has not, all of it.
+    pub fn announced(&self) -> Option<usize> {
+        let len = u32::from_be_bytes(self.buf.get(8..12)?.try_into().expect("4 bytes")) as usize;
+        (self.buf.len() < HEADER_BYTES + len).then_some(len)
+    }
+
     /// The next complete frame, `Ok(None)` if more bytes are needed. The header is judged as soon as its
     /// 16 bytes are here; an error means the stream is unusable from there on.
     pub fn next_frame(&mut self) -> Result<Option<PeerFrame>, PeerFrameError> {

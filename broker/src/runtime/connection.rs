@@ -44,6 +44,10 @@ use super::Shutdown;
 use super::limits::{BudgetPermit, Clients};
 use crate::handlers::{self, BrokerContext};
 
+/// A connection reads into a buffer of this size at first ...
+const FIRST_READ_BYTES: usize = 4 << 10;
+/// ... and grows it, each time a read fills it, up to this: an idle or trickling connection holds 4 KiB,
+/// a busy one reads 64 KiB at a time.
 const READ_CHUNK_BYTES: usize = 64 << 10;
 /// How long answers already being written may take once the broker is stopping.
 const WRITE_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
@@ -176,7 +180,7 @@ async fn read_requests(
 ) {
     let budget = Rc::new(Semaphore::new(MAX_IN_FLIGHT_BYTES));
     let mut reader = FrameReader::new(ctx.config.socket_request_max_bytes);
-    let mut buf = vec![0u8; READ_CHUNK_BYTES];
+    let mut buf = vec![0u8; FIRST_READ_BYTES];
     // The frame being received's share of the broker's request budget, once it has one.
     let mut held: Option<BudgetPermit> = None;
     loop {
@@ -246,6 +250,9 @@ async fn read_requests(
                     activity.frame_due.set(Some(Instant::now() + clients.frame_limit()));
                 }
                 reader.extend(&buf[..n]);
+                if n == buf.len() && n < READ_CHUNK_BYTES {
+                    buf.resize(n * 4, 0);
+                }
             }
             Some(Err(e)) => {
                 tracing::debug!(%peer, error = %e, "connection lost while reading");

@@ -220,3 +220,30 @@ fn signal(pid: i32, sig: i32) {
 unsafe extern "C" {
     fn kill(pid: i32, sig: i32) -> i32;
 }
+
+#[test]
+fn the_quorum_port_closes_connections_beyond_its_own_limit_and_serves_again_when_they_go() {
+    use shardlog_broker::quorum::network::MAX_PEER_CONNECTIONS;
+    use std::io::Read;
+    let dir = tempfile::tempdir().unwrap();
+    let voter = StandaloneVoter::start(dir.path());
+    let held: Vec<std::net::TcpStream> =
+        (0..MAX_PEER_CONNECTIONS).map(|_| std::net::TcpStream::connect(&voter.addr).unwrap()).collect();
+    // One more is closed as it is accepted (the voter counts the held ones first: it has accepted them
+    // once it has answered this one, either way).
+    let mut extra = std::net::TcpStream::connect(&voter.addr).unwrap();
+    extra.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut byte = [0u8; 1];
+    match extra.read(&mut byte) {
+        Ok(0) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        other => panic!("a connection beyond {MAX_PEER_CONNECTIONS} should be closed, read gave {other:?}"),
+    }
+    assert!(voter.status().is_none(), "members get no slot either while the port is full");
+    drop(held);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while voter.status().is_none() {
+        assert!(Instant::now() < deadline, "the voter serves again once the connections are gone");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

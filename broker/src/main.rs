@@ -36,6 +36,23 @@ enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// Repair a partition taken offline because its log is damaged (with the broker stopped): cut the
+    /// log before an offset, moving everything cut into `<topic>-<partition>.cut-<n>` beside it.
+    Repair(RepairArgs),
+}
+
+#[derive(Debug, Args)]
+struct RepairArgs {
+    /// The broker's data dir.
+    #[arg(long, default_value = "data")]
+    data_dir: std::path::PathBuf,
+    /// The partition, TOPIC-PARTITION (its directory name), as the broker's ERROR line names it.
+    #[arg(long)]
+    partition: String,
+    /// The log is cut before the batch holding this offset (or before damage below it): the offset the
+    /// ERROR line names is where the damage starts.
+    #[arg(long)]
+    truncate_at: u64,
 }
 
 #[derive(Debug, Subcommand)]
@@ -181,7 +198,36 @@ fn main() -> Result<()> {
             print!("{}", shardlog_broker::config::settings::render());
             Ok(())
         }
+        Command::Repair(args) => repair(&args),
     }
+}
+
+fn repair(args: &RepairArgs) -> Result<()> {
+    use shardlog_storage::TopicPartition;
+    if TopicPartition::parse_dir_name(&args.partition).is_none() {
+        anyhow::bail!("--partition {:?} is not TOPIC-PARTITION", args.partition);
+    }
+    let dir = args.data_dir.join(&args.partition);
+    if !dir.is_dir() {
+        anyhow::bail!("{} does not exist: no such partition in {}", dir.display(), args.data_dir.display());
+    }
+    // A running broker holds the lock; repairing under it would destroy what it writes.
+    let _lock = runtime::lock_data_dir(&args.data_dir)?;
+    let report = shardlog_storage::repair::truncate_at(&dir, shardlog_storage::Offset(args.truncate_at))
+        .with_context(|| format!("repair {}", dir.display()))?;
+    println!(
+        "{}: log now ends at offset {} ({}); cut {} bytes of {} at byte {} and moved {} later segment(s) to {}",
+        args.partition,
+        report.log_end,
+        report.cut_reason,
+        report.cut_bytes,
+        report.cut_segment.display(),
+        report.cut_position,
+        report.moved_segments,
+        report.aside.display()
+    );
+    println!("start the broker again: the partition is served from what was kept");
+    Ok(())
 }
 
 fn start(args: StartArgs) -> Result<()> {

@@ -315,6 +315,10 @@ async fn ensure_log(
     topic_id: uuid::Uuid,
     config: LogConfig,
 ) -> Result<(), String> {
+    if logs.offline(tp).is_some() {
+        // Hosted, and offline until repaired (logged when it was found).
+        return Ok(());
+    }
     if let Some(log) = logs.get(tp) {
         match recorded_topic_id(&log).await? {
             Some(id) if id != topic_id => {
@@ -355,6 +359,12 @@ async fn record_topic_id(log: &PartitionLog<DmaFs>, topic_id: uuid::Uuid) -> Res
     durable::replace_file(&DmaFs, &path, body.as_bytes()).await.map_err(|e| e.to_string())
 }
 
+/// The error for a partition this shard has no log for: KAFKA_STORAGE_ERROR while it is offline (its log
+/// is damaged), UNKNOWN_TOPIC_OR_PARTITION when it is not here.
+fn missing(logs: &LogDir<DmaFs>, tp: &TopicPartition) -> ResponseError {
+    if logs.offline(tp).is_some() { ResponseError::KafkaStorageError } else { ResponseError::UnknownTopicOrPartition }
+}
+
 /// The Kafka error for a storage refusal.
 pub fn kafka_error(e: &StorageError) -> ResponseError {
     use shardlog_storage::batch::BatchError;
@@ -379,7 +389,7 @@ async fn produce(
 ) -> ProduceOutcome {
     let failed = |error| ProduceOutcome { error: Some(error), base_offset: -1, log_start_offset: -1 };
     turn.wait().await;
-    let Some(log) = logs.get(tp) else { return failed(ResponseError::UnknownTopicOrPartition) };
+    let Some(log) = logs.get(tp) else { return failed(missing(logs, tp)) };
     let appended = log.append(batch, epoch).await;
     drop(turn.done);
     let info = match appended {
@@ -414,7 +424,7 @@ async fn fetch(
     whole_first_batch: bool,
 ) -> FetchOutcome {
     let Some(log) = logs.get(tp) else {
-        return FetchOutcome::empty(Some(ResponseError::UnknownTopicOrPartition));
+        return FetchOutcome::empty(Some(missing(logs, tp)));
     };
     let hw = high_watermark(&log);
     let outcome = |error, records| FetchOutcome {
@@ -450,7 +460,7 @@ async fn fetch(
 
 async fn list_offsets(logs: &LogDir<DmaFs>, tp: &TopicPartition, spec: OffsetSpec) -> ListOutcome {
     let Some(log) = logs.get(tp) else {
-        return ListOutcome { error: Some(ResponseError::UnknownTopicOrPartition), offset: -1, timestamp: -1 };
+        return ListOutcome { error: Some(missing(logs, tp)), offset: -1, timestamp: -1 };
     };
     let found = |offset: Offset| ListOutcome { error: None, offset: offset.as_i64(), timestamp: -1 };
     match spec {
@@ -492,7 +502,7 @@ async fn first_record_at_or_after(log: &PartitionLog<DmaFs>, batch_offset: Offse
 }
 
 async fn delete_records(logs: &LogDir<DmaFs>, tp: &TopicPartition, offset: i64) -> (Option<ResponseError>, i64) {
-    let Some(log) = logs.get(tp) else { return (Some(ResponseError::UnknownTopicOrPartition), -1) };
+    let Some(log) = logs.get(tp) else { return (Some(missing(logs, tp)), -1) };
     let hw = high_watermark(&log);
     let target = match offset {
         -1 => hw,

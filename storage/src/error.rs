@@ -45,6 +45,16 @@ pub enum StorageError {
     #[error("leader epoch {epoch} is older than the log's latest epoch {latest}")]
     StaleEpoch { epoch: i32, latest: i32 },
 
+    /// The log holds damage no crash can explain (a bad length or CRC where the bytes were durable): the
+    /// disk lost data. The partition is taken offline with every file kept, until an operator repairs it
+    /// (`shardlog repair`).
+    #[error("damaged log: {path} at byte {position} (offset {offset}): {reason}")]
+    Damaged { path: PathBuf, position: u64, offset: Offset, reason: String },
+
+    /// The partition is offline: its log was found damaged (the text says where).
+    #[error("partition offline: {0}")]
+    Offline(String),
+
     /// The log has been closed or deleted.
     #[error("log {0} is closed")]
     Closed(PathBuf),

@@ -43,6 +43,8 @@ pub struct LogDir<F: Fs> {
     clock: Rc<dyn Clock>,
     path: PathBuf,
     logs: RefCell<BTreeMap<TopicPartition, Rc<PartitionLog<F>>>>,
+    /// Partitions whose logs are damaged (found so at open): not served, every file kept.
+    offline: RefCell<BTreeMap<TopicPartition, Offline>>,
     checkpoint_lock: Mutex<()>,
     /// What the checkpoint files hold, as last written (recovery points, log starts, high watermarks):
     /// [`LogDir::checkpoint_if_moved`] writes only the files whose offsets have moved since.
@@ -56,6 +58,13 @@ impl<F: Fs> std::fmt::Debug for LogDir<F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LogDir").field("path", &self.path).field("logs", &self.logs.borrow().len()).finish()
     }
+}
+
+/// A partition kept offline: why, and what the checkpoints said of it (written back unchanged).
+#[derive(Debug, Clone)]
+struct Offline {
+    damage: String,
+    hints: OpenHints,
 }
 
 /// Which partitions of a shared data dir one owner (a shard) opens, and the suffix that keeps its
@@ -115,6 +124,7 @@ impl<F: Fs> LogDir<F> {
             .map(|f| format!("{f}{suffix}.tmp"))
             .collect();
         let mut logs = BTreeMap::new();
+        let mut offline = BTreeMap::new();
         let mut reports = Vec::new();
         for name in fs.list_dir(path).map_err(|e| StorageError::io("list", path, e))? {
             let entry = path.join(&name);
@@ -148,11 +158,27 @@ impl<F: Fs> LogDir<F> {
                 log_start: log_starts.get(&tp).copied().unwrap_or(Offset::ZERO),
                 high_watermark: hws.get(&tp).copied().unwrap_or(Offset::ZERO),
             };
-            let (log, report) =
-                PartitionLog::open_with_files(files.clone(), clock.clone(), &path.join(&name), config_for(&tp), hints)
-                    .await?;
-            logs.insert(tp.clone(), Rc::new(log));
-            reports.push((tp, report));
+            match PartitionLog::open_with_files(files.clone(), clock.clone(), &path.join(&name), config_for(&tp), hints)
+                .await
+            {
+                Ok((log, report)) => {
+                    logs.insert(tp.clone(), Rc::new(log));
+                    reports.push((tp, report));
+                }
+                Err(damage @ StorageError::Damaged { .. }) => {
+                    tracing::error!(
+                        partition = %tp,
+                        error = %damage,
+                        "partition offline: its log is damaged where the data was durable; every file is kept. \
+                         Stop the broker and run `shardlog repair --data-dir {} --partition {} --truncate-at OFFSET` \
+                         (what it cuts is moved aside), or restore the partition from a replica",
+                        path.display(),
+                        tp
+                    );
+                    offline.insert(tp, Offline { damage: damage.to_string(), hints });
+                }
+                Err(e) => return Err(e),
+            }
         }
         if clean {
             if let Err(e) = fs.remove(&marker).await {
@@ -167,6 +193,7 @@ impl<F: Fs> LogDir<F> {
             suffix,
             path: path.to_path_buf(),
             logs: RefCell::new(logs),
+            offline: RefCell::new(offline),
             checkpoint_lock: Mutex::new(()),
             written: RefCell::new(Default::default()),
             create_lock: Mutex::new(()),
@@ -188,9 +215,20 @@ impl<F: Fs> LogDir<F> {
         self.logs.borrow().get(tp).cloned()
     }
 
-    /// Every partition this directory holds.
+    /// Every partition this directory holds, served or offline.
     pub fn partitions(&self) -> Vec<TopicPartition> {
-        self.logs.borrow().keys().cloned().collect()
+        let mut all: Vec<TopicPartition> = self.logs.borrow().keys().cloned().collect();
+        all.extend(self.offline.borrow().keys().cloned());
+        all
+    }
+
+    /// Why a partition is offline (its log is damaged), if it is: damage found at open, or met since by
+    /// a read of its log.
+    pub fn offline(&self, tp: &TopicPartition) -> Option<String> {
+        if let Some(offline) = self.offline.borrow().get(tp) {
+            return Some(offline.damage.clone());
+        }
+        self.get(tp).and_then(|log| log.damage())
     }
 
     /// Every log this directory holds (for passes over all of them, without a lookup per partition).
@@ -202,6 +240,9 @@ impl<F: Fs> LogDir<F> {
     pub async fn get_or_create(&self, tp: &TopicPartition, config: LogConfig) -> Result<Rc<PartitionLog<F>>> {
         if let Some(log) = self.get(tp) {
             return Ok(log);
+        }
+        if let Some(offline) = self.offline.borrow().get(tp) {
+            return Err(StorageError::Offline(offline.damage.clone()));
         }
         // One creation at a time: two opens of one directory would undo each other's files.
         let _creating = self.create_lock.lock().await;
@@ -219,6 +260,17 @@ impl<F: Fs> LogDir<F> {
 
     /// Deletes a partition's log and its directory.
     pub async fn delete(&self, tp: &TopicPartition) -> Result<()> {
+        if self.offline.borrow_mut().remove(tp).is_some() {
+            // Its topic is gone: the damaged files go with it, the way a deleted log's do.
+            let dir = self.path.join(tp.dir_name());
+            let doomed = self.path.join(format!("{}{DELETED_SUFFIX}", tp.dir_name()));
+            if let Err(e) = self.fs.rename(&dir, &doomed).await {
+                fatal::disk_failure("rename", &dir, &e);
+            }
+            durable::sync_dir(&self.fs, &self.path).await;
+            remove_dir_contents(&self.fs, &doomed).await?;
+            return self.checkpoint().await;
+        }
         let Some(log) = self.logs.borrow_mut().remove(tp) else { return Ok(()) };
         log.delete().await?;
         // The checkpoints must forget it before a new log of the same partition can be created: its
@@ -229,7 +281,11 @@ impl<F: Fs> LogDir<F> {
     /// Closes a partition's log and keeps its directory under a name the data dir never opens,
     /// `<topic>-<partition>.stray` (`.stray.2`, ... if taken); returns that path.
     pub async fn set_aside(&self, tp: &TopicPartition) -> Result<Option<PathBuf>> {
-        let Some(log) = self.logs.borrow_mut().remove(tp) else { return Ok(None) };
+        let log = self.logs.borrow_mut().remove(tp);
+        let offline = self.offline.borrow_mut().remove(tp);
+        if log.is_none() && offline.is_none() {
+            return Ok(None);
+        }
         let base = self.path.join(format!("{}.stray", tp.dir_name()));
         let mut to = base.clone();
         let mut n = 1;
@@ -237,7 +293,16 @@ impl<F: Fs> LogDir<F> {
             n += 1;
             to = PathBuf::from(format!("{}.{n}", base.display()));
         }
-        log.set_aside(&to).await?;
+        match log {
+            Some(log) => log.set_aside(&to).await?,
+            None => {
+                let dir = self.path.join(tp.dir_name());
+                if let Err(e) = self.fs.rename(&dir, &to).await {
+                    fatal::disk_failure("rename", &dir, &e);
+                }
+                durable::sync_dir(&self.fs, &self.path).await;
+            }
+        }
         self.checkpoint().await?;
         Ok(Some(to))
     }
@@ -275,6 +340,14 @@ impl<F: Fs> LogDir<F> {
             now[0].insert(tp.clone(), log.recovery_point());
             now[1].insert(tp.clone(), log.log_start_offset());
             now[2].insert(tp, log.high_watermark());
+        }
+        // Offline partitions keep what the checkpoints said of them, for when they are repaired.
+        for (tp, offline) in self.offline.borrow().iter() {
+            if let Recovery::FromRecoveryPoint(rp) = offline.hints.recovery {
+                now[0].insert(tp.clone(), rp);
+            }
+            now[1].insert(tp.clone(), offline.hints.log_start);
+            now[2].insert(tp.clone(), offline.hints.high_watermark);
         }
         let mut written = 0;
         for (i, name) in [RECOVERY_POINT_FILE, LOG_START_FILE, HIGH_WATERMARK_FILE].into_iter().enumerate() {

@@ -80,20 +80,55 @@ async fn assert_prefix(log: &PartitionLog<DmaFs>, before: &[(u64, u64, Vec<u8>)]
     assert_eq!(log.verify_indexes().await, Ok(()));
 }
 
+/// Cuts `path` to `len` bytes.
+fn cut(path: &Path, len: u64) {
+    std::fs::OpenOptions::new().write(true).open(path).unwrap().set_len(len).unwrap();
+}
+
+fn sizes(dir: &Path) -> Vec<(String, u64)> {
+    let mut out: Vec<(String, u64)> = std::fs::read_dir(partition_dir(dir))
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(LOG_SUFFIX))
+        .map(|e| (e.file_name().to_string_lossy().into_owned(), e.metadata().unwrap().len()))
+        .collect();
+    out.sort();
+    out
+}
+
+async fn reopen_offline(dir: &Path) -> String {
+    let (logs, _) = LogDir::open(DmaFs, Rc::new(SystemClock), dir, |_| config()).await.expect("reopen");
+    let tp = TopicPartition::new(TP, 0);
+    assert!(logs.get(&tp).is_none(), "a damaged partition is not served");
+    assert_eq!(logs.partitions(), vec![tp.clone()], "but still held");
+    logs.offline(&tp).expect("offline")
+}
+
 #[test]
-fn recovers_prefix_after_log_file_cut_short() {
+fn recovers_prefix_after_a_torn_tail_past_the_recovery_point() {
     let tmp = tempfile::tempdir_in(test_root()).unwrap();
     let dir = tmp.path().to_path_buf();
     run(async || {
-        let before = fill(&dir, 300).await;
-        // The log is not closed: as after kill -9, the last segment's file still ends in zero padding to a
-        // whole block. Cut it 5 bytes short of its last batch's end.
+        fill(&dir, 300).await;
+        // Ten more batches after the checkpoint: on disk, but past the recovery point, as when the
+        // broker is killed within a second of an append. The log is not closed: as after kill -9, the
+        // last segment's file still ends in zero padding to a whole block.
+        let before = {
+            let (logs, log, _) = reopen(&dir).await;
+            for i in 300..310 {
+                log.append(&make_batch(i, 4, 240, 1_700_000_000_000), LeaderEpoch(3)).await.unwrap();
+            }
+            log.flush().await.unwrap();
+            let before = split_batches(&log.read(Offset(0), usize::MAX).await.unwrap().bytes);
+            drop((log, logs));
+            before
+        };
+        // Cut the last segment 5 bytes short of its last batch's end: a torn write.
         let last = last_segment(&dir);
         let last_base = segment::parse_file_name(last.file_name().unwrap().to_str().unwrap(), LOG_SUFFIX).unwrap();
         let logical: usize = before.iter().filter(|b| b.0 >= last_base.0).map(|b| b.2.len()).sum();
         assert!(std::fs::metadata(&last).unwrap().len() >= logical as u64);
-        let f = std::fs::OpenOptions::new().write(true).open(&last).unwrap();
-        f.set_len(logical as u64 - 5).unwrap();
+        cut(&last, logical as u64 - 5);
         let (_logs, log, report) = reopen(&dir).await;
         assert!(report.damage.is_some(), "the cut batch is reported: {report:?}");
         assert_prefix(&log, &before, before.len() - 1).await;
@@ -105,11 +140,52 @@ fn recovers_prefix_after_log_file_cut_short() {
 }
 
 #[test]
-fn drops_last_batch_with_flipped_byte() {
+fn a_last_segment_cut_below_the_recovery_point_takes_the_partition_offline_and_keeps_its_files() {
     let tmp = tempfile::tempdir_in(test_root()).unwrap();
     let dir = tmp.path().to_path_buf();
     run(async || {
         let before = fill(&dir, 300).await;
+        // Every batch was synced and checkpointed: losing the end of one is the disk's doing, not a
+        // crash's.
+        let last = last_segment(&dir);
+        let last_base = segment::parse_file_name(last.file_name().unwrap().to_str().unwrap(), LOG_SUFFIX).unwrap();
+        let logical: usize = before.iter().filter(|b| b.0 >= last_base.0).map(|b| b.2.len()).sum();
+        cut(&last, logical as u64 - 5);
+        let files = sizes(&dir);
+        let damage = reopen_offline(&dir).await;
+        let damaged_base = before.last().unwrap().0;
+        assert!(damage.contains(last.to_str().unwrap()), "the file is named: {damage}");
+        assert!(damage.contains(&format!("offset {damaged_base}")), "the offset is named: {damage}");
+        assert_eq!(sizes(&dir), files, "nothing was cut or removed");
+    });
+}
+
+#[test]
+fn a_segment_cut_short_before_later_segments_keeps_them_all_and_takes_the_partition_offline() {
+    let tmp = tempfile::tempdir_in(test_root()).unwrap();
+    let dir = tmp.path().to_path_buf();
+    run(async || {
+        fill(&dir, 300).await;
+        // 7 bytes cut from the second segment, after a crash (no clean-shutdown marker): the segments
+        // after it hold intact, acknowledged records.
+        let files = sizes(&dir);
+        assert!(files.len() >= 4);
+        let second = partition_dir(&dir).join(&files[1].0);
+        cut(&second, files[1].1 - 7);
+        let damage = reopen_offline(&dir).await;
+        assert!(damage.contains(second.to_str().unwrap()), "the file is named: {damage}");
+        let mut expected = files.clone();
+        expected[1].1 -= 7;
+        assert_eq!(sizes(&dir), expected, "every later segment is kept whole");
+    });
+}
+
+#[test]
+fn a_flipped_byte_after_a_clean_close_takes_the_partition_offline() {
+    let tmp = tempfile::tempdir_in(test_root()).unwrap();
+    let dir = tmp.path().to_path_buf();
+    run(async || {
+        fill(&dir, 300).await;
         let (logs, log, _) = reopen(&dir).await;
         logs.close().await.unwrap();
         drop((log, logs));
@@ -119,9 +195,39 @@ fn drops_last_batch_with_flipped_byte() {
         let at = bytes.len() - 20;
         bytes[at] ^= 0x40;
         std::fs::write(&last, &bytes).unwrap();
-        let (_logs, log, report) = reopen(&dir).await;
-        assert!(report.damage.as_deref().is_some_and(|d| d.contains("CRC")), "CRC damage reported: {report:?}");
-        assert_prefix(&log, &before, before.len() - 1).await;
+        let damage = reopen_offline(&dir).await;
+        assert!(damage.contains("CRC"), "CRC damage reported: {damage}");
+        assert_eq!(std::fs::read(&last).unwrap(), bytes, "the file is kept as found");
+    });
+}
+
+#[test]
+fn a_read_meeting_a_bad_crc_below_the_recovery_point_takes_the_log_offline() {
+    let tmp = tempfile::tempdir_in(test_root()).unwrap();
+    let dir = tmp.path().to_path_buf();
+    run(async || {
+        fill(&dir, 300).await;
+        let (logs, log, _) = reopen(&dir).await;
+        logs.close().await.unwrap();
+        drop((log, logs));
+        // A flipped byte in the first batch of the first segment: trusted at open (only the last index
+        // interval of a trusted segment is read), met by the first read of it.
+        let files = sizes(&dir);
+        let first = partition_dir(&dir).join(&files[0].0);
+        let mut bytes = std::fs::read(&first).unwrap();
+        bytes[100] ^= 0x01;
+        std::fs::write(&first, &bytes).unwrap();
+        let (logs, log, _) = reopen(&dir).await;
+        let tp = TopicPartition::new(TP, 0);
+        assert_eq!(logs.offline(&tp), None, "not found at open");
+        let read = log.read(Offset(0), usize::MAX).await;
+        assert!(matches!(read, Err(shardlog_storage::StorageError::Damaged { position: 0, .. })), "{read:?}");
+        assert!(logs.offline(&tp).is_some_and(|d| d.contains("CRC")), "the partition is offline");
+        let append = log.append(&make_batch(1, 1, 10, 0), LeaderEpoch(3)).await;
+        assert!(matches!(append, Err(shardlog_storage::StorageError::Offline(_))), "{append:?}");
+        assert!(log.read(Offset(40), usize::MAX).await.is_err(), "every read is refused");
+        logs.close().await.expect("an offline log still closes");
+        assert_eq!(std::fs::read(&first).unwrap(), bytes, "the file is kept as found");
     });
 }
 

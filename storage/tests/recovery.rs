@@ -1,5 +1,6 @@
-//! Recovery from specific damage a crash or a bad disk can leave: a trusted segment that ends short, a
-//! partition deletion cut off half way, leftovers of unfinished atomic writes.
+//! Recovery from specific damage a crash or a bad disk can leave: a trusted segment that ends short or
+//! holds a wrong offset (damage: the partition goes offline, every file kept), a partition deletion cut
+//! off half way, leftovers of unfinished atomic writes.
 
 mod common;
 
@@ -38,30 +39,42 @@ fn three_segments(fs: &SimFs, tp: &TopicPartition) {
 }
 
 #[test]
-fn trusted_segment_that_ends_short_is_rescanned_and_later_segments_dropped() {
+fn a_trusted_segment_that_ends_short_takes_the_partition_offline_and_keeps_the_later_segments() {
     let fs = SimFs::new();
     let tp = TopicPartition::new("t", 0);
     three_segments(&fs, &tp);
-    // The first segment loses its last batch, as if a truncation had cut it and the deletion of the
-    // segments after it had been lost. The recovery point (40) vouches for all of it.
+    // The first segment loses its last batch. The recovery point (40) vouches for all of it, and a roll
+    // seals a segment before the next one starts: no crash can do this, the disk lost durable data.
     let first = Path::new("/data/t-0/00000000000000000000.log");
     let bytes = fs.contents(first).unwrap();
     let batches = split_batches(&bytes);
     let keep: usize = batches[..4].iter().map(|b| b.2.len()).sum();
     fs.set_contents(first, bytes[..keep].to_vec());
+    let later: Vec<Vec<u8>> = [10, 20, 30]
+        .iter()
+        .map(|b| fs.contents(&Path::new("/data/t-0").join(format!("{b:020}.log"))).unwrap())
+        .collect();
 
     let dir = open_dir(&fs);
-    let log = dir.get(&tp).unwrap();
-    assert_eq!(log.log_end_offset(), Offset(8), "the log ends where the short segment ends");
-    assert_eq!(log.segment_bases(), vec![Offset(0)], "segments after a gap are removed");
-    let read = block_on(log.read(Offset(0), usize::MAX)).unwrap();
-    let offsets: Vec<u64> = split_batches(&read.bytes).iter().map(|b| b.0).collect();
-    assert_eq!(offsets, vec![0, 2, 4, 6], "the log stays contiguous");
-    assert!(!fs.exists(Path::new("/data/t-0/00000000000000000010.log")));
+    assert!(dir.get(&tp).is_none(), "the damaged partition is not served");
+    let damage = dir.offline(&tp).expect("offline");
+    assert!(damage.contains("00000000000000000000.log") && damage.contains("offset 8"), "{damage}");
+    assert_eq!(fs.contents(first).unwrap(), bytes[..keep], "the short segment is kept as found");
+    for (b, contents) in [10, 20, 30].iter().zip(&later) {
+        let path = Path::new("/data/t-0").join(format!("{b:020}.log"));
+        assert_eq!(&fs.contents(&path).unwrap(), contents, "segment {b} after the damage is kept whole");
+    }
+    // The checkpoints keep what they said of it (for after a repair), and the partition stays offline
+    // across opens.
+    block_on(dir.checkpoint()).unwrap();
+    drop(dir);
+    let dir = open_dir(&fs);
+    assert!(dir.offline(&tp).is_some());
+    assert!(block_on(dir.get_or_create(&tp, small_config())).is_err(), "no empty log replaces a damaged one");
 }
 
 #[test]
-fn index_entry_pointing_at_the_wrong_batch_is_rebuilt() {
+fn a_batch_with_a_wrong_base_offset_in_a_trusted_segment_takes_the_partition_offline() {
     let fs = SimFs::new();
     let tp = TopicPartition::new("t", 0);
     three_segments(&fs, &tp);
@@ -77,15 +90,14 @@ fn index_entry_pointing_at_the_wrong_batch_is_rebuilt() {
     let pos = u32::from_be_bytes(index[index.len() - 4..].try_into().unwrap()) as usize;
     let mut bytes = fs.contents(first).unwrap();
     bytes[pos..pos + 8].copy_from_slice(&99i64.to_be_bytes());
-    fs.set_contents(first, bytes);
+    fs.set_contents(first, bytes.clone());
 
     let (dir, reports) =
         block_on(LogDir::open(fs.clone(), ManualClock::new(0), Path::new(DATA), |_| small_config())).unwrap();
-    let report = &reports[0].1;
-    assert!(report.damage.as_deref().is_some_and(|d| d.contains("base offset 99")), "{report:?}");
-    let log = dir.get(&tp).unwrap();
-    assert!(log.log_end_offset() < Offset(10), "the log is cut at the damaged batch");
-    assert_eq!(block_on(log.verify_indexes()), Ok(()));
+    assert!(reports.is_empty(), "no log opened");
+    let damage = dir.offline(&tp).expect("offline");
+    assert!(damage.contains("base offset 99"), "{damage}");
+    assert_eq!(fs.contents(first).unwrap(), bytes, "kept as found");
 }
 
 #[test]

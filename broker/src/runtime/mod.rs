@@ -253,7 +253,7 @@ pub const LOCK_FILE: &str = ".shardlog-lock";
 
 /// Takes the data dir for this process (an exclusive `flock`, released when the process ends however it
 /// ends): two brokers appending to the same segment files would destroy them.
-fn lock_data_dir(dir: &std::path::Path) -> Result<std::fs::File> {
+pub fn lock_data_dir(dir: &std::path::Path) -> Result<std::fs::File> {
     let path = dir.join(LOCK_FILE);
     let file = std::fs::OpenOptions::new()
         .create(true)

@@ -119,6 +119,8 @@ struct Inner<F: Fs> {
     /// Bumped when the end of the log is cut, so a sync under way does not claim the cut offsets.
     end_cuts: u64,
     closed: bool,
+    /// Set when a read met damage in durable data: the log is offline (appends and reads refused).
+    damaged: Option<String>,
     stats: LogStats,
 }
 
@@ -318,6 +320,36 @@ impl<F: Fs> PartitionLog<F> {
         if self.inner.borrow().closed { Err(StorageError::Closed(self.dir.clone())) } else { Ok(()) }
     }
 
+    fn check_intact(&self) -> Result<()> {
+        match &self.inner.borrow().damaged {
+            Some(damage) => Err(StorageError::Offline(damage.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Why the log is offline, if a read met damage in it.
+    pub fn damage(&self) -> Option<String> {
+        self.inner.borrow().damaged.clone()
+    }
+
+    /// Takes the log offline for damage a read met at `position` of `path` (the batch that should start
+    /// at `offset` does not check): logged once, and the error every later append and read gets.
+    pub(super) fn damaged_at(&self, path: PathBuf, position: u64, offset: Offset, reason: String) -> StorageError {
+        let damage = StorageError::Damaged { path, position, offset, reason };
+        let mut inner = self.inner.borrow_mut();
+        if inner.damaged.is_none() {
+            tracing::error!(
+                dir = %self.dir.display(),
+                error = %damage,
+                "partition offline: a read met damage in durable data; every file is kept. Stop the broker and \
+                 run `shardlog repair --partition <topic>-<partition> --truncate-at OFFSET` (what it cuts is \
+                 moved aside), or restore the partition from a replica"
+            );
+            inner.damaged = Some(damage.to_string());
+        }
+        damage
+    }
+
     /// Validates `batch`, assigns it the next offsets, stamps them and `epoch` into it, and queues it for
     /// the disk. Returns as soon as the batch is in memory; see [`PartitionLog::wait_durable`].
     ///
@@ -330,6 +362,7 @@ impl<F: Fs> PartitionLog<F> {
         }
         loop {
             self.check_open()?;
+            self.check_intact()?;
             let now = self.clock.now_ms();
             let paused = self.inner.borrow().appends_paused.then(|| self.progress.listen());
             if let Some(listener) = paused {

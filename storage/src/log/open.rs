@@ -3,10 +3,12 @@
 //!
 //! Segments wholly below the recovery point were synced before the point was checkpointed, so they are
 //! trusted: only their index files are checked. Every later segment is scanned batch by batch (length
-//! bounded by the file before anything is read, then magic, CRC32C and offset contiguity); the log is cut
-//! at the first invalid batch and every later segment is removed, so the log stays a contiguous prefix of
-//! what was appended. After a clean close nothing is scanned but the last index interval of the active
-//! segment, which is needed to find the log end.
+//! bounded by the file before anything is read, then magic, CRC32C and offset contiguity). A torn write
+//! can only be at the end of the last segment, past the recovery point: there the log is cut at the first
+//! invalid batch. An invalid batch anywhere else is damage the disk did to durable data: nothing is cut
+//! or removed, and the open fails with [`StorageError::Damaged`] naming the file and position (the data
+//! dir then keeps the partition offline until it is repaired). After a clean close nothing is scanned but
+//! the last index interval of the active segment, which is needed to find the log end.
 
 use std::cell::RefCell;
 use std::path::Path;
@@ -178,6 +180,22 @@ impl<F: Fs> PartitionLog<F> {
                     .await?;
             let damaged =
                 loaded.size < loaded.file_size || next_base.is_some_and(|nb| loaded.segment.next_offset != nb);
+            if damaged && !torn_write_possible(&loaded, next_base, hints.recovery) {
+                // Nothing is cut or removed: the data after the damage is intact and may be recovered.
+                let reason = loaded.stop.clone().unwrap_or_else(|| {
+                    format!(
+                        "the segment ends at offset {} but the next one starts at {}",
+                        loaded.segment.next_offset,
+                        next_base.expect("a gap needs a next segment")
+                    )
+                });
+                return Err(StorageError::Damaged {
+                    path: loaded.segment.log_path(),
+                    position: loaded.size,
+                    offset: loaded.segment.next_offset,
+                    reason,
+                });
+            }
             if loaded.size < loaded.file_size {
                 let path = loaded.segment.log_path();
                 let file = files.get(&loaded.segment.file).await.map_err(|e| StorageError::io("open", &path, e))?;
@@ -266,6 +284,7 @@ impl<F: Fs> PartitionLog<F> {
             generation: 0,
             end_cuts: 0,
             closed: false,
+            damaged: None,
             stats: LogStats::default(),
         };
         let log = PartitionLog {
@@ -291,6 +310,26 @@ struct Loaded<F: Fs> {
     file_size: u64,
     /// The size the segment keeps: whole valid batches.
     size: u64,
+    /// Why the validation stopped before the end of the file, if it did.
+    stop: Option<String>,
+}
+
+/// Whether a segment that ends early (or short of the next one) can be the work of a crash. Only the
+/// end of the last segment can be torn: a roll seals a segment (synced) before the next one is made, a
+/// truncation removes later segments durably before it cuts, and nothing below the recovery point was
+/// unsynced. Zero padding after the last batch of the last segment is its end, not damage. Anything
+/// else is damage the disk did to durable data.
+fn torn_write_possible<F: Fs>(loaded: &Loaded<F>, next_base: Option<Offset>, recovery: Recovery) -> bool {
+    if next_base.is_some() {
+        return false;
+    }
+    if loaded.stop.as_deref().is_some_and(|r| r.starts_with("zero padding")) {
+        return true;
+    }
+    match recovery {
+        Recovery::Clean => false,
+        Recovery::FromRecoveryPoint(rp) => loaded.segment.next_offset >= rp,
+    }
 }
 
 /// How far a segment's files are taken as they are when it is loaded.
@@ -356,6 +395,7 @@ async fn load_segment<F: Fs>(
     // segment cannot be trusted, and the segment is rescanned whole.
     let mut quick = None;
     let mut persisted_index = None;
+    let mut stop = None;
     if let Some(mut index) = loaded_index {
         let on_disk = index.entry_count();
         let last_entry = index.offset_entries().last();
@@ -386,6 +426,7 @@ async fn load_segment<F: Fs>(
                 report.scanned_bytes += scan.valid_bytes - start;
                 note_damage(&scan.stop, report);
                 starts.iter().for_each(&mut push_epoch);
+                stop = stop_reason(&scan.stop);
                 quick = Some((index, scan.valid_bytes, scan.next_offset));
                 persisted_index = Some(on_disk);
             } else if scan.stop == ScanStop::Clean && ends_at_next {
@@ -408,6 +449,7 @@ async fn load_segment<F: Fs>(
             report.scanned_segments += 1;
             report.scanned_bytes += scan.valid_bytes;
             note_damage(&scan.stop, report);
+            stop = stop_reason(&scan.stop);
             if trusted {
                 // Missing, inconsistent, or pointing past damage: rebuilt from the scan.
                 report.rebuilt_indexes += 1;
@@ -441,7 +483,14 @@ async fn load_segment<F: Fs>(
         persisted_index,
         created_ms: now,
     };
-    Ok(Loaded { segment, file_size, size })
+    Ok(Loaded { segment, file_size, size, stop })
+}
+
+fn stop_reason(stop: &ScanStop) -> Option<String> {
+    match stop {
+        ScanStop::Invalid(reason) => Some(reason.clone()),
+        ScanStop::Clean => None,
+    }
 }
 
 fn note_damage(stop: &ScanStop, report: &mut OpenReport) {

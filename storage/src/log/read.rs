@@ -80,6 +80,10 @@ impl<F: Fs> PartitionLog<F> {
             let generation = self.inner.borrow().generation;
             let read = self.read_once(from, max_bytes, end, first_batch_whole).await;
             if self.inner.borrow().generation == generation {
+                // Damage in bytes nothing removed meanwhile: the disk's doing, the log goes offline.
+                if let Err(StorageError::Damaged { path, position, offset, reason }) = read {
+                    return Err(self.damaged_at(path, position, offset, reason));
+                }
                 return read;
             }
             // Bytes were removed while the read waited for the disk: what it got (or failed on) may be
@@ -88,6 +92,7 @@ impl<F: Fs> PartitionLog<F> {
     }
 
     async fn read_once(&self, from: Offset, max_bytes: usize, end: Offset, first_batch_whole: bool) -> Result<LogRead> {
+        self.check_intact()?;
         let (log_start, log_end, mut seg_idx) = {
             let inner = self.inner.borrow();
             (inner.log_start, inner.log_end(), inner.segment_for(from))
@@ -135,10 +140,13 @@ impl<F: Fs> PartitionLog<F> {
                 let header = BatchHeader::parse(&chunk[at..]).expect("header length checked");
                 let total = header.total_bytes();
                 if total < HEADER_BYTES || file_pos + total as u64 > seg_size {
-                    // Only damage after recovery (bit rot) can get here: refuse the read, keep the shard.
-                    return Err(StorageError::CorruptFile {
-                        path: self.dir.clone(),
-                        detail: format!("stored batch at position {file_pos} claims {total} bytes"),
+                    // Only damage after recovery (bit rot) can get here: the partition goes offline, the
+                    // shard stays.
+                    return Err(StorageError::Damaged {
+                        path: self.segment_path(seg_idx),
+                        position: file_pos,
+                        offset: next_offset.max(from),
+                        reason: format!("stored batch claims {total} bytes"),
                     });
                 }
                 let last = Offset(header.base_offset as u64 + header.last_offset_delta as u64);
@@ -160,11 +168,24 @@ impl<F: Fs> PartitionLog<F> {
                         chunk_pos = file_pos;
                         at = 0;
                         if chunk.len() < total {
-                            return Err(StorageError::CorruptFile {
-                                path: self.dir.clone(),
-                                detail: format!("batch at position {file_pos} runs past the segment's end"),
+                            return Err(StorageError::Damaged {
+                                path: self.segment_path(seg_idx),
+                                position: file_pos,
+                                offset: Offset(header.base_offset as u64),
+                                reason: "batch runs past the segment's end".into(),
                             });
                         }
+                    }
+                    // Every batch served is checked: a disk that lost durable bytes must not hand them to
+                    // consumers (or followers) as if they were records.
+                    let stored = &chunk[at..at + total];
+                    if batch::compute_crc(stored) != header.crc {
+                        return Err(StorageError::Damaged {
+                            path: self.segment_path(seg_idx),
+                            position: file_pos,
+                            offset: Offset(header.base_offset as u64),
+                            reason: "CRC32C does not match the batch".into(),
+                        });
                     }
                     out.take(&chunk, at..at + total);
                     first_offset.get_or_insert(Offset(header.base_offset as u64));
@@ -186,6 +207,10 @@ impl<F: Fs> PartitionLog<F> {
             seg_idx += 1;
         }
         Ok(finish(out, first_offset, next_offset))
+    }
+
+    fn segment_path(&self, seg_idx: usize) -> std::path::PathBuf {
+        self.inner.borrow().segments.get(seg_idx).map_or_else(|| self.dir.clone(), |seg| seg.log_path())
     }
 
     /// Reads `[pos, pos + len)` of a segment: from the in-memory tail where it has the bytes, from the disk

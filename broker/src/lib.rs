@@ -15,6 +15,7 @@ pub const VERSION: &str = concat!(
 pub mod admin_cli;
 pub mod client;
 pub mod config;
+pub mod disk_space;
 pub mod handlers;
 pub mod logging;
 pub mod metadata;

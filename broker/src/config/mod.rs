@@ -103,6 +103,8 @@ pub struct BrokerConfig {
     pub socket_request_max_bytes: usize,
     /// What clients may make the broker hold.
     pub clients: ClientLimits,
+    /// `log.dir.min.free.bytes`: below this much free space on the data dir's disk, produce is refused.
+    pub log_dir_min_free_bytes: u64,
     pub min_insync_replicas: u16,
     /// Default `compression.type` of topics.
     pub compression: Compression,
@@ -442,6 +444,7 @@ impl Reader {
             default_replication_factor: self.int_set("default.replication.factor")? as u16,
             socket_request_max_bytes,
             clients,
+            log_dir_min_free_bytes: self.int_set("log.dir.min.free.bytes")? as u64,
             min_insync_replicas: self.int_set("min.insync.replicas")? as u16,
             compression,
             log,

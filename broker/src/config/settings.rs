@@ -270,6 +270,14 @@ pub const SETTINGS: &[Setting] = &[
         example: "1000",
     },
     Setting {
+        key: "log.dir.min.free.bytes",
+        kind: int(0, FOREVER),
+        default: Default::Value("1073741824"),
+        unit: "bytes",
+        meaning: "produce is refused (KAFKA_STORAGE_ERROR) while the data dir's disk has less free; fetches, deletions and retention go on",
+        example: "536870912",
+    },
+    Setting {
         key: "log.index.interval.bytes",
         kind: int(1, I32),
         default: Default::Value("4096"),

@@ -68,6 +68,9 @@ async fn commit(ctx: &Arc<BrokerContext>, command: Command) -> Result<(), Refusa
         WireWriteResult::NoLeader => {
             return Err((ResponseError::NotController.code(), "the quorum has no leader right now".into()));
         }
+        WireWriteResult::Failed(reason) if reason.contains(crate::disk_space::QUORUM_DISK_FULL) => {
+            return Err((ResponseError::KafkaStorageError.code(), reason));
+        }
         WireWriteResult::Failed(reason) => return Err((ResponseError::RequestTimedOut.code(), reason)),
     };
     if !ctx.wait_reconciled(index, APPLY_WAIT).await {

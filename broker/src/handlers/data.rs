@@ -37,6 +37,8 @@ pub fn dispatch_produce(ctx: &Arc<BrokerContext>, req: ProduceRequest) -> Dispat
                     {
                         Err(ResponseError::NotEnoughReplicas)
                     }
+                    // The disk is nearly full: refused before anything is written, retriable.
+                    (Ok(_), Some(_)) if ctx.disk.below_floor() => Err(ResponseError::KafkaStorageError),
                     (Ok(led), Some(batch)) => stored_form(batch, compression).and_then(|batch| {
                         let (reply, outcome) = flume::bounded(1);
                         let request = PartitionRequest::Produce {

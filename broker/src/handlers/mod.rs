@@ -132,6 +132,8 @@ pub struct BrokerContext {
     pub admin: flume::Sender<AdminRequest>,
     /// Set when the broker is stopping: long polls answer at once.
     pub shutdown: crate::runtime::Shutdown,
+    /// The data dir's free space: produce is refused below `log.dir.min.free.bytes`.
+    pub disk: Arc<crate::disk_space::DiskSpace>,
 }
 
 /// The shard that serves partition `partition` of `topic` here and the leader epoch it leads it at.
@@ -148,6 +150,7 @@ impl BrokerContext {
         shards: Vec<flume::Sender<PartitionRequest>>,
         admin: flume::Sender<AdminRequest>,
         shutdown: crate::runtime::Shutdown,
+        disk: Arc<crate::disk_space::DiskSpace>,
     ) -> BrokerContext {
         let lowest_voter = config.quorum_voters.iter().map(|v| v.id).min().unwrap_or(config.node_id);
         BrokerContext {
@@ -160,6 +163,7 @@ impl BrokerContext {
             shards,
             admin,
             shutdown,
+            disk,
             config,
         }
     }

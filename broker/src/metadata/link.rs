@@ -64,6 +64,8 @@ pub struct LinkSettings {
     pub heartbeat_interval: Duration,
     /// Stamped into registrations by the voters this node runs.
     pub session_timeout_ms: u64,
+    /// Free space the voter this node runs keeps on its disk (see `VoterSettings::reserve_bytes`).
+    pub quorum_reserve_bytes: u64,
 }
 
 /// Why the link could not start.
@@ -166,12 +168,14 @@ impl QuorumLink {
         let quorum = if settings.voters.is_empty() {
             let mut voter = VoterSettings::alone(settings.node.0 as u64, quorum_dir);
             voter.session_timeout_ms = settings.session_timeout_ms as i64;
+            voter.reserve_bytes = settings.quorum_reserve_bytes;
             let voter = Voter::start(voter).map_err(|e| LinkError::Voter(settings.node.to_string(), e))?;
             Quorum::Embedded(Arc::new(voter))
         } else if let Some((_, addr)) = settings.voters.iter().find(|(id, _)| *id == settings.node.0 as u64) {
             let listen = resolve(addr).map_err(|e| LinkError::Voter(addr.clone(), e))?;
             let mut voter = VoterSettings::new(settings.node.0 as u64, quorum_dir, listen, settings.voters.clone());
             voter.session_timeout_ms = settings.session_timeout_ms as i64;
+            voter.reserve_bytes = settings.quorum_reserve_bytes;
             let voter = Voter::start(voter).map_err(|e| LinkError::Voter(addr.clone(), e))?;
             Quorum::Embedded(Arc::new(voter))
         } else {

@@ -268,6 +268,10 @@ pub struct Served {
     pub node: u64,
     /// `broker.session.timeout.ms`: stamped into broker registrations this voter proposes.
     pub session_timeout_ms: i64,
+    /// The voter's files, and the free space kept on their disk (commands that change topics are
+    /// refused below it).
+    pub dir: std::path::PathBuf,
+    pub reserve_bytes: u64,
     pub raft: Raft<QuorumConfig>,
     pub log: LogStore,
     pub state: StateMachineStore,
@@ -500,6 +504,22 @@ pub async fn write(served: &Served, mut command: Command, forwarded: bool) -> Wi
             *session_timeout_ms = served.session_timeout_ms;
         }
         Command::BrokerHeartbeat { now_ms, .. } => *now_ms = now,
+        // Commands that add topics, partitions or settings are refused on a nearly full disk, before the
+        // log is written; the others (a few bytes each, and deletions, which free space) may use the
+        // reserve.
+        Command::CreateTopic { .. }
+        | Command::CreatePartitions { .. }
+        | Command::AlterConfigs { .. }
+        | Command::EditConfigs { .. } => {
+            let free = crate::disk_space::free_bytes(&served.dir).unwrap_or(u64::MAX);
+            if free < served.reserve_bytes {
+                return WireWriteResult::Failed(format!(
+                    "{} ({free} bytes free, {} kept in reserve): free space first",
+                    crate::disk_space::QUORUM_DISK_FULL,
+                    served.reserve_bytes
+                ));
+            }
+        }
         _ => {}
     }
     match raft.client_write(command.clone()).await {

@@ -35,6 +35,10 @@ pub struct VoterSettings {
     pub snapshot_after_entries: u64,
     /// `broker.session.timeout.ms`: a broker not heard from for this long is fenced by the leader.
     pub session_timeout_ms: i64,
+    /// Commands that change topics are refused while the disk holding `dir` has less free space than
+    /// this (see [`crate::disk_space::quorum_reserve_bytes`]): the log's appends must never meet a
+    /// full disk.
+    pub reserve_bytes: u64,
 }
 
 impl VoterSettings {
@@ -50,6 +54,7 @@ impl VoterSettings {
             election_timeout_min_ms: 500,
             snapshot_after_entries: 1000,
             session_timeout_ms: 9000,
+            reserve_bytes: crate::disk_space::quorum_reserve_bytes(1 << 30),
         }
     }
 
@@ -270,6 +275,8 @@ async fn run(
     let served = network::Served {
         node: settings.node_id,
         session_timeout_ms: settings.session_timeout_ms,
+        dir: settings.dir.clone(),
+        reserve_bytes: settings.reserve_bytes,
         raft: raft.clone(),
         log: log_store,
         state: state_machine.clone(),

@@ -139,7 +139,9 @@ pub fn run(config: BrokerConfig, shutdown: Shutdown) -> Result<()> {
     let (images_tx, images_rx) = flume::unbounded();
     let link =
         QuorumLink::start(link_settings(&config), images_tx, shutdown.clone()).context("start the quorum link")?;
-    let ctx = Arc::new(BrokerContext::new(config, link.handle(), senders, admin_tx, shutdown.clone()));
+    let disk = crate::disk_space::DiskSpace::watch(&config.data_dir, config.log_dir_min_free_bytes)
+        .with_context(|| format!("measure the free space of {}", config.data_dir.display()))?;
+    let ctx = Arc::new(BrokerContext::new(config, link.handle(), senders, admin_tx, shutdown.clone(), disk));
     let draining = Arc::new(AtomicUsize::new(shards));
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut admin_rx = Some((admin_rx, images_rx));
@@ -199,6 +201,7 @@ fn link_settings(config: &BrokerConfig) -> LinkSettings {
         voters: config.quorum_voters.iter().map(|v| (v.id as u64, format!("{}:{}", v.host, v.port))).collect(),
         heartbeat_interval: Duration::from_millis(config.broker_heartbeat_interval_ms),
         session_timeout_ms: config.broker_session_timeout_ms,
+        quorum_reserve_bytes: crate::disk_space::quorum_reserve_bytes(config.log_dir_min_free_bytes),
     }
 }
 

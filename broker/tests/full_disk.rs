@@ -1,0 +1,145 @@
+//! A full disk, for real: the broker's data dir on a small ext4 filesystem this test makes (a loop
+//! mount, removed at the end however the test ends). Filling it gets produce refused with the retriable
+//! KAFKA_STORAGE_ERROR below `log.dir.min.free.bytes`, and CreateTopics refused below the quorum's
+//! reserve, with the broker alive; deleting a topic brings produce back; nothing acknowledged is lost.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::Broker;
+use common::requests::{batch, create, fetch_all, produce_one};
+use kafka_protocol::messages::{ApiKey, DeleteTopicsRequest, ResponseKind};
+
+const KAFKA_STORAGE_ERROR: i16 = 56;
+const MIB: u64 = 1 << 20;
+
+/// An ext4 filesystem in a file, mounted; unmounted and removed when dropped.
+struct LoopMount {
+    dir: tempfile::TempDir,
+    mounted: bool,
+}
+
+impl LoopMount {
+    fn new(bytes: u64) -> LoopMount {
+        let dir = tempfile::tempdir().unwrap();
+        let image = dir.path().join("disk.img");
+        std::fs::File::create(&image).unwrap().set_len(bytes).unwrap();
+        let mkfs = Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&image).output().expect("mkfs.ext4 runs");
+        assert!(mkfs.status.success(), "mkfs.ext4: {mkfs:?}");
+        let mnt = dir.path().join("mnt");
+        std::fs::create_dir(&mnt).unwrap();
+        let mount = Command::new("mount").args(["-o", "loop"]).arg(&image).arg(&mnt).output().expect("mount runs");
+        assert!(mount.status.success(), "a loop mount needs root and a loop device: {mount:?}");
+        LoopMount { dir, mounted: true }
+    }
+
+    fn path(&self) -> PathBuf {
+        self.dir.path().join("mnt")
+    }
+}
+
+impl Drop for LoopMount {
+    fn drop(&mut self) {
+        if self.mounted {
+            let _ = Command::new("umount").arg(self.path()).status();
+        }
+    }
+}
+
+fn free(path: &Path) -> u64 {
+    shardlog_broker::disk_space::free_bytes(path).unwrap()
+}
+
+fn delete_topic(s: &mut std::net::TcpStream, topic: &str) -> i16 {
+    let request =
+        DeleteTopicsRequest::default().with_topic_names(vec![common::requests::name(topic)]).with_timeout_ms(10_000);
+    common::send(s, ApiKey::DeleteTopics, 4, 3, &request);
+    let (_, body) = common::receive(s, ApiKey::DeleteTopics, 4);
+    let ResponseKind::DeleteTopics(r) = body else { panic!("a DeleteTopics answer") };
+    r.responses[0].error_code
+}
+
+#[test]
+fn a_full_disk_refuses_produce_and_topic_creation_until_space_is_freed_and_loses_nothing() {
+    let disk = LoopMount::new(128 * MIB);
+    let data = disk.path().join("data");
+    let floor = 32 * MIB;
+    let broker = Broker::start_in(&data, 2, &["--set", &format!("log.dir.min.free.bytes={floor}")]);
+    let mut s = broker.connect();
+    assert_eq!(create(&mut s, "keep", 1, 1, &[]), 0);
+    assert_eq!(create(&mut s, "fill", 1, 1, &[]), 0);
+    let mut kept = 0;
+    for i in 0..20u8 {
+        assert_eq!(produce_one(&mut s, "keep", 0, &batch(i, 10, 0)), (0, kept));
+        kept += 10;
+    }
+
+    // Half-megabyte batches until the broker refuses them.
+    let mut refused = false;
+    for i in 0..400u32 {
+        let (error, _) = produce_one(&mut s, "fill", 0, &batch(i as u8, 5000, 0));
+        if error == KAFKA_STORAGE_ERROR {
+            refused = true;
+            break;
+        }
+        assert_eq!(error, 0, "produce {i} either succeeds or is refused as retriable");
+    }
+    assert!(refused, "produce is refused before the disk is full");
+    assert!(free(&disk.path()) > 16 * MIB, "refused with room to spare: {} bytes free", free(&disk.path()));
+    assert_eq!(produce_one(&mut s, "keep", 0, &batch(1, 1, 0)).0, KAFKA_STORAGE_ERROR, "every topic");
+    assert_eq!(fetch_all(&mut s, "keep", 0).0, 0, "fetches go on");
+
+    // Something else fills the disk further, past the quorum's reserve: topic creation is refused too.
+    let filler = disk.path().join("filler");
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&filler).unwrap();
+        let chunk = vec![0u8; MIB as usize];
+        while free(&disk.path()) > 4 * MIB {
+            if f.write_all(&chunk).is_err() {
+                break;
+            }
+        }
+        let _ = f.sync_all();
+    }
+    assert_eq!(create(&mut s, "more", 1, 1, &[]), KAFKA_STORAGE_ERROR, "refused before the quorum log fills");
+    std::fs::remove_file(&filler).unwrap();
+
+    // Freeing space (deleting the big topic) brings produce back, without a restart.
+    assert_eq!(delete_topic(&mut s, "fill"), 0);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match produce_one(&mut s, "keep", 0, &batch(99, 10, 0)) {
+            (0, base) => {
+                assert_eq!(base, kept);
+                kept += 10;
+                break;
+            }
+            (KAFKA_STORAGE_ERROR, _) => {}
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(Instant::now() < deadline, "produce resumes once space is freed");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(create(&mut s, "more", 1, 1, &[]), 0);
+
+    // Every acknowledged record is there, and the broker stops cleanly.
+    let (error, records) = fetch_all(&mut s, "keep", 0);
+    assert_eq!(error, 0);
+    let mut end = 0;
+    let mut bytes = records;
+    while !bytes.is_empty() {
+        let header = shardlog_storage::batch::BatchHeader::parse(&bytes).unwrap();
+        assert_eq!(header.base_offset, end, "contiguous");
+        end = header.base_offset + header.last_offset_delta as i64 + 1;
+        let _ = bytes.split_to(header.total_bytes());
+    }
+    assert_eq!(end, kept, "every acknowledged record");
+    let log = broker.log();
+    assert!(log.contains("below log.dir.min.free.bytes"), "the operator is told:\n{log}");
+    assert!(!log.contains("fatal"), "{log}");
+    assert!(broker.terminate().success());
+}

@@ -45,6 +45,13 @@ pub struct StorageArgs {
     /// Partition counts to measure.
     #[arg(long, value_delimiter = ',', default_values_t = [1usize, 16])]
     pub partitions: Vec<usize>,
+    /// How far ahead of its writes the active segment's file is allocated (fallocate); 0: the file grows
+    /// with its writes. The broker uses the storage engine's default.
+    #[arg(long, default_value_t = LogConfig::default().preallocate_bytes)]
+    pub preallocate_bytes: u64,
+    /// Reserve ahead by writing zeros instead of with fallocate.
+    #[arg(long)]
+    pub preallocate_with_zeros: bool,
 }
 
 /// Latency percentiles in microseconds.
@@ -133,7 +140,15 @@ async fn run_all(args: StorageArgs) -> Result<()> {
         for &partitions in &args.partitions {
             case += 1;
             let dir = args.dir.join(format!("case-{case}"));
-            let r = log_case(&dir, batch, partitions, args.in_flight, args.duration).await?;
+            let r = log_case(
+                &dir,
+                batch,
+                partitions,
+                args.in_flight,
+                args.duration,
+                (args.preallocate_bytes, args.preallocate_with_zeros),
+            )
+            .await?;
             println!(
                 "| {} | {} | {:.0} | {:.0}% | {:.0} | {:.0} | {} | {} | {} | {} |",
                 size_label(batch),
@@ -158,7 +173,15 @@ async fn run_all(args: StorageArgs) -> Result<()> {
         case += 1;
         let dir = args.dir.join(format!("case-{case}"));
         let per_partition = 16 / partitions;
-        let r = log_case(&dir, 1024, partitions, per_partition, args.duration).await?;
+        let r = log_case(
+            &dir,
+            1024,
+            partitions,
+            per_partition,
+            args.duration,
+            (args.preallocate_bytes, args.preallocate_with_zeros),
+        )
+        .await?;
         println!(
             "| 16 appenders on {partitions} partition(s) | {} | {} | {} | {} | {:.2} |",
             ms(r.latency.p50),
@@ -263,8 +286,9 @@ async fn log_case(
     partitions: usize,
     per_partition: usize,
     duration: Duration,
+    (preallocate_bytes, preallocate_with_zeros): (u64, bool),
 ) -> Result<CaseResult> {
-    let config = LogConfig { retention_ms: None, ..LogConfig::default() };
+    let config = LogConfig { retention_ms: None, preallocate_bytes, preallocate_with_zeros, ..LogConfig::default() };
     let (logs, _) = LogDir::open(DmaFs, Rc::new(SystemClock), dir, |_| config.clone()).await?;
     // One record per batch, its value sized so the whole batch is `batch_bytes`.
     let overhead = build_batch(0, &[b""]).len();

@@ -35,7 +35,7 @@ pub fn init() -> anyhow::Result<()> {
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     let repeats = RepeatLimit::default();
-    tracing_subscriber::registry().with(filter).with(QuietOpenraft).with(repeats.clone()).with(format).try_init()?;
+    tracing_subscriber::registry().with(filter).with(repeats.clone()).with(QuietOpenraft).with(format).try_init()?;
     std::thread::Builder::new().name("log-repeats".into()).spawn(move || {
         loop {
             std::thread::sleep(Duration::from_secs(1));

@@ -316,8 +316,16 @@ async fn ensure_log(
     config: LogConfig,
 ) -> Result<(), String> {
     if logs.offline(tp).is_some() {
-        // Hosted, and offline until repaired (logged when it was found).
-        return Ok(());
+        let dir = logs.path().join(tp.dir_name());
+        match topic_id_in(&dir).await? {
+            // An earlier topic of this name: its damaged log is kept aside, the new topic starts afresh.
+            Some(id) if id != topic_id => {
+                let aside = logs.set_aside(tp).await.map_err(|e| e.to_string())?;
+                tracing::warn!(partition = %tp, old = %id, new = %topic_id, ?aside, "damaged log of an earlier topic of this name set aside");
+            }
+            // Hosted, and offline until repaired (logged when it was found).
+            _ => return Ok(()),
+        }
     }
     if let Some(log) = logs.get(tp) {
         match recorded_topic_id(&log).await? {
@@ -341,7 +349,12 @@ async fn ensure_log(
 }
 
 async fn recorded_topic_id(log: &PartitionLog<DmaFs>) -> Result<Option<uuid::Uuid>, String> {
-    let path = log.dir().join(PARTITION_METADATA_FILE);
+    topic_id_in(log.dir()).await
+}
+
+/// The topic id recorded in a partition directory's [`PARTITION_METADATA_FILE`], if any.
+async fn topic_id_in(dir: &std::path::Path) -> Result<Option<uuid::Uuid>, String> {
+    let path = dir.join(PARTITION_METADATA_FILE);
     let Some(bytes) = durable::read_file(&DmaFs, &path, 4096).await.map_err(|e| e.to_string())? else {
         return Ok(None);
     };

@@ -64,9 +64,11 @@ fn delete_topic(s: &mut std::net::TcpStream, topic: &str) -> i16 {
 
 #[test]
 fn a_full_disk_refuses_produce_and_topic_creation_until_space_is_freed_and_loses_nothing() {
-    let disk = LoopMount::new(128 * MIB);
+    // The floor leaves room for a segment's next preallocation step (32 MiB) above the quorum's reserve
+    // (32 MiB, half the floor at most).
+    let disk = LoopMount::new(192 * MIB);
     let data = disk.path().join("data");
-    let floor = 32 * MIB;
+    let floor = 72 * MIB;
     let broker = Broker::start_in(&data, 2, &["--set", &format!("log.dir.min.free.bytes={floor}")]);
     let mut s = broker.connect();
     assert_eq!(create(&mut s, "keep", 1, 1, &[]), 0);
@@ -88,7 +90,7 @@ fn a_full_disk_refuses_produce_and_topic_creation_until_space_is_freed_and_loses
         assert_eq!(error, 0, "produce {i} either succeeds or is refused as retriable");
     }
     assert!(refused, "produce is refused before the disk is full");
-    assert!(free(&disk.path()) > 16 * MIB, "refused with room to spare: {} bytes free", free(&disk.path()));
+    assert!(free(&disk.path()) > 32 * MIB, "refused above the quorum's reserve: {} bytes free", free(&disk.path()));
     assert_eq!(produce_one(&mut s, "keep", 0, &batch(1, 1, 0)).0, KAFKA_STORAGE_ERROR, "every topic");
     assert_eq!(fetch_all(&mut s, "keep", 0).0, 0, "fetches go on");
 
@@ -141,5 +143,60 @@ fn a_full_disk_refuses_produce_and_topic_creation_until_space_is_freed_and_loses
     let log = broker.log();
     assert!(log.contains("below log.dir.min.free.bytes"), "the operator is told:\n{log}");
     assert!(!log.contains("fatal"), "{log}");
+    assert!(broker.terminate().success());
+}
+
+#[test]
+fn without_a_floor_a_full_disk_is_met_by_the_segment_preallocation_and_refused_not_fatal() {
+    let disk = LoopMount::new(96 * MIB);
+    let data = disk.path().join("data");
+    // No floor: the disk fills up to where the active segment's next 32 MiB step cannot be allocated.
+    let broker = Broker::start_in(&data, 1, &["--set", "log.dir.min.free.bytes=0"]);
+    let mut s = broker.connect();
+    assert_eq!(create(&mut s, "fill", 1, 1, &[]), 0);
+    let mut acknowledged = 0;
+    let mut refused = false;
+    for i in 0..400u32 {
+        match produce_one(&mut s, "fill", 0, &batch(i as u8, 5000, 0)) {
+            (0, base) => {
+                assert_eq!(base, acknowledged);
+                acknowledged += 5000;
+            }
+            (KAFKA_STORAGE_ERROR, _) => {
+                refused = true;
+                break;
+            }
+            other => panic!("produce {i}: {other:?}"),
+        }
+    }
+    assert!(refused, "a full disk is a refusal");
+    assert!(acknowledged > 0);
+    assert_eq!(fetch_all(&mut s, "fill", 0).0, 0, "the broker still serves what it holds");
+    let log = broker.log();
+    assert!(!log.contains("fatal"), "{log}");
+    // Every acknowledged record survives a restart.
+    assert!(broker.terminate().success());
+    let broker = Broker::start_in(&data, 1, &["--set", "log.dir.min.free.bytes=0"]);
+    let mut s = broker.connect();
+    // Read in fetches of at most 10 MiB each, every batch contiguous with the one before.
+    let mut end = 0;
+    loop {
+        common::send(&mut s, ApiKey::Fetch, 11, 9, &common::requests::fetch_request("fill", 0, end, 0));
+        let (_, body) = common::receive(&mut s, ApiKey::Fetch, 11);
+        let ResponseKind::Fetch(r) = body else { panic!("a Fetch answer") };
+        let p = &r.responses[0].partitions[0];
+        assert_eq!(p.error_code, 0);
+        let mut bytes = p.records.clone().unwrap_or_default();
+        if bytes.is_empty() {
+            break;
+        }
+        while !bytes.is_empty() {
+            let header = shardlog_storage::batch::BatchHeader::parse(&bytes).unwrap();
+            assert_eq!(header.base_offset, end, "contiguous");
+            end = header.base_offset + header.last_offset_delta as i64 + 1;
+            let _ = bytes.split_to(header.total_bytes());
+        }
+    }
+    assert!(end >= acknowledged, "every acknowledged record is there ({end} of {acknowledged})");
     assert!(broker.terminate().success());
 }

@@ -51,6 +51,11 @@ pub enum StorageError {
     #[error("damaged log: {path} at byte {position} (offset {offset}): {reason}")]
     Damaged { path: PathBuf, position: u64, offset: Offset, reason: String },
 
+    /// The disk has no room for the active segment to grow: nothing was written; the data waits in
+    /// memory and the write-out is tried again by the next append or sync.
+    #[error("no space left on the disk for {path}")]
+    NoSpace { path: PathBuf },
+
     /// The partition is offline: its log was found damaged (the text says where).
     #[error("partition offline: {0}")]
     Offline(String),

@@ -24,7 +24,7 @@ use crate::fatal;
 use crate::fs::Fs;
 use crate::fs::open_files::{DEFAULT_MAX_OPEN_FILES, OpenFiles};
 use crate::log::maintenance::{DELETED_SUFFIX, remove_dir_contents};
-use crate::log::{LogConfig, OpenHints, OpenReport, PartitionLog, Recovery};
+use crate::log::{DAMAGED_FILE, LogConfig, OpenHints, OpenReport, PartitionLog, Recovery};
 use crate::types::{Clock, Offset, TopicPartition};
 
 pub const RECOVERY_POINT_FILE: &str = "recovery-point-offset-checkpoint";
@@ -158,6 +158,13 @@ impl<F: Fs> LogDir<F> {
                 log_start: log_starts.get(&tp).copied().unwrap_or(Offset::ZERO),
                 high_watermark: hws.get(&tp).copied().unwrap_or(Offset::ZERO),
             };
+            let marker = path.join(&name).join(DAMAGED_FILE);
+            if let Some(found) = durable::read_file(&fs, &marker, 64 << 10).await? {
+                let damage = String::from_utf8_lossy(&found).into_owned();
+                tracing::error!(partition = %tp, %damage, "partition offline: its log was found damaged before (until `shardlog repair`)");
+                offline.insert(tp, Offline { damage, hints });
+                continue;
+            }
             match PartitionLog::open_with_files(files.clone(), clock.clone(), &path.join(&name), config_for(&tp), hints)
                 .await
             {
@@ -175,6 +182,9 @@ impl<F: Fs> LogDir<F> {
                         path.display(),
                         tp
                     );
+                    // Recorded, so that the partition stays offline across restarts (a later crash must not
+                    // take the damage for a torn tail and cut it away).
+                    durable::replace_file(&fs, &marker, damage.to_string().as_bytes()).await?;
                     offline.insert(tp, Offline { damage: damage.to_string(), hints });
                 }
                 Err(e) => return Err(e),

@@ -74,6 +74,10 @@ pub fn truncate_at(partition_dir: &Path, offset: Offset) -> Result<RepairReport,
 
     let aside = aside_dir(partition_dir);
     fs::create_dir(&aside).map_err(io(&aside))?;
+    // The new directory's entry is durable before anything is moved into it.
+    if let Some(parent) = partition_dir.parent() {
+        sync_dir(parent)?;
+    }
     // The cut bytes first, synced, then the later segments, then the cut itself: a crash part way leaves
     // copies, never a loss.
     if cut_position < file_size {
@@ -104,6 +108,11 @@ pub fn truncate_at(partition_dir: &Path, offset: Offset) -> Result<RepairReport,
         if path.exists() {
             fs::remove_file(&path).map_err(io(&path))?;
         }
+    }
+    // Repaired: the broker serves the partition again.
+    let marker = partition_dir.join(crate::log::DAMAGED_FILE);
+    if marker.exists() {
+        fs::remove_file(&marker).map_err(io(&marker))?;
     }
     sync_dir(partition_dir)?;
     if let Some(parent) = partition_dir.parent() {

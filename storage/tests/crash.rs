@@ -12,6 +12,7 @@ use std::rc::Rc;
 use futures_lite::future::block_on;
 use proptest::prelude::*;
 use shardlog_storage::epoch_cache::LeaderEpochCache;
+use shardlog_storage::fs::Fs;
 use shardlog_storage::fs::sim::{SimFs, SimRng};
 use shardlog_storage::{FlushPolicy, LeaderEpoch, LogConfig, LogDir, LogDirScope, Offset, TopicPartition};
 
@@ -218,12 +219,22 @@ fn crash_after_clean_reopen_still_recovers() {
         }
         let durable = log.durable_offset();
         let crashed = fs.crash(&mut SimRng::new(seed));
+        assert!(
+            !crashed.exists(&data.join(shardlog_storage::log_dir::CLEAN_SHUTDOWN_FILE)),
+            "seed {seed}: the clean-shutdown marker outlived the open that consumed it"
+        );
         let (dir, reports) = block_on(LogDir::open(crashed, clock.clone(), data, |_| small_config())).unwrap();
         let log = dir.get(&tp).unwrap();
         assert!(log.log_end_offset() >= durable, "seed {seed}: lost data below the durable offset");
         assert!(log.log_end_offset() >= Offset(60), "seed {seed}: lost data closed cleanly");
         // Not opened as after a clean close: what follows the last index entry is validated again.
-        assert!(reports[0].1.scanned_bytes > 0, "seed {seed}: recovery after a crash must validate");
+        // (A crash right after a roll may leave a last segment of preallocated zeros only: scanned
+        // whole, holding no batch.)
+        let report = &reports[0].1;
+        assert!(
+            report.scanned_bytes > 0 || report.scanned_segments > 0,
+            "seed {seed}: recovery after a crash must validate: {report:?}"
+        );
         assert_eq!(block_on(log.verify_indexes()), Ok(()));
     }
 }

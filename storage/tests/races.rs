@@ -106,6 +106,10 @@ impl SegmentFile for GateFile {
     async fn size(&self) -> io::Result<u64> {
         self.file.size().await
     }
+
+    async fn allocate(&self, size: u64) -> io::Result<()> {
+        self.file.allocate(size).await
+    }
 }
 
 impl Fs for GateFs {

@@ -270,3 +270,48 @@ fn a_partition_deleted_and_created_again_does_not_inherit_the_old_logs_checkpoin
         block_on(dir.delete(&tp)).unwrap();
     }
 }
+
+#[test]
+fn a_truncation_below_the_checkpointed_recovery_point_is_not_taken_for_damage_after_a_crash() {
+    let fs = SimFs::new();
+    let tp = TopicPartition::new("t", 0);
+    three_segments(&fs, &tp);
+    let dir = open_dir(&fs);
+    let log = dir.get(&tp).unwrap();
+    block_on(dir.checkpoint()).unwrap();
+    assert_eq!(block_on(log.truncate_to(Offset(35))).unwrap(), Offset(34));
+    // A crash before the next checkpoint: the file still says the recovery point is 40.
+    let crashed = fs.crash(&mut shardlog_storage::fs::sim::SimRng::new(7));
+    drop((log, dir));
+    let dir = open_dir(&crashed);
+    let log = dir.get(&tp).expect("a truncated log is not damaged");
+    assert_eq!(log.log_end_offset(), Offset(34));
+}
+
+#[test]
+fn a_last_segment_that_lost_whole_batches_or_holds_zeros_below_the_recovery_point_is_damage() {
+    // Whole batches gone at a batch boundary (a disk that dropped a flush): nothing looks torn, but the
+    // log ends below its recovery point.
+    let fs = SimFs::new();
+    let tp = TopicPartition::new("t", 0);
+    three_segments(&fs, &tp);
+    let last = Path::new("/data/t-0/00000000000000000030.log");
+    // Every batch here has the same size; the active segment's file ends in padding and preallocation.
+    let batch_len = split_batches(&fs.contents(Path::new("/data/t-0/00000000000000000000.log")).unwrap())[0].2.len();
+    let bytes = fs.contents(last).unwrap();
+    let keep = 3 * batch_len;
+    fs.set_contents(last, bytes[..keep].to_vec());
+    let damage = open_dir(&fs).offline(&tp).expect("offline");
+    assert!(damage.contains("below its recovery point 40"), "{damage}");
+    assert_eq!(fs.contents(last).unwrap().len(), keep, "kept as found");
+
+    // The same batches zeroed instead (zeros read as the end of the log, but below the recovery point).
+    let fs = SimFs::new();
+    three_segments(&fs, &tp);
+    let mut zeroed = bytes.clone();
+    zeroed[keep..5 * batch_len].fill(0);
+    fs.set_contents(last, zeroed.clone());
+    let damage = open_dir(&fs).offline(&tp).expect("offline");
+    assert!(damage.contains("zero padding"), "{damage}");
+    assert_eq!(fs.contents(last).unwrap(), zeroed, "kept as found");
+}

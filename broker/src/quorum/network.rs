@@ -374,7 +374,10 @@ async fn read_request(
             && let Some(len) = reader.announced()
         {
             let permits = u32::try_from(len).expect("bounded by MAX_FRAME_BYTES");
-            held = Some(budget.clone().acquire_many_owned(permits).await.expect("the budget is never closed"));
+            let share = tokio::time::timeout(PEER_FRAME_LIMIT, budget.clone().acquire_many_owned(permits))
+                .await
+                .map_err(|_| CallError::Timeout(PEER_FRAME_LIMIT))?;
+            held = Some(share.expect("the budget is never closed"));
             due = Some(tokio::time::Instant::now() + PEER_FRAME_LIMIT);
         }
         let limit = due.unwrap_or_else(|| tokio::time::Instant::now() + PEER_IDLE_LIMIT);

@@ -89,6 +89,8 @@ struct Activity {
     frame_due: Cell<Option<Instant>>,
     /// A frame has started to arrive (it may be waiting for the budget).
     receiving: Cell<bool>,
+    /// Since when the writer has been waiting for the client to take the next piece of an answer.
+    writing_since: Cell<Option<Instant>>,
 }
 
 impl Activity {
@@ -98,6 +100,7 @@ impl Activity {
             in_hand: Cell::new(0),
             frame_due: Cell::new(None),
             receiving: Cell::new(false),
+            writing_since: Cell::new(None),
         }
     }
 
@@ -137,6 +140,15 @@ async fn watch(activity: &Activity, clients: &Clients, peer: &str) {
                 %peer,
                 limit_ms = frame_limit.as_millis() as u64,
                 "closing connection: a request did not arrive whole within socket.request.timeout.ms"
+            );
+            return;
+        }
+        if activity.writing_since.get().is_some_and(|since| now.duration_since(since) >= frame_limit) {
+            // It holds its answers, and the request budget they came with, without reading them.
+            tracing::warn!(
+                %peer,
+                limit_ms = frame_limit.as_millis() as u64,
+                "closing connection: the client took no answer bytes for socket.request.timeout.ms"
             );
             return;
         }
@@ -196,7 +208,9 @@ async fn read_requests(
             // What follows the frame is the start of the next one, due in its own time.
             let more = reader.buffered() > 0;
             activity.receiving.set(more);
-            activity.frame_due.set(more.then(|| Instant::now() + clients.frame_limit()));
+            // The waits below are the broker's, not the client's: the rest of the next frame is due
+            // counting from the next read.
+            activity.frame_due.set(None);
             let frame_bytes = frame.len();
             // A frame that came whole in one read takes its share now (a read is at most 64 KiB).
             let shared = match held.take() {
@@ -233,6 +247,9 @@ async fn read_requests(
                 Some(permit) => held = Some(permit),
                 None => return,
             }
+            activity.frame_due.set(Some(Instant::now() + clients.frame_limit()));
+        }
+        if reader.buffered() > 0 && activity.frame_due.get().is_none() {
             activity.frame_due.set(Some(Instant::now() + clients.frame_limit()));
         }
         let read = until_shutdown(stream.read(&mut buf), shutdown).await;
@@ -288,7 +305,7 @@ async fn write_answers(
         if let Some(bytes) = reply {
             // A client that stops reading must not hold the broker's shutdown hostage; answers already on
             // their way get a grace period to be written.
-            let written = future::or(async { Some(stream.write_all(&bytes).await) }, async {
+            let written = future::or(async { Some(write_in_pieces(&mut stream, &bytes, activity).await) }, async {
                 shutdown.wait().await;
                 glommio::timer::sleep(WRITE_GRACE).await;
                 None
@@ -308,6 +325,24 @@ async fn write_answers(
             return;
         }
     }
+}
+
+/// Writes an answer a piece at a time, so the watch can tell a client that takes it slowly from one that
+/// takes none of it.
+async fn write_in_pieces(
+    stream: &mut futures_lite::io::WriteHalf<TcpStream>,
+    bytes: &[u8],
+    activity: &Activity,
+) -> std::io::Result<()> {
+    const PIECE_BYTES: usize = 1 << 20;
+    for piece in bytes.chunks(PIECE_BYTES) {
+        activity.writing_since.set(Some(Instant::now()));
+        let written = stream.write_all(piece).await;
+        activity.writing_since.set(None);
+        written?;
+        activity.moved();
+    }
+    Ok(())
 }
 
 /// Decodes a frame; a frame that is not a request we serve is answered (or closes the connection) here.

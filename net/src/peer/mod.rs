@@ -89,9 +89,19 @@ impl PeerFrameReader {
         self.buf.len()
     }
 
-    /// The body length of the frame whose header has arrived but whose body has not, all of it.
+    /// The body length of the frame whose header has arrived (and passed its checks, see
+    /// [`PeerFrameReader::next_frame`]) but whose body has not, all of it.
     pub fn announced(&self) -> Option<usize> {
-        let len = u32::from_be_bytes(self.buf.get(8..12)?.try_into().expect("4 bytes")) as usize;
+        if self.buf.len() < HEADER_BYTES {
+            return None;
+        }
+        let field = |at: usize| u32::from_be_bytes(self.buf[at..at + 4].try_into().expect("4 bytes"));
+        let version = u16::from_be_bytes([self.buf[4], self.buf[5]]);
+        let len = field(8);
+        if field(0) != MAGIC || version != VERSION || len > self.max_body_bytes {
+            return None;
+        }
+        let len = len as usize;
         (self.buf.len() < HEADER_BYTES + len).then_some(len)
     }
 

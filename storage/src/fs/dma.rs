@@ -147,6 +147,10 @@ impl SegmentFile for DmaSegmentFile {
     async fn size(&self) -> io::Result<u64> {
         self.file.file_size().await.map_err(io::Error::from)
     }
+
+    async fn allocate(&self, size: u64) -> io::Result<()> {
+        self.file.pre_allocate(size, false).await.map_err(io::Error::from)
+    }
 }
 
 impl Fs for DmaFs {

@@ -66,6 +66,10 @@ pub trait SegmentFile: std::fmt::Debug + 'static {
     /// Sets the file's size.
     async fn truncate(&self, len: u64) -> io::Result<()>;
 
+    /// Makes the file at least `size` bytes long with its blocks reserved (fallocate); the new bytes
+    /// read as zeros. Fails with ENOSPC when the filesystem cannot hold them (the size is then unchanged).
+    async fn allocate(&self, size: u64) -> io::Result<()>;
+
     /// The file's current size.
     async fn size(&self) -> io::Result<u64>;
 }

@@ -244,6 +244,14 @@ impl SegmentFile for SimFile {
     async fn size(&self) -> io::Result<u64> {
         Ok(self.inode.borrow().data.len() as u64)
     }
+
+    async fn allocate(&self, size: u64) -> io::Result<()> {
+        // The size change is metadata like a truncation's: durable at the next sync, lost in a crash.
+        if size > self.inode.borrow().data.len() as u64 {
+            self.truncate(size).await?;
+        }
+        Ok(())
+    }
 }
 
 impl Fs for SimFs {

@@ -35,6 +35,14 @@ pub struct LogConfig {
     pub tail_cache_bytes: usize,
     /// Appended bytes that may wait in memory for a write before appends wait for one. Default 16 MiB.
     pub max_unwritten_bytes: usize,
+    /// The active segment's file is allocated (fallocate) ahead of its writes, by as much as it holds
+    /// but at most this many bytes (and at least 64 KiB), so that writes land in reserved blocks and a
+    /// full disk is met by the allocation, as a refusal, never in the middle of a write. 0: the file
+    /// grows with its writes. Default 32 MiB.
+    pub preallocate_bytes: u64,
+    /// Reserve by writing zeros (the blocks are then written, not just allocated) rather than with
+    /// fallocate. Default false (see `docs/performance.md` for the two measured side by side).
+    pub preallocate_with_zeros: bool,
 }
 
 impl Default for LogConfig {
@@ -49,6 +57,8 @@ impl Default for LogConfig {
             flush: FlushPolicy::Always,
             tail_cache_bytes: 4 << 20,
             max_unwritten_bytes: 16 << 20,
+            preallocate_bytes: 32 << 20,
+            preallocate_with_zeros: false,
         }
     }
 }

@@ -34,6 +34,7 @@ pub(super) async fn create_segment<F: Fs>(
         dir: dir.to_path_buf(),
         file: files.adopt(path, file),
         size: 0,
+        allocated: 0,
         next_offset: base,
         index: SegmentIndex::new(base),
         persisted_index: None,
@@ -181,6 +182,12 @@ impl<F: Fs> PartitionLog<F> {
         Ok(())
     }
 
+    /// Records, durably and before anything is cut, that the log goes back to `offset` (see
+    /// [`super::TRUNCATED_TO_FILE`]).
+    async fn record_truncation_locked(&self, offset: Offset) -> Result<()> {
+        durable::replace_file(&self.fs, &self.dir.join(super::TRUNCATED_TO_FILE), offset.0.to_string().as_bytes()).await
+    }
+
     /// Removes every batch from `offset` on, durably. A batch holding `offset` is removed whole, so the
     /// new log end offset is that batch's base offset. Returns the new log end offset.
     pub async fn truncate_to(&self, offset: Offset) -> Result<Offset> {
@@ -197,9 +204,12 @@ impl<F: Fs> PartitionLog<F> {
             return Err(StorageError::OffsetOutOfRange { requested: offset, log_start, log_end });
         }
         let _pause = AppendPause::new(self);
+        // The cut lands in the segment holding `offset`: its base is a bound below the new end.
+        let keep = self.inner.borrow().segment_for(offset);
+        let keep_base = self.inner.borrow().segments[keep].base;
+        self.record_truncation_locked(keep_base).await?;
         // Everything below the cut must be in the file before the file is cut.
         self.write_out_locked().await?;
-        let keep = self.inner.borrow().segment_for(offset);
         let doomed: Vec<Offset> = self.inner.borrow().segments[keep + 1..].iter().map(|s| s.base).collect();
         {
             let mut inner = self.inner.borrow_mut();
@@ -251,6 +261,7 @@ impl<F: Fs> PartitionLog<F> {
             let active = inner.active_mut();
             active.index.truncate(cut_pos, cut_offset);
             active.size = cut_pos;
+            active.allocated = cut_pos;
             active.next_offset = cut_offset;
             inner.tail = Tail { start: tail_start, bytes: tail_bytes, written: cut_pos };
             inner.durable = inner.durable.min(cut_offset);
@@ -341,6 +352,8 @@ impl<F: Fs> PartitionLog<F> {
         let _io = self.io.lock().await;
         self.check_open()?;
         let _pause = AppendPause::new(self);
+        let log_start = self.inner.borrow().log_start;
+        self.record_truncation_locked(offset.min(log_start)).await?;
         let doomed: Vec<Offset> = self.inner.borrow().segments.iter().map(|s| s.base).collect();
         {
             let mut inner = self.inner.borrow_mut();

@@ -44,6 +44,13 @@ pub use open::{OpenHints, OpenReport, Recovery};
 
 /// Name of the leader-epoch file in a partition directory.
 pub const LEADER_EPOCH_FILE: &str = "leader-epoch-checkpoint";
+/// Present in a partition directory while its log is offline for damage; holds what was found. The data
+/// dir does not open such a log; `shardlog repair` removes it.
+pub const DAMAGED_FILE: &str = "damaged";
+/// The offset a truncation cut the log back to, written durably before the cut: the checkpointed
+/// recovery point may still be above it, and recovery must not take the end of what was appended after
+/// the truncation (torn by a crash) for damage to durable data.
+pub const TRUNCATED_TO_FILE: &str = "truncated-to";
 
 /// Offsets assigned to an appended batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -163,6 +170,8 @@ const MAX_SYNCS_IN_FLIGHT: u32 = 2;
 
 /// The largest single direct write; larger write-outs are split and submitted together.
 const WRITE_CHUNK_BYTES: u64 = 1 << 20;
+/// The least an active segment is reserved ahead of its end (see `reserve_locked`).
+const MIN_RESERVE_BYTES: u64 = 64 << 10;
 
 /// A partition's log. See the module documentation.
 pub struct PartitionLog<F: Fs> {
@@ -205,6 +214,12 @@ impl<F: Fs> Inner<F> {
 
     fn unwritten_bytes(&self) -> u64 {
         self.active().size - self.tail.written
+    }
+
+    /// Whether a batch of `batch_len` bytes runs past the active segment's reserved blocks.
+    fn needs_reserve(&self, batch_len: u64) -> bool {
+        let active = self.active();
+        self.config.preallocate_bytes > 0 && align_up(active.size + batch_len) > active.allocated
     }
 
     fn needs_roll(&self, batch_len: u64, now_ms: i64) -> bool {
@@ -333,9 +348,24 @@ impl<F: Fs> PartitionLog<F> {
     }
 
     /// Takes the log offline for damage a read met at `position` of `path` (the batch that should start
-    /// at `offset` does not check): logged once, and the error every later append and read gets.
-    pub(super) fn damaged_at(&self, path: PathBuf, position: u64, offset: Offset, reason: String) -> StorageError {
+    /// at `offset` does not check): logged once, recorded in the partition's [`DAMAGED_FILE`] (so it
+    /// stays offline across restarts), and the error every later append and read gets.
+    pub(super) async fn damaged_at(
+        &self,
+        path: PathBuf,
+        position: u64,
+        offset: Offset,
+        reason: String,
+    ) -> StorageError {
         let damage = StorageError::Damaged { path, position, offset, reason };
+        if self.inner.borrow().damaged.is_none() {
+            let _io = self.io.lock().await;
+            if let Err(e) =
+                durable::replace_file(&self.fs, &self.dir.join(DAMAGED_FILE), damage.to_string().as_bytes()).await
+            {
+                tracing::error!(dir = %self.dir.display(), error = %e, "cannot record the damage on disk");
+            }
+        }
         let mut inner = self.inner.borrow_mut();
         if inner.damaged.is_none() {
             tracing::error!(
@@ -372,7 +402,7 @@ impl<F: Fs> PartitionLog<F> {
                 }
                 continue;
             }
-            let (roll, write) = {
+            let (roll, write, reserve) = {
                 let mut inner = self.inner.borrow_mut();
                 if let Some(latest) = inner.epochs.latest()
                     && epoch < latest.epoch
@@ -381,14 +411,22 @@ impl<F: Fs> PartitionLog<F> {
                 }
                 let roll = inner.needs_roll(batch.len() as u64, now);
                 let write = inner.unwritten_bytes() >= inner.config.max_unwritten_bytes as u64;
-                if !roll && !write {
+                let reserve = inner.needs_reserve(batch.len() as u64);
+                if !roll && !write && !reserve {
                     inner.last_used_ms = now;
                     return Ok(self.append_in_memory(&mut inner, batch, &header, epoch));
                 }
-                (roll, write)
+                (roll, write, reserve)
             };
             if roll {
                 self.roll_if_needed(batch.len() as u64).await?;
+            } else if reserve {
+                // The batch goes only where blocks are reserved for it: a full disk refuses it here, before
+                // it has offsets, rather than failing its write later.
+                let _io = self.io.lock().await;
+                if self.inner.borrow().needs_reserve(batch.len() as u64) {
+                    self.reserve_locked(batch.len() as u64).await?;
+                }
             } else if write {
                 // Too much waits in memory: write it out. Appenders queued here find, once they hold the
                 // lock, that the first one's write made room, and do not write again.
@@ -599,6 +637,67 @@ impl<F: Fs> PartitionLog<F> {
         drop(inner);
         self.progress.notify(usize::MAX);
         Ok(covered)
+    }
+
+    /// Allocates the active segment's file for `more` bytes past its end and ahead of that by as much as
+    /// the segment holds (at least 64 KiB, at most `preallocate_bytes`, never past `segment.bytes`), so
+    /// that the write-outs land in reserved blocks:
+    /// a full disk is met here, before the batch is taken, and refused with [`StorageError::NoSpace`].
+    async fn reserve_locked(&self, more: u64) -> Result<()> {
+        let (end, allocated, step, cap, path, handle, zeros) = {
+            let inner = self.inner.borrow();
+            let active = inner.active();
+            (
+                align_up(active.size + more),
+                active.allocated,
+                inner.config.preallocate_bytes,
+                align_up(inner.config.segment_bytes),
+                active.log_path(),
+                active.file.clone(),
+                inner.config.preallocate_with_zeros,
+            )
+        };
+        if step == 0 || end <= allocated {
+            return Ok(());
+        }
+        let file = self.open_file(&handle).await?;
+        // Ahead by as much as the segment holds, between 64 KiB and the step: a quiet partition reserves
+        // little (ten thousand of them must not take the disk), a busy one a whole step at a time.
+        let ahead = end.clamp(MIN_RESERVE_BYTES, step.max(MIN_RESERVE_BYTES));
+        let want = align_up(end + ahead).min(cap).max(end);
+        let reserved = if zeros {
+            // From the end of what is written (never over data: the tail block is rewritten by the
+            // write-outs, and everything past `align_up(size)` is unwritten).
+            let from = align_up(self.inner.borrow().active().size).max(allocated);
+            let mut writes = Vec::new();
+            let mut pos = from;
+            while pos < want {
+                let len = (want - pos).min(WRITE_CHUNK_BYTES);
+                let mut buf = file.alloc(len as usize);
+                buf.as_mut().fill(0);
+                writes.push((buf, pos));
+                pos += len;
+            }
+            file.write_many(writes).await
+        } else {
+            file.allocate(want).await
+        };
+        match reserved {
+            Ok(()) => {
+                self.inner.borrow_mut().active_mut().allocated = want;
+                Ok(())
+            }
+            // (glommio keeps the error's kind, not always its number.)
+            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) || e.kind() == std::io::ErrorKind::StorageFull => {
+                Err(StorageError::NoSpace { path })
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) || e.kind() == std::io::ErrorKind::Unsupported => {
+                // A filesystem without fallocate: the file grows with its writes.
+                self.inner.borrow_mut().active_mut().allocated = u64::MAX;
+                Ok(())
+            }
+            Err(e) => fatal::disk_failure("fallocate", &path, &e),
+        }
     }
 
     /// Under the interval policy a write-out goes through the page cache: exactly the unwritten bytes, in one

@@ -165,6 +165,22 @@ impl<F: Fs> PartitionLog<F> {
             Recovery::FromRecoveryPoint(rp) => bases.partition_point(|b| *b <= rp).saturating_sub(1),
         };
         let crashed = !matches!(hints.recovery, Recovery::Clean);
+        // Below this, everything was durable: the recovery point, unless a truncation since went lower.
+        let truncated_to = match durable::read_file(&fs, &dir.join(super::TRUNCATED_TO_FILE), 64).await? {
+            Some(bytes) => Some(
+                std::str::from_utf8(&bytes).ok().and_then(|t| t.trim().parse::<u64>().ok()).map(Offset).ok_or_else(
+                    || StorageError::CorruptFile {
+                        path: dir.join(super::TRUNCATED_TO_FILE),
+                        detail: "not an offset".into(),
+                    },
+                )?,
+            ),
+            None => None,
+        };
+        let durable_below = match hints.recovery {
+            Recovery::Clean => Recovery::Clean,
+            Recovery::FromRecoveryPoint(rp) => Recovery::FromRecoveryPoint(truncated_to.map_or(rp, |t| rp.min(t))),
+        };
         for (i, &base) in bases.iter().enumerate() {
             let next_base = bases.get(i + 1).copied();
             // The segment holding the recovery point is trusted up to what its index files describe: they
@@ -180,7 +196,7 @@ impl<F: Fs> PartitionLog<F> {
                     .await?;
             let damaged =
                 loaded.size < loaded.file_size || next_base.is_some_and(|nb| loaded.segment.next_offset != nb);
-            if damaged && !torn_write_possible(&loaded, next_base, hints.recovery) {
+            if damaged && !torn_write_possible(&loaded, next_base, durable_below) {
                 // Nothing is cut or removed: the data after the damage is intact and may be recovered.
                 let reason = loaded.stop.clone().unwrap_or_else(|| {
                     format!(
@@ -196,7 +212,10 @@ impl<F: Fs> PartitionLog<F> {
                     reason,
                 });
             }
+            let mut loaded = loaded;
+            loaded.segment.allocated = loaded.size.max(loaded.file_size);
             if loaded.size < loaded.file_size {
+                loaded.segment.allocated = loaded.size;
                 let path = loaded.segment.log_path();
                 let file = files.get(&loaded.segment.file).await.map_err(|e| StorageError::io("open", &path, e))?;
                 if let Err(e) = file.truncate(loaded.size).await {
@@ -233,6 +252,20 @@ impl<F: Fs> PartitionLog<F> {
         report.segments = segments.len();
 
         let log_end = segments.last().expect("at least one segment").next_offset;
+        // Everything below the recovery point was synced: a log that ends before it lost durable data,
+        // even when what is left looks whole (a file cut at a batch boundary, a segment gone).
+        if let Recovery::FromRecoveryPoint(rp) = durable_below
+            && log_end < rp
+            && rp > hints.log_start
+        {
+            let last = segments.last().expect("at least one segment");
+            return Err(StorageError::Damaged {
+                path: last.log_path(),
+                position: last.size,
+                offset: log_end,
+                reason: format!("the log ends at offset {log_end}, below its recovery point {rp}"),
+            });
+        }
         let mut epochs_dirty = epochs.truncate_from_end(log_end);
         for (epoch, start) in epoch_starts {
             // The epoch field is outside the CRC: an entry out of order is damage, not a new epoch.
@@ -317,17 +350,18 @@ struct Loaded<F: Fs> {
 /// Whether a segment that ends early (or short of the next one) can be the work of a crash. Only the
 /// end of the last segment can be torn: a roll seals a segment (synced) before the next one is made, a
 /// truncation removes later segments durably before it cuts, and nothing below the recovery point was
-/// unsynced. Zero padding after the last batch of the last segment is its end, not damage. Anything
-/// else is damage the disk did to durable data.
+/// unsynced. Zero padding after the last batch of the last segment (a block's padding, or preallocated
+/// space) is its end, not damage, where it begins at or past the recovery point (or after a clean
+/// close). Anything else is damage the disk did to durable data.
 fn torn_write_possible<F: Fs>(loaded: &Loaded<F>, next_base: Option<Offset>, recovery: Recovery) -> bool {
     if next_base.is_some() {
         return false;
     }
-    if loaded.stop.as_deref().is_some_and(|r| r.starts_with("zero padding")) {
-        return true;
-    }
     match recovery {
-        Recovery::Clean => false,
+        // A clean close cut the file to its batches; zeros after them are still only its end.
+        Recovery::Clean => loaded.stop.as_deref().is_some_and(|r| r.starts_with("zero padding")),
+        // Zeros or a torn batch past the recovery point (where the preallocated or unsynced part begins);
+        // below it, even zeros are durable data lost.
         Recovery::FromRecoveryPoint(rp) => loaded.segment.next_offset >= rp,
     }
 }
@@ -478,6 +512,7 @@ async fn load_segment<F: Fs>(
         dir: dir.to_path_buf(),
         file: files.adopt(log_path, file),
         size,
+        allocated: file_size,
         next_offset,
         index,
         persisted_index,

@@ -82,7 +82,7 @@ impl<F: Fs> PartitionLog<F> {
             if self.inner.borrow().generation == generation {
                 // Damage in bytes nothing removed meanwhile: the disk's doing, the log goes offline.
                 if let Err(StorageError::Damaged { path, position, offset, reason }) = read {
-                    return Err(self.damaged_at(path, position, offset, reason));
+                    return Err(self.damaged_at(path, position, offset, reason).await);
                 }
                 return read;
             }

@@ -43,8 +43,12 @@ pub struct Segment<F: Fs> {
     pub base: Offset,
     pub dir: PathBuf,
     pub file: FileHandle<F>,
-    /// Logical size: bytes of whole batches. The file may be longer (zero padding of the tail block).
+    /// Logical size: bytes of whole batches. The file may be longer (zero padding of the tail block,
+    /// and the active segment's preallocation).
     pub size: u64,
+    /// Bytes of the file allocated, as far as this process made or found them (the active segment is
+    /// preallocated ahead of its writes; see `LogConfig::preallocate_bytes`).
+    pub allocated: u64,
     /// The offset after the segment's last batch.
     pub next_offset: Offset,
     pub index: SegmentIndex,

@@ -172,7 +172,9 @@ impl<F: Fs> LogDir<F> {
                     logs.insert(tp.clone(), Rc::new(log));
                     reports.push((tp, report));
                 }
-                Err(damage @ StorageError::Damaged { .. }) => {
+                // Damage in the log, or in a file of the partition's own (its leader-epoch checkpoint):
+                // that partition goes offline, the others are opened.
+                Err(damage @ (StorageError::Damaged { .. } | StorageError::CorruptFile { .. })) => {
                     tracing::error!(
                         partition = %tp,
                         error = %damage,

@@ -315,3 +315,22 @@ fn a_last_segment_that_lost_whole_batches_or_holds_zeros_below_the_recovery_poin
     assert!(damage.contains("zero padding"), "{damage}");
     assert_eq!(fs.contents(last).unwrap(), zeroed, "kept as found");
 }
+
+#[test]
+fn a_garbled_leader_epoch_file_takes_only_its_partition_offline() {
+    let fs = SimFs::new();
+    let (a, b) = (TopicPartition::new("t", 0), TopicPartition::new("t", 1));
+    three_segments(&fs, &a);
+    {
+        let dir = open_dir(&fs);
+        let log = block_on(dir.get_or_create(&b, small_config())).unwrap();
+        block_on(log.append(&make_batch(1, 2, 100, 0), LeaderEpoch(0))).unwrap();
+        block_on(log.flush()).unwrap();
+        block_on(dir.close()).unwrap();
+    }
+    let epochs = Path::new("/data/t-0/leader-epoch-checkpoint");
+    fs.set_contents(epochs, b"0\n2\nnot an epoch\n".to_vec());
+    let dir = open_dir(&fs);
+    assert!(dir.offline(&a).is_some_and(|d| d.contains("leader-epoch-checkpoint")), "{:?}", dir.offline(&a));
+    assert_eq!(dir.get(&b).expect("the other partition opens").log_end_offset(), Offset(2));
+}

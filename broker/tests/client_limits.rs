@@ -226,16 +226,31 @@ fn served_from(broker: &Broker, from: &str) -> (bool, socket2::Socket) {
     (served, socket)
 }
 
+/// A connection from `from` that the broker serves, trying again until `limit` passes (a slot given back
+/// is counted free a moment after its connection closes).
+fn served_within(broker: &Broker, from: &str, limit: Duration) -> Option<socket2::Socket> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let (served, socket) = served_from(broker, from);
+        if served {
+            return Some(socket);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 #[test]
 fn connections_beyond_max_connections_and_per_address_are_closed_at_once_and_counted() {
     let broker = Broker::start_with(2, &["--set", "max.connections=8", "--set", "max.connections.per.ip=5"]);
-    // The readiness probe's connection may still be counted for a moment.
-    std::thread::sleep(Duration::from_millis(300));
     let mut held = Vec::new();
     for i in 0..5 {
-        let (served, socket) = served_from(&broker, "127.0.0.1");
-        assert!(served, "connection {i} from 127.0.0.1 is within both limits");
-        held.push(socket);
+        // (The readiness probe's connection may still be counted for a moment.)
+        let socket = served_within(&broker, "127.0.0.1", Duration::from_secs(10));
+        assert!(socket.is_some(), "connection {i} from 127.0.0.1 is within both limits");
+        held.extend(socket);
     }
     let (served, _refused) = served_from(&broker, "127.0.0.1");
     assert!(!served, "a sixth connection from 127.0.0.1 is over max.connections.per.ip");
@@ -254,16 +269,9 @@ fn connections_beyond_max_connections_and_per_address_are_closed_at_once_and_cou
     let seconds = started.elapsed().as_secs() as usize + 1;
     // A freed slot is given to the next connection.
     drop(held.pop());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let (served, socket) = served_from(&broker, "127.0.0.3");
-        if served {
-            held.push(socket);
-            break;
-        }
-        assert!(Instant::now() < deadline, "a slot given back is reused");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let socket = served_within(&broker, "127.0.0.3", Duration::from_secs(10));
+    assert!(socket.is_some(), "a slot given back is reused");
+    held.extend(socket);
     let log = broker.log();
     let lines = log.lines().filter(|l| l.contains("refused a client connection")).count();
     assert!(lines >= 1, "refusals are logged:\n{log}");

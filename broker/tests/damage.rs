@@ -38,6 +38,15 @@ fn fill(broker: &Broker) {
     }
 }
 
+/// A data dir [`fill`]ed by a broker that then stopped cleanly.
+fn filled_and_stopped() -> tempfile::TempDir {
+    let data = tempfile::tempdir().unwrap();
+    let broker = Broker::start_in(data.path(), 2, &[]);
+    fill(&broker);
+    assert!(broker.terminate().success());
+    data
+}
+
 fn segments(dir: &Path) -> Vec<(PathBuf, u64)> {
     let mut out: Vec<(PathBuf, u64)> = std::fs::read_dir(dir)
         .unwrap()
@@ -70,10 +79,7 @@ fn repair(data: &Path, partition: &str, offset: u64) -> std::process::Output {
 
 #[test]
 fn a_segment_cut_short_takes_only_its_partition_offline_until_repair_moves_the_cut_aside() {
-    let data = tempfile::tempdir().unwrap();
-    let broker = Broker::start_in(data.path(), 2, &[]);
-    fill(&broker);
-    assert!(broker.terminate().success());
+    let data = filled_and_stopped();
     let pdir = data.path().join("d-0");
     let before = segments(&pdir);
     assert!(before.len() >= 3, "several segments: {before:?}");
@@ -133,10 +139,7 @@ fn a_segment_cut_short_takes_only_its_partition_offline_until_repair_moves_the_c
 
 #[test]
 fn a_flipped_byte_below_the_recovery_point_met_by_a_fetch_takes_the_partition_offline() {
-    let data = tempfile::tempdir().unwrap();
-    let broker = Broker::start_in(data.path(), 2, &[]);
-    fill(&broker);
-    assert!(broker.terminate().success());
+    let data = filled_and_stopped();
     // After a clean stop every byte is trusted; one flips in the first batch of partition 0.
     let first = segments(&data.path().join("d-0"))[0].0.clone();
     let mut bytes = std::fs::read(&first).unwrap();

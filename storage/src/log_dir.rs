@@ -24,7 +24,7 @@ use crate::fatal;
 use crate::fs::Fs;
 use crate::fs::open_files::{DEFAULT_MAX_OPEN_FILES, OpenFiles};
 use crate::log::maintenance::{DELETED_SUFFIX, remove_dir_contents};
-use crate::log::{DAMAGED_FILE, LogConfig, OpenHints, OpenReport, PartitionLog, Recovery};
+use crate::log::{DAMAGED_FILE, LogConfig, OpenHints, OpenReport, PartitionLog, Recovery, take_offline};
 use crate::types::{Clock, Offset, TopicPartition};
 
 pub const RECOVERY_POINT_FILE: &str = "recovery-point-offset-checkpoint";
@@ -175,18 +175,7 @@ impl<F: Fs> LogDir<F> {
                 // Damage in the log, or in a file of the partition's own (its leader-epoch checkpoint):
                 // that partition goes offline, the others are opened.
                 Err(damage @ (StorageError::Damaged { .. } | StorageError::CorruptFile { .. })) => {
-                    tracing::error!(
-                        partition = %tp,
-                        error = %damage,
-                        "partition offline: its log is damaged where the data was durable; every file is kept. \
-                         Stop the broker and run `shardlog repair --data-dir {} --partition {} --truncate-at OFFSET` \
-                         (what it cuts is moved aside), or restore the partition from a replica",
-                        path.display(),
-                        tp
-                    );
-                    // Recorded, so that the partition stays offline across restarts (a later crash must not
-                    // take the damage for a torn tail and cut it away).
-                    durable::replace_file(&fs, &marker, damage.to_string().as_bytes()).await?;
+                    take_offline(&fs, &path.join(&name), &damage).await?;
                     offline.insert(tp, Offline { damage: damage.to_string(), hints });
                 }
                 Err(e) => return Err(e),

@@ -96,6 +96,22 @@ fn sizes(dir: &Path) -> Vec<(String, u64)> {
     out
 }
 
+/// [`fill`] with 300 batches, then a clean close (the clean-shutdown marker written).
+async fn fill_and_close(dir: &Path) {
+    fill(dir, 300).await;
+    let (logs, log, _) = reopen(dir).await;
+    logs.close().await.unwrap();
+    drop((log, logs));
+}
+
+/// Flips the bits of `mask` in the byte at `at` of `path`; returns the file's new contents.
+fn flip(path: &Path, at: usize, mask: u8) -> Vec<u8> {
+    let mut bytes = std::fs::read(path).unwrap();
+    bytes[at] ^= mask;
+    std::fs::write(path, &bytes).unwrap();
+    bytes
+}
+
 async fn reopen_offline(dir: &Path) -> String {
     let (logs, _) = LogDir::open(DmaFs, Rc::new(SystemClock), dir, |_| config()).await.expect("reopen");
     let tp = TopicPartition::new(TP, 0);
@@ -185,16 +201,10 @@ fn a_flipped_byte_after_a_clean_close_takes_the_partition_offline() {
     let tmp = tempfile::tempdir_in(test_root()).unwrap();
     let dir = tmp.path().to_path_buf();
     run(async || {
-        fill(&dir, 300).await;
-        let (logs, log, _) = reopen(&dir).await;
-        logs.close().await.unwrap();
-        drop((log, logs));
+        fill_and_close(&dir).await;
         // Flip one byte inside the last batch's records (after a clean close: the marker is there too).
         let last = last_segment(&dir);
-        let mut bytes = std::fs::read(&last).unwrap();
-        let at = bytes.len() - 20;
-        bytes[at] ^= 0x40;
-        std::fs::write(&last, &bytes).unwrap();
+        let bytes = flip(&last, std::fs::metadata(&last).unwrap().len() as usize - 20, 0x40);
         let damage = reopen_offline(&dir).await;
         assert!(damage.contains("CRC"), "CRC damage reported: {damage}");
         assert_eq!(std::fs::read(&last).unwrap(), bytes, "the file is kept as found");
@@ -206,17 +216,12 @@ fn a_read_meeting_a_bad_crc_below_the_recovery_point_takes_the_log_offline() {
     let tmp = tempfile::tempdir_in(test_root()).unwrap();
     let dir = tmp.path().to_path_buf();
     run(async || {
-        fill(&dir, 300).await;
-        let (logs, log, _) = reopen(&dir).await;
-        logs.close().await.unwrap();
-        drop((log, logs));
+        fill_and_close(&dir).await;
         // A flipped byte in the first batch of the first segment: trusted at open (only the last index
         // interval of a trusted segment is read), met by the first read of it.
         let files = sizes(&dir);
         let first = partition_dir(&dir).join(&files[0].0);
-        let mut bytes = std::fs::read(&first).unwrap();
-        bytes[100] ^= 0x01;
-        std::fs::write(&first, &bytes).unwrap();
+        let bytes = flip(&first, 100, 0x01);
         let (logs, log, _) = reopen(&dir).await;
         let tp = TopicPartition::new(TP, 0);
         assert_eq!(logs.offline(&tp), None, "not found at open");

@@ -52,6 +52,20 @@ pub const DAMAGED_FILE: &str = "damaged";
 /// the truncation (torn by a crash) for damage to durable data.
 pub const TRUNCATED_TO_FILE: &str = "truncated-to";
 
+/// Takes the partition in `dir` offline for `damage` (found at open, or met by a read): one ERROR saying
+/// what to do, and the [`DAMAGED_FILE`] that keeps it offline across restarts (a later crash must not
+/// take the damage for a torn tail and cut it away).
+pub(crate) async fn take_offline<F: Fs>(fs: &F, dir: &Path, damage: &StorageError) -> Result<()> {
+    tracing::error!(
+        dir = %dir.display(),
+        error = %damage,
+        "partition offline: its log is damaged where the data was durable; every file is kept. Stop the broker \
+         and run `shardlog repair --data-dir <data dir> --partition <topic>-<partition> --truncate-at OFFSET` \
+         (what it cuts is moved aside), or restore the partition from a replica"
+    );
+    durable::replace_file(fs, &dir.join(DAMAGED_FILE), damage.to_string().as_bytes()).await
+}
+
 /// Offsets assigned to an appended batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AppendInfo {
@@ -348,8 +362,8 @@ impl<F: Fs> PartitionLog<F> {
     }
 
     /// Takes the log offline for damage a read met at `position` of `path` (the batch that should start
-    /// at `offset` does not check): logged once, recorded in the partition's [`DAMAGED_FILE`] (so it
-    /// stays offline across restarts), and the error every later append and read gets.
+    /// at `offset` does not check), once (see [`take_offline`]); returns the error every later append and
+    /// read gets.
     pub(super) async fn damaged_at(
         &self,
         path: PathBuf,
@@ -360,22 +374,10 @@ impl<F: Fs> PartitionLog<F> {
         let damage = StorageError::Damaged { path, position, offset, reason };
         if self.inner.borrow().damaged.is_none() {
             let _io = self.io.lock().await;
-            if let Err(e) =
-                durable::replace_file(&self.fs, &self.dir.join(DAMAGED_FILE), damage.to_string().as_bytes()).await
-            {
+            if let Err(e) = take_offline(&self.fs, &self.dir, &damage).await {
                 tracing::error!(dir = %self.dir.display(), error = %e, "cannot record the damage on disk");
             }
-        }
-        let mut inner = self.inner.borrow_mut();
-        if inner.damaged.is_none() {
-            tracing::error!(
-                dir = %self.dir.display(),
-                error = %damage,
-                "partition offline: a read met damage in durable data; every file is kept. Stop the broker and \
-                 run `shardlog repair --partition <topic>-<partition> --truncate-at OFFSET` (what it cuts is \
-                 moved aside), or restore the partition from a replica"
-            );
-            inner.damaged = Some(damage.to_string());
+            self.inner.borrow_mut().damaged = Some(damage.to_string());
         }
         damage
     }

@@ -177,9 +177,10 @@ impl<F: Fs> PartitionLog<F> {
             ),
             None => None,
         };
+        // `None` after a clean close (nothing was left unsynced).
         let durable_below = match hints.recovery {
-            Recovery::Clean => Recovery::Clean,
-            Recovery::FromRecoveryPoint(rp) => Recovery::FromRecoveryPoint(truncated_to.map_or(rp, |t| rp.min(t))),
+            Recovery::Clean => None,
+            Recovery::FromRecoveryPoint(rp) => Some(truncated_to.map_or(rp, |t| rp.min(t))),
         };
         for (i, &base) in bases.iter().enumerate() {
             let next_base = bases.get(i + 1).copied();
@@ -198,7 +199,7 @@ impl<F: Fs> PartitionLog<F> {
                 loaded.size < loaded.file_size || next_base.is_some_and(|nb| loaded.segment.next_offset != nb);
             if damaged && !torn_write_possible(&loaded, next_base, durable_below) {
                 // Nothing is cut or removed: the data after the damage is intact and may be recovered.
-                let reason = loaded.stop.clone().unwrap_or_else(|| {
+                let reason = loaded.stop.reason().unwrap_or_else(|| {
                     format!(
                         "the segment ends at offset {} but the next one starts at {}",
                         loaded.segment.next_offset,
@@ -213,7 +214,6 @@ impl<F: Fs> PartitionLog<F> {
                 });
             }
             let mut loaded = loaded;
-            loaded.segment.allocated = loaded.size.max(loaded.file_size);
             if loaded.size < loaded.file_size {
                 loaded.segment.allocated = loaded.size;
                 let path = loaded.segment.log_path();
@@ -254,7 +254,7 @@ impl<F: Fs> PartitionLog<F> {
         let log_end = segments.last().expect("at least one segment").next_offset;
         // Everything below the recovery point was synced: a log that ends before it lost durable data,
         // even when what is left looks whole (a file cut at a batch boundary, a segment gone).
-        if let Recovery::FromRecoveryPoint(rp) = durable_below
+        if let Some(rp) = durable_below
             && log_end < rp
             && rp > hints.log_start
         {
@@ -343,8 +343,8 @@ struct Loaded<F: Fs> {
     file_size: u64,
     /// The size the segment keeps: whole valid batches.
     size: u64,
-    /// Why the validation stopped before the end of the file, if it did.
-    stop: Option<String>,
+    /// Where the validation stopped.
+    stop: ScanStop,
 }
 
 /// Whether a segment that ends early (or short of the next one) can be the work of a crash. Only the
@@ -353,16 +353,16 @@ struct Loaded<F: Fs> {
 /// unsynced. Zero padding after the last batch of the last segment (a block's padding, or preallocated
 /// space) is its end, not damage, where it begins at or past the recovery point (or after a clean
 /// close). Anything else is damage the disk did to durable data.
-fn torn_write_possible<F: Fs>(loaded: &Loaded<F>, next_base: Option<Offset>, recovery: Recovery) -> bool {
+fn torn_write_possible<F: Fs>(loaded: &Loaded<F>, next_base: Option<Offset>, durable_below: Option<Offset>) -> bool {
     if next_base.is_some() {
         return false;
     }
-    match recovery {
-        // A clean close cut the file to its batches; zeros after them are still only its end.
-        Recovery::Clean => loaded.stop.as_deref().is_some_and(|r| r.starts_with("zero padding")),
+    match durable_below {
+        // After a clean close the file was cut to its batches; zeros after them are still only its end.
+        None => loaded.stop == ScanStop::ZeroPadding,
         // Zeros or a torn batch past the recovery point (where the preallocated or unsynced part begins);
         // below it, even zeros are durable data lost.
-        Recovery::FromRecoveryPoint(rp) => loaded.segment.next_offset >= rp,
+        Some(rp) => loaded.segment.next_offset >= rp,
     }
 }
 
@@ -429,7 +429,7 @@ async fn load_segment<F: Fs>(
     // segment cannot be trusted, and the segment is rescanned whole.
     let mut quick = None;
     let mut persisted_index = None;
-    let mut stop = None;
+    let mut stop = ScanStop::Clean;
     if let Some(mut index) = loaded_index {
         let on_disk = index.entry_count();
         let last_entry = index.offset_entries().last();
@@ -460,7 +460,7 @@ async fn load_segment<F: Fs>(
                 report.scanned_bytes += scan.valid_bytes - start;
                 note_damage(&scan.stop, report);
                 starts.iter().for_each(&mut push_epoch);
-                stop = stop_reason(&scan.stop);
+                stop = scan.stop.clone();
                 quick = Some((index, scan.valid_bytes, scan.next_offset));
                 persisted_index = Some(on_disk);
             } else if scan.stop == ScanStop::Clean && ends_at_next {
@@ -483,7 +483,7 @@ async fn load_segment<F: Fs>(
             report.scanned_segments += 1;
             report.scanned_bytes += scan.valid_bytes;
             note_damage(&scan.stop, report);
-            stop = stop_reason(&scan.stop);
+            stop = scan.stop.clone();
             if trusted {
                 // Missing, inconsistent, or pointing past damage: rebuilt from the scan.
                 report.rebuilt_indexes += 1;
@@ -521,16 +521,8 @@ async fn load_segment<F: Fs>(
     Ok(Loaded { segment, file_size, size, stop })
 }
 
-fn stop_reason(stop: &ScanStop) -> Option<String> {
-    match stop {
-        ScanStop::Invalid(reason) => Some(reason.clone()),
-        ScanStop::Clean => None,
-    }
-}
-
 fn note_damage(stop: &ScanStop, report: &mut OpenReport) {
     if let ScanStop::Invalid(reason) = stop
-        && !reason.starts_with("zero padding")
         && report.damage.is_none()
     {
         report.damage = Some(reason.clone());

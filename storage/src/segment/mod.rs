@@ -78,10 +78,24 @@ impl<F: Fs> Segment<F> {
 /// Why a scan stopped before the end of the file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ScanStop {
-    /// Every byte up to the file size (or the first zero-padding) holds whole valid batches.
+    /// Every byte up to the file size holds whole valid batches.
     Clean,
+    /// Zeros where the next batch would start: the end of what was written (a block's padding, or
+    /// preallocated space), not a bad batch.
+    ZeroPadding,
     /// The bytes at `valid_bytes` are not a valid batch: the reason says why.
     Invalid(String),
+}
+
+impl ScanStop {
+    /// Why the scan stopped before the end of the file, if it did.
+    pub fn reason(&self) -> Option<String> {
+        match self {
+            ScanStop::Clean => None,
+            ScanStop::ZeroPadding => Some("zero padding after the last batch".into()),
+            ScanStop::Invalid(reason) => Some(reason.clone()),
+        }
+    }
 }
 
 /// The outcome of validating a segment from its start.
@@ -139,7 +153,7 @@ pub async fn scan<F: SegmentFile>(
         if remaining < HEADER_BYTES as u64 {
             let rest = file.read_at(pos, remaining as usize).await.map_err(|e| read_failure("read", path, e))?;
             if rest.iter().all(|&b| b == 0) {
-                break ScanStop::Invalid("zero padding after the last batch".into());
+                break ScanStop::ZeroPadding;
             }
             break ScanStop::Invalid(format!("{remaining} trailing bytes, less than a batch header"));
         }
@@ -156,7 +170,7 @@ pub async fn scan<F: SegmentFile>(
         let claimed = batch::claimed_total_bytes(&chunk[at..]).expect("header is in the chunk");
         if claimed < HEADER_BYTES as i64 || claimed as u64 > remaining {
             if claimed == batch::LOG_OVERHEAD as i64 && chunk[at..at + HEADER_BYTES].iter().all(|&b| b == 0) {
-                break ScanStop::Invalid("zero padding after the last batch".into());
+                break ScanStop::ZeroPadding;
             }
             break ScanStop::Invalid(format!("batch length {claimed} out of bounds ({remaining} bytes left)"));
         }

@@ -5,6 +5,7 @@ use std::io;
 use std::path::PathBuf;
 
 use crate::batch::BatchError;
+use crate::producer_state::ProducerError;
 use crate::types::Offset;
 
 /// Everything a storage operation can refuse or fail with.
@@ -24,6 +25,10 @@ pub enum StorageError {
         #[source]
         source: io::Error,
     },
+
+    /// An idempotent producer's batch broke the sequence rules; nothing was written.
+    #[error("{0}")]
+    Producer(#[from] ProducerError),
 
     /// A read or truncation asked for an offset the log does not hold.
     #[error("offset {requested} is out of range: log holds [{log_start}, {log_end})")]

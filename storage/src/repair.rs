@@ -13,6 +13,7 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use crate::batch::{self, BatchHeader, HEADER_BYTES};
+use crate::producer_state::SNAPSHOT_SUFFIX;
 use crate::segment::{self, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
 use crate::types::Offset;
 
@@ -96,6 +97,13 @@ pub fn truncate_at(partition_dir: &Path, offset: Offset) -> Result<RepairReport,
             if from.exists() {
                 fs::rename(&from, aside.join(&name)).map_err(io(&from))?;
             }
+        }
+    }
+    // Producer-state snapshots taken above the new end describe batches that are cut: moved aside too.
+    for entry in fs::read_dir(partition_dir).map_err(io(partition_dir))?.filter_map(|e| e.ok()) {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if segment::parse_file_name(&name, SNAPSHOT_SUFFIX).is_some_and(|at| at > log_end) {
+            fs::rename(entry.path(), aside.join(&name)).map_err(io(&entry.path()))?;
         }
     }
     sync_dir(&aside)?;

@@ -2,7 +2,9 @@
 //! fdatasync is dropped, and the last one kept is torn at a random byte. After reopening:
 //! (a) every append whose durability was reported is there with the same offset and bytes,
 //! (b) the log is a prefix of what was appended (from its log start on),
-//! (c) the indexes agree with the log, and the leader-epoch cache with the batches' epochs.
+//! (c) the indexes agree with the log, and the leader-epoch cache with the batches' epochs,
+//! (d) the idempotent producers' state equals the one every batch still in the log (and those retention
+//!     deleted, which a snapshot remembers) gives, and a retry of a producer's last batch is a duplicate.
 
 mod common;
 
@@ -16,17 +18,39 @@ use shardlog_storage::fs::Fs;
 use shardlog_storage::fs::sim::{SimFs, SimRng};
 use shardlog_storage::{FlushPolicy, LeaderEpoch, LogConfig, LogDir, LogDirScope, Offset, TopicPartition};
 
-use common::{ManualClock, make_batch, small_config, split_batches};
+use common::{ManualClock, make_batch, set_producer, small_config, split_batches};
+use shardlog_storage::batch::BatchHeader;
+use shardlog_storage::producer_state::ProducerStates;
 
 #[derive(Debug, Clone)]
 enum Op {
-    Append { partition: u32, records: usize, value_len: usize, epoch_bump: bool },
-    Flush { partition: u32 },
-    WriteOut { partition: u32 },
-    ReleaseCache { partition: u32 },
-    Roll { partition: u32 },
-    Truncate { partition: u32, back: u64 },
-    Retention { keep: u64 },
+    /// `producer` 0: a batch without a producer id; 1..=3: that idempotent producer's next batch.
+    Append {
+        partition: u32,
+        records: usize,
+        value_len: usize,
+        epoch_bump: bool,
+        producer: i64,
+    },
+    Flush {
+        partition: u32,
+    },
+    WriteOut {
+        partition: u32,
+    },
+    ReleaseCache {
+        partition: u32,
+    },
+    Roll {
+        partition: u32,
+    },
+    Truncate {
+        partition: u32,
+        back: u64,
+    },
+    Retention {
+        keep: u64,
+    },
     Checkpoint,
     CheckpointIfMoved,
 }
@@ -34,8 +58,10 @@ enum Op {
 fn op() -> impl Strategy<Value = Op> {
     let p = 0u32..2;
     prop_oneof![
-        10 => (p.clone(), 1usize..5, 1usize..700, prop::bool::weighted(0.1))
-            .prop_map(|(partition, records, value_len, epoch_bump)| Op::Append { partition, records, value_len, epoch_bump }),
+        10 => (p.clone(), 1usize..5, 1usize..700, prop::bool::weighted(0.1), 0i64..4)
+            .prop_map(|(partition, records, value_len, epoch_bump, producer)| {
+                Op::Append { partition, records, value_len, epoch_bump, producer }
+            }),
         3 => p.clone().prop_map(|partition| Op::Flush { partition }),
         2 => p.clone().prop_map(|partition| Op::WriteOut { partition }),
         1 => p.clone().prop_map(|partition| Op::ReleaseCache { partition }),
@@ -75,15 +101,25 @@ fn run(ops: Vec<Op>, crash_seed: u64, flush_interval: bool) -> Result<(), TestCa
         block_on(dir.get_or_create(tp, config.clone())).expect("create");
     }
     let mut seed = 0;
+    let mut sequences = [[0i32; 4]; 2];
     for op in ops {
         clock.advance(3);
         match op {
-            Op::Append { partition, records, value_len, epoch_bump } => {
+            Op::Append { partition, records, value_len, epoch_bump, producer } => {
                 let p = partition as usize;
                 epochs[p] += epoch_bump as i32;
                 seed += 1;
                 let log = dir.get(&tps[p]).expect("log");
                 let mut batch = make_batch(seed, records, value_len, clock.0.get());
+                if producer > 0 {
+                    // The next sequence the partition expects (a truncation may have taken some back).
+                    let next = &mut sequences[p][producer as usize];
+                    if let Some(entry) = log.producer_states().get(producer) {
+                        *next = entry.batches.back().unwrap().last_seq + 1;
+                    }
+                    set_producer(&mut batch, producer, 0, *next);
+                    *next += records as i32;
+                }
                 let info = block_on(log.append(&batch, LeaderEpoch(epochs[p]))).expect("append");
                 shardlog_storage::batch::stamp(&mut batch, info.base_offset, LeaderEpoch(epochs[p]));
                 appended[p].push(Appended { base: info.base_offset.0, last: info.last_offset.0, bytes: batch });
@@ -167,6 +203,21 @@ fn run(ops: Vec<Op>, crash_seed: u64, flush_interval: bool) -> Result<(), TestCa
         }
         expected.clamp(start, end);
         prop_assert_eq!(log.leader_epochs(), expected, "{}: epoch cache disagrees with the log", tp);
+        // (d) the producers' state, against every batch below the log end in append order.
+        let mut producers = ProducerStates::default();
+        for a in appended[p].iter().filter(|a| a.base < end.0) {
+            producers.record(&BatchHeader::parse(&a.bytes).unwrap(), Offset(a.base));
+        }
+        prop_assert_eq!(log.producer_states(), producers, "{}: producer state disagrees with the log", tp);
+        let retry = appended[p].iter().rev().find(|a| {
+            let h = BatchHeader::parse(&a.bytes).unwrap();
+            a.base < end.0 && h.producer_id > 0
+        });
+        if let Some(retry) = retry {
+            let info = block_on(log.append(&retry.bytes, LeaderEpoch(100))).expect("retry after recovery");
+            prop_assert!(info.duplicate, "{}: retry of the batch at {} appended again", tp, retry.base);
+            prop_assert_eq!((info.base_offset.0, info.last_offset.0), (retry.base, retry.last));
+        }
         // The recovered log keeps working.
         let batch = make_batch(999, 2, 10, clock.0.get());
         let info = block_on(log.append(&batch, LeaderEpoch(100))).expect("append after recovery");

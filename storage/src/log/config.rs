@@ -43,6 +43,9 @@ pub struct LogConfig {
     /// Reserve by writing zeros (the blocks are then written, not just allocated) rather than with
     /// fallocate. Default false (see `docs/performance.md` for the two measured side by side).
     pub preallocate_with_zeros: bool,
+    /// `producer.id.expiration.ms`: an idempotent producer whose last batch is this old is forgotten by
+    /// the partition. Default 1 day (Kafka's).
+    pub producer_id_expiration_ms: i64,
 }
 
 impl Default for LogConfig {
@@ -59,6 +62,7 @@ impl Default for LogConfig {
             max_unwritten_bytes: 16 << 20,
             preallocate_bytes: 32 << 20,
             preallocate_with_zeros: false,
+            producer_id_expiration_ms: crate::producer_state::DEFAULT_PRODUCER_ID_EXPIRATION_MS,
         }
     }
 }
@@ -92,6 +96,9 @@ impl LogConfig {
             && (messages == 0 || ms == 0)
         {
             return bad("flush.messages and flush.ms must be positive".into());
+        }
+        if self.producer_id_expiration_ms <= 0 {
+            return bad(format!("producer.id.expiration.ms {} must be positive", self.producer_id_expiration_ms));
         }
         if self.max_unwritten_bytes == 0 {
             return bad("max unwritten bytes must be positive".into());

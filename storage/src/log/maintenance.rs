@@ -14,6 +14,7 @@ use crate::segment::{self, Segment};
 use crate::types::Offset;
 
 use super::{AppendPause, PartitionLog, Tail};
+use crate::producer_state::ProducerStates;
 
 /// Creates an empty segment file at `base` (replacing a stray one) and makes its directory entry durable.
 pub(super) async fn create_segment<F: Fs>(
@@ -142,6 +143,8 @@ impl<F: Fs> PartitionLog<F> {
             inner.tail = Tail::default();
             inner.durable = inner.durable.max(base);
         }
+        // Recovery replays producers' batches from here rather than from the start of the log.
+        self.write_producer_snapshot_locked().await?;
         tracing::debug!(dir = %self.dir.display(), %base, "rolled segment");
         Ok(())
     }
@@ -237,6 +240,8 @@ impl<F: Fs> PartitionLog<F> {
             (inner.active().base, inner.active().size)
         };
         let (cut_pos, cut_offset) = self.find_batch_start_locked(offset, seg_base, seg_size).await?;
+        // A snapshot must never describe batches the log does not hold: gone before the cut.
+        self.remove_producer_snapshots_locked(|at| at <= cut_offset).await?;
         // Index files describing batches about to go must not outlive the cut (recovery trusts them).
         self.remove_active_index_files_locked().await?;
         let (file, path) = {
@@ -277,6 +282,7 @@ impl<F: Fs> PartitionLog<F> {
         }
         self.recompute_max_timestamp_locked(cut_pos).await?;
         self.persist_epochs_locked().await?;
+        self.rebuild_producers_locked().await?;
         tracing::info!(dir = %self.dir.display(), requested = %offset, log_end = %cut_offset, "truncated log");
         Ok(cut_offset)
     }
@@ -363,6 +369,7 @@ impl<F: Fs> PartitionLog<F> {
         for base in doomed.iter().rev() {
             remove_segment_files(&self.fs, &self.dir, *base).await?;
         }
+        self.remove_producer_snapshots_locked(|_| false).await?;
         let segment = create_segment(&self.fs, &self.files, &self.dir, offset, self.clock.now_ms()).await?;
         {
             let mut inner = self.inner.borrow_mut();
@@ -373,6 +380,7 @@ impl<F: Fs> PartitionLog<F> {
             inner.sync_covering = offset;
             inner.high_watermark = offset;
             inner.epochs = Default::default();
+            inner.producers = ProducerStates::default();
             inner.epochs_version += 1;
         }
         self.persist_epochs_locked().await
@@ -452,6 +460,7 @@ impl<F: Fs> PartitionLog<F> {
             remove_segment_files(&self.fs, &self.dir, *base).await?;
         }
         durable::sync_dir(&self.fs, &self.dir).await;
+        self.prune_producer_snapshots_locked().await?;
         tracing::info!(dir = %self.dir.display(), deleted = doomed.len(), log_start = %self.log_start_offset(), "deleted segments");
         Ok(())
     }
@@ -466,6 +475,8 @@ impl<F: Fs> PartitionLog<F> {
         let _pause = AppendPause::new(self);
         self.seal_active_locked().await?;
         self.persist_epochs_locked().await?;
+        // A clean restart then reads no batch to know its producers.
+        self.write_producer_snapshot_locked().await?;
         self.inner.borrow_mut().closed = true;
         Ok(())
     }

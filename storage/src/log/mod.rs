@@ -20,6 +20,7 @@ pub mod config;
 mod index_files;
 pub mod maintenance;
 mod open;
+mod producer_snapshots;
 mod read;
 
 use std::cell::RefCell;
@@ -35,12 +36,14 @@ use crate::error::{Result, StorageError};
 use crate::fatal;
 use crate::fs::open_files::{FileHandle, OpenFiles};
 use crate::fs::{ALIGN, Fs, SegmentFile, align_down, align_up};
+use crate::producer_state::{ProducerStates, Verdict};
 use crate::segment::Segment;
 use crate::segment::index::BatchMeta;
 use crate::types::{Clock, LeaderEpoch, Offset};
 
 pub use config::{FlushPolicy, LogConfig};
 pub use open::{OpenHints, OpenReport, Recovery};
+pub use producer_snapshots::{list_snapshots, snapshot_path};
 
 /// Name of the leader-epoch file in a partition directory.
 pub const LEADER_EPOCH_FILE: &str = "leader-epoch-checkpoint";
@@ -72,6 +75,9 @@ pub struct AppendInfo {
     pub base_offset: Offset,
     pub last_offset: Offset,
     pub max_timestamp: i64,
+    /// The batch repeated one an idempotent producer had already written: these are that batch's offsets,
+    /// and nothing was appended.
+    pub duplicate: bool,
 }
 
 impl AppendInfo {
@@ -126,6 +132,8 @@ struct Inner<F: Fs> {
     sync_covering: Offset,
     high_watermark: Offset,
     epochs: LeaderEpochCache,
+    /// Idempotent producers' state as of the log end (see [`crate::producer_state`]).
+    producers: ProducerStates,
     /// Bumped on every change of the epoch cache; `epochs_persisted` is the version last written to disk.
     /// A sync writes the file before its durable offset is published.
     epochs_version: u64,
@@ -414,6 +422,18 @@ impl<F: Fs> PartitionLog<F> {
                 let roll = inner.needs_roll(batch.len() as u64, now);
                 let write = inner.unwritten_bytes() >= inner.config.max_unwritten_bytes as u64;
                 let reserve = inner.needs_reserve(batch.len() as u64);
+                // The producer's sequence is judged in the same borrow that assigns the offsets: nothing can
+                // come between them.
+                let verdict = inner.producers.check(&header)?;
+                if let Verdict::Duplicate(original) = verdict {
+                    inner.last_used_ms = now;
+                    return Ok(AppendInfo {
+                        base_offset: original.base_offset,
+                        last_offset: original.last_offset,
+                        max_timestamp: header.max_timestamp,
+                        duplicate: true,
+                    });
+                }
                 if !roll && !write && !reserve {
                     inner.last_used_ms = now;
                     return Ok(self.append_in_memory(&mut inner, batch, &header, epoch));
@@ -456,7 +476,9 @@ impl<F: Fs> PartitionLog<F> {
             base_offset: base,
             last_offset: base.plus(header.last_offset_delta as u64),
             max_timestamp: header.max_timestamp,
+            duplicate: false,
         };
+        inner.producers.record(header, base);
         if inner.epochs.assign(epoch, base) {
             inner.epochs_version += 1;
         }

@@ -23,6 +23,7 @@ use crate::error::{Result, StorageError};
 use crate::fatal;
 use crate::fs::open_files::{DEFAULT_MAX_OPEN_FILES, OpenFiles};
 use crate::fs::{Fs, SegmentFile, align_down};
+use crate::producer_state::ProducerStates;
 use crate::segment::index::{BatchMeta, OFFSET_ENTRY_BYTES, SegmentIndex, TIME_ENTRY_BYTES};
 use crate::segment::{self, ScanStop, Segment};
 use crate::types::{Clock, LeaderEpoch, Offset};
@@ -54,6 +55,10 @@ pub struct OpenReport {
     pub rebuilt_indexes: usize,
     /// Why the log was cut, when it was cut at something other than zero padding.
     pub damage: Option<String>,
+    /// The producer-state snapshot the idempotent producers' state was rebuilt from, if any.
+    pub producer_snapshot: Option<Offset>,
+    /// Batch bytes read after it to bring that state to the log end.
+    pub producer_replayed_bytes: u64,
 }
 
 /// What the data dir's checkpoints say about a log.
@@ -309,6 +314,7 @@ impl<F: Fs> PartitionLog<F> {
             sync_covering: log_end,
             high_watermark: hints.high_watermark.min(log_end),
             epochs,
+            producers: ProducerStates::default(),
             epochs_version: u64::from(epochs_dirty),
             epochs_persisted: 0,
             appends_paused: false,
@@ -332,7 +338,11 @@ impl<F: Fs> PartitionLog<F> {
         {
             let _io = log.io.lock().await;
             log.persist_epochs_locked().await?;
+            let rebuilt = log.rebuild_producers_locked().await?;
+            report.producer_snapshot = rebuilt.snapshot;
+            report.producer_replayed_bytes = rebuilt.replayed_bytes;
         }
+        log.expire_producers();
         Ok((log, report))
     }
 }

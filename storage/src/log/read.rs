@@ -209,7 +209,7 @@ impl<F: Fs> PartitionLog<F> {
         Ok(finish(out, first_offset, next_offset))
     }
 
-    fn segment_path(&self, seg_idx: usize) -> std::path::PathBuf {
+    pub(super) fn segment_path(&self, seg_idx: usize) -> std::path::PathBuf {
         self.inner.borrow().segments.get(seg_idx).map_or_else(|| self.dir.clone(), |seg| seg.log_path())
     }
 

@@ -63,3 +63,12 @@ pub fn small_config() -> LogConfig {
         ..LogConfig::default()
     }
 }
+
+/// Makes `batch` a batch of an idempotent producer: producer id, epoch and base sequence set, CRC redone.
+pub fn set_producer(batch: &mut [u8], producer_id: i64, epoch: i16, base_sequence: i32) {
+    batch[43..51].copy_from_slice(&producer_id.to_be_bytes());
+    batch[51..53].copy_from_slice(&epoch.to_be_bytes());
+    batch[53..57].copy_from_slice(&base_sequence.to_be_bytes());
+    let crc = batch::compute_crc(batch);
+    batch[17..21].copy_from_slice(&crc.to_be_bytes());
+}

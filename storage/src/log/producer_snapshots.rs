@@ -1,0 +1,216 @@
+//! The idempotent producers' state of a log on disk: snapshot files, written at every roll (at the new
+//! segment's base offset) and at close (at the log end), and the replay of batch headers after the newest
+//! snapshot that rebuilds the state at open and after a truncation.
+//!
+//! A snapshot `<offset>.snapshot` describes the batches below `offset`. It is written only where every
+//! batch below `offset` is durable (a roll seals the segment first; close syncs), so a crash never leaves
+//! a snapshot ahead of the log; one that a truncation would leave ahead of the log is removed before the
+//! cut. Snapshots are a cache of what the log says: one that does not decode is set aside and the state is
+//! rebuilt from an older one, or from the log itself.
+
+use std::path::{Path, PathBuf};
+
+use crate::batch::{BatchHeader, HEADER_BYTES};
+use crate::durable;
+use crate::error::{Result, StorageError};
+use crate::fatal;
+use crate::fs::Fs;
+use crate::producer_state::{BATCHES_KEPT, MAX_PRODUCERS_PER_PARTITION, ProducerStates, SNAPSHOT_SUFFIX};
+use crate::segment;
+use crate::types::Offset;
+
+use super::PartitionLog;
+
+/// Bytes read at a time when replaying batch headers.
+const REPLAY_CHUNK_BYTES: u64 = 1 << 20;
+/// The largest snapshot a log can write (every producer with every batch kept), with room to spare.
+const MAX_SNAPSHOT_BYTES: u64 = 64 + MAX_PRODUCERS_PER_PARTITION as u64 * (19 + BATCHES_KEPT as u64 * 24) * 2;
+
+/// The path of the snapshot taken at `offset`.
+pub fn snapshot_path(dir: &Path, offset: Offset) -> PathBuf {
+    dir.join(segment::file_name(offset, SNAPSHOT_SUFFIX))
+}
+
+/// The offsets of the snapshots in `dir`, oldest first.
+pub fn list_snapshots<F: Fs>(fs: &F, dir: &Path) -> Result<Vec<Offset>> {
+    let names = fs.list_dir(dir).map_err(|e| StorageError::io("list", dir, e))?;
+    let mut offsets: Vec<Offset> = names.iter().filter_map(|n| segment::parse_file_name(n, SNAPSHOT_SUFFIX)).collect();
+    offsets.sort();
+    Ok(offsets)
+}
+
+async fn remove<F: Fs>(fs: &F, path: &Path) {
+    if fs.exists(path)
+        && let Err(e) = fs.remove(path).await
+    {
+        fatal::disk_failure("remove", path, &e);
+    }
+}
+
+/// What rebuilding the state read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Rebuilt {
+    /// The snapshot it started from, if any.
+    pub snapshot: Option<Offset>,
+    /// Batch bytes read after it.
+    pub replayed_bytes: u64,
+}
+
+impl<F: Fs> PartitionLog<F> {
+    /// The producer ids this partition remembers, with what it keeps of each (for tests and tools).
+    pub fn producer_states(&self) -> ProducerStates {
+        self.inner.borrow().producers.clone()
+    }
+
+    /// Forgets producers idle for `producer.id.expiration.ms`. Returns how many.
+    pub fn expire_producers(&self) -> usize {
+        let now = self.clock.now_ms();
+        let mut inner = self.inner.borrow_mut();
+        let expiration = inner.config.producer_id_expiration_ms;
+        inner.producers.expire(now, expiration)
+    }
+
+    /// Writes the state as of the log end into a snapshot at the log end offset, then removes the
+    /// snapshots no longer useful. Called with the `io` lock held while appends are paused, with every
+    /// batch durable.
+    pub(super) async fn write_producer_snapshot_locked(&self) -> Result<()> {
+        let (offset, bytes) = {
+            let inner = self.inner.borrow();
+            assert!(inner.durable >= inner.log_end(), "a producer snapshot covers only durable batches");
+            (inner.log_end(), inner.producers.encode(inner.log_end()))
+        };
+        durable::replace_file(&self.fs, &snapshot_path(&self.dir, offset), &bytes).await?;
+        self.prune_producer_snapshots_locked().await
+    }
+
+    /// Keeps the newest snapshot and those at the base of a segment still in the log (a truncation into
+    /// that segment rebuilds from there); removes the rest.
+    pub(super) async fn prune_producer_snapshots_locked(&self) -> Result<()> {
+        let offsets = list_snapshots(&self.fs, &self.dir)?;
+        let Some(&newest) = offsets.last() else { return Ok(()) };
+        let bases: Vec<Offset> = self.inner.borrow().segments.iter().map(|s| s.base).collect();
+        let mut removed = false;
+        for offset in offsets {
+            if offset != newest && !bases.contains(&offset) {
+                remove(&self.fs, &snapshot_path(&self.dir, offset)).await;
+                removed = true;
+            }
+        }
+        if removed {
+            durable::sync_dir(&self.fs, &self.dir).await;
+        }
+        Ok(())
+    }
+
+    /// Removes, durably, every snapshot whose offset `keep` refuses (the log is about to be cut).
+    pub(super) async fn remove_producer_snapshots_locked(&self, keep: impl Fn(Offset) -> bool) -> Result<()> {
+        let mut removed = false;
+        for at in list_snapshots(&self.fs, &self.dir)? {
+            if !keep(at) {
+                remove(&self.fs, &snapshot_path(&self.dir, at)).await;
+                removed = true;
+            }
+        }
+        if removed {
+            durable::sync_dir(&self.fs, &self.dir).await;
+        }
+        Ok(())
+    }
+
+    /// Rebuilds the state at the log end: from the newest snapshot not above it that decodes (or from
+    /// nothing), replaying the headers of the batches after it. Snapshots above the log end describe
+    /// batches the log no longer holds and are removed; one that does not decode is renamed
+    /// `<name>.bad` and an older one is tried.
+    pub(super) async fn rebuild_producers_locked(&self) -> Result<Rebuilt> {
+        let log_end = self.log_end_offset();
+        self.remove_producer_snapshots_locked(|at| at <= log_end).await?;
+        let mut start = None;
+        for at in list_snapshots(&self.fs, &self.dir)?.into_iter().rev() {
+            let path = snapshot_path(&self.dir, at);
+            let decoded = match durable::read_file(&self.fs, &path, MAX_SNAPSHOT_BYTES).await {
+                Ok(Some(bytes)) => ProducerStates::decode(&bytes),
+                Ok(None) => continue,
+                Err(e) => Err(e.to_string()),
+            };
+            match decoded {
+                Ok((offset, states)) if offset == at => {
+                    start = Some((at, states));
+                    break;
+                }
+                other => {
+                    let reason = other.err().unwrap_or_else(|| "its offset is not its name's".into());
+                    tracing::warn!(path = %path.display(), %reason, "producer-state snapshot unreadable; set aside as .bad and rebuilt from the log");
+                    let mut bad = path.clone().into_os_string();
+                    bad.push(".bad");
+                    if let Err(e) = self.fs.rename(&path, Path::new(&bad)).await {
+                        fatal::disk_failure("rename", &path, &e);
+                    }
+                    durable::sync_dir(&self.fs, &self.dir).await;
+                }
+            }
+        }
+        let first_base = self.inner.borrow().segments[0].base;
+        let snapshot = start.as_ref().map(|(at, _)| *at);
+        let (from, mut states) = match start {
+            Some((at, states)) => (at.max(first_base), states),
+            None => (first_base, ProducerStates::default()),
+        };
+        let replayed_bytes =
+            self.walk_headers(from, log_end, |h| states.record(h, Offset(h.base_offset as u64))).await?;
+        self.inner.borrow_mut().producers = states;
+        Ok(Rebuilt { snapshot, replayed_bytes })
+    }
+
+    /// Calls `visit` with the header of every batch holding an offset in `[from, to)`, in log order, reading
+    /// the segments a chunk at a time. Returns the bytes read. The batches were validated when the log was
+    /// opened or appended to; a length that does not fit is reported as a corrupt file all the same.
+    async fn walk_headers(&self, from: Offset, to: Offset, mut visit: impl FnMut(&BatchHeader)) -> Result<u64> {
+        let mut read = 0u64;
+        if from >= to {
+            return Ok(0);
+        }
+        let first = self.inner.borrow().segment_for(from);
+        let count = self.segment_count();
+        for seg_idx in first..count {
+            let (base, size, mut pos) = {
+                let inner = self.inner.borrow();
+                let seg = &inner.segments[seg_idx];
+                (seg.base, seg.size, seg.index.position_for(from))
+            };
+            if base >= to {
+                break;
+            }
+            while pos < size {
+                let chunk = self.read_segment_range(seg_idx, pos, REPLAY_CHUNK_BYTES.min(size - pos)).await?;
+                read += chunk.len() as u64;
+                if chunk.len() < HEADER_BYTES {
+                    return Err(StorageError::CorruptFile {
+                        path: self.segment_path(seg_idx),
+                        detail: format!("{} bytes at {pos}, less than a batch header", chunk.len()),
+                    });
+                }
+                let mut at = 0usize;
+                while at + HEADER_BYTES <= chunk.len() {
+                    let header = BatchHeader::parse(&chunk[at..]).expect("a whole header");
+                    let total = header.total_bytes() as u64;
+                    let base_offset = header.base_offset;
+                    if total < HEADER_BYTES as u64 || pos + total > size || base_offset < 0 {
+                        return Err(StorageError::CorruptFile {
+                            path: self.segment_path(seg_idx),
+                            detail: format!("batch header at {pos} does not fit the segment"),
+                        });
+                    }
+                    if Offset(base_offset as u64) >= to {
+                        return Ok(read);
+                    }
+                    if Offset(base_offset as u64).plus(header.last_offset_delta.max(0) as u64) >= from {
+                        visit(&header);
+                    }
+                    pos += total;
+                    at += total as usize;
+                }
+            }
+        }
+        Ok(read)
+    }
+}

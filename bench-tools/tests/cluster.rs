@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use kafka_protocol::messages::{ApiKey, InitProducerIdRequest, ProducerId, ResponseKind};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{DeliveryResult, Message};
@@ -236,6 +237,7 @@ fn three_brokers_start_restart_and_stop_without_a_warning() {
         shardlog: None,
         settings: Vec::new(),
     };
+    let mut producer_ids = Vec::new();
     for round in 0..2 {
         // The second start finds the voters' ports recorded in the data dir, as the quorum remembers them.
         let mut cluster = Cluster::start(&args).expect("three brokers start");
@@ -244,8 +246,26 @@ fn three_brokers_start_restart_and_stop_without_a_warning() {
         }
         let led = |leaders: BTreeMap<i32, i32>| leaders.len() == 6 && leaders.values().all(|l| *l > 0);
         wait_for("every partition to have a leader", || led(leaders_of(cluster.addr(3), "calm")));
+        // Idempotent producers get ids from whichever broker they ask: never the same id twice, across
+        // brokers and restarts.
+        for id in 1..=3 {
+            let mut connection = shardlog_broker::client::Connection::open(cluster.addr(id)).unwrap();
+            for _ in 0..5 {
+                let request = InitProducerIdRequest::default().with_producer_id(ProducerId(-1)).with_producer_epoch(-1);
+                let ResponseKind::InitProducerId(r) = connection.call(ApiKey::InitProducerId, 4, &request).unwrap()
+                else {
+                    panic!("not an InitProducerId answer")
+                };
+                assert_eq!((r.error_code, r.producer_epoch), (0, 0));
+                producer_ids.push(r.producer_id.0);
+            }
+        }
         cluster.stop().unwrap();
     }
+    let given = producer_ids.len();
+    producer_ids.sort();
+    producer_ids.dedup();
+    assert_eq!(producer_ids.len(), given, "a producer id was handed out twice");
     for id in 1..=3 {
         let log = std::fs::read_to_string(dir.path().join(format!("broker-{id}/broker.log"))).unwrap();
         assert_eq!(log.matches("INFO shardlog: stopped").count(), 2, "broker {id} stopped cleanly twice:\n{log}");

@@ -232,6 +232,9 @@ pub async fn upkeep(logs: Rc<LogDir<DmaFs>>, limits: ShardLimits, shutdown: Shut
             if let Err(e) = logs.apply_retention().await {
                 tracing::warn!(error = %e, "retention pass failed");
             }
+            for log in logs.logs() {
+                log.expire_producers();
+            }
         }
         if since_checkpoint >= CHECKPOINT_INTERVAL {
             since_checkpoint = Duration::ZERO;
@@ -381,6 +384,7 @@ fn missing(logs: &LogDir<DmaFs>, tp: &TopicPartition) -> ResponseError {
 /// The Kafka error for a storage refusal.
 pub fn kafka_error(e: &StorageError) -> ResponseError {
     use shardlog_storage::batch::BatchError;
+    use shardlog_storage::producer_state::ProducerError;
     match e {
         StorageError::InvalidBatch(BatchError::TooLarge { .. }) => ResponseError::MessageTooLarge,
         StorageError::InvalidBatch(BatchError::BadMagic { .. }) => ResponseError::UnsupportedForMessageFormat,
@@ -388,6 +392,12 @@ pub fn kafka_error(e: &StorageError) -> ResponseError {
         StorageError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
         StorageError::StaleEpoch { .. } => ResponseError::FencedLeaderEpoch,
         StorageError::Closed(_) => ResponseError::NotLeaderOrFollower,
+        StorageError::Producer(e) => match e {
+            ProducerError::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,
+            ProducerError::StaleEpoch { .. } => ResponseError::InvalidProducerEpoch,
+            ProducerError::Transactional => ResponseError::InvalidTxnState,
+            _ => ResponseError::InvalidRecord,
+        },
         _ => ResponseError::KafkaStorageError,
     }
 }
@@ -406,6 +416,10 @@ async fn produce(
     let appended = log.append(batch, epoch).await;
     drop(turn.done);
     let info = match appended {
+        Ok(info) if info.duplicate => {
+            tracing::debug!(partition = %tp, base_offset = %info.base_offset, "retried batch answered with its first offsets");
+            info
+        }
         Ok(info) => info,
         Err(e) => {
             tracing::debug!(partition = %tp, error = %e, "produce refused");

@@ -1,5 +1,5 @@
 //! kafka-python and confluent-kafka (installed by `.ci/run`) against the real binary: topics created
-//! through their admin APIs, configs described, records produced with acks=all, consumed from the
+//! through their admin APIs, configs described, records produced by idempotent producers (kafka-python with its defaults), consumed from the
 //! earliest offset and from a timestamp, offsets listed. The checks are in the script.
 
 mod common;

@@ -455,6 +455,7 @@ fn command() -> impl Strategy<Value = Command> {
             }
         ),
         (name, 0u32..4).prop_map(|(n, p)| Command::ElectPreferredLeader { topic: n.into(), partition: p }),
+        (id, 0u32..3).prop_map(|(i, count)| Command::AllocateProducerIds { broker: NodeId(i), count }),
     ]
 }
 
@@ -468,9 +469,19 @@ proptest! {
         let mut state = ClusterState::default();
         let mut replay = ClusterState::default();
         let mut epochs: BTreeMap<(String, usize), (LeaderEpoch, PartitionEpoch)> = BTreeMap::new();
+        let mut producer_ids_given = 0i64;
         for command in &commands {
             let before = state.clone();
             let outcome = state.apply(command);
+            // Producer id blocks follow one another: no id is ever given twice.
+            for event in outcome.iter().flatten() {
+                if let Event::ProducerIdsAllocated { first, count, .. } = event {
+                    prop_assert_eq!(*first, producer_ids_given, "a block starts where the last one ended");
+                    prop_assert!(*count > 0);
+                    producer_ids_given += i64::from(*count);
+                }
+            }
+            prop_assert_eq!(state.next_producer_id, producer_ids_given);
             prop_assert_eq!(&replay.apply(command), &outcome, "the same command gives the same outcome");
             if outcome.is_err() {
                 prop_assert_eq!(&state, &before, "refused {:?} changed the state", command);

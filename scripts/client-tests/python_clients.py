@@ -2,7 +2,7 @@
 
 Usage: python3 python_clients.py HOST:PORT
 
-Creates a topic through each client's admin API, describes its configs, produces with acks=all,
+Creates a topic through each client's admin API, describes its configs, produces idempotently (acks=all),
 consumes from the earliest offset and from a timestamp, and lists offsets. Exits non-zero with a
 message on the first mismatch.
 """
@@ -34,7 +34,7 @@ def confluent_round_trip():
     configs = list(described.values())[0].result(timeout=30)
     check(configs["retention.ms"].value == "86400000", f"confluent describe_configs: {configs['retention.ms'].value}")
 
-    producer = Producer({"bootstrap.servers": BOOTSTRAP, "acks": "all", "compression.type": "lz4"})
+    producer = Producer({"bootstrap.servers": BOOTSTRAP, "enable.idempotence": True, "compression.type": "lz4"})
     acked = []
     for i in range(N):
         producer.produce("py-confluent", key=f"k{i % 7}", value=f"v{i}",
@@ -73,8 +73,9 @@ def kafka_python_round_trip():
     check("segment.bytes" in text and "1048576" in text, f"kafka-python describe_configs: {text[:300]}")
     admin.close()
 
-    # Idempotent producing (InitProducerId) is not served yet: ask for plain acks=all.
-    producer = KafkaProducer(bootstrap_servers=BOOTSTRAP, acks="all", compression_type="gzip", enable_idempotence=False)
+    # The client's defaults: idempotent (InitProducerId, sequence numbers) with acks=all.
+    producer = KafkaProducer(bootstrap_servers=BOOTSTRAP, compression_type="gzip")
+    check(producer.config["enable_idempotence"], "kafka-python 3 defaults to an idempotent producer")
     futures = [producer.send("py-kafka", key=b"k", value=f"m{i}".encode(), timestamp_ms=1_700_000_100_000 + i)
                for i in range(N)]
     producer.flush(30)

@@ -52,8 +52,11 @@ pub struct ProducerEntry {
     pub epoch: i16,
     /// Oldest first, at most [`BATCHES_KEPT`], never empty.
     pub batches: VecDeque<ProducerBatch>,
-    /// The largest timestamp of its last batch (Kafka's `lastTimestamp`), for expiration.
-    pub last_timestamp: i64,
+    /// The broker's clock when its last batch was appended, or when the state was rebuilt from batches
+    /// replayed from the log (whose append times the log does not keep): what expiration measures from.
+    /// Kafka measures from the batch's own timestamp instead, which expires at once a producer that
+    /// writes records with old timestamps, and with it the protection against its retries.
+    pub last_append_ms: i64,
 }
 
 /// How a batch that passed the rules goes on.
@@ -151,9 +154,9 @@ impl ProducerStates {
         }
     }
 
-    /// Records a batch that is in the log at `base_offset` (just appended, or met replaying the log).
-    /// Batches without a producer id are ignored.
-    pub fn record(&mut self, header: &BatchHeader, base_offset: Offset) {
+    /// Records a batch that is in the log at `base_offset` (just appended, or met replaying the log), at
+    /// `now_ms` on the broker's clock. Batches without a producer id are ignored.
+    pub fn record(&mut self, header: &BatchHeader, base_offset: Offset, now_ms: i64) {
         let id = header.producer_id;
         if id < 0 || header.attributes & CONTROL_BIT != 0 {
             return;
@@ -167,7 +170,7 @@ impl ProducerStates {
         let entry = self.producers.entry(id).or_insert_with(|| ProducerEntry {
             epoch: header.producer_epoch,
             batches: VecDeque::with_capacity(BATCHES_KEPT),
-            last_timestamp: header.max_timestamp,
+            last_append_ms: now_ms,
         });
         if entry.epoch != header.producer_epoch {
             entry.epoch = header.producer_epoch;
@@ -177,7 +180,7 @@ impl ProducerStates {
             entry.batches.pop_front();
         }
         entry.batches.push_back(batch);
-        entry.last_timestamp = header.max_timestamp;
+        entry.last_append_ms = now_ms;
         if self.producers.len() > MAX_PRODUCERS_PER_PARTITION {
             self.evict_oldest();
         }
@@ -198,12 +201,17 @@ impl ProducerStates {
         }
     }
 
-    /// Forgets producers whose last batch's timestamp is `expiration_ms` or more before `now_ms` (Kafka's
+    /// Forgets producers whose last batch was appended `expiration_ms` or more before `now_ms` (Kafka's
     /// `producer.id.expiration.ms`). Returns how many were forgotten.
     pub fn expire(&mut self, now_ms: i64, expiration_ms: i64) -> usize {
         let before = self.producers.len();
-        self.producers.retain(|_, e| now_ms.saturating_sub(e.last_timestamp) < expiration_ms);
+        self.producers.retain(|_, e| now_ms.saturating_sub(e.last_append_ms) < expiration_ms);
         before - self.producers.len()
+    }
+
+    /// Each producer's epoch and kept batches, without the times: what the log alone determines.
+    pub fn sequences(&self) -> BTreeMap<i64, (i16, Vec<ProducerBatch>)> {
+        self.producers.iter().map(|(id, e)| (*id, (e.epoch, e.batches.iter().copied().collect()))).collect()
     }
 
     /// The snapshot file's bytes for this state, taken at log end offset `offset`
@@ -215,7 +223,7 @@ impl ProducerStates {
         for (id, e) in &self.producers {
             body.extend_from_slice(&id.to_be_bytes());
             body.extend_from_slice(&e.epoch.to_be_bytes());
-            body.extend_from_slice(&e.last_timestamp.to_be_bytes());
+            body.extend_from_slice(&e.last_append_ms.to_be_bytes());
             body.push(e.batches.len() as u8);
             for b in &e.batches {
                 body.extend_from_slice(&b.first_seq.to_be_bytes());
@@ -260,7 +268,7 @@ impl ProducerStates {
         for _ in 0..count {
             let id = r.u64()? as i64;
             let epoch = r.u16()? as i16;
-            let last_timestamp = r.u64()? as i64;
+            let last_append_ms = r.u64()? as i64;
             let n = r.u8()? as usize;
             if n == 0 || n > BATCHES_KEPT || id < 0 || epoch < 0 {
                 return Err(format!("producer {id}: epoch {epoch}, {n} batches"));
@@ -276,7 +284,7 @@ impl ProducerStates {
                 }
                 batches.push_back(ProducerBatch { first_seq, last_seq, base_offset, last_offset });
             }
-            if producers.insert(id, ProducerEntry { epoch, batches, last_timestamp }).is_some() {
+            if producers.insert(id, ProducerEntry { epoch, batches, last_append_ms }).is_some() {
                 return Err(format!("producer {id} appears twice"));
             }
         }
@@ -349,7 +357,7 @@ mod tests {
     fn offer(states: &mut ProducerStates, h: BatchHeader, end: &mut u64) -> Result<Verdict, ProducerError> {
         let verdict = states.check(&h)?;
         if verdict == Verdict::Append {
-            states.record(&h, Offset(*end));
+            states.record(&h, Offset(*end), 1_000);
             *end += h.record_count as u64;
         }
         Ok(verdict)
@@ -434,14 +442,15 @@ mod tests {
     }
 
     #[test]
-    fn idle_producers_expire() {
+    fn producers_expire_when_idle_by_the_brokers_clock_not_by_their_record_timestamps() {
         let mut s = ProducerStates::default();
-        let mut end = 0;
         let mut old = header(1, 0, 0, 1);
         old.max_timestamp = 0;
-        offer(&mut s, old, &mut end).unwrap();
-        offer(&mut s, header(2, 0, 0, 1), &mut end).unwrap();
-        assert_eq!(s.expire(1_000 + DEFAULT_PRODUCER_ID_EXPIRATION_MS - 1, DEFAULT_PRODUCER_ID_EXPIRATION_MS), 1);
+        s.record(&old, Offset(0), 5_000);
+        s.record(&header(2, 0, 0, 1), Offset(1), 9_000);
+        let day = DEFAULT_PRODUCER_ID_EXPIRATION_MS;
+        assert_eq!(s.expire(5_000 + day - 1, day), 0, "an old record timestamp does not expire its producer");
+        assert_eq!(s.expire(5_000 + day, day), 1);
         assert!(s.get(1).is_none() && s.get(2).is_some());
     }
 

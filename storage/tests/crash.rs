@@ -206,9 +206,14 @@ fn run(ops: Vec<Op>, crash_seed: u64, flush_interval: bool) -> Result<(), TestCa
         // (d) the producers' state, against every batch below the log end in append order.
         let mut producers = ProducerStates::default();
         for a in appended[p].iter().filter(|a| a.base < end.0) {
-            producers.record(&BatchHeader::parse(&a.bytes).unwrap(), Offset(a.base));
+            producers.record(&BatchHeader::parse(&a.bytes).unwrap(), Offset(a.base), 0);
         }
-        prop_assert_eq!(log.producer_states(), producers, "{}: producer state disagrees with the log", tp);
+        prop_assert_eq!(
+            log.producer_states().sequences(),
+            producers.sequences(),
+            "{}: producer state disagrees with the log",
+            tp
+        );
         let retry = appended[p].iter().rev().find(|a| {
             let h = BatchHeader::parse(&a.bytes).unwrap();
             a.base < end.0 && h.producer_id > 0

@@ -389,6 +389,7 @@ impl Reader {
             retention_ms: Some(self.int_set("log.retention.ms")?).filter(|v| *v >= 0),
             retention_bytes: Some(self.int_set("log.retention.bytes")?).filter(|v| *v >= 0).map(|v| v as u64),
             index_interval_bytes: self.int_set("log.index.interval.bytes")? as u64,
+            producer_id_expiration_ms: self.int_set("producer.id.expiration.ms")?,
             ..LogConfig::default()
         };
         let flush_messages = self.int("log.flush.interval.messages")?;

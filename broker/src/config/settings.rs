@@ -286,6 +286,14 @@ pub const SETTINGS: &[Setting] = &[
         example: "8192",
     },
     Setting {
+        key: "producer.id.expiration.ms",
+        kind: int(1, FOREVER),
+        default: Default::Value("86400000"),
+        unit: "ms",
+        meaning: "a partition forgets an idempotent producer whose last batch is this old (its next batch is then accepted at any sequence)",
+        example: "3600000",
+    },
+    Setting {
         key: "min.insync.replicas",
         kind: int(1, I16),
         default: Default::Value("1"),

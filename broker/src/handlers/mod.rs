@@ -38,12 +38,15 @@ use shardlog_storage::{LeaderEpoch, TopicPartition};
 mod admin;
 mod cluster;
 mod data;
+mod producers;
 
 pub use admin::admin;
 use admin::*;
 use cluster::*;
 use data::*;
 pub use data::{DispatchedProduce, FETCH_MAX_BYTES, dispatch_produce};
+pub use producers::ProducerIds;
+use producers::*;
 
 use crate::config::BrokerConfig;
 use crate::metadata::image::MetadataImage;
@@ -70,6 +73,8 @@ pub fn supported_apis() -> SupportedApis {
         (ApiKey::DescribeCluster, 0, 2),
         (ApiKey::AlterConfigs, 0, 2),
         (ApiKey::IncrementalAlterConfigs, 0, 1),
+        // v6 adds two-phase commit transactions.
+        (ApiKey::InitProducerId, 0, 5),
     ])
 }
 
@@ -134,6 +139,8 @@ pub struct BrokerContext {
     pub shutdown: crate::runtime::Shutdown,
     /// The data dir's free space: produce is refused below `log.dir.min.free.bytes`.
     pub disk: Arc<crate::disk_space::DiskSpace>,
+    /// The block of producer ids InitProducerId hands out.
+    pub producer_ids: ProducerIds,
 }
 
 /// The shard that serves partition `partition` of `topic` here and the leader epoch it leads it at.
@@ -164,6 +171,7 @@ impl BrokerContext {
             admin,
             shutdown,
             disk,
+            producer_ids: ProducerIds::default(),
             config,
         }
     }
@@ -265,6 +273,7 @@ pub async fn handle(ctx: &Arc<BrokerContext>, request: DecodedRequest) -> Option
         RequestKind::IncrementalAlterConfigs(req) => {
             ResponseKind::IncrementalAlterConfigs(incremental_alter_configs(ctx, req).await)
         }
+        RequestKind::InitProducerId(req) => ResponseKind::InitProducerId(init_producer_id(ctx, req).await),
         other => unreachable!("the codec admitted an API without a handler: {other:?}"),
     })
 }

@@ -196,6 +196,12 @@ pub enum Command {
         set: BTreeMap<String, String>,
         delete: Vec<String>,
     },
+    /// A broker takes the next `count` producer ids for InitProducerId (Kafka's AllocateProducerIds): the
+    /// block is reported by [`Event::ProducerIdsAllocated`], and no other broker ever gets those ids.
+    AllocateProducerIds {
+        broker: NodeId,
+        count: u32,
+    },
 }
 
 /// Why a command was refused. Each maps to the Kafka error code a client or broker understands.
@@ -244,6 +250,8 @@ pub enum CommandError {
     // New variants go last (rkyv enum tags are positions).
     #[error("invalid replica assignment: {0}")]
     InvalidReplicaAssignment(String),
+    #[error("cannot allocate {0} producer ids")]
+    ProducerIdsExhausted(u32),
 }
 
 impl CommandError {
@@ -263,6 +271,8 @@ impl CommandError {
             CommandError::InvalidIsr { .. } => 107,
             CommandError::PreferredLeaderNotAvailable => 80,
             CommandError::ElectionNotNeeded => 84,
+            // UNKNOWN_SERVER_ERROR: a block of ids cannot be had (an empty block, or the id space is used up).
+            CommandError::ProducerIdsExhausted(_) => -1,
         }
     }
 }
@@ -274,6 +284,8 @@ pub enum Event {
     UncleanElection { topic: String, partition: u32, leader: NodeId },
     /// A partition has no leader (no ISR member is live).
     Offline { topic: String, partition: u32 },
+    /// The answer to [`Command::AllocateProducerIds`]: ids `first .. first + count` are the proposer's.
+    ProducerIdsAllocated { broker: NodeId, first: i64, count: u32 },
 }
 
 /// Cluster metadata: brokers and topics.
@@ -283,6 +295,8 @@ pub enum Event {
 pub struct ClusterState {
     pub brokers: BTreeMap<NodeId, BrokerRecord>,
     pub topics: BTreeMap<String, TopicRecord>,
+    /// The first producer id not yet given to a broker.
+    pub next_producer_id: i64,
 }
 
 impl ClusterState {
@@ -297,7 +311,7 @@ impl ClusterState {
                 .get(topic)
                 .and_then(|t| t.partitions.get(*partition as usize))
                 .is_none_or(|p| p.leader.is_none()),
-            Event::UncleanElection { .. } => true,
+            Event::UncleanElection { .. } | Event::ProducerIdsAllocated { .. } => true,
         });
         Ok(events)
     }
@@ -419,6 +433,13 @@ impl ClusterState {
                 }
                 p.isr = isr.clone();
                 p.partition_epoch.0 += 1;
+            }
+            Command::AllocateProducerIds { broker, count } => {
+                let first = self.next_producer_id;
+                let next = first.checked_add(i64::from(*count)).filter(|_| *count > 0);
+                let Some(next) = next else { return Err(CommandError::ProducerIdsExhausted(*count)) };
+                self.next_producer_id = next;
+                events.push(Event::ProducerIdsAllocated { broker: *broker, first, count: *count });
             }
             Command::ElectPreferredLeader { topic, partition } => {
                 let live = self.live();

@@ -20,7 +20,17 @@ use super::state::{ClusterState, Command, Event};
 use super::wire::{CommandOutcome, QuorumConfig, WireLogId, WireStoredMembership};
 
 const SNAPSHOT_FILE: &str = "raft-snapshot";
-const RECORD_SNAPSHOT: u16 = 5;
+/// A snapshot file written before [`ClusterState::next_producer_id`] existed: read, and rewritten as the
+/// current kind with the next snapshot.
+const RECORD_SNAPSHOT_V0: u16 = 5;
+const RECORD_SNAPSHOT: u16 = 6;
+
+/// [`ClusterState`] as snapshot files of kind [`RECORD_SNAPSHOT_V0`] hold it.
+#[derive(Debug, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+struct ClusterStateV0 {
+    brokers: std::collections::BTreeMap<super::state::NodeId, super::state::BrokerRecord>,
+    topics: std::collections::BTreeMap<String, super::state::TopicRecord>,
+}
 const MAX_SNAPSHOT_BYTES: u32 = 1 << 30;
 
 #[derive(Debug, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
@@ -79,10 +89,15 @@ impl StateMachineStore {
                 let mut reader = PeerFrameReader::new(MAX_SNAPSHOT_BYTES);
                 reader.extend(&bytes);
                 let frame = match reader.next_frame() {
-                    Ok(Some(frame)) if frame.kind == RECORD_SNAPSHOT => frame,
+                    Ok(Some(frame)) if [RECORD_SNAPSHOT, RECORD_SNAPSHOT_V0].contains(&frame.kind) => frame,
                     other => return Err(invalid(format!("not a snapshot: {other:?}"))),
                 };
-                let file: SnapshotFile = decode_message(&frame.body).map_err(|e| invalid(e.to_string()))?;
+                let mut file: SnapshotFile = decode_message(&frame.body).map_err(|e| invalid(e.to_string()))?;
+                if frame.kind == RECORD_SNAPSHOT_V0 {
+                    let old: ClusterStateV0 = decode_message(&file.state).map_err(|e| invalid(e.to_string()))?;
+                    let state = ClusterState { brokers: old.brokers, topics: old.topics, next_producer_id: 0 };
+                    file.state = encode_message(&state);
+                }
                 inner.state = decode_state(&file.state).map_err(invalid)?;
                 inner.last_applied = file.last_log_id.map(Into::into);
                 inner.membership = file.membership.into();
@@ -185,6 +200,7 @@ impl RaftStateMachine<QuorumConfig> for StateMachineStore {
                             Event::Offline { .. } if asked => {
                                 tracing::info!(?event, "quorum: partition offline while its broker is shut down")
                             }
+                            Event::ProducerIdsAllocated { .. } => tracing::debug!(?event, "quorum: producer ids"),
                             _ => tracing::warn!(?event, "quorum: partition leadership event"),
                         }
                     }
@@ -233,5 +249,39 @@ impl RaftStateMachine<QuorumConfig> for StateMachineStore {
             .snapshot
             .as_ref()
             .map(|(meta, data)| Snapshot { meta: meta.clone(), snapshot: Box::new(Cursor::new(data.clone())) }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quorum::state::{BrokerEndpoint, BrokerRecord, NodeId};
+
+    #[test]
+    fn a_snapshot_file_from_before_producer_ids_opens_with_the_first_id_unused() {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = BrokerRecord {
+            endpoint: BrokerEndpoint { host: "127.0.0.1".into(), port: 9092 },
+            incarnation: 7,
+            fenced: false,
+            last_heartbeat_ms: 5,
+        };
+        let old = ClusterStateV0 { brokers: [(NodeId(1), broker.clone())].into(), topics: Default::default() };
+        let file = SnapshotFile {
+            last_log_id: None,
+            membership: (&StoredMembership::<u64, BasicNode>::default()).into(),
+            snapshot_id: "old".into(),
+            state: encode_message(&old),
+        };
+        let frame = encode_frame(RECORD_SNAPSHOT_V0, &encode_message(&file));
+        std::fs::write(dir.path().join(SNAPSHOT_FILE), frame).unwrap();
+
+        let store = StateMachineStore::open(dir.path()).unwrap();
+        let (state, _) = store.state();
+        assert_eq!(state.brokers.get(&NodeId(1)), Some(&broker));
+        assert_eq!(state.next_producer_id, 0);
+        // What followers would be sent is in today's layout.
+        let (_, data) = store.lock().snapshot.clone().unwrap();
+        assert_eq!(decode_state(&data).unwrap(), state);
     }
 }

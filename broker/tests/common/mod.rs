@@ -44,6 +44,11 @@ impl Broker {
     /// [`Broker::start_in`] with `RUST_LOG` set to `rust_log` (`None`: unset, the broker's default).
     pub fn start_in_env(data: &Path, shards: usize, extra: &[&str], rust_log: Option<&str>) -> Broker {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        Self::start_at(data, port, shards, extra, rust_log)
+    }
+
+    /// Starts on `port` (a restart where clients already know the address).
+    pub fn start_at(data: &Path, port: u16, shards: usize, extra: &[&str], rust_log: Option<&str>) -> Broker {
         let log = tempfile::NamedTempFile::new().unwrap();
         let mut command = Command::new(env!("CARGO_BIN_EXE_shardlog"));
         match rust_log {
@@ -133,6 +138,12 @@ unsafe extern "C" {
 }
 
 impl Broker {
+    /// Sends `signal` (SIGSTOP, SIGCONT, ...) to the broker process.
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: kill(2) with a pid we spawned and a valid signal number.
+        assert_eq!(unsafe { libc_kill(self.child.id() as i32, signal) }, 0);
+    }
+
     /// SIGKILL, as a crash would.
     pub fn kill(mut self) {
         self.child.kill().unwrap();

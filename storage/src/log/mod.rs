@@ -478,7 +478,7 @@ impl<F: Fs> PartitionLog<F> {
             max_timestamp: header.max_timestamp,
             duplicate: false,
         };
-        inner.producers.record(header, base);
+        inner.producers.record(header, base, self.clock.now_ms());
         if inner.epochs.assign(epoch, base) {
             inner.epochs_version += 1;
         }

@@ -155,8 +155,10 @@ impl<F: Fs> PartitionLog<F> {
             Some((at, states)) => (at.max(first_base), states),
             None => (first_base, ProducerStates::default()),
         };
+        // The log keeps no append times: replayed producers count as active from now.
+        let now = self.clock.now_ms();
         let replayed_bytes =
-            self.walk_headers(from, log_end, |h| states.record(h, Offset(h.base_offset as u64))).await?;
+            self.walk_headers(from, log_end, |h| states.record(h, Offset(h.base_offset as u64), now)).await?;
         self.inner.borrow_mut().producers = states;
         Ok(Rebuilt { snapshot, replayed_bytes })
     }

@@ -91,8 +91,22 @@ pub fn compression(name: &str) -> Result<Compression> {
     })
 }
 
-/// One record batch holding `values`, all stamped `timestamp_ms`.
-pub fn batch(values: &[Bytes], timestamp_ms: i64, compression: Compression) -> Result<Bytes> {
+/// An idempotent producer's id and epoch, and the sequence of a batch's first record in its partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Idempotent {
+    pub producer_id: i64,
+    pub epoch: i16,
+    pub first_sequence: u64,
+}
+
+/// One record batch holding `values`, all stamped `timestamp_ms`; from an idempotent producer when
+/// `producer` says so.
+pub fn batch(
+    values: &[Bytes],
+    timestamp_ms: i64,
+    compression: Compression,
+    producer: Option<Idempotent>,
+) -> Result<Bytes> {
     let records: Vec<Record> = values
         .iter()
         .enumerate()
@@ -101,13 +115,16 @@ pub fn batch(values: &[Bytes], timestamp_ms: i64, compression: Compression) -> R
             control: false,
             delete_horizon: false,
             partition_leader_epoch: NO_PARTITION_LEADER_EPOCH,
-            producer_id: NO_PRODUCER_ID,
-            producer_epoch: NO_PRODUCER_EPOCH,
+            producer_id: producer.map_or(NO_PRODUCER_ID, |p| p.producer_id),
+            producer_epoch: producer.map_or(NO_PRODUCER_EPOCH, |p| p.epoch),
             timestamp_type: TimestampType::Creation,
             offset: i as i64,
             // The encoder keeps records in one batch while offset - sequence stays the same; with no
-            // producer id the base sequence must be -1 (no sequence).
-            sequence: i as i32 - 1,
+            // producer id the base sequence must be -1 (no sequence). Sequences wrap after i32::MAX.
+            sequence: match producer {
+                Some(p) => ((p.first_sequence + i as u64) % (i32::MAX as u64 + 1)) as i32,
+                None => i as i32 - 1,
+            },
             timestamp: timestamp_ms,
             key: None,
             value: Some(v.clone()),
@@ -129,7 +146,7 @@ mod tests {
         for codec in ["none", "gzip", "snappy", "lz4", "zstd"] {
             let values: Vec<Bytes> =
                 (0..50).map(|s| value(Origin { run: 7, partition: 3, sequence: s }, 1024)).collect();
-            let encoded = batch(&values, 1_700_000_000_000, compression(codec).unwrap()).unwrap();
+            let encoded = batch(&values, 1_700_000_000_000, compression(codec).unwrap(), None).unwrap();
             let header = shardlog_storage::batch::BatchHeader::parse(&encoded).unwrap();
             assert_eq!(header.record_count, 50, "{codec}: one batch, not one per record");
             let mut bytes = encoded.clone();

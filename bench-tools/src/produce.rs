@@ -23,7 +23,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, Result, bail};
 use bytes::Bytes;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::{ApiKey, ProduceRequest, ResponseKind, TopicName};
+use kafka_protocol::messages::{ApiKey, InitProducerIdRequest, ProduceRequest, ProducerId, ResponseKind, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::Compression;
 use shardlog_broker::client::{BOOTSTRAP_ENV, Connection, DEFAULT_BOOTSTRAP, KafkaClient};
@@ -100,6 +100,11 @@ pub struct ProduceArgs {
     /// How long to send, e.g. 30s.
     #[arg(long, value_parser = stats::duration)]
     pub duration: Option<Duration>,
+    /// Produce as an idempotent producer (Kafka's `enable.idempotence`): a producer id from
+    /// InitProducerId and per-partition sequence numbers, so that retries are not stored twice. Needs
+    /// acks=all and at most 5 requests in flight.
+    #[arg(long)]
+    pub idempotence: bool,
     /// Write every acknowledged record as `partition offset hash` lines, for `audit`.
     #[arg(long)]
     pub record: Option<PathBuf>,
@@ -155,6 +160,11 @@ const RECORD_OVERHEAD_BYTES: usize = 16;
 
 /// What `setup` says for `args`.
 fn describe_setup(args: &ProduceArgs, linger_ms: u64) -> String {
+    let setup = describe_mode(args, linger_ms);
+    if args.idempotence { format!("{setup}; idempotent producer") } else { setup }
+}
+
+fn describe_mode(args: &ProduceArgs, linger_ms: u64) -> String {
     match args.mode {
         Mode::Sync => "sync: one message per request, one request at a time per partition".to_string(),
         Mode::Async => {
@@ -237,6 +247,29 @@ struct Plan {
     budget: Budget,
     /// Messages per second per async lane, and the linger, when the load is paced.
     pacing: Option<(f64, Duration)>,
+    /// With --idempotence: the producer id and epoch InitProducerId gave.
+    producer: Option<(i64, i16)>,
+}
+
+impl Plan {
+    /// The idempotence fields of a batch whose first record has per-partition sequence `first_sequence`.
+    fn idempotent(&self, first_sequence: u64) -> Option<payload::Idempotent> {
+        self.producer.map(|(producer_id, epoch)| payload::Idempotent { producer_id, epoch, first_sequence })
+    }
+}
+
+/// InitProducerId, as an idempotent producer without a transactional id starts.
+fn init_producer_id(connection: &mut Connection) -> Result<(i64, i16)> {
+    let version = connection.negotiate(ApiKey::InitProducerId, (0, 4))?;
+    let request = InitProducerIdRequest::default()
+        .with_transaction_timeout_ms(60_000)
+        .with_producer_id(ProducerId(-1))
+        .with_producer_epoch(-1);
+    let ResponseKind::InitProducerId(r) = connection.call(ApiKey::InitProducerId, version, &request)? else {
+        bail!("not an InitProducerId answer")
+    };
+    shardlog_broker::client::check(r.error_code, "InitProducerId")?;
+    Ok((r.producer_id.0, r.producer_epoch))
 }
 
 pub fn run(args: &ProduceArgs) -> Result<ProduceResult> {
@@ -268,6 +301,14 @@ pub fn run(args: &ProduceArgs) -> Result<ProduceResult> {
         bail!("--linger-ms applies to --mode async --rate (a closed loop always has full batches)");
     }
     let linger_ms = args.linger_ms.unwrap_or(DEFAULT_LINGER_MS);
+    let producer = if args.idempotence {
+        if args.acks != -1 || args.in_flight > 5 {
+            bail!("--idempotence needs --acks all and at most 5 requests in flight, as Kafka's producers do");
+        }
+        Some(init_producer_id(admin.connection(&any_leader)?)?)
+    } else {
+        None
+    };
     let plan = Arc::new(Plan {
         bootstrap: args.bootstrap.clone(),
         topic: args.topic.clone(),
@@ -287,6 +328,7 @@ pub fn run(args: &ProduceArgs) -> Result<ProduceResult> {
             Some(_) => bail!("--rate and --linger-ms apply to --mode async"),
             None => None,
         },
+        producer,
         budget: Budget {
             remaining: args.messages.map(AtomicU64::new),
             deadline: args.duration.map(|d| Instant::now() + d),
@@ -368,8 +410,9 @@ fn sync_lane(plan: &Plan, mut leader: String, partition: i32, recorder: &Recorde
     let mut sequence = 0u64;
     while plan.budget.take(1) == 1 {
         let value = payload::value(Origin { run: plan.run, partition: partition as u32, sequence }, plan.message_size);
+        let batch =
+            payload::batch(std::slice::from_ref(&value), now_ms(), plan.compression, plan.idempotent(sequence))?;
         sequence += 1;
-        let batch = payload::batch(std::slice::from_ref(&value), now_ms(), plan.compression)?;
         let sent_at = Instant::now();
         conn.sender.send(ApiKey::Produce, plan.version, &request(plan, vec![(partition, batch.clone())]))?;
         if plan.acks == 0 {
@@ -607,11 +650,12 @@ fn async_lane(
                     payload::value(origin, plan.message_size)
                 })
                 .collect();
+            let first_sequence = sequences[slot];
             sequences[slot] += n;
             let hashes =
                 if recorder.is_some() { values.iter().map(|v| payload::hash(v)).collect() } else { Vec::new() };
             let bytes = values.iter().map(|v| v.len() as u64).sum();
-            let batch = payload::batch(&values, now_ms(), plan.compression)?;
+            let batch = payload::batch(&values, now_ms(), plan.compression, plan.idempotent(first_sequence))?;
             batches.push((partition, batch.clone()));
             in_request.insert(partition, Sent { count: n, bytes, hashes, batch });
         }

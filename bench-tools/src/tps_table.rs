@@ -267,6 +267,7 @@ fn measure(bootstrap: &str, topic: &str, r: &Row, args: &TpsArgs, progress: &ind
         duration: Some(args.duration),
         record: None,
         quiet: true,
+        idempotence: false,
     };
     let ticker = {
         let (progress, seconds) = (progress.clone(), args.duration.as_secs());

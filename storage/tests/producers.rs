@@ -169,3 +169,38 @@ fn a_producer_idle_for_the_expiration_time_is_forgotten() {
     // Unknown again: any sequence is taken.
     assert!(!block_on(log.append(&batch(5, 0, 9, 1, &clock), LeaderEpoch(0))).unwrap().duplicate);
 }
+
+#[test]
+fn a_log_without_idempotent_producers_reads_nothing_at_a_clean_restart_and_its_active_segment_after_a_crash() {
+    let fs = SimFs::new();
+    let clock = ManualClock::new(1_700_000_000_000);
+    let config = small_config();
+    let (dir, _) = open(&fs, &clock, &config);
+    let log = block_on(dir.get_or_create(&tp(), config.clone())).unwrap();
+    for i in 0..60 {
+        block_on(log.append(&make_batch(i, 3, 200, clock.0.get()), LeaderEpoch(0))).unwrap();
+    }
+    block_on(log.flush()).unwrap();
+    assert!(log.segment_count() > 2);
+    let end = log.log_end_offset();
+    block_on(dir.close()).unwrap();
+    drop((log, dir));
+    assert!(!list_snapshots(&fs, Path::new(PART)).unwrap().contains(&end), "close writes no empty snapshot");
+
+    let (dir, report) = open(&fs, &clock, &config);
+    assert_eq!((report.producer_snapshot, report.producer_replayed_bytes), (None, 0));
+    let log = dir.get(&tp()).unwrap();
+    assert!(log.producer_states().is_empty());
+    // A crash: the newest roll's (empty) snapshot bounds the replay to the active segment.
+    for i in 60..70 {
+        block_on(log.append(&make_batch(i, 3, 200, clock.0.get()), LeaderEpoch(0))).unwrap();
+    }
+    block_on(log.flush()).unwrap();
+    let active = *log.segment_bases().last().unwrap();
+    let crashed = fs.crash(&mut SimRng::new(3));
+    drop((log, dir));
+    let (dir, report) = open(&crashed, &clock, &config);
+    assert_eq!(report.producer_snapshot, Some(active));
+    assert!(dir.get(&tp()).unwrap().producer_states().is_empty());
+    assert!(report.producer_replayed_bytes <= 6 * 1024, "more than the active segment was read");
+}

@@ -282,7 +282,7 @@ impl<F: Fs> PartitionLog<F> {
         }
         self.recompute_max_timestamp_locked(cut_pos).await?;
         self.persist_epochs_locked().await?;
-        self.rebuild_producers_locked().await?;
+        self.rebuild_producers_locked(false).await?;
         tracing::info!(dir = %self.dir.display(), requested = %offset, log_end = %cut_offset, "truncated log");
         Ok(cut_offset)
     }
@@ -475,8 +475,12 @@ impl<F: Fs> PartitionLog<F> {
         let _pause = AppendPause::new(self);
         self.seal_active_locked().await?;
         self.persist_epochs_locked().await?;
-        // A clean restart then reads no batch to know its producers.
-        self.write_producer_snapshot_locked().await?;
+        // A clean restart then reads no batch to know its producers. Without producers nothing is written
+        // (a clean open without a snapshot at the log end knows the state was empty), which spares
+        // thousands of partitions that never see an idempotent producer two syncs each at every stop.
+        if !self.inner.borrow().producers.is_empty() {
+            self.write_producer_snapshot_locked().await?;
+        }
         self.inner.borrow_mut().closed = true;
         Ok(())
     }

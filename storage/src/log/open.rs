@@ -338,7 +338,7 @@ impl<F: Fs> PartitionLog<F> {
         {
             let _io = log.io.lock().await;
             log.persist_epochs_locked().await?;
-            let rebuilt = log.rebuild_producers_locked().await?;
+            let rebuilt = log.rebuild_producers_locked(hints.recovery == Recovery::Clean).await?;
             report.producer_snapshot = rebuilt.snapshot;
             report.producer_replayed_bytes = rebuilt.replayed_bytes;
         }

@@ -1,5 +1,5 @@
 //! The idempotent producers' state of a log on disk: snapshot files, written at every roll (at the new
-//! segment's base offset) and at close (at the log end), and the replay of batch headers after the newest
+//! segment's base offset) and at close (at the log end, when there are producers), and the replay of batch headers after the newest
 //! snapshot that rebuilds the state at open and after a truncation.
 //!
 //! A snapshot `<offset>.snapshot` describes the batches below `offset`. It is written only where every
@@ -121,9 +121,16 @@ impl<F: Fs> PartitionLog<F> {
     /// nothing), replaying the headers of the batches after it. Snapshots above the log end describe
     /// batches the log no longer holds and are removed; one that does not decode is renamed
     /// `<name>.bad` and an older one is tried.
-    pub(super) async fn rebuild_producers_locked(&self) -> Result<Rebuilt> {
+    ///
+    /// After a clean close (`clean`) the state is the snapshot at the log end, or empty if there is none:
+    /// close writes one whenever there are producers.
+    pub(super) async fn rebuild_producers_locked(&self, clean: bool) -> Result<Rebuilt> {
         let log_end = self.log_end_offset();
         self.remove_producer_snapshots_locked(|at| at <= log_end).await?;
+        if clean && !list_snapshots(&self.fs, &self.dir)?.contains(&log_end) {
+            self.inner.borrow_mut().producers = ProducerStates::default();
+            return Ok(Rebuilt::default());
+        }
         let mut start = None;
         for at in list_snapshots(&self.fs, &self.dir)?.into_iter().rev() {
             let path = snapshot_path(&self.dir, at);

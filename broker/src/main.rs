@@ -37,7 +37,7 @@ enum Command {
         command: ConfigCommand,
     },
     /// Repair a partition taken offline because its log is damaged (with the broker stopped): cut the
-    /// log before an offset, moving everything cut into `<topic>-<partition>.cut-<n>` beside it.
+    /// log before an offset, moving everything cut into `<topic>-<partition>.cut.<n>` beside it.
     Repair(RepairArgs),
 }
 

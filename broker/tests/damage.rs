@@ -119,7 +119,7 @@ fn a_segment_cut_short_takes_only_its_partition_offline_until_repair_moves_the_c
     assert!(repaired.status.success(), "{repaired:?}");
     let said = String::from_utf8_lossy(&repaired.stdout);
     assert!(said.contains(&format!("log now ends at offset {cut_at}")), "{said}");
-    let aside = data.path().join("d-0.cut-1");
+    let aside = data.path().join("d-0.cut.1");
     for (path, len) in &before[2..] {
         let moved = aside.join(path.file_name().unwrap());
         assert_eq!(std::fs::metadata(&moved).unwrap().len(), *len, "{} moved aside whole", moved.display());

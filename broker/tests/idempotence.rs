@@ -262,3 +262,35 @@ fn librdkafka_idempotent_producer_stores_every_record_once_through_a_pause_and_a
     }
     drop(broker);
 }
+
+#[test]
+fn after_shardlog_repair_a_cleanly_stopped_partition_rebuilds_its_producers_from_the_log() {
+    let data = tempfile::tempdir().unwrap();
+    let broker = Broker::start_in(data.path(), 1, &[]);
+    let mut s = broker.connect();
+    assert_eq!(create(&mut s, "fixed", 1, 1, &[]), 0);
+    let (_, id, _) = init_producer_id(&mut s, None);
+    let batches: Vec<Vec<u8>> = (0..4).map(|k| idempotent(id, 0, k * 3, 3)).collect();
+    for (k, b) in batches.iter().enumerate() {
+        assert_eq!(produce_one(&mut s, "fixed", 0, b), (0, k as i64 * 3));
+    }
+    assert!(broker.terminate().success());
+    let repaired = std::process::Command::new(env!("CARGO_BIN_EXE_shardlog"))
+        .args(["repair", "--partition", "fixed-0", "--truncate-at", "9"])
+        .arg("--data-dir")
+        .arg(data.path())
+        .output()
+        .unwrap();
+    assert!(repaired.status.success(), "{}", String::from_utf8_lossy(&repaired.stderr));
+
+    let broker = Broker::start_in(data.path(), 1, &[]);
+    let mut s = broker.connect();
+    assert_eq!(produce_one(&mut s, "fixed", 0, &batches[2]), (0, 6), "the batch below the cut is still known");
+    assert_eq!(produce_one(&mut s, "fixed", 0, &batches[3]), (0, 9), "the cut batch is new again");
+    assert_eq!(stored_batches(&mut s, "fixed"), vec![0, 3, 6, 9]);
+    // What repair moved aside is left alone: not taken for a partition of some topic "fixed-0.cut".
+    assert!(data.path().join("fixed-0.cut.1").is_dir());
+    let alarms: Vec<String> =
+        broker.log().lines().filter(|l| l.contains(" WARN ") || l.contains(" ERROR ")).map(String::from).collect();
+    assert_eq!(alarms, Vec::<String>::new());
+}

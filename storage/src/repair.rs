@@ -3,7 +3,7 @@
 //!
 //! `truncate_at` cuts the log before the batch holding an offset (or before damage met on the way to
 //! it, whichever comes first) and moves everything it cuts into a directory beside the partition's,
-//! `<topic>-<partition>.cut-<n>`, which the broker never opens: the bytes of the cut segment from the cut
+//! `<topic>-<partition>.cut.<n>`, which the broker never opens: the bytes of the cut segment from the cut
 //! on (`<base>.log.from-<position>`) and every later segment's files, as they were. Nothing is deleted,
 //! so data after the damage can still be read out by hand. The cut segment's index files are removed
 //! (the broker rebuilds them), and every change is synced before the tool reports success.
@@ -108,6 +108,15 @@ pub fn truncate_at(partition_dir: &Path, offset: Offset) -> Result<RepairReport,
     }
     sync_dir(&aside)?;
     sync_dir(partition_dir)?;
+    // Durably before the cut, as the log's own truncation does: the checkpointed recovery point may be
+    // above the new end, and the next open must not take the cut for lost data.
+    let truncated_to = partition_dir.join(crate::log::TRUNCATED_TO_FILE);
+    let tmp = partition_dir.join(format!("{}.tmp", crate::log::TRUNCATED_TO_FILE));
+    let mut marker = File::create(&tmp).map_err(io(&tmp))?;
+    std::io::Write::write_all(&mut marker, log_end.0.to_string().as_bytes()).map_err(io(&tmp))?;
+    marker.sync_all().map_err(io(&tmp))?;
+    fs::rename(&tmp, &truncated_to).map_err(io(&truncated_to))?;
+    sync_dir(partition_dir)?;
     let file = OpenOptions::new().write(true).open(&log_path).map_err(io(&log_path))?;
     file.set_len(cut_position).map_err(io(&log_path))?;
     file.sync_all().map_err(io(&log_path))?;
@@ -121,6 +130,15 @@ pub fn truncate_at(partition_dir: &Path, offset: Offset) -> Result<RepairReport,
     let marker = partition_dir.join(crate::log::DAMAGED_FILE);
     if marker.exists() {
         fs::remove_file(&marker).map_err(io(&marker))?;
+    }
+    // The data dir's clean-shutdown markers vouch for the logs as the broker closed them, this one no
+    // longer: the next start recovers as after a crash, and rebuilds this log's producers from the log.
+    if let Some(data_dir) = partition_dir.parent() {
+        for entry in fs::read_dir(data_dir).map_err(io(data_dir))?.filter_map(|e| e.ok()) {
+            if entry.file_name().to_string_lossy().starts_with(crate::log_dir::CLEAN_SHUTDOWN_FILE) {
+                fs::remove_file(entry.path()).map_err(io(&entry.path()))?;
+            }
+        }
     }
     sync_dir(partition_dir)?;
     if let Some(parent) = partition_dir.parent() {
@@ -182,10 +200,11 @@ fn find_cut(log_path: &Path, base: Offset, offset: Offset) -> Result<(u64, Offse
     }
 }
 
-/// `<partition dir>.cut-<n>`, the first that does not exist.
+/// `<partition dir>.cut.<n>`, the first that does not exist (not a partition name: what follows its last
+/// `-` is not a number).
 fn aside_dir(partition_dir: &Path) -> PathBuf {
     (1..)
-        .map(|n| PathBuf::from(format!("{}.cut-{n}", partition_dir.display())))
+        .map(|n| PathBuf::from(format!("{}.cut.{n}", partition_dir.display())))
         .find(|p| !p.exists())
         .expect("some name is free")
 }

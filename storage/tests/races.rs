@@ -362,3 +362,33 @@ fn appends_waiting_on_a_close_fail_with_closed() {
         );
     }
 }
+
+/// Producer 7's batch of 3 records at sequence `seq`.
+fn producer_batch(seq: i32, seed: u64) -> Vec<u8> {
+    let mut b = make_batch(seed, 3, 100, 1);
+    common::set_producer(&mut b, 7, 0, seq);
+    b
+}
+
+#[test]
+fn a_truncation_cut_short_after_the_cut_leaves_no_producer_state_of_the_cut_batches() {
+    let fs = new_fs();
+    let clock = ManualClock::new(1_700_000_000_000);
+    let log = open(fs.clone(), cfg(), clock);
+    block_on(log.append(&producer_batch(0, 1), LeaderEpoch(0))).unwrap();
+    let cut = block_on(log.append(&producer_batch(3, 2), LeaderEpoch(1))).unwrap();
+    block_on(log.flush()).unwrap();
+    // Held after the file is cut (at the epoch file's rewrite), then dropped.
+    fs.gate.armed.set(Some(Gate::OpenEpochTmp));
+    let mut truncation = Box::pin(log.truncate_to(cut.base_offset));
+    poll_until_held(truncation.as_mut(), &fs.gate);
+    drop(truncation);
+    fs.gate.released.set(false);
+    assert_eq!(log.log_end_offset(), cut.base_offset);
+    // The retry of the cut batch is a new batch, appended at the new end, not a duplicate of offsets the
+    // log no longer holds.
+    let again = block_on(log.append(&producer_batch(3, 2), LeaderEpoch(1))).unwrap();
+    assert!(!again.duplicate);
+    assert_eq!(again.base_offset, cut.base_offset);
+    assert_eq!(log.producer_states().get(7).unwrap().batches.len(), 2);
+}

@@ -14,6 +14,8 @@ use crate::quorum::wire::WireWriteResult;
 
 /// Producer ids a broker takes from the quorum at a time (Kafka's block size).
 pub const PRODUCER_ID_BLOCK: u32 = 1000;
+/// How long InitProducerId waits for a block before it answers COORDINATOR_LOAD_IN_PROGRESS.
+const QUORUM_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The block of producer ids this broker hands out: `next..end`. Shared by every shard.
 #[derive(Debug, Default)]
@@ -27,7 +29,14 @@ impl ProducerIds {
     pub async fn next(&self, quorum: &QuorumHandle, broker: NodeId) -> Option<i64> {
         let mut block = self.block.lock().await;
         if block.0 >= block.1 {
-            let outcome = quorum.write(Command::AllocateProducerIds { broker, count: PRODUCER_ID_BLOCK }).await;
+            // Bounded, so that a quorum without a leader does not hold every shard's InitProducerId (the
+            // client asks again); a block granted after the wait ended is simply not used.
+            let write = quorum.write(Command::AllocateProducerIds { broker, count: PRODUCER_ID_BLOCK });
+            let timeout = async {
+                glommio::timer::sleep(QUORUM_WAIT).await;
+                WireWriteResult::Failed("no answer from the quorum in time".into())
+            };
+            let outcome = futures_lite::future::or(write, timeout).await;
             let WireWriteResult::Applied { outcome: Ok(events), .. } = outcome else {
                 tracing::debug!(?outcome, "no block of producer ids from the quorum");
                 return None;

@@ -218,6 +218,9 @@ impl<F: Fs> PartitionLog<F> {
             let mut inner = self.inner.borrow_mut();
             inner.generation += 1;
             inner.end_cuts += 1;
+            // Until rebuilt for the new end (below, or by the next append if this is cut short).
+            inner.producers = ProducerStates::default();
+            inner.producers_stale = true;
             if keep + 1 < inner.segments.len() {
                 inner.segments.truncate(keep + 1);
                 // The kept segment was rolled: all its bytes are on disk, none in memory. (The tail is
@@ -365,11 +368,13 @@ impl<F: Fs> PartitionLog<F> {
             let mut inner = self.inner.borrow_mut();
             inner.generation += 1;
             inner.end_cuts += 1;
+            inner.producers = ProducerStates::default();
         }
+        // No snapshot of the history being discarded may outlive it.
+        self.remove_producer_snapshots_locked(|_| false).await?;
         for base in doomed.iter().rev() {
             remove_segment_files(&self.fs, &self.dir, *base).await?;
         }
-        self.remove_producer_snapshots_locked(|_| false).await?;
         let segment = create_segment(&self.fs, &self.files, &self.dir, offset, self.clock.now_ms()).await?;
         {
             let mut inner = self.inner.borrow_mut();
@@ -477,8 +482,13 @@ impl<F: Fs> PartitionLog<F> {
         self.persist_epochs_locked().await?;
         // A clean restart then reads no batch to know its producers. Without producers nothing is written
         // (a clean open without a snapshot at the log end knows the state was empty), which spares
-        // thousands of partitions that never see an idempotent producer two syncs each at every stop.
-        if !self.inner.borrow().producers.is_empty() {
+        // thousands of partitions that never see an idempotent producer two syncs each at every stop; a
+        // roll's snapshot at the log end, of producers since expired, goes.
+        self.fresh_producers_locked().await?;
+        if self.inner.borrow().producers.is_empty() {
+            let end = self.inner.borrow().log_end();
+            self.remove_producer_snapshots_locked(|at| at != end).await?;
+        } else {
             self.write_producer_snapshot_locked().await?;
         }
         self.inner.borrow_mut().closed = true;

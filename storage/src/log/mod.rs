@@ -134,6 +134,10 @@ struct Inner<F: Fs> {
     epochs: LeaderEpochCache,
     /// Idempotent producers' state as of the log end (see [`crate::producer_state`]).
     producers: ProducerStates,
+    /// Set when the end of the log is cut, until `producers` is rebuilt for the new end: a truncation cut
+    /// short (cancelled, or failed after the cut) leaves it set, and the next append, roll or close
+    /// rebuilds first, so no batch is ever judged against batches that are gone.
+    producers_stale: bool,
     /// Bumped on every change of the epoch cache; `epochs_persisted` is the version last written to disk.
     /// A sync writes the file before its durable offset is published.
     epochs_version: u64,
@@ -410,6 +414,11 @@ impl<F: Fs> PartitionLog<F> {
                 if self.inner.borrow().appends_paused {
                     listener.await;
                 }
+                continue;
+            }
+            if self.inner.borrow().producers_stale {
+                let _io = self.io.lock().await;
+                self.fresh_producers_locked().await?;
                 continue;
             }
             let (roll, write, reserve) = {

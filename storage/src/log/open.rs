@@ -315,6 +315,7 @@ impl<F: Fs> PartitionLog<F> {
             high_watermark: hints.high_watermark.min(log_end),
             epochs,
             producers: ProducerStates::default(),
+            producers_stale: true,
             epochs_version: u64::from(epochs_dirty),
             epochs_persisted: 0,
             appends_paused: false,

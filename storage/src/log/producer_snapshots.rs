@@ -74,6 +74,7 @@ impl<F: Fs> PartitionLog<F> {
     /// snapshots no longer useful. Called with the `io` lock held while appends are paused, with every
     /// batch durable.
     pub(super) async fn write_producer_snapshot_locked(&self) -> Result<()> {
+        self.fresh_producers_locked().await?;
         let (offset, bytes) = {
             let inner = self.inner.borrow();
             assert!(inner.durable >= inner.log_end(), "a producer snapshot covers only durable batches");
@@ -98,6 +99,14 @@ impl<F: Fs> PartitionLog<F> {
         }
         if removed {
             durable::sync_dir(&self.fs, &self.dir).await;
+        }
+        Ok(())
+    }
+
+    /// Rebuilds the state if a truncation left it stale (see `Inner::producers_stale`). With the `io` lock.
+    pub(super) async fn fresh_producers_locked(&self) -> Result<()> {
+        if self.inner.borrow().producers_stale {
+            self.rebuild_producers_locked(false).await?;
         }
         Ok(())
     }
@@ -128,7 +137,9 @@ impl<F: Fs> PartitionLog<F> {
         let log_end = self.log_end_offset();
         self.remove_producer_snapshots_locked(|at| at <= log_end).await?;
         if clean && !list_snapshots(&self.fs, &self.dir)?.contains(&log_end) {
-            self.inner.borrow_mut().producers = ProducerStates::default();
+            let mut inner = self.inner.borrow_mut();
+            inner.producers = ProducerStates::default();
+            inner.producers_stale = false;
             return Ok(Rebuilt::default());
         }
         let mut start = None;
@@ -166,7 +177,9 @@ impl<F: Fs> PartitionLog<F> {
         let now = self.clock.now_ms();
         let replayed_bytes =
             self.walk_headers(from, log_end, |h| states.record(h, Offset(h.base_offset as u64), now)).await?;
-        self.inner.borrow_mut().producers = states;
+        let mut inner = self.inner.borrow_mut();
+        inner.producers = states;
+        inner.producers_stale = false;
         Ok(Rebuilt { snapshot, replayed_bytes })
     }
 

@@ -25,6 +25,7 @@ use crate::fs::Fs;
 use crate::fs::open_files::{DEFAULT_MAX_OPEN_FILES, OpenFiles};
 use crate::log::maintenance::{DELETED_SUFFIX, remove_dir_contents};
 use crate::log::{DAMAGED_FILE, LogConfig, OpenHints, OpenReport, PartitionLog, Recovery, take_offline};
+use crate::producer_state::ProducerBudget;
 use crate::types::{Clock, Offset, TopicPartition};
 
 pub const RECOVERY_POINT_FILE: &str = "recovery-point-offset-checkpoint";
@@ -40,6 +41,8 @@ pub struct LogDir<F: Fs> {
     fs: F,
     /// Segment files of every log here, opened on demand under one bound.
     files: Rc<OpenFiles<F>>,
+    /// Producer ids every log here remembers, under one bound.
+    producer_budget: Rc<ProducerBudget>,
     clock: Rc<dyn Clock>,
     path: PathBuf,
     logs: RefCell<BTreeMap<TopicPartition, Rc<PartitionLog<F>>>>,
@@ -76,6 +79,8 @@ pub struct LogDirScope {
     pub owns: Box<dyn Fn(&TopicPartition) -> bool>,
     /// The most segment files this owner keeps open at once.
     pub max_open_files: usize,
+    /// The most producer ids this owner's logs remember together (see [`ProducerBudget`]).
+    pub max_producer_ids: usize,
 }
 
 impl std::fmt::Debug for LogDirScope {
@@ -113,6 +118,8 @@ impl<F: Fs> LogDir<F> {
         let suffix = scope.as_ref().map_or(String::new(), |s| format!(".{}", s.name));
         let owns = |tp: &TopicPartition| scope.as_ref().is_none_or(|s| (s.owns)(tp));
         let files = OpenFiles::new(fs.clone(), scope.as_ref().map_or(DEFAULT_MAX_OPEN_FILES, |s| s.max_open_files));
+        let producer_budget =
+            Rc::new(scope.as_ref().map_or_else(ProducerBudget::unlimited, |s| ProducerBudget::new(s.max_producer_ids)));
         let marker = path.join(format!("{CLEAN_SHUTDOWN_FILE}{suffix}"));
         let clean = fs.exists(&marker);
         let recovery_points =
@@ -165,8 +172,15 @@ impl<F: Fs> LogDir<F> {
                 offline.insert(tp, Offline { damage, hints });
                 continue;
             }
-            match PartitionLog::open_with_files(files.clone(), clock.clone(), &path.join(&name), config_for(&tp), hints)
-                .await
+            match PartitionLog::open_with_files(
+                files.clone(),
+                producer_budget.clone(),
+                clock.clone(),
+                &path.join(&name),
+                config_for(&tp),
+                hints,
+            )
+            .await
             {
                 Ok((log, report)) => {
                     logs.insert(tp.clone(), Rc::new(log));
@@ -190,6 +204,7 @@ impl<F: Fs> LogDir<F> {
         let dir = LogDir {
             fs,
             files,
+            producer_budget,
             clock,
             suffix,
             path: path.to_path_buf(),
@@ -251,9 +266,15 @@ impl<F: Fs> LogDir<F> {
             return Ok(log);
         }
         let dir = self.path.join(tp.dir_name());
-        let (log, _) =
-            PartitionLog::open_with_files(self.files.clone(), self.clock.clone(), &dir, config, OpenHints::default())
-                .await?;
+        let (log, _) = PartitionLog::open_with_files(
+            self.files.clone(),
+            self.producer_budget.clone(),
+            self.clock.clone(),
+            &dir,
+            config,
+            OpenHints::default(),
+        )
+        .await?;
         let log = Rc::new(log);
         self.logs.borrow_mut().insert(tp.clone(), log.clone());
         Ok(log)

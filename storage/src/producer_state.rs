@@ -18,6 +18,7 @@
 //! sequences: replaying the log from any snapshot rebuilds the same state. This module does no I/O; the
 //! log writes and reads the snapshots (`docs/storage-format.md` §9).
 
+use std::cell::Cell;
 use std::collections::{BTreeMap, VecDeque};
 
 use crate::batch::BatchHeader;
@@ -30,6 +31,38 @@ pub const BATCHES_KEPT: usize = 5;
 /// up; past this many, those whose last batch is oldest are forgotten (a forgotten producer is accepted at
 /// any sequence, as an expired one is).
 pub const MAX_PRODUCERS_PER_PARTITION: usize = 100_000;
+/// How many producer ids all the partitions of one owner (a shard) remember together, and how many they
+/// may. Past the bound, a batch from a producer id its partition does not know is still appended, but not
+/// remembered (as if it had expired): memory stays bounded however many producer ids clients make up.
+#[derive(Debug)]
+pub struct ProducerBudget {
+    used: Cell<usize>,
+    max: usize,
+}
+
+impl ProducerBudget {
+    pub fn new(max: usize) -> ProducerBudget {
+        ProducerBudget { used: Cell::new(0), max }
+    }
+
+    pub fn unlimited() -> ProducerBudget {
+        ProducerBudget::new(usize::MAX)
+    }
+
+    pub fn used(&self) -> usize {
+        self.used.get()
+    }
+
+    pub fn has_room(&self) -> bool {
+        self.used.get() < self.max
+    }
+
+    /// Accounts a change of one partition's count from `before` to `after`.
+    pub fn adjust(&self, before: usize, after: usize) {
+        self.used.set((self.used.get() + after).saturating_sub(before));
+    }
+}
+
 /// Kafka's default `producer.id.expiration.ms`: one day.
 pub const DEFAULT_PRODUCER_ID_EXPIRATION_MS: i64 = 86_400_000;
 
@@ -155,10 +188,11 @@ impl ProducerStates {
     }
 
     /// Records a batch that is in the log at `base_offset` (just appended, or met replaying the log), at
-    /// `now_ms` on the broker's clock. Batches without a producer id are ignored.
-    pub fn record(&mut self, header: &BatchHeader, base_offset: Offset, now_ms: i64) {
+    /// `now_ms` on the broker's clock. Batches without a producer id are ignored, and so is the first batch
+    /// of a producer id when `remember_new` is false (the owner's [`ProducerBudget`] is used up).
+    pub fn record(&mut self, header: &BatchHeader, base_offset: Offset, now_ms: i64, remember_new: bool) {
         let id = header.producer_id;
-        if id < 0 || header.attributes & CONTROL_BIT != 0 {
+        if id < 0 || header.attributes & CONTROL_BIT != 0 || (!remember_new && !self.producers.contains_key(&id)) {
             return;
         }
         let batch = ProducerBatch {
@@ -357,7 +391,7 @@ mod tests {
     fn offer(states: &mut ProducerStates, h: BatchHeader, end: &mut u64) -> Result<Verdict, ProducerError> {
         let verdict = states.check(&h)?;
         if verdict == Verdict::Append {
-            states.record(&h, Offset(*end), 1_000);
+            states.record(&h, Offset(*end), 1_000, true);
             *end += h.record_count as u64;
         }
         Ok(verdict)
@@ -446,8 +480,8 @@ mod tests {
         let mut s = ProducerStates::default();
         let mut old = header(1, 0, 0, 1);
         old.max_timestamp = 0;
-        s.record(&old, Offset(0), 5_000);
-        s.record(&header(2, 0, 0, 1), Offset(1), 9_000);
+        s.record(&old, Offset(0), 5_000, true);
+        s.record(&header(2, 0, 0, 1), Offset(1), 9_000, true);
         let day = DEFAULT_PRODUCER_ID_EXPIRATION_MS;
         assert_eq!(s.expire(5_000 + day - 1, day), 0, "an old record timestamp does not expire its producer");
         assert_eq!(s.expire(5_000 + day, day), 1);
@@ -477,5 +511,20 @@ mod tests {
         let crc = crc32c::crc32c(&huge[10..]);
         huge[6..10].copy_from_slice(&crc.to_be_bytes());
         assert!(ProducerStates::decode(&huge).unwrap_err().contains("cannot fit"));
+    }
+
+    #[test]
+    fn a_producer_id_past_the_budget_is_appended_but_not_remembered() {
+        let mut s = ProducerStates::default();
+        s.record(&header(1, 0, 0, 1), Offset(0), 0, true);
+        s.record(&header(2, 0, 0, 1), Offset(1), 0, false);
+        assert!(s.get(2).is_none(), "a new id past the budget is not remembered");
+        s.record(&header(1, 0, 1, 1), Offset(2), 0, false);
+        assert_eq!(s.get(1).unwrap().batches.len(), 2, "a known id goes on being tracked");
+        let budget = ProducerBudget::new(2);
+        budget.adjust(0, 2);
+        assert!(!budget.has_room());
+        budget.adjust(2, 1);
+        assert_eq!(budget.used(), 1);
     }
 }

@@ -91,7 +91,8 @@ fn run(ops: Vec<Op>, crash_seed: u64, flush_interval: bool) -> Result<(), TestCa
     let data = Path::new("/data");
     let config = config_for(flush_interval);
     // One segment file open at a time for both logs: every access may go through a reopen.
-    let scope = LogDirScope { name: "s".into(), owns: Box::new(|_| true), max_open_files: 1 };
+    let scope =
+        LogDirScope { name: "s".into(), owns: Box::new(|_| true), max_open_files: 1, max_producer_ids: usize::MAX };
     let (dir, _) =
         block_on(LogDir::open_scoped(fs.clone(), clock.clone(), data, Some(scope), |_| config.clone())).expect("open");
     let tps = [TopicPartition::new("t", 0), TopicPartition::new("t", 1)];
@@ -206,7 +207,7 @@ fn run(ops: Vec<Op>, crash_seed: u64, flush_interval: bool) -> Result<(), TestCa
         // (d) the producers' state, against every batch below the log end in append order.
         let mut producers = ProducerStates::default();
         for a in appended[p].iter().filter(|a| a.base < end.0) {
-            producers.record(&BatchHeader::parse(&a.bytes).unwrap(), Offset(a.base), 0);
+            producers.record(&BatchHeader::parse(&a.bytes).unwrap(), Offset(a.base), 0, true);
         }
         prop_assert_eq!(
             log.producer_states().sequences(),

@@ -204,3 +204,34 @@ fn a_log_without_idempotent_producers_reads_nothing_at_a_clean_restart_and_its_a
     assert!(dir.get(&tp()).unwrap().producer_states().is_empty());
     assert!(report.producer_replayed_bytes <= 6 * 1024, "more than the active segment was read");
 }
+
+#[test]
+fn past_the_owners_producer_budget_a_new_producer_is_stored_but_not_remembered() {
+    use shardlog_storage::LogDirScope;
+    let fs = SimFs::new();
+    let clock = ManualClock::new(1_700_000_000_000);
+    let config = small_config();
+    let scope = LogDirScope { name: "s".into(), owns: Box::new(|_| true), max_open_files: 8, max_producer_ids: 2 };
+    let (dir, _) =
+        block_on(LogDir::open_scoped(fs.clone(), clock.clone(), Path::new(DATA), Some(scope), |_| config.clone()))
+            .unwrap();
+    let one = block_on(dir.get_or_create(&TopicPartition::new("a", 0), config.clone())).unwrap();
+    let two = block_on(dir.get_or_create(&TopicPartition::new("b", 0), config.clone())).unwrap();
+    block_on(one.append(&batch(1, 0, 0, 1, &clock), LeaderEpoch(0))).unwrap();
+    block_on(two.append(&batch(2, 0, 0, 1, &clock), LeaderEpoch(0))).unwrap();
+    // The budget (2, for both logs together) is used up: producer 3 is stored twice, as without idempotence.
+    let third = batch(3, 0, 0, 1, &clock);
+    assert!(!block_on(one.append(&third, LeaderEpoch(0))).unwrap().duplicate);
+    assert!(!block_on(one.append(&third, LeaderEpoch(0))).unwrap().duplicate);
+    assert!(one.producer_states().get(3).is_none());
+    // Known producers go on being deduplicated.
+    let again = batch(2, 0, 1, 1, &clock);
+    block_on(two.append(&again, LeaderEpoch(0))).unwrap();
+    assert!(block_on(two.append(&again, LeaderEpoch(0))).unwrap().duplicate);
+    // Deleting a log gives its producers' room back.
+    block_on(dir.delete(&TopicPartition::new("b", 0))).unwrap();
+    drop(two);
+    let fourth = batch(4, 0, 0, 1, &clock);
+    block_on(one.append(&fourth, LeaderEpoch(0))).unwrap();
+    assert!(block_on(one.append(&fourth, LeaderEpoch(0))).unwrap().duplicate);
+}

@@ -146,6 +146,7 @@ fn scoped_owners_share_a_data_dir_without_touching_each_other() {
         owns: Box::new(move |tp: &TopicPartition| tp.partition % 2 == shard),
         // One open file per owner: every segment access goes through the file cache.
         max_open_files: 1,
+        max_producer_ids: usize::MAX,
     };
     let open = |shard: u32| {
         block_on(LogDir::open_scoped(fs.clone(), ManualClock::new(0), Path::new(DATA), Some(scope(shard)), |_| {

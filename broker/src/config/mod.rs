@@ -137,6 +137,9 @@ pub struct ClientLimits {
 /// no equivalent).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ShardLimits {
+    /// `shard.producer.ids.max`: idempotent producer ids a shard's partitions remember together; past it a
+    /// new producer id's batches are stored but not deduplicated (as if it had expired).
+    pub producer_ids_max: usize,
     /// `shard.open.files.max`: segment files a shard keeps open; the least recently used are closed
     /// beyond it and reopened on demand.
     pub open_files_max: usize,
@@ -409,6 +412,7 @@ impl Reader {
         log.validate().map_err(|e| invalid("log settings", e.to_string()))?;
         let shard_limits = ShardLimits {
             open_files_max: self.int_set("shard.open.files.max")? as usize,
+            producer_ids_max: self.int_set("shard.producer.ids.max")? as usize,
             cache_max_bytes: self.int_set("shard.cache.max.bytes")? as usize,
             cache_idle_ms: self.int_set("shard.cache.idle.ms")?,
             idle_poll_us: self.int_set("shard.idle.poll.us")? as u64,

@@ -310,6 +310,14 @@ pub const SETTINGS: &[Setting] = &[
         example: "1024",
     },
     Setting {
+        key: "shard.producer.ids.max",
+        kind: int(1, I32),
+        default: Default::Value("500000"),
+        unit: "",
+        meaning: "idempotent producer ids a shard's partitions remember together (about 250 bytes each); past it a new id's batches are stored but not deduplicated, as if it had expired",
+        example: "100000",
+    },
+    Setting {
         key: "shard.cache.max.bytes",
         kind: int(0, FOREVER),
         default: Default::Value("268435456"),

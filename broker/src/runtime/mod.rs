@@ -385,6 +385,7 @@ async fn run_shard(
         name: format!("shard-{shard}"),
         owns: Box::new(move |tp| crate::topics::assign_shard(&tp.topic, tp.partition, scope_shards) == shard),
         max_open_files: ctx.config.shard_limits.open_files_max,
+        max_producer_ids: ctx.config.shard_limits.producer_ids_max,
     };
     let default_log = ctx.config.log.clone();
     let (logs, reports) =

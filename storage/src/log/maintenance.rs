@@ -221,6 +221,7 @@ impl<F: Fs> PartitionLog<F> {
             // Until rebuilt for the new end (below, or by the next append if this is cut short).
             inner.producers = ProducerStates::default();
             inner.producers_stale = true;
+            self.count_producers(&mut inner);
             if keep + 1 < inner.segments.len() {
                 inner.segments.truncate(keep + 1);
                 // The kept segment was rolled: all its bytes are on disk, none in memory. (The tail is
@@ -369,6 +370,7 @@ impl<F: Fs> PartitionLog<F> {
             inner.generation += 1;
             inner.end_cuts += 1;
             inner.producers = ProducerStates::default();
+            self.count_producers(&mut inner);
         }
         // No snapshot of the history being discarded may outlive it.
         self.remove_producer_snapshots_locked(|_| false).await?;
@@ -386,6 +388,7 @@ impl<F: Fs> PartitionLog<F> {
             inner.high_watermark = offset;
             inner.epochs = Default::default();
             inner.producers = ProducerStates::default();
+            self.count_producers(&mut inner);
             inner.epochs_version += 1;
         }
         self.persist_epochs_locked().await

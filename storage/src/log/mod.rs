@@ -36,7 +36,7 @@ use crate::error::{Result, StorageError};
 use crate::fatal;
 use crate::fs::open_files::{FileHandle, OpenFiles};
 use crate::fs::{ALIGN, Fs, SegmentFile, align_down, align_up};
-use crate::producer_state::{ProducerStates, Verdict};
+use crate::producer_state::{ProducerBudget, ProducerStates, Verdict};
 use crate::segment::Segment;
 use crate::segment::index::BatchMeta;
 use crate::types::{Clock, LeaderEpoch, Offset};
@@ -138,6 +138,8 @@ struct Inner<F: Fs> {
     /// short (cancelled, or failed after the cut) leaves it set, and the next append, roll or close
     /// rebuilds first, so no batch is ever judged against batches that are gone.
     producers_stale: bool,
+    /// `producers.len()` as last counted in the owner's [`ProducerBudget`].
+    producers_counted: usize,
     /// Bumped on every change of the epoch cache; `epochs_persisted` is the version last written to disk.
     /// A sync writes the file before its durable offset is published.
     epochs_version: u64,
@@ -210,6 +212,15 @@ pub struct PartitionLog<F: Fs> {
     io: Mutex<()>,
     /// Notified whenever a write-out or a sync completes.
     progress: event_listener::Event,
+    /// How many producer ids the owner's logs remember together (see [`ProducerBudget`]).
+    producer_budget: Rc<ProducerBudget>,
+}
+
+impl<F: Fs> Drop for PartitionLog<F> {
+    fn drop(&mut self) {
+        let counted = self.inner.borrow().producers_counted;
+        self.producer_budget.adjust(counted, 0);
+    }
 }
 
 impl<F: Fs> std::fmt::Debug for PartitionLog<F> {
@@ -357,6 +368,13 @@ impl<F: Fs> PartitionLog<F> {
         inner.epochs.end_offset_for(epoch, inner.log_end())
     }
 
+    /// Brings the owner's producer budget up to date with this log's count (after every change of it).
+    fn count_producers(&self, inner: &mut Inner<F>) {
+        let now = inner.producers.len();
+        self.producer_budget.adjust(inner.producers_counted, now);
+        inner.producers_counted = now;
+    }
+
     fn check_open(&self) -> Result<()> {
         if self.inner.borrow().closed { Err(StorageError::Closed(self.dir.clone())) } else { Ok(()) }
     }
@@ -487,7 +505,18 @@ impl<F: Fs> PartitionLog<F> {
             max_timestamp: header.max_timestamp,
             duplicate: false,
         };
-        inner.producers.record(header, base, self.clock.now_ms());
+        let room = self.producer_budget.has_room();
+        if !room && header.producer_id >= 0 && inner.producers.get(header.producer_id).is_none() {
+            tracing::warn!(
+                dir = %self.dir.display(),
+                producer_id = header.producer_id,
+                remembered = self.producer_budget.used(),
+                "shard.producer.ids.max reached: this producer's batches are stored but not deduplicated; \
+                 raise the setting, or look for clients making up producer ids"
+            );
+        }
+        inner.producers.record(header, base, self.clock.now_ms(), room);
+        self.count_producers(inner);
         if inner.epochs.assign(epoch, base) {
             inner.epochs_version += 1;
         }

@@ -23,7 +23,7 @@ use crate::error::{Result, StorageError};
 use crate::fatal;
 use crate::fs::open_files::{DEFAULT_MAX_OPEN_FILES, OpenFiles};
 use crate::fs::{Fs, SegmentFile, align_down};
-use crate::producer_state::ProducerStates;
+use crate::producer_state::{ProducerBudget, ProducerStates};
 use crate::segment::index::{BatchMeta, OFFSET_ENTRY_BYTES, SegmentIndex, TIME_ENTRY_BYTES};
 use crate::segment::{self, ScanStop, Segment};
 use crate::types::{Clock, LeaderEpoch, Offset};
@@ -89,13 +89,15 @@ impl<F: Fs> PartitionLog<F> {
         hints: OpenHints,
     ) -> Result<(PartitionLog<F>, OpenReport)> {
         let files = OpenFiles::new(fs, DEFAULT_MAX_OPEN_FILES);
-        Self::open_with_files(files, clock, dir, config, hints).await
+        Self::open_with_files(files, Rc::new(ProducerBudget::unlimited()), clock, dir, config, hints).await
     }
 
     /// Like [`PartitionLog::open`], with segment files opened through `files`, which the owner's other
-    /// logs share (so the bound on open files holds for all of them).
+    /// logs share (so the bound on open files holds for all of them), and producer ids counted in their
+    /// shared `producer_budget`.
     pub async fn open_with_files(
         files: Rc<OpenFiles<F>>,
+        producer_budget: Rc<ProducerBudget>,
         clock: Rc<dyn Clock>,
         dir: &Path,
         config: LogConfig,
@@ -316,6 +318,7 @@ impl<F: Fs> PartitionLog<F> {
             epochs,
             producers: ProducerStates::default(),
             producers_stale: true,
+            producers_counted: 0,
             epochs_version: u64::from(epochs_dirty),
             epochs_persisted: 0,
             appends_paused: false,
@@ -335,6 +338,7 @@ impl<F: Fs> PartitionLog<F> {
             inner: RefCell::new(inner),
             io: Mutex::new(()),
             progress: event_listener::Event::new(),
+            producer_budget,
         };
         {
             let _io = log.io.lock().await;

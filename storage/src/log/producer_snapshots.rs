@@ -67,7 +67,9 @@ impl<F: Fs> PartitionLog<F> {
         let now = self.clock.now_ms();
         let mut inner = self.inner.borrow_mut();
         let expiration = inner.config.producer_id_expiration_ms;
-        inner.producers.expire(now, expiration)
+        let expired = inner.producers.expire(now, expiration);
+        self.count_producers(&mut inner);
+        expired
     }
 
     /// Writes the state as of the log end into a snapshot at the log end offset, then removes the
@@ -140,6 +142,7 @@ impl<F: Fs> PartitionLog<F> {
             let mut inner = self.inner.borrow_mut();
             inner.producers = ProducerStates::default();
             inner.producers_stale = false;
+            self.count_producers(&mut inner);
             return Ok(Rebuilt::default());
         }
         let mut start = None;
@@ -176,10 +179,11 @@ impl<F: Fs> PartitionLog<F> {
         // The log keeps no append times: replayed producers count as active from now.
         let now = self.clock.now_ms();
         let replayed_bytes =
-            self.walk_headers(from, log_end, |h| states.record(h, Offset(h.base_offset as u64), now)).await?;
+            self.walk_headers(from, log_end, |h| states.record(h, Offset(h.base_offset as u64), now, true)).await?;
         let mut inner = self.inner.borrow_mut();
         inner.producers = states;
         inner.producers_stale = false;
+        self.count_producers(&mut inner);
         Ok(Rebuilt { snapshot, replayed_bytes })
     }
 

@@ -235,3 +235,24 @@ fn past_the_owners_producer_budget_a_new_producer_is_stored_but_not_remembered()
     block_on(one.append(&fourth, LeaderEpoch(0))).unwrap();
     assert!(block_on(one.append(&fourth, LeaderEpoch(0))).unwrap().duplicate);
 }
+
+#[test]
+fn producers_expired_since_the_last_roll_do_not_come_back_after_a_clean_restart() {
+    let fs = SimFs::new();
+    let clock = ManualClock::new(1_700_000_000_000);
+    let short = LogConfig { producer_id_expiration_ms: 1_000, ..small_config() };
+    let (dir, _) = open(&fs, &clock, &short);
+    let log = block_on(dir.get_or_create(&tp(), short.clone())).unwrap();
+    block_on(log.append(&batch(1, 0, 0, 1, &clock), LeaderEpoch(0))).unwrap();
+    block_on(log.roll()).unwrap();
+    let end = log.log_end_offset();
+    assert!(list_snapshots(&fs, Path::new(PART)).unwrap().contains(&end), "the roll's snapshot is at the log end");
+    clock.advance(1_000);
+    assert_eq!(log.expire_producers(), 1);
+    block_on(dir.close()).unwrap();
+    drop((log, dir));
+    // Reopened with a longer expiration: the roll's snapshot must not bring producer 1 back.
+    let (dir, report) = open(&fs, &clock, &small_config());
+    assert_eq!(report.producer_snapshot, Some(end));
+    assert!(dir.get(&tp()).unwrap().producer_states().is_empty());
+}

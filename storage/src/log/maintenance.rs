@@ -13,6 +13,7 @@ use crate::segment::index::SegmentIndex;
 use crate::segment::{self, Segment};
 use crate::types::Offset;
 
+use super::producer_snapshots::list_snapshots;
 use super::{AppendPause, PartitionLog, Tail};
 use crate::producer_state::ProducerStates;
 
@@ -485,13 +486,12 @@ impl<F: Fs> PartitionLog<F> {
         self.persist_epochs_locked().await?;
         // A clean restart then reads no batch to know its producers. Without producers nothing is written
         // (a clean open without a snapshot at the log end knows the state was empty), which spares
-        // thousands of partitions that never see an idempotent producer two syncs each at every stop; a
-        // roll's snapshot at the log end, of producers since expired, goes.
+        // thousands of partitions that never see an idempotent producer two syncs each at every stop;
+        // unless a roll left a snapshot at the log end, of producers since expired: it is replaced.
         self.fresh_producers_locked().await?;
-        if self.inner.borrow().producers.is_empty() {
-            let end = self.inner.borrow().log_end();
-            self.remove_producer_snapshots_locked(|at| at != end).await?;
-        } else {
+        let end = self.inner.borrow().log_end();
+        let empty = self.inner.borrow().producers.is_empty();
+        if !empty || list_snapshots(&self.fs, &self.dir)?.contains(&end) {
             self.write_producer_snapshot_locked().await?;
         }
         self.inner.borrow_mut().closed = true;

@@ -30,6 +30,10 @@ pub enum StorageError {
     #[error("{0}")]
     Producer(#[from] ProducerError),
 
+    /// A replicated batch does not start where the log ends (or where the batch before it ended).
+    #[error("replicated batch starts at offset {got}, where {expected} was expected")]
+    NotAtLogEnd { expected: Offset, got: i64 },
+
     /// A read or truncation asked for an offset the log does not hold.
     #[error("offset {requested} is out of range: log holds [{log_start}, {log_end})")]
     OffsetOutOfRange { requested: Offset, log_start: Offset, log_end: Offset },

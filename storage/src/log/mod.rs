@@ -419,6 +419,62 @@ impl<F: Fs> PartitionLog<F> {
     pub async fn append(&self, batch: &[u8], epoch: LeaderEpoch) -> Result<AppendInfo> {
         let max = self.inner.borrow().config.max_message_bytes;
         let header = batch::validate(batch, max)?;
+        self.append_validated(batch, &header, Some(epoch)).await
+    }
+
+    /// A follower's append: `bytes` are whole batches as the leader stores them, with the leader's base
+    /// offsets and leader epochs, which are kept. The first must start at the log end offset and each
+    /// follow the one before; each batch's epoch goes into the epoch cache and its producer fields into the
+    /// producer state (without the sequence checks: the leader made them). Every batch is validated (CRC
+    /// included) before any is appended, so a refused call leaves the log unchanged. Returns the offsets
+    /// the batches took; `None` for no bytes.
+    pub async fn append_replicated(&self, bytes: &[u8]) -> Result<Option<AppendInfo>> {
+        let mut batches = Vec::new();
+        let mut at = 0usize;
+        while at < bytes.len() {
+            let claimed = batch::claimed_total_bytes(&bytes[at..])
+                .filter(|c| *c >= HEADER_BYTES as i64 && *c as usize <= bytes.len() - at)
+                .ok_or(StorageError::InvalidBatch(batch::BatchError::TooShort { len: bytes.len() - at }))?;
+            let range = at..at + claimed as usize;
+            let header = batch::validate(&bytes[range.clone()], i32::MAX as usize)?;
+            if let Some((_, previous)) = batches.last() {
+                let previous: &BatchHeader = previous;
+                let expected = previous.base_offset.saturating_add(previous.last_offset_delta as i64 + 1);
+                if header.base_offset != expected {
+                    return Err(StorageError::NotAtLogEnd {
+                        expected: Offset(expected as u64),
+                        got: header.base_offset,
+                    });
+                }
+            }
+            batches.push((range, header));
+            at += claimed as usize;
+        }
+        let mut appended: Option<AppendInfo> = None;
+        for (range, header) in batches {
+            let info = self.append_validated(&bytes[range], &header, None).await?;
+            appended = Some(match appended {
+                None => info,
+                Some(first) => AppendInfo {
+                    last_offset: info.last_offset,
+                    max_timestamp: first.max_timestamp.max(info.max_timestamp),
+                    ..first
+                },
+            });
+        }
+        Ok(appended)
+    }
+
+    /// Appends a validated batch: as the leader at `leader_epoch` (the producer's sequence is checked,
+    /// offsets assigned and stamped), or, with `None`, as a follower (see [`Self::append_replicated`]).
+    async fn append_validated(
+        &self,
+        batch: &[u8],
+        header: &BatchHeader,
+        leader_epoch: Option<LeaderEpoch>,
+    ) -> Result<AppendInfo> {
+        let header = *header;
+        let epoch = leader_epoch.unwrap_or(LeaderEpoch(header.partition_leader_epoch));
         if epoch.0 < 0 {
             return Err(StorageError::StaleEpoch { epoch: epoch.0, latest: 0 });
         }
@@ -449,9 +505,12 @@ impl<F: Fs> PartitionLog<F> {
                 let roll = inner.needs_roll(batch.len() as u64, now);
                 let write = inner.unwritten_bytes() >= inner.config.max_unwritten_bytes as u64;
                 let reserve = inner.needs_reserve(batch.len() as u64);
+                if leader_epoch.is_none() && header.base_offset != inner.log_end().as_i64() {
+                    return Err(StorageError::NotAtLogEnd { expected: inner.log_end(), got: header.base_offset });
+                }
                 // The producer's sequence is judged in the same borrow that assigns the offsets: nothing can
-                // come between them.
-                let verdict = inner.producers.check(&header)?;
+                // come between them. (A follower keeps what the leader judged.)
+                let verdict = if leader_epoch.is_some() { inner.producers.check(&header)? } else { Verdict::Append };
                 if let Verdict::Duplicate(original) = verdict {
                     inner.last_used_ms = now;
                     return Ok(AppendInfo {

@@ -145,10 +145,6 @@ impl ProducerStates {
         self.producers.get(&producer_id)
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = (i64, &ProducerEntry)> {
-        self.producers.iter().map(|(id, e)| (*id, e))
-    }
-
     /// Judges a batch a client sent, before it gets offsets. Changes nothing.
     pub fn check(&self, header: &BatchHeader) -> Result<Verdict, ProducerError> {
         if header.attributes & CONTROL_BIT != 0 {

@@ -47,14 +47,22 @@ fn write_rounds(log: &PartitionLog<SimFs>, clock: &ManualClock, rounds: std::ops
     block_on(log.flush()).unwrap();
 }
 
-#[test]
-fn clean_restart_reads_the_snapshot_taken_at_close_and_no_batch() {
+type Started = (SimFs, Rc<ManualClock>, LogConfig, LogDir<SimFs>, Rc<PartitionLog<SimFs>>);
+
+/// A new partition with twenty rounds of three producers written, over several segments.
+fn twenty_rounds() -> Started {
     let fs = SimFs::new();
     let clock = ManualClock::new(1_700_000_000_000);
     let config = small_config();
     let (dir, _) = open(&fs, &clock, &config);
     let log = block_on(dir.get_or_create(&tp(), config.clone())).unwrap();
     write_rounds(&log, &clock, 0..20);
+    (fs, clock, config, dir, log)
+}
+
+#[test]
+fn clean_restart_reads_the_snapshot_taken_at_close_and_no_batch() {
+    let (fs, clock, config, dir, log) = twenty_rounds();
     assert!(log.segment_count() > 2, "the test needs rolls");
     let before = log.producer_states();
     let end = log.log_end_offset();
@@ -75,12 +83,7 @@ fn clean_restart_reads_the_snapshot_taken_at_close_and_no_batch() {
 
 #[test]
 fn restart_after_a_crash_replays_only_the_batches_after_the_last_roll() {
-    let fs = SimFs::new();
-    let clock = ManualClock::new(1_700_000_000_000);
-    let config = small_config();
-    let (dir, _) = open(&fs, &clock, &config);
-    let log = block_on(dir.get_or_create(&tp(), config.clone())).unwrap();
-    write_rounds(&log, &clock, 0..20);
+    let (fs, clock, config, dir, log) = twenty_rounds();
     block_on(log.roll()).unwrap();
     let last_base = *log.segment_bases().last().unwrap();
     let sealed_bytes = log.size_bytes();
@@ -100,12 +103,7 @@ fn restart_after_a_crash_replays_only_the_batches_after_the_last_roll() {
 
 #[test]
 fn an_unreadable_snapshot_is_set_aside_and_the_state_rebuilt_from_the_log() {
-    let fs = SimFs::new();
-    let clock = ManualClock::new(1_700_000_000_000);
-    let config = small_config();
-    let (dir, _) = open(&fs, &clock, &config);
-    let log = block_on(dir.get_or_create(&tp(), config.clone())).unwrap();
-    write_rounds(&log, &clock, 0..20);
+    let (fs, clock, config, dir, log) = twenty_rounds();
     let before = log.producer_states();
     let end = log.log_end_offset();
     block_on(dir.close()).unwrap();
@@ -125,12 +123,7 @@ fn an_unreadable_snapshot_is_set_aside_and_the_state_rebuilt_from_the_log() {
 
 #[test]
 fn truncation_takes_the_cut_batches_out_of_the_producer_state() {
-    let fs = SimFs::new();
-    let clock = ManualClock::new(1_700_000_000_000);
-    let config = small_config();
-    let (dir, _) = open(&fs, &clock, &config);
-    let log = block_on(dir.get_or_create(&tp(), config.clone())).unwrap();
-    write_rounds(&log, &clock, 0..20);
+    let (fs, clock, _config, _dir, log) = twenty_rounds();
     let kept_end = log.log_end_offset();
     let state_at_cut = log.producer_states();
     block_on(log.roll()).unwrap();

@@ -22,6 +22,7 @@ pub mod maintenance;
 mod open;
 mod producer_snapshots;
 mod read;
+mod replicated;
 
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
@@ -422,52 +423,9 @@ impl<F: Fs> PartitionLog<F> {
         self.append_validated(batch, &header, Some(epoch)).await
     }
 
-    /// A follower's append: `bytes` are whole batches as the leader stores them, with the leader's base
-    /// offsets and leader epochs, which are kept. The first must start at the log end offset and each
-    /// follow the one before; each batch's epoch goes into the epoch cache and its producer fields into the
-    /// producer state (without the sequence checks: the leader made them). Every batch is validated (CRC
-    /// included) before any is appended, so a refused call leaves the log unchanged. Returns the offsets
-    /// the batches took; `None` for no bytes.
-    pub async fn append_replicated(&self, bytes: &[u8]) -> Result<Option<AppendInfo>> {
-        let mut batches = Vec::new();
-        let mut at = 0usize;
-        while at < bytes.len() {
-            let claimed = batch::claimed_total_bytes(&bytes[at..])
-                .filter(|c| *c >= HEADER_BYTES as i64 && *c as usize <= bytes.len() - at)
-                .ok_or(StorageError::InvalidBatch(batch::BatchError::TooShort { len: bytes.len() - at }))?;
-            let range = at..at + claimed as usize;
-            let header = batch::validate(&bytes[range.clone()], i32::MAX as usize)?;
-            if let Some((_, previous)) = batches.last() {
-                let previous: &BatchHeader = previous;
-                let expected = previous.base_offset.saturating_add(previous.last_offset_delta as i64 + 1);
-                if header.base_offset != expected {
-                    return Err(StorageError::NotAtLogEnd {
-                        expected: Offset(expected as u64),
-                        got: header.base_offset,
-                    });
-                }
-            }
-            batches.push((range, header));
-            at += claimed as usize;
-        }
-        let mut appended: Option<AppendInfo> = None;
-        for (range, header) in batches {
-            let info = self.append_validated(&bytes[range], &header, None).await?;
-            appended = Some(match appended {
-                None => info,
-                Some(first) => AppendInfo {
-                    last_offset: info.last_offset,
-                    max_timestamp: first.max_timestamp.max(info.max_timestamp),
-                    ..first
-                },
-            });
-        }
-        Ok(appended)
-    }
-
     /// Appends a validated batch: as the leader at `leader_epoch` (the producer's sequence is checked,
     /// offsets assigned and stamped), or, with `None`, as a follower (see [`Self::append_replicated`]).
-    async fn append_validated(
+    pub(super) async fn append_validated(
         &self,
         batch: &[u8],
         header: &BatchHeader,

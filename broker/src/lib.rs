@@ -1,6 +1,10 @@
 //! The `shardlog` broker: configuration, the shard runtime, the Kafka request handlers listed in
 //! [`handlers::supported_apis`], the quorum service that holds the cluster metadata, and the broker's
-//! side of it ([`metadata`]). Replication comes next.
+//! side of it ([`metadata`]).
+//!
+//! Layers, each using only those below it: [`handlers`], [`runtime`] and [`metadata::follow`] on top;
+//! [`context`] (what they share) below them; then [`shard`] (a shard's partitions), [`metadata::image`]
+//! and the quorum service; [`shutdown`], [`config`] and [`topics`] at the bottom.
 
 /// What `--version` prints: the package version, the git commit it was built from, the build profile.
 pub const VERSION: &str = concat!(
@@ -15,6 +19,7 @@ pub const VERSION: &str = concat!(
 pub mod admin_cli;
 pub mod client;
 pub mod config;
+pub mod context;
 pub mod disk_space;
 pub mod handlers;
 pub mod logging;
@@ -22,4 +27,5 @@ pub mod metadata;
 pub mod quorum;
 pub mod runtime;
 pub mod shard;
+pub mod shutdown;
 pub mod topics;

@@ -6,7 +6,8 @@ use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use shardlog_broker::client::KafkaClient;
 use shardlog_broker::config::{BrokerConfig, Sources};
-use shardlog_broker::runtime::{self, Shutdown};
+use shardlog_broker::runtime;
+use shardlog_broker::shutdown::Shutdown;
 use shardlog_net::alloc::ReservingAllocator;
 
 /// A request claiming a huge array must not abort the broker (see `shardlog_net::alloc`).

@@ -18,7 +18,7 @@ use shardlog_storage::{
 };
 
 use crate::config::ShardLimits;
-use crate::runtime::Shutdown;
+use crate::shutdown::Shutdown;
 
 /// The most records a time lookup decodes from one batch.
 const MAX_DECODED_RECORDS: i32 = 1 << 20;

@@ -19,7 +19,7 @@ use shardlog_storage::TopicPartition;
 use uuid::Uuid;
 
 use super::image::MetadataImage;
-use crate::handlers::BrokerContext;
+use crate::context::{BrokerContext, ask_shard};
 use crate::quorum::state::NodeId;
 use crate::shard::PartitionRequest;
 use crate::topics::configs::TopicConfig;
@@ -113,13 +113,7 @@ async fn apply(
         let shard = ctx.shard_of(&tp);
         let request_tp = tp.clone();
         let topic_id = want.topic_id;
-        match crate::handlers::ask_shard(ctx, shard, |reply| PartitionRequest::Create {
-            tp: request_tp,
-            topic_id,
-            config,
-            reply,
-        })
-        .await
+        match ask_shard(ctx, shard, |reply| PartitionRequest::Create { tp: request_tp, topic_id, config, reply }).await
         {
             Some(Ok(())) => {
                 if !hosted.contains_key(&tp) {
@@ -139,7 +133,7 @@ async fn apply(
 async fn delete_log(ctx: &Arc<BrokerContext>, tp: &TopicPartition) -> bool {
     let shard = ctx.shard_of(tp);
     let request_tp = tp.clone();
-    match crate::handlers::ask_shard(ctx, shard, |reply| PartitionRequest::Delete { tp: request_tp, reply }).await {
+    match ask_shard(ctx, shard, |reply| PartitionRequest::Delete { tp: request_tp, reply }).await {
         Some(Ok(())) => {
             tracing::info!(partition = %tp, "deleted partition log");
             true
@@ -155,15 +149,13 @@ async fn delete_log(ctx: &Arc<BrokerContext>, tp: &TopicPartition) -> bool {
 async fn remove_strays(ctx: &Arc<BrokerContext>, image: &MetadataImage) {
     let wanted = wanted(image, NodeId(ctx.config.node_id));
     for shard in 0..ctx.shards.len() {
-        let on_shard = crate::handlers::ask_shard(ctx, shard, |reply| PartitionRequest::Hosted { reply }).await;
+        let on_shard = ask_shard(ctx, shard, |reply| PartitionRequest::Hosted { reply }).await;
         for tp in on_shard.unwrap_or_default() {
             if wanted.contains_key(&tp) {
                 continue;
             }
             let request_tp = tp.clone();
-            match crate::handlers::ask_shard(ctx, shard, |reply| PartitionRequest::SetAside { tp: request_tp, reply })
-                .await
-            {
+            match ask_shard(ctx, shard, |reply| PartitionRequest::SetAside { tp: request_tp, reply }).await {
                 Some(Ok(aside)) => tracing::warn!(
                     partition = %tp,
                     ?aside,

@@ -28,7 +28,7 @@ use crate::quorum::network::{CallError, PeerConnection, WireWrite};
 use crate::quorum::service::{StartError, Voter, VoterSettings};
 use crate::quorum::state::{BrokerEndpoint, Command, CommandError, NodeId};
 use crate::quorum::wire::{MetadataDelta, WireFetch, WireFetchResult, WireWriteResult, kind};
-use crate::runtime::Shutdown;
+use crate::shutdown::Shutdown;
 
 /// The file in the data dir naming the node id and incarnation of the process that last started on it
 /// (`<node id> <incarnation>`).

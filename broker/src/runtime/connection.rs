@@ -40,9 +40,10 @@ use glommio::sync::{Semaphore, StaticPermit};
 use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
 use shardlog_net::kafka::{DecodedRequest, FrameReader, RequestError, decode_request, encode_response};
 
-use super::Shutdown;
 use super::limits::{BudgetPermit, Clients};
-use crate::handlers::{self, BrokerContext};
+use crate::context::BrokerContext;
+use crate::handlers;
+use crate::shutdown::Shutdown;
 
 /// A connection reads into a buffer of this size at first ...
 const FIRST_READ_BYTES: usize = 4 << 10;

@@ -24,7 +24,7 @@ use std::cell::Cell;
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
 use std::rc::Rc;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -36,54 +36,15 @@ use shardlog_storage::fs::dma::DmaFs;
 use shardlog_storage::{LogDir, LogDirScope, SystemClock, TopicPartition};
 
 use crate::config::BrokerConfig;
-use crate::handlers::{self, AdminRequest, BrokerContext};
+use crate::context::{AdminRequest, BrokerContext};
+use crate::handlers;
 use crate::logging::Throttle;
 use crate::metadata::image::MetadataImage;
 use crate::metadata::link::{LinkSettings, QuorumLink};
 use crate::quorum::state::{BrokerEndpoint, NodeId};
 use crate::shard::{self, PartitionRequest};
+use crate::shutdown::Shutdown;
 use limits::Clients;
-
-/// Set once to stop every shard; then, once every shard has finished its client connections, marked
-/// again so the quorum link knows it may give up this broker's leaderships (see [`Shutdown::clients_done`]).
-#[derive(Debug, Clone, Default)]
-pub struct Shutdown {
-    stop: Arc<AtomicBool>,
-    clients_done: Arc<AtomicBool>,
-}
-
-impl Shutdown {
-    pub fn trigger(&self) {
-        self.stop.store(true, Ordering::SeqCst);
-    }
-
-    pub fn is_triggered(&self) -> bool {
-        self.stop.load(Ordering::SeqCst)
-    }
-
-    /// Resolves once shutdown is triggered (checked every 50 ms: shutdown is rare, a timer is cheap).
-    pub async fn wait(&self) {
-        while !self.is_triggered() {
-            glommio::timer::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    /// The flag, for registering with a signal handler.
-    pub fn flag(&self) -> Arc<AtomicBool> {
-        self.stop.clone()
-    }
-
-    /// True once every shard has answered the requests its connections took in (or given up waiting):
-    /// until then this broker keeps its leaderships, so that no request it accepted is refused because
-    /// the broker was on its way out.
-    pub fn clients_done(&self) -> bool {
-        self.clients_done.load(Ordering::SeqCst)
-    }
-
-    fn mark_clients_done(&self) {
-        self.clients_done.store(true, Ordering::SeqCst);
-    }
-}
 
 /// Triggers shutdown if dropped while its thread panics.
 struct StopOnFailure(Shutdown);
@@ -141,7 +102,15 @@ pub fn run(config: BrokerConfig, shutdown: Shutdown) -> Result<()> {
         QuorumLink::start(link_settings(&config), images_tx, shutdown.clone()).context("start the quorum link")?;
     let disk = crate::disk_space::DiskSpace::watch(&config.data_dir, config.log_dir_min_free_bytes)
         .with_context(|| format!("measure the free space of {}", config.data_dir.display()))?;
-    let ctx = Arc::new(BrokerContext::new(config, link.handle(), senders, admin_tx, shutdown.clone(), disk));
+    let ctx = Arc::new(BrokerContext::new(
+        config,
+        handlers::supported_apis(),
+        link.handle(),
+        senders,
+        admin_tx,
+        shutdown.clone(),
+        disk,
+    ));
     let draining = Arc::new(AtomicUsize::new(shards));
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut admin_rx = Some((admin_rx, images_rx));

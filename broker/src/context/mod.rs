@@ -1,0 +1,215 @@
+//! What every shard's handlers share: the broker's settings, the cluster metadata as the shards serve it,
+//! the channels to each shard's partitions and to shard 0's topic changes, and the stop signal.
+//!
+//! This module sits below the request handlers, the runtime and the metadata follower, which all use it;
+//! it uses only the shard's request types, the metadata image and the quorum handle.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use kafka_protocol::ResponseError;
+use kafka_protocol::messages::{
+    CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse,
+};
+use shardlog_net::kafka::SupportedApis;
+use shardlog_storage::{LeaderEpoch, TopicPartition};
+
+mod producer_ids;
+
+pub use producer_ids::{PRODUCER_ID_BLOCK, ProducerIds};
+
+use crate::config::BrokerConfig;
+use crate::disk_space::DiskSpace;
+use crate::metadata::image::MetadataImage;
+use crate::metadata::link::QuorumHandle;
+use crate::quorum::state::NodeId;
+use crate::shard::PartitionRequest;
+use crate::shutdown::Shutdown;
+use crate::topics::configs::{Compression, TopicDefaults};
+
+/// Topic changes, applied by shard 0 one at a time.
+#[derive(Debug)]
+pub enum AdminRequest {
+    CreateTopics {
+        request: CreateTopicsRequest,
+        reply: flume::Sender<CreateTopicsResponse>,
+    },
+    DeleteTopics {
+        names: Vec<String>,
+        reply: flume::Sender<Vec<(String, Option<ResponseError>)>>,
+    },
+    CreatePartitions {
+        request: CreatePartitionsRequest,
+        reply: flume::Sender<CreatePartitionsResponse>,
+    },
+    /// New topic settings, per resource: the outcome of each, in order.
+    AlterConfigs {
+        changes: Vec<ConfigChange>,
+        validate_only: bool,
+        reply: flume::Sender<Vec<Result<(), (ResponseError, String)>>>,
+    },
+}
+
+/// One topic's settings change, from AlterConfigs (replace all) or IncrementalAlterConfigs (edit).
+#[derive(Debug, Clone)]
+pub enum ConfigChange {
+    /// A resource that is not a topic, or an operation that is not supported.
+    Refused(ResponseError, String),
+    Replace {
+        topic: String,
+        configs: BTreeMap<String, String>,
+    },
+    /// (key, Some(value)) sets, (key, None) deletes back to the default.
+    Edit {
+        topic: String,
+        edits: Vec<(String, Option<String>)>,
+    },
+}
+
+/// What every handler on every shard shares.
+#[derive(Debug)]
+pub struct BrokerContext {
+    pub config: BrokerConfig,
+    pub apis: SupportedApis,
+    pub cluster_id: String,
+    /// The cluster metadata as last applied to the shards ([`crate::metadata::follow`]).
+    pub metadata: RwLock<Arc<MetadataImage>>,
+    /// Commits topic changes through the quorum.
+    pub quorum: QuorumHandle,
+    /// Set once the broker is registered and has applied the metadata up to its registration.
+    pub ready: AtomicBool,
+    /// One more than the index of the last image applied to the shards (0: none yet).
+    reconciled: AtomicU64,
+    /// One channel per shard for partition work.
+    pub shards: Vec<flume::Sender<PartitionRequest>>,
+    /// Shard 0's channel for topic changes.
+    pub admin: flume::Sender<AdminRequest>,
+    /// Set when the broker is stopping: long polls answer at once.
+    pub shutdown: Shutdown,
+    /// The data dir's free space: produce is refused below `log.dir.min.free.bytes`.
+    pub disk: Arc<DiskSpace>,
+    /// The block of producer ids InitProducerId hands out.
+    pub producer_ids: ProducerIds,
+}
+
+/// The shard that serves partition `partition` of `topic` here and the leader epoch it leads it at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Led {
+    pub shard: usize,
+    pub epoch: LeaderEpoch,
+}
+
+impl BrokerContext {
+    pub fn new(
+        config: BrokerConfig,
+        apis: SupportedApis,
+        quorum: QuorumHandle,
+        shards: Vec<flume::Sender<PartitionRequest>>,
+        admin: flume::Sender<AdminRequest>,
+        shutdown: Shutdown,
+        disk: Arc<DiskSpace>,
+    ) -> BrokerContext {
+        let lowest_voter = config.quorum_voters.iter().map(|v| v.id).min().unwrap_or(config.node_id);
+        BrokerContext {
+            cluster_id: format!("shardlog-{lowest_voter}"),
+            apis,
+            metadata: RwLock::new(Arc::new(MetadataImage::default())),
+            quorum,
+            ready: AtomicBool::new(false),
+            reconciled: AtomicU64::new(0),
+            shards,
+            admin,
+            shutdown,
+            disk,
+            producer_ids: ProducerIds::default(),
+            config,
+        }
+    }
+
+    pub fn topic_defaults(&self) -> TopicDefaults {
+        TopicDefaults {
+            log: self.config.log.clone(),
+            min_insync_replicas: self.config.min_insync_replicas,
+            compression: self.config.compression,
+        }
+    }
+
+    /// The metadata as last applied to the shards.
+    pub fn image(&self) -> Arc<MetadataImage> {
+        self.metadata.read().expect("metadata lock").clone()
+    }
+
+    /// The shard holding a partition's log on this broker.
+    pub fn shard_of(&self, tp: &TopicPartition) -> usize {
+        self.shard_for(&tp.topic, tp.partition)
+    }
+
+    fn shard_for(&self, topic: &str, partition: u32) -> usize {
+        crate::topics::assign_shard(topic, partition, self.shards.len())
+    }
+
+    /// Where this broker serves a partition it leads; UNKNOWN_TOPIC_OR_PARTITION if there is no such
+    /// partition, NOT_LEADER_OR_FOLLOWER if another broker leads it (or none does right now), or if this
+    /// broker has lost its session with the quorum (which has fenced it by then).
+    pub fn leader_here(&self, topic: &str, partition: i32) -> Result<Led, ResponseError> {
+        self.leader_in(&self.image(), topic, partition)
+    }
+
+    /// [`Self::leader_here`] as of `image`.
+    pub fn leader_in(&self, image: &MetadataImage, topic: &str, partition: i32) -> Result<Led, ResponseError> {
+        let p = image.partition(topic, partition).ok_or(ResponseError::UnknownTopicOrPartition)?;
+        if p.leader != Some(NodeId(self.config.node_id)) || !self.quorum.in_session() {
+            return Err(ResponseError::NotLeaderOrFollower);
+        }
+        Ok(Led { shard: self.shard_for(topic, partition as u32), epoch: p.leader_epoch })
+    }
+
+    /// The topic's `min.insync.replicas`: its own setting, else this broker's default. (Settings are
+    /// validated before they are committed; one that no longer parses falls back to the default.)
+    pub fn min_insync_replicas(&self, image: &MetadataImage, topic: &str) -> usize {
+        image
+            .topic(topic)
+            .and_then(|t| t.configs.get("min.insync.replicas"))
+            .and_then(|v| v.trim().parse::<u16>().ok())
+            .unwrap_or(self.config.min_insync_replicas) as usize
+    }
+
+    /// The topic's `compression.type`: its own setting, else this broker's default.
+    pub fn compression(&self, image: &MetadataImage, topic: &str) -> Compression {
+        image
+            .topic(topic)
+            .and_then(|t| t.configs.get("compression.type"))
+            .and_then(|v| Compression::parse(v).ok())
+            .unwrap_or(self.config.compression)
+    }
+
+    /// Records that the image at `applied` is now what the shards serve.
+    pub fn mark_reconciled(&self, applied: Option<u64>) {
+        self.reconciled.store(applied.map_or(0, |a| a + 1), Ordering::SeqCst);
+    }
+
+    /// Waits (at most `limit`) until the shards serve an image that includes log index `index`.
+    pub async fn wait_reconciled(&self, index: u64, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        while self.reconciled.load(Ordering::SeqCst) <= index {
+            if Instant::now() >= deadline || self.shutdown.is_triggered() {
+                return false;
+            }
+            glommio::timer::sleep(Duration::from_millis(2)).await;
+        }
+        true
+    }
+}
+
+/// Sends a partition request to its shard and waits for the reply; `None` if the shard is gone.
+pub async fn ask_shard<T>(
+    ctx: &BrokerContext,
+    shard: usize,
+    make: impl FnOnce(flume::Sender<T>) -> PartitionRequest,
+) -> Option<T> {
+    let (tx, rx) = flume::bounded(1);
+    ctx.shards[shard].send_async(make(tx)).await.ok()?;
+    rx.recv_async().await.ok()
+}

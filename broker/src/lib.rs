@@ -25,6 +25,7 @@ pub mod handlers;
 pub mod logging;
 pub mod metadata;
 pub mod quorum;
+pub mod replication;
 pub mod runtime;
 pub mod shard;
 pub mod shutdown;

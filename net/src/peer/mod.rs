@@ -17,6 +17,8 @@
 
 use bytes::{Buf, Bytes, BytesMut};
 
+pub mod replication;
+
 /// `SLP1`: shardlog peer protocol, first layout.
 pub const MAGIC: u32 = 0x534C_5031;
 /// The one version this build speaks.

@@ -1,0 +1,202 @@
+//! The replication messages: a follower shard fetches from a leader shard, many partitions per request.
+//!
+//! A connection goes from one shard of the follower broker to the shard of the leader broker that owns the
+//! same partitions, and starts with [`ReplicaHello`]. Then the follower sends [`ReplicaFetch`] frames,
+//! several in flight, each answered by one [`ReplicaFetchResult`] frame carrying the same correlation id.
+//! A fetch result's body is its rkyv control part followed by the record-batch bytes of each partition, as
+//! they are stored, in the order of the control part's partitions: the bytes are never re-encoded, and the
+//! follower's storage checks each batch's CRC32C before it appends. The byte layout is in
+//! `docs/peer-protocol.md` §2.2.
+
+use super::{PeerFrameError, decode_message, encode_message};
+
+/// Frame types on a replication connection.
+pub mod kind {
+    pub const HELLO: u16 = 30;
+    pub const FETCH: u16 = 32;
+    pub const FETCH_RESULT: u16 = 33;
+}
+
+/// "No epoch" in the fields below (Kafka's `UNDEFINED_EPOCH`).
+pub const NO_EPOCH: i32 = -1;
+
+/// The first frame on a connection: who is asking. The leader closes a connection whose broker it does
+/// not know as a live replica, or whose cluster is another.
+#[derive(Debug, Clone, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub struct ReplicaHello {
+    pub cluster_id: String,
+    pub broker: u32,
+    /// The follower broker's process incarnation, as registered with the quorum.
+    pub incarnation: u64,
+    /// The follower's shard, and the leader's shard this connection is for.
+    pub from_shard: u16,
+    pub to_shard: u16,
+}
+
+/// One partition of a fetch: where the follower's log stands.
+#[derive(Debug, Clone, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub struct FetchPartition {
+    pub topic: String,
+    /// The topic's id: a topic deleted and created again under the same name is another topic.
+    pub topic_id: [u8; 16],
+    pub partition: u32,
+    /// The leader epoch the follower believes current.
+    pub leader_epoch: i32,
+    /// The follower's log end offset: the first offset it asks for.
+    pub offset: u64,
+    /// The leader epoch of the follower's last batch, or [`NO_EPOCH`].
+    pub last_epoch: i32,
+    /// Below this offset the follower's log is on disk (or written, under Kafka's interval flush).
+    pub stable_end: u64,
+}
+
+/// A follower's fetch.
+#[derive(Debug, Clone, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub struct ReplicaFetch {
+    /// Echoed in the result; fetches may be answered out of order.
+    pub correlation: u64,
+    /// How long the leader may hold the fetch when no partition has records to send.
+    pub max_wait_ms: u32,
+    /// The most record bytes the answer may carry, over all partitions.
+    pub max_bytes: u32,
+    pub partitions: Vec<FetchPartition>,
+}
+
+/// One partition of a fetch result.
+#[derive(Debug, Clone, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub struct FetchedPartition {
+    pub topic: String,
+    pub partition: u32,
+    /// A Kafka error code (0: none): NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH,
+    /// OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_ID...
+    pub error: i16,
+    pub high_watermark: u64,
+    pub log_start: u64,
+    /// When the follower's log diverges: the largest leader epoch here not above the follower's last
+    /// epoch, and where it ends; [`NO_EPOCH`] otherwise.
+    pub diverging_epoch: i32,
+    pub diverging_end: u64,
+    /// How many of the record bytes after the control part are this partition's.
+    pub records_len: u32,
+}
+
+/// The control part of a leader's answer.
+#[derive(Debug, Clone, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub struct ReplicaFetchResult {
+    pub correlation: u64,
+    pub partitions: Vec<FetchedPartition>,
+}
+
+/// The body of a fetch result frame: a 4-byte big-endian length, the control part, then `records` (each
+/// partition's bytes, in order; their lengths are in the control part).
+pub fn encode_fetch_result(result: &ReplicaFetchResult, records: &[&[u8]]) -> Vec<u8> {
+    debug_assert_eq!(result.partitions.len(), records.len());
+    let control = encode_message(result);
+    let total: usize = records.iter().map(|r| r.len()).sum();
+    let mut body = Vec::with_capacity(4 + control.len() + total);
+    body.extend_from_slice(&(control.len() as u32).to_be_bytes());
+    body.extend_from_slice(&control);
+    for bytes in records {
+        body.extend_from_slice(bytes);
+    }
+    body
+}
+
+/// Splits a fetch result body into its control part and each partition's record bytes (slices of `body`,
+/// not copies). The lengths must add up exactly.
+pub fn decode_fetch_result(body: &[u8]) -> Result<(ReplicaFetchResult, Vec<&[u8]>), PeerFrameError> {
+    let malformed = |why: &str| PeerFrameError::Malformed(why.to_string());
+    let Some((len, rest)) = body.split_first_chunk::<4>() else { return Err(malformed("no control length")) };
+    let len = u32::from_be_bytes(*len) as usize;
+    if len > rest.len() {
+        return Err(malformed("control length past the end of the frame"));
+    }
+    let (control, mut records) = rest.split_at(len);
+    let result: ReplicaFetchResult = decode_message(control)?;
+    let mut parts = Vec::with_capacity(result.partitions.len());
+    for partition in &result.partitions {
+        let n = partition.records_len as usize;
+        if n > records.len() {
+            return Err(malformed("record lengths past the end of the frame"));
+        }
+        let (part, after) = records.split_at(n);
+        parts.push(part);
+        records = after;
+    }
+    if !records.is_empty() {
+        return Err(malformed("bytes after the last partition's records"));
+    }
+    Ok((result, parts))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::peer::{PeerFrameReader, encode_frame};
+
+    fn result(lens: &[u32]) -> ReplicaFetchResult {
+        ReplicaFetchResult {
+            correlation: 9,
+            partitions: lens
+                .iter()
+                .enumerate()
+                .map(|(i, &records_len)| FetchedPartition {
+                    topic: "orders".into(),
+                    partition: i as u32,
+                    error: 0,
+                    high_watermark: 40,
+                    log_start: 0,
+                    diverging_epoch: NO_EPOCH,
+                    diverging_end: 0,
+                    records_len,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn record_bytes_travel_untouched_after_the_control_part() {
+        let (a, b) = (vec![0xAB; 70], vec![0xCD; 3]);
+        let control = result(&[70, 0, 3]);
+        let frame = encode_frame(kind::FETCH_RESULT, &encode_fetch_result(&control, &[&a, &[], &b]));
+        let mut reader = PeerFrameReader::new(1 << 20);
+        reader.extend(&frame);
+        let frame = reader.next_frame().unwrap().unwrap();
+        let (decoded, parts) = decode_fetch_result(&frame.body).unwrap();
+        assert_eq!(decoded, control);
+        assert_eq!(parts, vec![&a[..], &[][..], &b[..]]);
+    }
+
+    #[test]
+    fn lengths_that_do_not_add_up_are_refused() {
+        let body = encode_fetch_result(&result(&[5]), &[b"12345"]);
+        for cut in [0, 3, 4, body.len() - 1] {
+            assert!(decode_fetch_result(&body[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut longer = body.clone();
+        longer.push(0);
+        assert!(decode_fetch_result(&longer).is_err());
+        let mut bad_length = body;
+        bad_length[..4].copy_from_slice(&u32::MAX.to_be_bytes());
+        assert!(decode_fetch_result(&bad_length).is_err());
+    }
+
+    #[test]
+    fn a_fetch_round_trips() {
+        let fetch = ReplicaFetch {
+            correlation: 1,
+            max_wait_ms: 500,
+            max_bytes: 1 << 20,
+            partitions: vec![FetchPartition {
+                topic: "orders".into(),
+                topic_id: [7; 16],
+                partition: 3,
+                leader_epoch: 4,
+                offset: 100,
+                last_epoch: 4,
+                stable_end: 96,
+            }],
+        };
+        assert_eq!(decode_message::<ReplicaFetch>(&encode_message(&fetch)).unwrap(), fetch);
+    }
+}

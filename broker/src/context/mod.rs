@@ -166,16 +166,6 @@ impl BrokerContext {
         Ok(Led { shard: self.shard_for(topic, partition as u32), epoch: p.leader_epoch })
     }
 
-    /// The topic's `min.insync.replicas`: its own setting, else this broker's default. (Settings are
-    /// validated before they are committed; one that no longer parses falls back to the default.)
-    pub fn min_insync_replicas(&self, image: &MetadataImage, topic: &str) -> usize {
-        image
-            .topic(topic)
-            .and_then(|t| t.configs.get("min.insync.replicas"))
-            .and_then(|v| v.trim().parse::<u16>().ok())
-            .unwrap_or(self.config.min_insync_replicas) as usize
-    }
-
     /// The topic's `compression.type`: its own setting, else this broker's default.
     pub fn compression(&self, image: &MetadataImage, topic: &str) -> Compression {
         image

@@ -23,20 +23,12 @@ pub fn dispatch_produce(ctx: &Arc<BrokerContext>, req: ProduceRequest) -> Dispat
     let image = ctx.image();
     for topic in req.topic_data {
         let name = topic.name.0.as_str().to_string();
-        let min_insync = if acks == -1 { ctx.min_insync_replicas(&image, &name) } else { 0 };
         let compression = ctx.compression(&image, &name);
         for partition in topic.partition_data {
             let outcome = if ![-1, 0, 1].contains(&acks) {
                 Err(ResponseError::InvalidRequiredAcks)
             } else {
                 match (ctx.leader_in(&image, &name, partition.index), partition.records) {
-                    // acks=all with fewer in-sync replicas than the topic asks for: refused before it is
-                    // appended, so a retry cannot duplicate it (Kafka's NOT_ENOUGH_REPLICAS).
-                    (Ok(_), Some(_))
-                        if image.partition(&name, partition.index).is_some_and(|p| p.isr.len() < min_insync) =>
-                    {
-                        Err(ResponseError::NotEnoughReplicas)
-                    }
                     // The disk is nearly full: refused before anything is written, retriable.
                     (Ok(_), Some(_)) if ctx.disk.below_floor() => Err(ResponseError::KafkaStorageError),
                     (Ok(led), Some(batch)) => stored_form(batch, compression).and_then(|batch| {
@@ -46,6 +38,7 @@ pub fn dispatch_produce(ctx: &Arc<BrokerContext>, req: ProduceRequest) -> Dispat
                             batch,
                             epoch: led.epoch,
                             acks,
+                            timeout_ms: req.timeout_ms,
                             reply,
                         };
                         // Shard channels are unbounded: the number of requests in flight is bounded per

@@ -20,15 +20,17 @@ use uuid::Uuid;
 
 use super::image::MetadataImage;
 use crate::context::{BrokerContext, ask_shard};
-use crate::quorum::state::NodeId;
+use crate::quorum::state::{NodeId, PartitionRecord};
 use crate::shard::PartitionRequest;
 use crate::topics::configs::TopicConfig;
 
-/// A partition log this broker hosts, as of the last image applied.
+/// A partition log this broker hosts, as of the last image applied: the shard is told again whenever any
+/// of it changes (its settings, or its record: leader, epochs, replicas, ISR).
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Hosted {
     topic_id: Uuid,
     configs: BTreeMap<String, String>,
+    record: PartitionRecord,
 }
 
 /// Shard 0's task: applies every image from the link, newest first when several are waiting.
@@ -71,7 +73,7 @@ fn wanted(image: &MetadataImage, node: NodeId) -> BTreeMap<TopicPartition, Hoste
     for (name, topic) in &image.state.topics {
         for (index, p) in topic.partitions.iter().enumerate() {
             if p.replicas.contains(&node) {
-                let hosted = Hosted { topic_id: topic.id, configs: topic.configs.clone() };
+                let hosted = Hosted { topic_id: topic.id, configs: topic.configs.clone(), record: p.clone() };
                 out.insert(TopicPartition::new(name.clone(), index as u32), hosted);
             }
         }
@@ -109,12 +111,14 @@ async fn apply(
         }
         // The settings were validated before they were proposed; a default-only config is the fallback
         // for a value this broker's version does not accept.
-        let config = TopicConfig::resolve(&defaults, &want.configs).map_or_else(|_| defaults.log.clone(), |c| c.log);
+        let (config, min_insync_replicas) = TopicConfig::resolve(&defaults, &want.configs)
+            .map_or_else(|_| (defaults.log.clone(), defaults.min_insync_replicas), |c| (c.log, c.min_insync_replicas));
         let shard = ctx.shard_of(&tp);
         let request_tp = tp.clone();
-        let topic_id = want.topic_id;
-        match ask_shard(ctx, shard, |reply| PartitionRequest::Create { tp: request_tp, topic_id, config, reply }).await
-        {
+        let (topic_id, record) = (want.topic_id, want.record.clone());
+        let create =
+            |reply| PartitionRequest::Create { tp: request_tp, topic_id, config, record, min_insync_replicas, reply };
+        match ask_shard(ctx, shard, create).await {
             Some(Ok(())) => {
                 if !hosted.contains_key(&tp) {
                     tracing::info!(partition = %tp, shard, "hosting partition");

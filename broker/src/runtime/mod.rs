@@ -369,7 +369,9 @@ async fn run_shard(
         }
     }
     let logs = Rc::new(logs);
-    glommio::spawn_local(shard::serve(logs.clone(), requests)).detach();
+    let quorum = ctx.quorum.clone();
+    let replicas = Rc::new(shard::ShardReplicas::new(NodeId(ctx.config.node_id), move || quorum.in_session()));
+    glommio::spawn_local(shard::serve(logs.clone(), replicas, requests)).detach();
     let upkeep = glommio::spawn_local(shard::upkeep(logs.clone(), ctx.config.shard_limits, shutdown.clone()));
     if let Some((admin, images)) = admin {
         glommio::spawn_local(handlers::admin(ctx.clone(), admin)).detach();

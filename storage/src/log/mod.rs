@@ -363,6 +363,11 @@ impl<F: Fs> PartitionLog<F> {
         self.inner.borrow().epochs.clone()
     }
 
+    /// The leader epoch of the last batch with one recorded.
+    pub fn latest_epoch(&self) -> Option<LeaderEpoch> {
+        self.inner.borrow().epochs.latest().map(|e| e.epoch)
+    }
+
     /// Kafka's OffsetForLeaderEpoch answer: the largest epoch not above `epoch` and where it ended.
     pub fn end_offset_for_epoch(&self, epoch: LeaderEpoch) -> Option<(LeaderEpoch, Offset)> {
         let inner = self.inner.borrow();

@@ -18,7 +18,12 @@ use shardlog_storage::{
 };
 
 use crate::config::ShardLimits;
+use crate::quorum::state::PartitionRecord;
 use crate::shutdown::Shutdown;
+
+mod replicas;
+
+pub use replicas::{ShardReplicas, replica_error, stable_end};
 
 /// The most records a time lookup decodes from one batch.
 const MAX_DECODED_RECORDS: i32 = 1 << 20;
@@ -44,13 +49,16 @@ pub enum OffsetSpec {
 /// Work for the shard owning a partition.
 #[derive(Debug)]
 pub enum PartitionRequest {
-    /// Makes sure the partition's log of topic `topic_id` exists here, with these settings. A log left
-    /// by an earlier topic of the same name (deleted and created again while this broker was away) is
-    /// set aside first.
+    /// Makes sure the partition's log of topic `topic_id` exists here, with these settings, and gives its
+    /// replica the partition's record (leader, epochs, ISR) and the topic's `min.insync.replicas`. A log
+    /// left by an earlier topic of the same name (deleted and created again while this broker was away)
+    /// is set aside first.
     Create {
         tp: TopicPartition,
         topic_id: uuid::Uuid,
         config: LogConfig,
+        record: PartitionRecord,
+        min_insync_replicas: u16,
         reply: flume::Sender<Result<(), String>>,
     },
     Delete {
@@ -67,11 +75,14 @@ pub enum PartitionRequest {
     Hosted {
         reply: flume::Sender<Vec<TopicPartition>>,
     },
+    /// `epoch`: the leader epoch the handler routed by. `timeout_ms`: how long acks=all waits for the
+    /// in-sync replicas (the request's timeout).
     Produce {
         tp: TopicPartition,
         batch: Bytes,
         epoch: LeaderEpoch,
         acks: i16,
+        timeout_ms: i32,
         reply: flume::Sender<ProduceOutcome>,
     },
     /// A negative `offset` is out of range (answered with the partition's offsets, as Kafka does).
@@ -135,19 +146,10 @@ pub struct ListOutcome {
     pub timestamp: i64,
 }
 
-/// The offset consumers may read up to. With one replica it is what is acknowledged: the durable offset
-/// when acknowledgements wait for fdatasync, the log end under Kafka's interval flush.
-pub fn high_watermark(log: &PartitionLog<DmaFs>) -> Offset {
-    match log.config().flush {
-        FlushPolicy::Always => log.durable_offset(),
-        FlushPolicy::Interval { .. } => log.log_end_offset(),
-    }
-}
-
 /// Serves partition requests for this shard until the channel closes. Each request runs as its own task,
 /// so a produce waiting for its fdatasync does not hold up the next one; appends to one partition still
 /// happen in the order their requests arrived (see [`AppendTurn`]).
-pub async fn serve(logs: Rc<LogDir<DmaFs>>, requests: flume::Receiver<PartitionRequest>) {
+pub async fn serve(logs: Rc<LogDir<DmaFs>>, replicas: Rc<ShardReplicas>, requests: flume::Receiver<PartitionRequest>) {
     let mut last_appends: HashMap<TopicPartition, flume::Receiver<()>> = HashMap::new();
     while let Ok(request) = requests.recv_async().await {
         let turn = match &request {
@@ -162,8 +164,8 @@ pub async fn serve(logs: Rc<LogDir<DmaFs>>, requests: flume::Receiver<PartitionR
             // Forget partitions whose last append is done; a later produce to them need not wait.
             last_appends.retain(|_, done| !done.is_disconnected());
         }
-        let logs = logs.clone();
-        glommio::spawn_local(async move { handle(&logs, request, turn).await }).detach();
+        let (logs, replicas) = (logs.clone(), replicas.clone());
+        glommio::spawn_local(async move { handle(&logs, &replicas, request, turn).await }).detach();
     }
 }
 
@@ -275,35 +277,44 @@ async fn release_caches(logs: &LogDir<DmaFs>, limits: &ShardLimits) {
     }
 }
 
-async fn handle(logs: &LogDir<DmaFs>, request: PartitionRequest, turn: Option<AppendTurn>) {
+async fn handle(logs: &LogDir<DmaFs>, replicas: &ShardReplicas, request: PartitionRequest, turn: Option<AppendTurn>) {
     match request {
-        PartitionRequest::Create { tp, topic_id, config, reply } => {
-            let _ = reply.send(ensure_log(logs, &tp, topic_id, config).await);
+        PartitionRequest::Create { tp, topic_id, config, record, min_insync_replicas, reply } => {
+            let outcome = ensure_log(logs, &tp, topic_id, config).await;
+            if outcome.is_ok()
+                && let Some(log) = logs.get(&tp)
+            {
+                replicas.apply_record(&tp, topic_id, &record, min_insync_replicas, &log);
+            }
+            let _ = reply.send(outcome);
         }
         PartitionRequest::SetAside { tp, reply } => {
+            replicas.remove(&tp);
             let _ = reply.send(logs.set_aside(&tp).await.map_err(|e| e.to_string()));
         }
         PartitionRequest::Hosted { reply } => {
             let _ = reply.send(logs.partitions());
         }
         PartitionRequest::Delete { tp, reply } => {
+            replicas.remove(&tp);
             let _ = reply.send(logs.delete(&tp).await.map_err(|e| e.to_string()));
         }
-        PartitionRequest::Produce { tp, batch, epoch, acks, reply } => {
+        PartitionRequest::Produce { tp, batch, epoch, acks, timeout_ms, reply } => {
             let turn = turn.expect("every produce gets an append turn");
-            let _ = reply.send(produce(logs, &tp, &batch, epoch, acks, turn).await);
+            let asked = Produce { epoch, acks, timeout_ms };
+            let _ = reply.send(produce(logs, replicas, &tp, &batch, asked, turn).await);
         }
         PartitionRequest::Fetch { tp, offset, max_bytes, whole_first_batch, reply } => {
-            let _ = reply.send(fetch(logs, &tp, offset, max_bytes, whole_first_batch).await);
+            let _ = reply.send(fetch(logs, replicas, &tp, offset, max_bytes, whole_first_batch).await);
         }
         PartitionRequest::ListOffsets { tp, spec, reply } => {
-            let _ = reply.send(list_offsets(logs, &tp, spec).await);
+            let _ = reply.send(list_offsets(logs, replicas, &tp, spec).await);
         }
         PartitionRequest::EpochEnd { tp, epoch, reply } => {
             let _ = reply.send(logs.get(&tp).and_then(|log| log.end_offset_for_epoch(epoch)));
         }
         PartitionRequest::DeleteRecords { tp, offset, reply } => {
-            let _ = reply.send(delete_records(logs, &tp, offset).await);
+            let _ = reply.send(delete_records(logs, replicas, &tp, offset).await);
         }
     }
 }
@@ -402,17 +413,34 @@ pub fn kafka_error(e: &StorageError) -> ResponseError {
     }
 }
 
-async fn produce(
-    logs: &LogDir<DmaFs>,
-    tp: &TopicPartition,
-    batch: &[u8],
+/// What a produce asks of its partition.
+#[derive(Debug, Clone, Copy)]
+struct Produce {
     epoch: LeaderEpoch,
     acks: i16,
+    timeout_ms: i32,
+}
+
+/// Appends a batch as the partition's leader, then waits as `acks` asks: acks=0 not at all; acks=1 until
+/// the batch is on disk (or, under Kafka's interval flush, written); acks=all until the high watermark has
+/// passed it, which means it is on every in-sync replica as well.
+async fn produce(
+    logs: &LogDir<DmaFs>,
+    replicas: &ShardReplicas,
+    tp: &TopicPartition,
+    batch: &[u8],
+    asked: Produce,
     mut turn: AppendTurn,
 ) -> ProduceOutcome {
     let failed = |error| ProduceOutcome { error: Some(error), base_offset: -1, log_start_offset: -1 };
     turn.wait().await;
     let Some(log) = logs.get(tp) else { return failed(missing(logs, tp)) };
+    // Refused before anything is appended (so a retry cannot duplicate it): not the leader at the epoch
+    // the client was routed by, or, for acks=all, fewer in-sync replicas than min.insync.replicas.
+    let epoch = match replicas.check_append(tp, asked.epoch, asked.acks == -1) {
+        Ok(epoch) => epoch,
+        Err(error) => return failed(error),
+    };
     let appended = log.append(batch, epoch).await;
     drop(turn.done);
     let info = match appended {
@@ -426,25 +454,53 @@ async fn produce(
             return failed(kafka_error(&e));
         }
     };
-    // acks=0 and acks=1 wait as acks=all does under the default policy: an acknowledgement means the
-    // data is on disk. Under Kafka's interval policy the append is the acknowledgement point.
+    // Followers copy the batch while the leader writes it out: the wait starts now.
+    let replicated = (asked.acks == -1).then(|| replicas.await_ack(tp, info.next_offset(), &log));
+    // Under the default policy an acknowledgement means the data is on disk here; under Kafka's interval
+    // policy the append is the acknowledgement point.
     let durable = match log.config().flush {
-        FlushPolicy::Always if acks != 0 => log.wait_durable(info.next_offset()).await,
+        FlushPolicy::Always if asked.acks != 0 => log.wait_durable(info.next_offset()).await,
         FlushPolicy::Always => Ok(()),
         FlushPolicy::Interval { .. } => log.flush_if_due().await.map(|_| ()),
     };
-    match durable {
-        Ok(()) => ProduceOutcome {
-            error: None,
-            base_offset: info.base_offset.as_i64(),
-            log_start_offset: log.log_start_offset().as_i64(),
-        },
-        Err(e) => failed(kafka_error(&e)),
+    if let Err(e) = durable {
+        if let Some(wait) = &replicated {
+            replicas.forget_ack(tp, wait);
+        }
+        return failed(kafka_error(&e));
+    }
+    if let Some(wait) = replicated {
+        replicas.log_moved(tp, &log);
+        let limit = Duration::from_millis(asked.timeout_ms.max(0) as u64);
+        let verdict = future::or(async { Some(wait.verdict.recv_async().await) }, async {
+            glommio::timer::sleep(limit).await;
+            None
+        })
+        .await;
+        let error = match verdict {
+            Some(Ok(Ok(()))) => None,
+            Some(Ok(Err(e))) => Some(replica_error(e)),
+            Some(Err(_)) => Some(ResponseError::NotLeaderOrFollower),
+            None => {
+                replicas.forget_ack(tp, &wait);
+                Some(ResponseError::RequestTimedOut)
+            }
+        };
+        if let Some(error) = error {
+            tracing::debug!(partition = %tp, ?error, "acks=all produce not acknowledged");
+            return failed(error);
+        }
+    }
+    ProduceOutcome {
+        error: None,
+        base_offset: info.base_offset.as_i64(),
+        log_start_offset: log.log_start_offset().as_i64(),
     }
 }
 
 async fn fetch(
     logs: &LogDir<DmaFs>,
+    replicas: &ShardReplicas,
     tp: &TopicPartition,
     offset: i64,
     max_bytes: usize,
@@ -453,7 +509,7 @@ async fn fetch(
     let Some(log) = logs.get(tp) else {
         return FetchOutcome::empty(Some(missing(logs, tp)));
     };
-    let hw = high_watermark(&log);
+    let hw = replicas.high_watermark(tp, &log);
     let outcome = |error, records| FetchOutcome {
         error,
         records,
@@ -485,21 +541,27 @@ async fn fetch(
     }
 }
 
-async fn list_offsets(logs: &LogDir<DmaFs>, tp: &TopicPartition, spec: OffsetSpec) -> ListOutcome {
-    let Some(log) = logs.get(tp) else {
-        return ListOutcome { error: Some(missing(logs, tp)), offset: -1, timestamp: -1 };
-    };
+async fn list_offsets(
+    logs: &LogDir<DmaFs>,
+    replicas: &ShardReplicas,
+    tp: &TopicPartition,
+    spec: OffsetSpec,
+) -> ListOutcome {
+    let refused = |error| ListOutcome { error: Some(error), offset: -1, timestamp: -1 };
+    let Some(log) = logs.get(tp) else { return refused(missing(logs, tp)) };
     let found = |offset: Offset| ListOutcome { error: None, offset: offset.as_i64(), timestamp: -1 };
+    let hw = replicas.high_watermark(tp, &log);
     match spec {
         OffsetSpec::Earliest => found(log.log_start_offset()),
-        OffsetSpec::Latest => found(high_watermark(&log)),
+        // KIP-207: a new leader whose HW has not reached the start of its epoch could show a latest offset
+        // below one the previous leader showed; clients retry this error.
+        OffsetSpec::Latest if !replicas.offsets_available(tp) => refused(ResponseError::OffsetNotAvailable),
+        OffsetSpec::Latest => found(hw),
         OffsetSpec::Timestamp(ts) => match log.offset_for_timestamp(ts).await {
-            Ok(Some((offset, _))) if offset < high_watermark(&log) => {
-                match first_record_at_or_after(&log, offset, ts).await {
-                    Some((offset, timestamp)) => ListOutcome { error: None, offset, timestamp },
-                    None => ListOutcome { error: None, offset: -1, timestamp: -1 },
-                }
-            }
+            Ok(Some((offset, _))) if offset < hw => match first_record_at_or_after(&log, offset, ts).await {
+                Some((offset, timestamp)) => ListOutcome { error: None, offset, timestamp },
+                None => ListOutcome { error: None, offset: -1, timestamp: -1 },
+            },
             Ok(_) => ListOutcome { error: None, offset: -1, timestamp: -1 },
             Err(e) => ListOutcome { error: Some(kafka_error(&e)), offset: -1, timestamp: -1 },
         },
@@ -528,9 +590,14 @@ async fn first_record_at_or_after(log: &PartitionLog<DmaFs>, batch_offset: Offse
     }
 }
 
-async fn delete_records(logs: &LogDir<DmaFs>, tp: &TopicPartition, offset: i64) -> (Option<ResponseError>, i64) {
+async fn delete_records(
+    logs: &LogDir<DmaFs>,
+    replicas: &ShardReplicas,
+    tp: &TopicPartition,
+    offset: i64,
+) -> (Option<ResponseError>, i64) {
     let Some(log) = logs.get(tp) else { return (Some(missing(logs, tp)), -1) };
-    let hw = high_watermark(&log);
+    let hw = replicas.high_watermark(tp, &log);
     let target = match offset {
         -1 => hw,
         o if o >= 0 && (o as u64) <= hw.0 => Offset(o as u64),

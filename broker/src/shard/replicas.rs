@@ -8,17 +8,20 @@
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 
+use bytes::Bytes;
 use kafka_protocol::ResponseError;
-use shardlog_storage::fs::dma::DmaFs;
-use shardlog_storage::{Clock, FlushPolicy, LeaderEpoch, Offset, PartitionLog, SystemClock, TopicPartition};
+use shardlog_storage::fs::Fs;
+use shardlog_storage::{
+    Clock, FlushPolicy, LeaderEpoch, Offset, PartitionLog, StorageError, SystemClock, TopicPartition,
+};
 
 use crate::quorum::state::{NodeId, PartitionRecord};
-use crate::replication::{LogView, Replica, ReplicaError, ReplicaSettings};
+use crate::replication::{FetchPosition, FetchReply, FollowerStep, LogView, Replica, ReplicaError, ReplicaSettings};
 
 /// A partition log as the replica state machine reads it.
-struct View<'a>(&'a PartitionLog<DmaFs>);
+struct View<'a, F: Fs>(&'a PartitionLog<F>);
 
-impl LogView for View<'_> {
+impl<F: Fs> LogView for View<'_, F> {
     fn log_start(&self) -> Offset {
         self.0.log_start_offset()
     }
@@ -37,7 +40,7 @@ impl LogView for View<'_> {
 }
 
 /// What this replica counts as its copy: what is on disk, or, under Kafka's interval flush, what is written.
-pub fn stable_end(log: &PartitionLog<DmaFs>) -> Offset {
+pub fn stable_end<F: Fs>(log: &PartitionLog<F>) -> Offset {
     match log.config().flush {
         FlushPolicy::Always => log.durable_offset(),
         FlushPolicy::Interval { .. } => log.log_end_offset(),
@@ -96,13 +99,13 @@ impl ShardReplicas {
     }
 
     /// The partition's record as the metadata now has it, and the topic's `min.insync.replicas`.
-    pub fn apply_record(
+    pub fn apply_record<F: Fs>(
         &self,
         tp: &TopicPartition,
         topic_id: uuid::Uuid,
         record: &PartitionRecord,
         min_insync_replicas: u16,
-        log: &PartitionLog<DmaFs>,
+        log: &PartitionLog<F>,
     ) {
         if self.parts.borrow().get(tp).is_some_and(|part| part.topic_id != topic_id) {
             self.remove(tp);
@@ -160,7 +163,7 @@ impl ShardReplicas {
     }
 
     /// Starts an acks=all wait for the high watermark to reach `end`: the receiver gets its verdict.
-    pub fn await_ack(&self, tp: &TopicPartition, end: Offset, log: &PartitionLog<DmaFs>) -> AckWait {
+    pub fn await_ack<F: Fs>(&self, tp: &TopicPartition, end: Offset, log: &PartitionLog<F>) -> AckWait {
         let (tx, rx) = flume::bounded(1);
         let token = self.next_token.get();
         self.next_token.set(token + 1);
@@ -187,7 +190,7 @@ impl ShardReplicas {
     }
 
     /// The log's stable offset may have moved (a flush finished): the HW follows, and waits it passed end.
-    pub fn log_moved(&self, tp: &TopicPartition, log: &PartitionLog<DmaFs>) {
+    pub fn log_moved<F: Fs>(&self, tp: &TopicPartition, log: &PartitionLog<F>) {
         let mut parts = self.parts.borrow_mut();
         if let Some(part) = parts.get_mut(tp) {
             part.replica.set_session((self.in_session)());
@@ -198,7 +201,7 @@ impl ShardReplicas {
 
     /// The offset consumers may read up to: the replica's high watermark, brought up to date first. A
     /// partition without a record yet (the metadata has not reached this shard) shows its checkpointed HW.
-    pub fn high_watermark(&self, tp: &TopicPartition, log: &PartitionLog<DmaFs>) -> Offset {
+    pub fn high_watermark<F: Fs>(&self, tp: &TopicPartition, log: &PartitionLog<F>) -> Offset {
         self.log_moved(tp, log);
         self.parts
             .borrow()
@@ -212,8 +215,89 @@ impl ShardReplicas {
         self.parts.borrow().get(tp).is_none_or(|part| part.replica.offsets_available())
     }
 
+    /// A follower's fetch of a partition this shard leads: the state machine's answer, with the records
+    /// from the follower's offset up to this log's end (at most `max_bytes`, but at least one batch).
+    pub async fn serve_fetch<F: Fs>(
+        &self,
+        tp: &TopicPartition,
+        position: &FetchPosition,
+        max_bytes: usize,
+        log: &PartitionLog<F>,
+    ) -> (FetchReply, Bytes) {
+        let reply = {
+            let mut parts = self.parts.borrow_mut();
+            let Some(part) = parts.get_mut(tp) else {
+                return (FetchReply::Refused(ReplicaError::NotLeaderOrFollower), Bytes::new());
+            };
+            part.replica.set_session((self.in_session)());
+            let reply = part.replica.on_fetch(SystemClock.now_ms(), position, &View(log));
+            Self::settle(part, log);
+            reply
+        };
+        let FetchReply::Records { from, .. } = reply else { return (reply, Bytes::new()) };
+        let end = log.log_end_offset();
+        if from >= end {
+            return (reply, Bytes::new());
+        }
+        match log.read_until(from, max_bytes, end).await {
+            Ok(read) => (reply, read.bytes),
+            // Retention removed the range since the check: the follower starts over at the new start.
+            Err(StorageError::OffsetOutOfRange { .. }) => {
+                (FetchReply::OutOfRange { log_start: log.log_start_offset() }, Bytes::new())
+            }
+            Err(e) => {
+                tracing::warn!(partition = %tp, error = %e, "cannot read records for a follower");
+                (FetchReply::Refused(ReplicaError::NotLeaderOrFollower), Bytes::new())
+            }
+        }
+    }
+
+    /// What this shard, following `tp`, asks its leader for now: the leader and the position.
+    pub fn fetch_position<F: Fs>(&self, tp: &TopicPartition, log: &PartitionLog<F>) -> Option<(NodeId, FetchPosition)> {
+        self.parts.borrow().get(tp)?.replica.fetch_position(&View(log))
+    }
+
+    /// The leader's answer to `asked` for a partition this shard follows: appends its records, truncates,
+    /// or starts the log over, as the state machine decides. A storage refusal (a batch that does not
+    /// check, say) appends nothing and is returned; the next fetch asks again from the same place.
+    pub async fn apply_answer<F: Fs>(
+        &self,
+        tp: &TopicPartition,
+        asked: &FetchPosition,
+        reply: &FetchReply,
+        records: &[u8],
+        log: &PartitionLog<F>,
+    ) -> Result<FollowerStep, StorageError> {
+        let step = match self.parts.borrow_mut().get_mut(tp) {
+            Some(part) => part.replica.on_reply(asked, reply, &View(log)),
+            None => FollowerStep::Ignore,
+        };
+        match step {
+            FollowerStep::Append { high_watermark } => {
+                log.append_replicated(records).await?;
+                if let Some(part) = self.parts.borrow_mut().get_mut(tp) {
+                    part.replica.appended(high_watermark, &View(log));
+                    Self::settle(part, log);
+                }
+            }
+            FollowerStep::Truncate(to) => {
+                let end = log.truncate_to(to).await?;
+                tracing::info!(partition = %tp, %end, ?reply, "truncated to where the leader's log agrees");
+                if let Some(part) = self.parts.borrow_mut().get_mut(tp) {
+                    Self::settle(part, log);
+                }
+            }
+            FollowerStep::StartAt(offset) => {
+                log.truncate_fully_and_start_at(offset).await?;
+                tracing::info!(partition = %tp, %offset, "log started over at the leader's log start");
+            }
+            FollowerStep::Ignore => {}
+        }
+        Ok(step)
+    }
+
     /// Hands out the verdicts of finished waits and records the HW in the log for the checkpoint.
-    fn settle(part: &mut Part, log: &PartitionLog<DmaFs>) {
+    fn settle<F: Fs>(part: &mut Part, log: &PartitionLog<F>) {
         for (token, outcome) in part.replica.take_acks() {
             if let Some(waiter) = part.waiters.remove(&token) {
                 let _ = waiter.send(outcome);
@@ -223,5 +307,130 @@ impl ShardReplicas {
         if hw != log.high_watermark() {
             log.set_high_watermark(hw);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::rc::Rc;
+
+    use futures_lite::future::block_on;
+    use shardlog_storage::batch::build_batch;
+    use shardlog_storage::fs::sim::SimFs;
+    use shardlog_storage::{LogConfig, LogDir};
+
+    use super::*;
+    use crate::quorum::state::PartitionEpoch;
+
+    fn open(fs: &SimFs, dir: &str) -> (LogDir<SimFs>, Rc<PartitionLog<SimFs>>) {
+        let config = LogConfig { segment_bytes: 4096, tail_cache_bytes: 0, ..LogConfig::default() };
+        let (logs, _) = block_on(LogDir::open(fs.clone(), Rc::new(SystemClock), Path::new(dir), |_| config.clone()))
+            .expect("log dir");
+        let log = block_on(logs.get_or_create(&TopicPartition::new("t", 0), config)).expect("log");
+        (logs, log)
+    }
+
+    fn everything(log: &PartitionLog<SimFs>) -> Vec<u8> {
+        block_on(log.read(log.log_start_offset(), usize::MAX)).expect("read").bytes.to_vec()
+    }
+
+    #[test]
+    fn a_diverged_follower_truncates_catches_up_byte_for_byte_and_lets_acks_all_complete() {
+        let fs = SimFs::new();
+        let tp = TopicPartition::new("t", 0);
+        let (_l, leader_log) = open(&fs, "/leader");
+        let (_f, follower_log) = open(&fs, "/follower");
+        let value = |i: u8| vec![i; 300];
+        // Epoch 0 wrote six batches, which the follower copied up to the fourth; as leader of epoch 1 the
+        // follower then took two batches no one else has; epoch 2's leader wrote six more.
+        for i in 0..6u8 {
+            block_on(leader_log.append(&build_batch(1_000, &[&value(i)]), LeaderEpoch(0))).unwrap();
+        }
+        let shared = block_on(leader_log.read(Offset(0), usize::MAX)).unwrap().bytes;
+        let four = block_on(leader_log.read_until(Offset(0), usize::MAX, Offset(4))).unwrap().bytes;
+        block_on(follower_log.append_replicated(&four)).unwrap();
+        assert!(shared.len() > four.len());
+        for i in 100..102u8 {
+            block_on(follower_log.append(&build_batch(1_000, &[&value(i)]), LeaderEpoch(1))).unwrap();
+        }
+        for i in 6..12u8 {
+            block_on(leader_log.append(&build_batch(1_000, &[&value(i)]), LeaderEpoch(2))).unwrap();
+        }
+        block_on(leader_log.flush()).unwrap();
+        block_on(follower_log.flush()).unwrap();
+
+        let record = PartitionRecord {
+            replicas: vec![NodeId(1), NodeId(2)],
+            isr: vec![NodeId(1), NodeId(2)],
+            leader: Some(NodeId(1)),
+            leader_epoch: LeaderEpoch(2),
+            partition_epoch: PartitionEpoch(4),
+        };
+        let topic_id = uuid::Uuid::from_u128(7);
+        let leader = ShardReplicas::new(NodeId(1), || true);
+        let follower = ShardReplicas::new(NodeId(2), || true);
+        leader.apply_record(&tp, topic_id, &record, 2, &leader_log);
+        follower.apply_record(&tp, topic_id, &record, 2, &follower_log);
+        let end = leader_log.log_end_offset();
+        let acked = leader.await_ack(&tp, end, &leader_log);
+        assert!(acked.verdict.try_recv().is_err(), "the follower has nothing yet");
+
+        let mut steps = Vec::new();
+        for _ in 0..20 {
+            let (to, position) = follower.fetch_position(&tp, &follower_log).expect("follows broker 1");
+            assert_eq!(to, NodeId(1));
+            // A small limit: the follower catches up over several fetches.
+            let (reply, records) = block_on(leader.serve_fetch(&tp, &position, 700, &leader_log));
+            if !records.is_empty() {
+                // A damaged copy is refused whole and changes nothing.
+                let mut damaged = records.to_vec();
+                *damaged.last_mut().unwrap() ^= 1;
+                let before = follower_log.log_end_offset();
+                let refused = block_on(follower.apply_answer(&tp, &position, &reply, &damaged, &follower_log));
+                assert!(matches!(refused, Err(StorageError::InvalidBatch(_))), "{refused:?}");
+                assert_eq!(follower_log.log_end_offset(), before);
+            }
+            steps.push(block_on(follower.apply_answer(&tp, &position, &reply, &records, &follower_log)).unwrap());
+            block_on(follower_log.flush()).unwrap();
+            if follower.high_watermark(&tp, &follower_log) == end {
+                break;
+            }
+        }
+        assert_eq!(steps.iter().filter(|s| matches!(s, FollowerStep::Truncate(_))).count(), 1, "{steps:?}");
+        assert!(steps.contains(&FollowerStep::Truncate(Offset(4))), "{steps:?}");
+        assert_eq!(everything(&follower_log), everything(&leader_log));
+        assert_eq!(follower_log.leader_epochs(), leader_log.leader_epochs());
+        assert_eq!(leader.high_watermark(&tp, &leader_log), end);
+        assert_eq!(follower.high_watermark(&tp, &follower_log), end);
+        assert_eq!(acked.verdict.try_recv(), Ok(Ok(())));
+    }
+
+    #[test]
+    fn a_follower_of_an_older_epoch_is_fenced_and_a_stranger_refused() {
+        let fs = SimFs::new();
+        let tp = TopicPartition::new("t", 0);
+        let (_l, log) = open(&fs, "/leader");
+        let record = PartitionRecord {
+            replicas: vec![NodeId(1), NodeId(2)],
+            isr: vec![NodeId(1), NodeId(2)],
+            leader: Some(NodeId(1)),
+            leader_epoch: LeaderEpoch(3),
+            partition_epoch: PartitionEpoch(0),
+        };
+        let leader = ShardReplicas::new(NodeId(1), || true);
+        leader.apply_record(&tp, uuid::Uuid::from_u128(1), &record, 1, &log);
+        let position = |replica, epoch| FetchPosition {
+            replica: NodeId(replica),
+            leader_epoch: LeaderEpoch(epoch),
+            offset: Offset::ZERO,
+            last_epoch: None,
+            stable_end: Offset::ZERO,
+        };
+        let fetch = |p| block_on(leader.serve_fetch(&tp, &p, 1024, &log)).0;
+        assert_eq!(fetch(position(2, 2)), FetchReply::Refused(ReplicaError::FencedLeaderEpoch));
+        assert_eq!(fetch(position(2, 4)), FetchReply::Refused(ReplicaError::UnknownLeaderEpoch));
+        assert_eq!(fetch(position(9, 3)), FetchReply::Refused(ReplicaError::NotLeaderOrFollower));
+        assert!(matches!(fetch(position(2, 3)), FetchReply::Records { .. }));
     }
 }

@@ -106,6 +106,9 @@ impl LogView for SimLog {
     fn last_epoch(&self) -> Option<LeaderEpoch> {
         self.epochs.latest().map(|e| e.epoch)
     }
+    fn first_epoch(&self) -> Option<LeaderEpoch> {
+        self.epochs.entries().first().map(|e| e.epoch)
+    }
     fn epoch_end(&self, epoch: LeaderEpoch) -> Option<(LeaderEpoch, Offset)> {
         self.epochs.end_offset_for(epoch, self.log_end())
     }
@@ -587,6 +590,13 @@ impl Sim {
                         broker.log.truncate(to.0 as usize);
                         self.forget_agreement(b);
                         self.check_truncation(b, to.0 as usize)?;
+                    }
+                    // With no retention every log starts at 0: starting over means emptying the log.
+                    FollowerStep::StartAt(Offset(0)) => {
+                        trace!("t={now} broker {} empties its log after {reply:?}", b + 1);
+                        broker.log.truncate(0);
+                        self.forget_agreement(b);
+                        self.check_truncation(b, 0)?;
                     }
                     FollowerStep::StartAt(offset) => {
                         return Err(format!("log start moved to {offset} with no retention"));

@@ -92,6 +92,9 @@ pub struct BrokerContext {
     pub disk: Arc<DiskSpace>,
     /// The block of producer ids InitProducerId hands out.
     pub producer_ids: ProducerIds,
+    /// Notified when a partition led here gets records or a new high watermark (see
+    /// [`crate::shard::ShardReplicas`]): follower fetches held for news look again.
+    pub replica_progress: Arc<event_listener::Event>,
 }
 
 /// The shard that serves partition `partition` of `topic` here and the leader epoch it leads it at.
@@ -124,6 +127,7 @@ impl BrokerContext {
             shutdown,
             disk,
             producer_ids: ProducerIds::default(),
+            replica_progress: Arc::new(event_listener::Event::new()),
             config,
         }
     }

@@ -47,6 +47,9 @@ pub(super) struct Leader {
     proposed_members: Vec<NodeId>,
     /// When the proposal may be sent (again).
     propose_at_ms: i64,
+    /// The quorum refused a proposal at the current partition epoch: until the epoch moves, proposals only
+    /// remove members, so that a refused addition (a fenced broker's) cannot hold up a needed removal.
+    refused_at_epoch: bool,
     followers: BTreeMap<NodeId, Progress>,
     /// acks=all waits: (offset the HW must reach, token).
     pub(super) waits: Vec<(Offset, u64)>,
@@ -64,6 +67,7 @@ impl Leader {
             proposed: None,
             proposed_members: Vec::new(),
             propose_at_ms: now_ms,
+            refused_at_epoch: false,
             followers: BTreeMap::new(),
             waits: Vec::new(),
         };
@@ -84,6 +88,7 @@ impl Leader {
         }
         if record.partition_epoch > self.partition_epoch {
             self.proposed_members.clear();
+            self.refused_at_epoch = false;
         }
         self.partition_epoch = record.partition_epoch;
         self.replicas = record.replicas.clone();
@@ -103,10 +108,12 @@ impl Leader {
         self.followers = kept;
     }
 
-    /// Committed members plus those proposed at the current partition epoch, in replica order.
+    /// Committed members plus those proposed at the current partition epoch: every one of them counts,
+    /// also one the replica list no longer names (a member without progress holds the HW, the safe side).
     pub(super) fn maximal_isr(&self) -> Vec<NodeId> {
-        let counted = |id: &NodeId| self.isr.contains(id) || self.proposed_members.contains(id);
-        self.replicas.iter().copied().filter(counted).collect()
+        let mut members = self.isr.clone();
+        members.extend(self.proposed_members.iter().filter(|id| !self.isr.contains(id)));
+        members
     }
 
     pub(super) fn on_fetch(&mut self, now_ms: i64, fetch: &FetchPosition, log: &impl LogView) -> FetchReply {
@@ -120,6 +127,13 @@ impl Leader {
             return FetchReply::Refused(ReplicaError::NotLeaderOrFollower);
         };
         if fetch.offset < log.log_start() {
+            return FetchReply::OutOfRange { log_start: log.log_start() };
+        }
+        if let Some(last_epoch) = fetch.last_epoch
+            && log.first_epoch().is_some_and(|first| last_epoch < first)
+        {
+            // The follower's last epoch is older than any this log still holds: what it has cannot be
+            // checked against anything here, so it starts over at this log's start.
             return FetchReply::OutOfRange { log_start: log.log_start() };
         }
         if let Some(last_epoch) = fetch.last_epoch {
@@ -199,8 +213,15 @@ impl Leader {
         let lagging = |id: &NodeId| {
             self.followers.get(id).is_some_and(|p| now_ms - p.caught_up_ms > settings.replica_lag_time_max_ms)
         };
+        // A replica joins once it has the HW (and this leader's epoch start), and only while it is fetching:
+        // a proposed member that went quiet must drop out of the next proposal, or its stale credit would
+        // hold the HW for as long as the quorum refuses to add it.
         let joining = |id: &NodeId| {
-            self.followers.get(id).and_then(|p| p.credited).is_some_and(|c| c >= hw && c >= self.epoch_start)
+            !self.refused_at_epoch
+                && self.followers.get(id).is_some_and(|p| {
+                    now_ms - p.last_fetch_ms <= settings.replica_lag_time_max_ms
+                        && p.credited.is_some_and(|c| c >= hw && c >= self.epoch_start)
+                })
         };
         let isr: Vec<NodeId> = self
             .replicas
@@ -241,6 +262,7 @@ impl Leader {
             ProposalOutcome::Applied => {}
             ProposalOutcome::Refused => {
                 self.proposed = None;
+                self.refused_at_epoch = true;
                 self.propose_at_ms = now_ms + settings.isr_retry_ms;
             }
             // Wait for the newer record.

@@ -42,6 +42,8 @@ pub trait LogView {
     fn stable_end(&self) -> Offset;
     /// The leader epoch of the last batch, if the log has any epoch recorded.
     fn last_epoch(&self) -> Option<LeaderEpoch>;
+    /// The oldest leader epoch the log still holds records of.
+    fn first_epoch(&self) -> Option<LeaderEpoch>;
     /// Kafka's OffsetForLeaderEpoch on this log: the largest epoch not above `epoch`, and where it ends.
     fn epoch_end(&self, epoch: LeaderEpoch) -> Option<(LeaderEpoch, Offset)>;
 }
@@ -104,7 +106,8 @@ pub enum FetchReply {
         epoch: LeaderEpoch,
         end_offset: Offset,
     },
-    /// The follower's offset is below the leader's log start: it must start over there.
+    /// The follower's offset is below the leader's log start, or its last epoch is older than any the
+    /// leader still holds: it must empty its log and start over at the leader's log start.
     OutOfRange {
         log_start: Offset,
     },
@@ -149,14 +152,27 @@ pub struct Replica {
     high_watermark: Offset,
     /// Whether this broker's quorum session is alive.
     in_session: bool,
+    /// The newest leader epoch of a record applied: an older record is never applied after it.
+    newest_epoch: Option<LeaderEpoch>,
     /// acks=all waits that have ended, for [`Replica::take_acks`].
     finished: Vec<AckOutcome>,
 }
 
 impl Replica {
     /// A replica whose log was left with this high watermark (from the checkpoint, at most the log end).
+    ///
+    /// It starts out of session: a restarted broker may apply a record from before its new registration
+    /// that still names it leader, and must not act on it until its session is confirmed.
     pub fn new(me: NodeId, settings: ReplicaSettings, high_watermark: Offset) -> Replica {
-        Replica { me, settings, role: Role::None, high_watermark, in_session: true, finished: Vec::new() }
+        Replica {
+            me,
+            settings,
+            role: Role::None,
+            high_watermark,
+            in_session: false,
+            newest_epoch: None,
+            finished: Vec::new(),
+        }
     }
 
     pub fn settings(&self) -> ReplicaSettings {
@@ -210,14 +226,10 @@ impl Replica {
     /// leader state at the log end; losing leadership ends every acks=all wait with NOT_LEADER_OR_FOLLOWER.
     pub fn apply_record(&mut self, record: &PartitionRecord, now_ms: i64, log: &impl LogView) {
         self.high_watermark = self.high_watermark.min(log.log_end());
-        let current = match &self.role {
-            Role::Leader(leader) => Some(leader.epoch),
-            Role::Follower { leader_epoch, .. } => Some(*leader_epoch),
-            Role::None => None,
-        };
-        if current.is_some_and(|epoch| record.leader_epoch < epoch) {
-            return; // an older record than the one applied: the quorum has moved on since
+        if self.newest_epoch.is_some_and(|epoch| record.leader_epoch < epoch) {
+            return; // an older record than one applied: the quorum has moved on since
         }
+        self.newest_epoch = Some(record.leader_epoch);
         if !record.replicas.contains(&self.me) {
             self.step_down();
             self.role = Role::None;
@@ -338,14 +350,21 @@ impl Replica {
                 if to >= log.log_end() {
                     return FollowerStep::Ignore;
                 }
+                if to < log.log_start() {
+                    // Nothing this log holds agrees: it starts over where the leader's epoch ended.
+                    self.high_watermark = self.high_watermark.min(end_offset);
+                    return FollowerStep::StartAt(end_offset);
+                }
                 self.high_watermark = self.high_watermark.min(to);
                 FollowerStep::Truncate(to)
             }
-            FetchReply::OutOfRange { log_start } if log_start > log.log_end() => {
-                self.high_watermark = log_start;
+            FetchReply::OutOfRange { log_start } if log.log_start() == log_start && log.log_end() == log_start => {
+                FollowerStep::Ignore
+            }
+            FetchReply::OutOfRange { log_start } => {
+                self.high_watermark = self.high_watermark.min(log_start);
                 FollowerStep::StartAt(log_start)
             }
-            FetchReply::OutOfRange { .. } => FollowerStep::Ignore,
         }
     }
 
@@ -436,6 +455,9 @@ mod tests {
         fn last_epoch(&self) -> Option<LeaderEpoch> {
             (self.end > 0).then_some(LeaderEpoch(0))
         }
+        fn first_epoch(&self) -> Option<LeaderEpoch> {
+            self.last_epoch()
+        }
         fn epoch_end(&self, epoch: LeaderEpoch) -> Option<(LeaderEpoch, Offset)> {
             (epoch.0 >= 0 && self.end > 0).then_some((LeaderEpoch(0), Offset(self.end)))
         }
@@ -454,6 +476,7 @@ mod tests {
     fn leader(isr: &[u32], log: &Log) -> Replica {
         let settings = ReplicaSettings { min_insync_replicas: 2, ..ReplicaSettings::default() };
         let mut replica = Replica::new(NodeId(1), settings, Offset::ZERO);
+        replica.set_session(true);
         replica.apply_record(&record(isr, 0), 0, log);
         replica
     }
@@ -538,6 +561,7 @@ mod tests {
         let log = Log { end: 8, stable: 8 };
         let settings = ReplicaSettings { min_insync_replicas: 1, ..ReplicaSettings::default() };
         let mut replica = Replica::new(NodeId(1), settings, Offset(5));
+        replica.set_session(true);
         replica.apply_record(&record(&[1, 2], 0), 0, &log);
         assert!(!replica.offsets_available(), "HW 5 is below the epoch's start, 8");
         replica.on_fetch(1, &fetch(2, 8, 8), &log);
@@ -559,5 +583,38 @@ mod tests {
         // A reply to a question asked from another log end is stale.
         let stale = FetchPosition { offset: Offset(9), ..asked };
         assert_eq!(follower.on_reply(&stale, &reply, &log), FollowerStep::Ignore);
+    }
+
+    #[test]
+    fn a_refused_joiner_that_goes_quiet_stops_holding_the_hw() {
+        let mut log = Log { end: 10, stable: 10 };
+        let mut replica = leader(&[1, 2], &log);
+        replica.on_fetch(1, &fetch(2, 10, 10), &log);
+        replica.on_fetch(1, &fetch(3, 10, 10), &log);
+        let joining = replica.poll_isr_change(1).expect("3 caught up");
+        assert_eq!(joining.isr, vec![NodeId(1), NodeId(2), NodeId(3)]);
+        // The quorum refuses (3 was fenced); a late copy could still apply, so 3 keeps counting.
+        replica.isr_change_answered(2, &joining, ProposalOutcome::Refused, &log);
+        assert_eq!(replica.maximal_isr(), vec![NodeId(1), NodeId(2), NodeId(3)]);
+        // 3 goes quiet; the log grows and 2 keeps up.
+        let mut now = 2;
+        let mut moved_on = None;
+        while now < 40_000 && moved_on.is_none() {
+            now += 100;
+            log.end += 1;
+            log.stable = log.end;
+            replica.on_fetch(now, &fetch(2, log.end, log.end), &log);
+            if let Some(proposal) = replica.poll_isr_change(now) {
+                assert!(!proposal.isr.contains(&NodeId(3)), "a refused joiner that stopped fetching: {proposal:?}");
+                moved_on = Some(proposal);
+            }
+        }
+        let proposal = moved_on.expect("the ISR is proposed again without 3, to move the partition epoch");
+        assert_eq!(proposal.isr, vec![NodeId(1), NodeId(2)]);
+        assert_eq!(replica.high_watermark(), Offset(10), "3 held the HW until then");
+        replica.apply_record(&record(&[1, 2], 1), now, &log);
+        assert_eq!(replica.maximal_isr(), vec![NodeId(1), NodeId(2)]);
+        replica.on_fetch(now + 1, &fetch(2, log.end, log.end), &log);
+        assert_eq!(replica.high_watermark(), Offset(log.end));
     }
 }

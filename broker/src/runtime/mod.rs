@@ -370,7 +370,9 @@ async fn run_shard(
     }
     let logs = Rc::new(logs);
     let quorum = ctx.quorum.clone();
-    let replicas = Rc::new(shard::ShardReplicas::new(NodeId(ctx.config.node_id), move || quorum.in_session()));
+    let progress = ctx.replica_progress.clone();
+    let replicas =
+        Rc::new(shard::ShardReplicas::new(NodeId(ctx.config.node_id), move || quorum.in_session(), progress));
     glommio::spawn_local(shard::serve(logs.clone(), replicas, requests)).detach();
     let upkeep = glommio::spawn_local(shard::upkeep(logs.clone(), ctx.config.shard_limits, shutdown.clone()));
     if let Some((admin, images)) = admin {

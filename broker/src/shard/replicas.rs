@@ -7,6 +7,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use kafka_protocol::ResponseError;
@@ -16,7 +17,10 @@ use shardlog_storage::{
 };
 
 use crate::quorum::state::{NodeId, PartitionRecord};
-use crate::replication::{FetchPosition, FetchReply, FollowerStep, LogView, Replica, ReplicaError, ReplicaSettings};
+use crate::replication::{
+    FetchPosition, FetchReply, FollowerStep, IsrProposal, LogView, ProposalOutcome, Replica, ReplicaError,
+    ReplicaSettings,
+};
 
 /// A partition log as the replica state machine reads it.
 struct View<'a, F: Fs>(&'a PartitionLog<F>);
@@ -33,6 +37,9 @@ impl<F: Fs> LogView for View<'_, F> {
     }
     fn last_epoch(&self) -> Option<LeaderEpoch> {
         self.0.latest_epoch()
+    }
+    fn first_epoch(&self) -> Option<LeaderEpoch> {
+        self.0.earliest_epoch()
     }
     fn epoch_end(&self, epoch: LeaderEpoch) -> Option<(LeaderEpoch, Offset)> {
         self.0.end_offset_for_epoch(epoch)
@@ -68,6 +75,8 @@ pub struct AckWait {
 struct Part {
     /// The topic the replica belongs to: a topic created again under the same name starts afresh.
     topic_id: uuid::Uuid,
+    /// How many other replicas the partition has.
+    followers: usize,
     replica: Replica,
     /// acks=all waits by token.
     waiters: HashMap<u64, flume::Sender<Result<(), ReplicaError>>>,
@@ -77,6 +86,9 @@ struct Part {
 pub struct ShardReplicas {
     me: NodeId,
     in_session: Box<dyn Fn() -> bool>,
+    /// Notified when a partition led here gets records or a new HW: held follower fetches (on any shard)
+    /// look again.
+    progress: Arc<event_listener::Event>,
     parts: RefCell<HashMap<TopicPartition, Part>>,
     next_token: Cell<u64>,
 }
@@ -89,10 +101,15 @@ impl std::fmt::Debug for ShardReplicas {
 
 impl ShardReplicas {
     /// `in_session`: whether the broker's quorum session is alive right now.
-    pub fn new(me: NodeId, in_session: impl Fn() -> bool + 'static) -> ShardReplicas {
+    pub fn new(
+        me: NodeId,
+        in_session: impl Fn() -> bool + 'static,
+        progress: Arc<event_listener::Event>,
+    ) -> ShardReplicas {
         ShardReplicas {
             me,
             in_session: Box::new(in_session),
+            progress,
             parts: RefCell::new(HashMap::new()),
             next_token: Cell::new(0),
         }
@@ -116,12 +133,15 @@ impl ShardReplicas {
             ReplicaSettings { min_insync_replicas: min_insync_replicas as usize, ..ReplicaSettings::default() };
         let part = parts.entry(tp.clone()).or_insert_with(|| Part {
             topic_id,
+            followers: 0,
             replica: Replica::new(self.me, settings, log.high_watermark().min(log.log_end_offset())),
             waiters: HashMap::new(),
         });
         if part.replica.settings() != settings {
             part.replica.set_settings(settings, &view);
         }
+        part.followers = record.replicas.iter().filter(|id| **id != self.me).count();
+        part.replica.set_session((self.in_session)());
         let was = (part.replica.leading(), part.replica.following());
         part.replica.apply_record(record, SystemClock.now_ms(), &view);
         let now = (part.replica.leading(), part.replica.following());
@@ -132,7 +152,7 @@ impl ShardReplicas {
                 _ => tracing::debug!(partition = %tp, "neither leading nor following"),
             }
         }
-        Self::settle(part, log);
+        Self::settle(part, log, &self.progress);
     }
 
     /// Forgets a partition whose log is gone; its waits end with NOT_LEADER_OR_FOLLOWER.
@@ -171,8 +191,9 @@ impl ShardReplicas {
         match parts.get_mut(tp) {
             Some(part) => {
                 part.waiters.insert(token, tx);
+                part.replica.set_session((self.in_session)());
                 part.replica.await_ack(token, end, &View(log));
-                Self::settle(part, log);
+                Self::settle(part, log, &self.progress);
             }
             None => {
                 let _ = tx.send(Err(ReplicaError::NotLeaderOrFollower));
@@ -195,7 +216,7 @@ impl ShardReplicas {
         if let Some(part) = parts.get_mut(tp) {
             part.replica.set_session((self.in_session)());
             part.replica.stable_end_moved(&View(log));
-            Self::settle(part, log);
+            Self::settle(part, log, &self.progress);
         }
     }
 
@@ -231,7 +252,7 @@ impl ShardReplicas {
             };
             part.replica.set_session((self.in_session)());
             let reply = part.replica.on_fetch(SystemClock.now_ms(), position, &View(log));
-            Self::settle(part, log);
+            Self::settle(part, log, &self.progress);
             reply
         };
         let FetchReply::Records { from, .. } = reply else { return (reply, Bytes::new()) };
@@ -277,14 +298,14 @@ impl ShardReplicas {
                 log.append_replicated(records).await?;
                 if let Some(part) = self.parts.borrow_mut().get_mut(tp) {
                     part.replica.appended(high_watermark, &View(log));
-                    Self::settle(part, log);
+                    Self::settle(part, log, &self.progress);
                 }
             }
             FollowerStep::Truncate(to) => {
                 let end = log.truncate_to(to).await?;
                 tracing::info!(partition = %tp, %end, ?reply, "truncated to where the leader's log agrees");
                 if let Some(part) = self.parts.borrow_mut().get_mut(tp) {
-                    Self::settle(part, log);
+                    Self::settle(part, log, &self.progress);
                 }
             }
             FollowerStep::StartAt(offset) => {
@@ -296,8 +317,56 @@ impl ShardReplicas {
         Ok(step)
     }
 
-    /// Hands out the verdicts of finished waits and records the HW in the log for the checkpoint.
-    fn settle<F: Fs>(part: &mut Part, log: &PartitionLog<F>) {
+    /// A leader appended: followers waiting for records look again.
+    pub fn appended_as_leader(&self, tp: &TopicPartition) {
+        if self.parts.borrow().get(tp).is_some_and(|part| part.followers > 0) {
+            self.progress.notify(usize::MAX);
+        }
+    }
+
+    /// The partitions this shard follows, with their leaders.
+    pub fn followed(&self) -> Vec<(TopicPartition, NodeId)> {
+        let parts = self.parts.borrow();
+        parts.iter().filter_map(|(tp, part)| Some((tp.clone(), part.replica.following()?.0))).collect()
+    }
+
+    /// The topic id of a partition hosted here.
+    pub fn topic_id(&self, tp: &TopicPartition) -> Option<uuid::Uuid> {
+        self.parts.borrow().get(tp).map(|part| part.topic_id)
+    }
+
+    /// The ISR changes this shard's leaders should propose now.
+    pub fn poll_isr_changes(&self) -> Vec<(TopicPartition, IsrProposal)> {
+        let now = SystemClock.now_ms();
+        let in_session = (self.in_session)();
+        let mut parts = self.parts.borrow_mut();
+        let mut out = Vec::new();
+        for (tp, part) in parts.iter_mut() {
+            part.replica.set_session(in_session);
+            if let Some(proposal) = part.replica.poll_isr_change(now) {
+                out.push((tp.clone(), proposal));
+            }
+        }
+        out
+    }
+
+    /// How the quorum answered an ISR proposal.
+    pub fn isr_change_answered<F: Fs>(
+        &self,
+        tp: &TopicPartition,
+        proposal: &IsrProposal,
+        outcome: ProposalOutcome,
+        log: &PartitionLog<F>,
+    ) {
+        if let Some(part) = self.parts.borrow_mut().get_mut(tp) {
+            part.replica.isr_change_answered(SystemClock.now_ms(), proposal, outcome, &View(log));
+            Self::settle(part, log, &self.progress);
+        }
+    }
+
+    /// Hands out the verdicts of finished waits and records the HW in the log for the checkpoint; a new HW
+    /// is news for held follower fetches.
+    fn settle<F: Fs>(part: &mut Part, log: &PartitionLog<F>, progress: &event_listener::Event) {
         for (token, outcome) in part.replica.take_acks() {
             if let Some(waiter) = part.waiters.remove(&token) {
                 let _ = waiter.send(outcome);
@@ -306,6 +375,9 @@ impl ShardReplicas {
         let hw = part.replica.high_watermark().min(log.log_end_offset());
         if hw != log.high_watermark() {
             log.set_high_watermark(hw);
+            if part.followers > 0 {
+                progress.notify(usize::MAX);
+            }
         }
     }
 }
@@ -368,8 +440,9 @@ mod tests {
             partition_epoch: PartitionEpoch(4),
         };
         let topic_id = uuid::Uuid::from_u128(7);
-        let leader = ShardReplicas::new(NodeId(1), || true);
-        let follower = ShardReplicas::new(NodeId(2), || true);
+        let progress = Arc::new(event_listener::Event::new());
+        let leader = ShardReplicas::new(NodeId(1), || true, progress.clone());
+        let follower = ShardReplicas::new(NodeId(2), || true, progress);
         leader.apply_record(&tp, topic_id, &record, 2, &leader_log);
         follower.apply_record(&tp, topic_id, &record, 2, &follower_log);
         let end = leader_log.log_end_offset();
@@ -418,7 +491,7 @@ mod tests {
             leader_epoch: LeaderEpoch(3),
             partition_epoch: PartitionEpoch(0),
         };
-        let leader = ShardReplicas::new(NodeId(1), || true);
+        let leader = ShardReplicas::new(NodeId(1), || true, Arc::default());
         leader.apply_record(&tp, uuid::Uuid::from_u128(1), &record, 1, &log);
         let position = |replica, epoch| FetchPosition {
             replica: NodeId(replica),

@@ -368,6 +368,11 @@ impl<F: Fs> PartitionLog<F> {
         self.inner.borrow().epochs.latest().map(|e| e.epoch)
     }
 
+    /// The oldest leader epoch the log still holds records of.
+    pub fn earliest_epoch(&self) -> Option<LeaderEpoch> {
+        self.inner.borrow().epochs.entries().first().map(|e| e.epoch)
+    }
+
     /// Kafka's OffsetForLeaderEpoch answer: the largest epoch not above `epoch` and where it ended.
     pub fn end_offset_for_epoch(&self, epoch: LeaderEpoch) -> Option<(LeaderEpoch, Offset)> {
         let inner = self.inner.borrow();

@@ -122,14 +122,6 @@ fn plan_create(
             format!("replication factor {replication}: {live} live broker(s)"),
         ));
     }
-    if replication > 1 {
-        // Followers do not copy their leader's log yet: a second replica would be counted in the ISR
-        // without holding the data, and acks=all would lie.
-        return Err(refusal(
-            ResponseError::InvalidReplicationFactor,
-            format!("replication factor {replication}: replication between brokers is not built yet; use 1"),
-        ));
-    }
     if !topic.assignments.is_empty() {
         return Err(refusal(ResponseError::InvalidReplicaAssignment, "manual replica assignment is not supported"));
     }

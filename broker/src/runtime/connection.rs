@@ -112,6 +112,20 @@ impl Activity {
 
 pub(super) async fn serve(stream: TcpStream, ctx: Arc<BrokerContext>, clients: Arc<Clients>, shutdown: Shutdown) {
     let peer = stream.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "unknown".into());
+    // Another broker's replication connection starts with a peer frame; a Kafka client's with a size.
+    let mut first = [0u8; 4];
+    let peeked = future::or(async { stream.peek(&mut first).await.ok() }, async {
+        glommio::timer::sleep(clients.idle_limit()).await;
+        None
+    })
+    .await;
+    match peeked {
+        None | Some(0) => return,
+        Some(n) if super::replication::is_peer(&first[..n]) => {
+            return super::replication::serve_peer(stream, ctx, shutdown, peer).await;
+        }
+        Some(_) => {}
+    }
     let fd = stream.as_raw_fd();
     let (mut reader, writer) = futures_lite::io::split(stream);
     let (queue, answers) = local_channel::new_bounded(MAX_IN_FLIGHT_REQUESTS);

@@ -19,6 +19,7 @@
 
 mod connection;
 pub mod limits;
+mod replication;
 
 use std::cell::Cell;
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
@@ -373,7 +374,8 @@ async fn run_shard(
     let progress = ctx.replica_progress.clone();
     let replicas =
         Rc::new(shard::ShardReplicas::new(NodeId(ctx.config.node_id), move || quorum.in_session(), progress));
-    glommio::spawn_local(shard::serve(logs.clone(), replicas, requests)).detach();
+    glommio::spawn_local(shard::serve(logs.clone(), replicas.clone(), requests)).detach();
+    glommio::spawn_local(replication::replicate(ctx.clone(), shard, logs.clone(), replicas, shutdown.clone())).detach();
     let upkeep = glommio::spawn_local(shard::upkeep(logs.clone(), ctx.config.shard_limits, shutdown.clone()));
     if let Some((admin, images)) = admin {
         glommio::spawn_local(handlers::admin(ctx.clone(), admin)).detach();

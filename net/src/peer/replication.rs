@@ -48,6 +48,8 @@ pub struct FetchPartition {
     pub last_epoch: i32,
     /// Below this offset the follower's log is on disk (or written, under Kafka's interval flush).
     pub stable_end: u64,
+    /// The high watermark the follower knows: a leader with another one answers without holding the fetch.
+    pub high_watermark: u64,
 }
 
 /// A follower's fetch.
@@ -195,6 +197,7 @@ mod tests {
                 offset: 100,
                 last_epoch: 4,
                 stable_end: 96,
+                high_watermark: 90,
             }],
         };
         assert_eq!(decode_message::<ReplicaFetch>(&encode_message(&fetch)).unwrap(), fetch);

@@ -112,19 +112,14 @@ impl Activity {
 
 pub(super) async fn serve(stream: TcpStream, ctx: Arc<BrokerContext>, clients: Arc<Clients>, shutdown: Shutdown) {
     let peer = stream.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "unknown".into());
-    // Another broker's replication connection starts with a peer frame; a Kafka client's with a size.
-    let mut first = [0u8; 4];
-    let peeked = future::or(async { stream.peek(&mut first).await.ok() }, async {
-        glommio::timer::sleep(clients.idle_limit()).await;
-        None
-    })
-    .await;
-    match peeked {
-        None | Some(0) => return,
-        Some(n) if super::replication::is_peer(&first[..n]) => {
-            return super::replication::serve_peer(stream, ctx, shutdown, peer).await;
-        }
-        Some(_) => {}
+    // Another broker's replication connection starts with a peer frame, sent as soon as it connects; a
+    // Kafka client's with a size. The first bytes are looked at without reading them (and without giving
+    // the connection a receive buffer of its own), for a short while: what says nothing by then is a
+    // Kafka client, served as one.
+    if let Some(first) = peek_first_bytes(stream.as_raw_fd()).await
+        && super::replication::is_peer(&first)
+    {
+        return super::replication::serve_peer(stream, ctx, shutdown, peer).await;
     }
     let fd = stream.as_raw_fd();
     let (mut reader, writer) = futures_lite::io::split(stream);
@@ -459,4 +454,22 @@ fn encode(body: Option<ResponseKind>, correlation_id: i32, api_key: ApiKey, vers
             (None, Next::Close)
         }
     }
+}
+
+/// The first bytes waiting on a new connection, if any arrive within a few milliseconds (a peer broker
+/// sends its Hello right after connecting).
+async fn peek_first_bytes(fd: RawFd) -> Option<Vec<u8>> {
+    let mut first = [0u8; 4];
+    for _ in 0..25 {
+        // SAFETY: `fd` is the open socket of the stream the caller holds; MSG_PEEK leaves the bytes queued.
+        let n = unsafe { libc::recv(fd, first.as_mut_ptr().cast(), first.len(), libc::MSG_PEEK | libc::MSG_DONTWAIT) };
+        if n > 0 {
+            return Some(first[..n as usize].to_vec());
+        }
+        if n == 0 {
+            return None;
+        }
+        glommio::timer::sleep(Duration::from_millis(2)).await;
+    }
+    None
 }

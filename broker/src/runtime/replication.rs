@@ -353,13 +353,8 @@ async fn fetch_over(
     shutdown: &Shutdown,
 ) -> Result<(), String> {
     let _ = stream.set_nodelay(true);
-    let hello = ReplicaHello {
-        cluster_id: ctx.cluster_id.clone(),
-        broker: ctx.config.node_id,
-        incarnation: 0,
-        from_shard: shard as u16,
-        to_shard: 0,
-    };
+    let hello =
+        ReplicaHello { cluster_id: ctx.cluster_id.clone(), broker: ctx.config.node_id, from_shard: shard as u16 };
     stream.write_all(&encode_frame(kind::HELLO, &encode_message(&hello))).await.map_err(|e| e.to_string())?;
     let mut frames = PeerFrameReader::new(MAX_FRAME_BYTES);
     let mut buf = vec![0u8; 256 * 1024];

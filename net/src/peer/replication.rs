@@ -1,7 +1,7 @@
 //! The replication messages: a follower shard fetches from a leader shard, many partitions per request.
 //!
-//! A connection goes from one shard of the follower broker to the shard of the leader broker that owns the
-//! same partitions, and starts with [`ReplicaHello`]. Then the follower sends [`ReplicaFetch`] frames,
+//! A connection goes from one shard of the follower broker to the leader broker (whose receiving shard
+//! hands each partition to the shard that owns it), and starts with [`ReplicaHello`]. Then the follower sends [`ReplicaFetch`] frames,
 //! several in flight, each answered by one [`ReplicaFetchResult`] frame carrying the same correlation id.
 //! A fetch result's body is its rkyv control part followed by the record-batch bytes of each partition, as
 //! they are stored, in the order of the control part's partitions: the bytes are never re-encoded, and the
@@ -26,11 +26,8 @@ pub const NO_EPOCH: i32 = -1;
 pub struct ReplicaHello {
     pub cluster_id: String,
     pub broker: u32,
-    /// The follower broker's process incarnation, as registered with the quorum.
-    pub incarnation: u64,
-    /// The follower's shard, and the leader's shard this connection is for.
+    /// The follower's shard (for the leader's logs).
     pub from_shard: u16,
-    pub to_shard: u16,
 }
 
 /// One partition of a fetch: where the follower's log stands.

@@ -145,6 +145,7 @@ fn run(ops: Vec<Op>, crash_seed: u64, flush_interval: bool) -> Result<(), TestCa
                 for tp in &tps {
                     let log = dir.get(tp).unwrap();
                     log.set_config(LogConfig { retention_bytes: Some(keep), ..config.clone() }).unwrap();
+                    log.set_high_watermark(log.log_end_offset());
                 }
                 block_on(dir.apply_retention()).expect("retention");
                 for tp in &tps {

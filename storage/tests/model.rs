@@ -188,6 +188,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
             Op::Roll => block_on(log.roll()).expect("roll"),
             Op::RetainBytes { keep } => {
                 log.set_config(LogConfig { retention_bytes: Some(keep), ..config.clone() }).expect("config");
+                log.set_high_watermark(log.log_end_offset());
                 block_on(log.apply_retention()).expect("retention");
                 log.set_config(config.clone()).expect("config");
                 let start = log.log_start_offset().0;

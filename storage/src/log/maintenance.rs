@@ -395,8 +395,8 @@ impl<F: Fs> PartitionLog<F> {
         self.persist_epochs_locked().await
     }
 
-    /// Deletes old segments by `retention.ms` and `retention.bytes`, and segments wholly below the log
-    /// start offset. The active segment is never deleted. Returns how many segments were deleted.
+    /// Deletes old segments by `retention.ms` and `retention.bytes` (only those wholly below the high
+    /// watermark), and segments wholly below the log start offset. The active segment is never deleted. Returns how many segments were deleted.
     pub async fn apply_retention(&self) -> Result<usize> {
         let _io = self.io.lock().await;
         self.check_open()?;
@@ -407,8 +407,11 @@ impl<F: Fs> PartitionLog<F> {
             let mut count = 0;
             for seg in &inner.segments[..inner.segments.len() - 1] {
                 let newest = if seg.index.max_timestamp() >= 0 { seg.index.max_timestamp() } else { seg.created_ms };
-                let by_time = inner.config.retention_ms.is_some_and(|ms| now.saturating_sub(newest) > ms);
-                let by_size = inner.config.retention_bytes.is_some_and(|max| total - seg.size >= max);
+                // Time and size never delete past the high watermark: a record above it may not be on
+                // every in-sync replica yet, and the log start must not overtake what followers still need.
+                let below_hw = seg.next_offset <= inner.high_watermark;
+                let by_time = below_hw && inner.config.retention_ms.is_some_and(|ms| now.saturating_sub(newest) > ms);
+                let by_size = below_hw && inner.config.retention_bytes.is_some_and(|max| total - seg.size >= max);
                 let by_start = seg.next_offset <= inner.log_start;
                 if !(by_time || by_size || by_start) {
                     break;

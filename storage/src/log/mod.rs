@@ -323,7 +323,8 @@ impl<F: Fs> PartitionLog<F> {
         self.inner.borrow().high_watermark
     }
 
-    /// Records the high watermark (kept for the checkpoint; the log does not interpret it).
+    /// Records the high watermark: kept for the checkpoint, and retention by time or size never deletes
+    /// a segment that reaches above it.
     pub fn set_high_watermark(&self, hw: Offset) {
         let mut inner = self.inner.borrow_mut();
         assert!(hw <= inner.log_end(), "high watermark {hw} beyond log end {}", inner.log_end());

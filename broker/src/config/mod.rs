@@ -106,6 +106,8 @@ pub struct BrokerConfig {
     /// `log.dir.min.free.bytes`: below this much free space on the data dir's disk, produce is refused.
     pub log_dir_min_free_bytes: u64,
     pub min_insync_replicas: u16,
+    /// `replica.lag.time.max.ms`: a follower not caught up for this long leaves the ISR.
+    pub replica_lag_time_max_ms: u64,
     /// Default `compression.type` of topics.
     pub compression: Compression,
     /// Defaults for each topic's log settings.
@@ -451,6 +453,7 @@ impl Reader {
             clients,
             log_dir_min_free_bytes: self.int_set("log.dir.min.free.bytes")? as u64,
             min_insync_replicas: self.int_set("min.insync.replicas")? as u16,
+            replica_lag_time_max_ms: self.int_set("replica.lag.time.max.ms")? as u64,
             compression,
             log,
             shard_limits,

@@ -302,6 +302,14 @@ pub const SETTINGS: &[Setting] = &[
         example: "2",
     },
     Setting {
+        key: "replica.lag.time.max.ms",
+        kind: int(1, FOREVER),
+        default: Default::Value("30000"),
+        unit: "ms",
+        meaning: "a follower that has not caught up with the leader's log end for this long is taken out of the ISR",
+        example: "10000",
+    },
+    Setting {
         key: "shard.open.files.max",
         kind: int(16, 1 << 20),
         default: Default::Value("4096"),

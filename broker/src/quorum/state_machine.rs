@@ -201,6 +201,11 @@ impl RaftStateMachine<QuorumConfig> for StateMachineStore {
                                 tracing::info!(?event, "quorum: partition offline while its broker is shut down")
                             }
                             Event::ProducerIdsAllocated { .. } => tracing::debug!(?event, "quorum: producer ids"),
+                            Event::UncleanElection { .. } => tracing::warn!(
+                                ?event,
+                                "quorum: unclean leader election, possible data loss: records acknowledged while \
+                                 the new leader was out of the ISR may be gone"
+                            ),
                             _ => tracing::warn!(?event, "quorum: partition leadership event"),
                         }
                     }

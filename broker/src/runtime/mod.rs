@@ -372,8 +372,8 @@ async fn run_shard(
     let logs = Rc::new(logs);
     let quorum = ctx.quorum.clone();
     let progress = ctx.replica_progress.clone();
-    let replicas =
-        Rc::new(shard::ShardReplicas::new(NodeId(ctx.config.node_id), move || quorum.in_session(), progress));
+    let (me, lag_time_ms) = (NodeId(ctx.config.node_id), ctx.config.replica_lag_time_max_ms);
+    let replicas = Rc::new(shard::ShardReplicas::new(me, lag_time_ms, move || quorum.in_session(), progress));
     glommio::spawn_local(shard::serve(logs.clone(), replicas.clone(), requests)).detach();
     glommio::spawn_local(replication::replicate(ctx.clone(), shard, logs.clone(), replicas, shutdown.clone())).detach();
     let upkeep = glommio::spawn_local(shard::upkeep(logs.clone(), ctx.config.shard_limits, shutdown.clone()));

@@ -403,11 +403,13 @@ async fn fetch_over(
             return Err("an answer to another fetch".into());
         }
         let mut appended = Vec::new();
+        let mut leader_starts = Vec::new();
         for (((tp, position), fetched), bytes) in asked.iter().zip(&result.partitions).zip(records) {
             let Some(log) = logs.get(tp) else { continue };
             let mut reply = reply_of(fetched);
             if let FetchReply::Records { from, .. } = &mut reply {
                 *from = position.offset;
+                leader_starts.push((tp, Offset(fetched.log_start)));
             }
             match replicas.apply_answer(tp, position, &reply, bytes, &log).await {
                 Ok(_) if !bytes.is_empty() => appended.push(log),
@@ -426,6 +428,17 @@ async fn fetch_over(
                 && let Err(e) = log.flush().await
             {
                 tracing::warn!(log = %log.dir().display(), error = %e, "flush of replicated records failed");
+            }
+        }
+        // The leader's log start moved (DeleteRecords, retention): the follower's follows, up to its own HW,
+        // so that a replica elected later does not serve records the leader had deleted.
+        for (tp, leader_start) in leader_starts {
+            let Some(log) = logs.get(tp) else { continue };
+            let start = leader_start.min(log.high_watermark());
+            if start > log.log_start_offset()
+                && let Err(e) = logs.delete_records(tp, start).await
+            {
+                tracing::warn!(partition = %tp, error = %e, "moving the log start to the leader's failed");
             }
         }
     }

@@ -77,6 +77,8 @@ struct Part {
     topic_id: uuid::Uuid,
     /// How many other replicas the partition has.
     followers: usize,
+    /// The ISR of the record last applied, for the log line when it changes.
+    isr: Vec<NodeId>,
     replica: Replica,
     /// acks=all waits by token.
     waiters: HashMap<u64, flume::Sender<Result<(), ReplicaError>>>,
@@ -85,6 +87,7 @@ struct Part {
 /// The replicas of one shard's partitions.
 pub struct ShardReplicas {
     me: NodeId,
+    lag_time_ms: u64,
     in_session: Box<dyn Fn() -> bool>,
     /// Notified when a partition led here gets records or a new HW: held follower fetches (on any shard)
     /// look again.
@@ -100,14 +103,17 @@ impl std::fmt::Debug for ShardReplicas {
 }
 
 impl ShardReplicas {
-    /// `in_session`: whether the broker's quorum session is alive right now.
+    /// `in_session`: whether the broker's quorum session is alive right now; `lag_time_ms` is
+    /// `replica.lag.time.max.ms`.
     pub fn new(
         me: NodeId,
+        lag_time_ms: u64,
         in_session: impl Fn() -> bool + 'static,
         progress: Arc<event_listener::Event>,
     ) -> ShardReplicas {
         ShardReplicas {
             me,
+            lag_time_ms,
             in_session: Box::new(in_session),
             progress,
             parts: RefCell::new(HashMap::new()),
@@ -129,11 +135,15 @@ impl ShardReplicas {
         }
         let mut parts = self.parts.borrow_mut();
         let view = View(log);
-        let settings =
-            ReplicaSettings { min_insync_replicas: min_insync_replicas as usize, ..ReplicaSettings::default() };
+        let settings = ReplicaSettings {
+            min_insync_replicas: min_insync_replicas as usize,
+            replica_lag_time_max_ms: self.lag_time_ms as i64,
+            ..ReplicaSettings::default()
+        };
         let part = parts.entry(tp.clone()).or_insert_with(|| Part {
             topic_id,
             followers: 0,
+            isr: record.isr.clone(),
             replica: Replica::new(self.me, settings, log.high_watermark().min(log.log_end_offset())),
             waiters: HashMap::new(),
         });
@@ -151,7 +161,18 @@ impl ShardReplicas {
                 (_, Some((leader, epoch))) => tracing::info!(partition = %tp, %epoch, ?leader, "following partition"),
                 _ => tracing::debug!(partition = %tp, "neither leading nor following"),
             }
+        } else if now.0.is_some() && part.isr != record.isr {
+            // Kafka's under-replicated partitions, as the leader sees them change.
+            let (replicas, isr, was) = (record.replicas.len(), &record.isr, &part.isr);
+            if isr.len() < was.len() {
+                tracing::info!(partition = %tp, ?was, ?isr, replicas, "ISR shrank: under-replicated");
+            } else if isr.len() < replicas {
+                tracing::info!(partition = %tp, ?was, ?isr, replicas, "ISR grew: still under-replicated");
+            } else {
+                tracing::info!(partition = %tp, ?was, ?isr, "ISR grew: fully replicated");
+            }
         }
+        part.isr = record.isr.clone();
         Self::settle(part, log, &self.progress);
     }
 
@@ -441,8 +462,8 @@ mod tests {
         };
         let topic_id = uuid::Uuid::from_u128(7);
         let progress = Arc::new(event_listener::Event::new());
-        let leader = ShardReplicas::new(NodeId(1), || true, progress.clone());
-        let follower = ShardReplicas::new(NodeId(2), || true, progress);
+        let leader = ShardReplicas::new(NodeId(1), 30_000, || true, progress.clone());
+        let follower = ShardReplicas::new(NodeId(2), 30_000, || true, progress);
         leader.apply_record(&tp, topic_id, &record, 2, &leader_log);
         follower.apply_record(&tp, topic_id, &record, 2, &follower_log);
         let end = leader_log.log_end_offset();
@@ -491,7 +512,7 @@ mod tests {
             leader_epoch: LeaderEpoch(3),
             partition_epoch: PartitionEpoch(0),
         };
-        let leader = ShardReplicas::new(NodeId(1), || true, Arc::default());
+        let leader = ShardReplicas::new(NodeId(1), 30_000, || true, Arc::default());
         leader.apply_record(&tp, uuid::Uuid::from_u128(1), &record, 1, &log);
         let position = |replica, epoch| FetchPosition {
             replica: NodeId(replica),

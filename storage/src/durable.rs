@@ -19,7 +19,12 @@ fn tmp_path(path: &Path) -> PathBuf {
 pub async fn replace_file<F: Fs>(fs: &F, path: &Path, contents: &[u8]) -> Result<()> {
     let tmp = tmp_path(path);
     let file = fs.open(&tmp, true).await.map_err(|e| StorageError::io("create", &tmp, e))?;
-    write_whole(&file, &tmp, contents).await;
+    if let Err(e) = write_whole(&file, &tmp, contents).await {
+        // A full disk: the file keeps its old contents; the leftover is removed (or by the next open).
+        drop(file);
+        let _ = fs.remove(&tmp).await;
+        return Err(e);
+    }
     if let Err(e) = fs.rename(&tmp, path).await {
         fatal::disk_failure("rename", path, &e);
     }
@@ -27,22 +32,38 @@ pub async fn replace_file<F: Fs>(fs: &F, path: &Path, contents: &[u8]) -> Result
     Ok(())
 }
 
-/// Writes `contents` as the whole of `file` (direct I/O, padded then cut to size) and syncs it.
-pub(crate) async fn write_whole<F: SegmentFile>(file: &F, path: &Path, contents: &[u8]) {
-    let padded = align_up(contents.len() as u64) as usize;
-    if padded > 0 {
-        let mut buf = file.alloc(padded);
-        buf.as_mut()[..contents.len()].copy_from_slice(contents);
-        buf.as_mut()[contents.len()..].fill(0);
-        if let Err(e) = file.write_at(buf, 0).await {
-            fatal::disk_failure("write", path, &e);
-        }
-    }
+/// Writes `contents` as the whole of `file` (direct I/O, padded then cut to size) and syncs it. A full
+/// disk is [`StorageError::NoSpace`]; any other failure stops the process.
+pub(crate) async fn write_whole<F: SegmentFile>(file: &F, path: &Path, contents: &[u8]) -> Result<()> {
+    write_blocks(file, path, 0, contents).await?;
     if let Err(e) = file.truncate(contents.len() as u64).await {
         fatal::disk_failure("truncate", path, &e);
     }
     if let Err(e) = file.fdatasync().await {
         fatal::disk_failure("fdatasync", path, &e);
+    }
+    Ok(())
+}
+
+/// Writes `bytes` at `at` (a multiple of the block size), zero-padded to whole blocks. A full disk is
+/// [`StorageError::NoSpace`], and the file is as before or holds a prefix of the new blocks (the caller
+/// writes them again: a direct write leaves no dirty page behind, so unlike a failed buffered write it
+/// can be retried); any other failure stops the process.
+pub(crate) async fn write_blocks<F: SegmentFile>(file: &F, path: &Path, at: u64, bytes: &[u8]) -> Result<()> {
+    let padded = align_up(bytes.len() as u64) as usize;
+    if padded == 0 {
+        return Ok(());
+    }
+    let mut buf = file.alloc(padded);
+    buf.as_mut()[..bytes.len()].copy_from_slice(bytes);
+    buf.as_mut()[bytes.len()..].fill(0);
+    match file.write_at(buf, at).await {
+        Ok(()) => Ok(()),
+        // (glommio keeps the error's kind, not always its number.)
+        Err(e) if e.raw_os_error() == Some(libc::ENOSPC) || e.kind() == std::io::ErrorKind::StorageFull => {
+            Err(StorageError::NoSpace { path: path.to_path_buf() })
+        }
+        Err(e) => fatal::disk_failure("write", path, &e),
     }
 }
 

@@ -53,6 +53,8 @@ struct State {
     durable_files: BTreeMap<PathBuf, InodeRef>,
     dirs: BTreeSet<PathBuf>,
     fail_fsync: bool,
+    /// A full disk: no file may grow.
+    full: bool,
     fsyncs: u64,
     writes: u64,
     reads: u64,
@@ -70,6 +72,16 @@ pub struct SimFs {
 pub struct SimFile {
     inode: InodeRef,
     state: Rc<RefCell<State>>,
+}
+
+impl SimFile {
+    /// ENOSPC when the disk is full and the file would end past its current length at `end`.
+    fn check_space(&self, end: u64) -> io::Result<()> {
+        if self.state.borrow().full && end > self.inode.borrow().data.len() as u64 {
+            return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+        }
+        Ok(())
+    }
 }
 
 /// A deterministic generator for crash choices (SplitMix64).
@@ -123,6 +135,12 @@ impl SimFs {
     /// Makes every later `fdatasync` fail with EIO.
     pub fn fail_fsyncs(&self) {
         self.state.borrow_mut().fail_fsync = true;
+    }
+
+    /// Fills the disk (`true`) or frees space again: while it is full, a write or allocation that would
+    /// make a file longer fails with ENOSPC, and nothing of it happens.
+    pub fn set_full(&self, full: bool) {
+        self.state.borrow_mut().full = full;
     }
 
     /// The current (not necessarily durable) contents of a file.
@@ -199,11 +217,13 @@ impl SegmentFile for SimFile {
             pos.is_multiple_of(ALIGN) && (buf.len() as u64).is_multiple_of(ALIGN),
             "unaligned direct write at {pos}"
         );
+        self.check_space(pos + buf.len() as u64)?;
         self.record_write(pos, buf);
         Ok(())
     }
 
     fn write_cached(&self, pos: u64, bytes: &[u8]) -> io::Result<()> {
+        self.check_space(pos + bytes.len() as u64)?;
         self.record_write(pos, bytes.to_vec());
         Ok(())
     }
@@ -248,6 +268,7 @@ impl SegmentFile for SimFile {
     async fn allocate(&self, size: u64) -> io::Result<()> {
         // The size change is metadata like a truncation's: durable at the next sync, lost in a crash.
         if size > self.inode.borrow().data.len() as u64 {
+            self.check_space(size)?;
             self.truncate(size).await?;
         }
         Ok(())

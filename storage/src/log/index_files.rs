@@ -21,7 +21,7 @@ use std::path::Path;
 use crate::durable;
 use crate::error::{Result, StorageError};
 use crate::fatal;
-use crate::fs::{Fs, SegmentFile, align_down, align_up};
+use crate::fs::{Fs, SegmentFile, align_down};
 use crate::segment::index::{OFFSET_ENTRY_BYTES, TIME_ENTRY_BYTES};
 
 use super::PartitionLog;
@@ -96,15 +96,9 @@ pub(super) async fn remove_files<F: Fs>(fs: &F, paths: &[std::path::PathBuf], di
 async fn write_tail<F: Fs>(fs: &F, path: &Path, from: usize, tail: &[u8]) -> Result<()> {
     let created = !fs.exists(path);
     let file = fs.open(path, true).await.map_err(|e| StorageError::io("open", path, e))?;
-    let padded = align_up(tail.len() as u64) as usize;
-    if padded > 0 {
-        let mut buf = file.alloc(padded);
-        buf.as_mut()[..tail.len()].copy_from_slice(tail);
-        buf.as_mut()[tail.len()..].fill(0);
-        if let Err(e) = file.write_at(buf, from as u64).await {
-            fatal::disk_failure("write", path, &e);
-        }
-    }
+    // A full disk leaves the entries unwritten: the next checkpoint writes them again, and until one
+    // succeeds the recovery point stays where it was, so a crash rebuilds them from the log.
+    durable::write_blocks(&file, path, from as u64, tail).await?;
     if let Err(e) = file.truncate((from + tail.len()) as u64).await {
         fatal::disk_failure("truncate", path, &e);
     }

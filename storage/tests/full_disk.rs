@@ -1,0 +1,47 @@
+//! A disk that fills up under the small files (index files and checkpoints): writing them is refused
+//! with `NoSpace`, the process goes on, and once space is back they are written and nothing is lost.
+
+mod common;
+
+use std::path::Path;
+
+use futures_lite::future::block_on;
+use shardlog_storage::fs::sim::SimFs;
+use shardlog_storage::{LeaderEpoch, LogConfig, LogDir, Offset, StorageError, TopicPartition};
+
+use common::{ManualClock, make_batch};
+
+#[test]
+fn index_and_checkpoint_writes_on_a_full_disk_are_refused_and_written_once_space_is_back() {
+    let fs = SimFs::new();
+    let clock = ManualClock::new(1_700_000_000_000);
+    let config =
+        LogConfig { index_interval_bytes: 300, tail_cache_bytes: 0, retention_ms: None, ..LogConfig::default() };
+    let tp = TopicPartition::new("t", 0);
+    let (dir, _) = block_on(LogDir::open(fs.clone(), clock.clone(), Path::new("/data"), |_| config.clone())).unwrap();
+    let log = block_on(dir.get_or_create(&tp, config.clone())).unwrap();
+    for i in 0..20 {
+        block_on(log.append(&make_batch(i, 4, 200, 0), LeaderEpoch(0))).unwrap();
+    }
+    block_on(log.flush()).unwrap();
+    log.set_high_watermark(log.log_end_offset());
+
+    // The records are on disk; their index file and the checkpoints are not written yet.
+    fs.set_full(true);
+    let err = block_on(dir.checkpoint_if_moved()).unwrap_err();
+    assert!(matches!(err, StorageError::NoSpace { .. }), "{err}");
+    let index = Path::new("/data/t-0/00000000000000000000.index");
+    assert!(fs.contents(index).is_none_or(|c| c.is_empty()), "no index entry written");
+    assert!(!block_on(log.read(Offset(0), usize::MAX)).unwrap().bytes.is_empty(), "reads go on");
+
+    fs.set_full(false);
+    assert!(block_on(dir.checkpoint_if_moved()).unwrap() > 0, "the checkpoints are written now");
+    assert!(fs.contents(index).is_some_and(|c| !c.is_empty()), "the index entries are written");
+    block_on(dir.close()).unwrap();
+    drop((log, dir));
+
+    let (dir, _) = block_on(LogDir::open(fs.clone(), clock, Path::new("/data"), |_| config.clone())).unwrap();
+    let log = dir.get(&tp).unwrap();
+    assert_eq!(log.log_end_offset(), Offset(80), "every record");
+    assert_eq!(log.high_watermark(), Offset(80));
+}

@@ -169,6 +169,26 @@ impl Cluster {
         Ok(())
     }
 
+    /// SIGSTOP to broker `id` (1-based): it stays alive but does nothing, as a broker stalled by a long
+    /// pause would, until [`Cluster::resume`].
+    pub fn pause(&mut self, id: usize) -> Result<()> {
+        self.signal(id, libc::SIGSTOP)
+    }
+
+    /// SIGCONT to a broker paused by [`Cluster::pause`].
+    pub fn resume(&mut self, id: usize) -> Result<()> {
+        self.signal(id, libc::SIGCONT)
+    }
+
+    fn signal(&self, id: usize, signal: i32) -> Result<()> {
+        let Some(child) = &self.brokers[id - 1].child else { bail!("broker {id} is not running") };
+        // SAFETY: kill(2) on a process we started and have not waited for, with a valid signal.
+        if unsafe { libc::kill(child.id() as i32, signal) } != 0 {
+            bail!("signal {signal} to broker {id}: {}", std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
     /// Starts broker `id` again on its data and waits until it answers Metadata listing `expected` brokers.
     pub fn restart(&mut self, id: usize, expected: usize) -> Result<()> {
         let binary = self.binary.clone();
@@ -180,8 +200,12 @@ impl Cluster {
     pub fn stop(&mut self) -> Result<()> {
         for broker in &self.brokers {
             if let Some(child) = &broker.child {
-                // SAFETY: kill(2) on a process we started, with a valid signal.
-                unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+                // SAFETY: kill(2) on a process we started, with valid signals. A paused broker is
+                // continued first, or it could not act on SIGTERM.
+                unsafe {
+                    libc::kill(child.id() as i32, libc::SIGCONT);
+                    libc::kill(child.id() as i32, libc::SIGTERM);
+                }
             }
         }
         // A broker stops within its drain and controlled-shutdown limits; one that does not is killed.

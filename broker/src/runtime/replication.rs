@@ -58,17 +58,39 @@ pub(super) fn is_peer(first: &[u8]) -> bool {
     !first.is_empty() && first.iter().zip(magic.iter()).all(|(a, b)| a == b)
 }
 
+/// Why a peer connection stopped yielding frames.
+#[derive(Debug)]
+enum ReadError {
+    /// The connection failed (reset, timed out): the peer went away; nothing to tell an operator.
+    Lost(std::io::Error),
+    /// The bytes are not a peer frame, a frame's CRC does not check, or the stream ended inside a frame.
+    Bad(String),
+}
+
+impl std::fmt::Display for ReadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReadError::Lost(e) => write!(f, "connection lost: {e}"),
+            ReadError::Bad(e) => f.write_str(e),
+        }
+    }
+}
+
 /// Reads the next frame, `Ok(None)` at end of stream.
 async fn next_frame(
     stream: &mut TcpStream,
     frames: &mut PeerFrameReader,
     buf: &mut [u8],
-) -> Result<Option<PeerFrame>, String> {
+) -> Result<Option<PeerFrame>, ReadError> {
     loop {
-        if let Some(frame) = frames.next_frame().map_err(|e| e.to_string())? {
+        if let Some(frame) = frames.next_frame().map_err(|e| ReadError::Bad(e.to_string()))? {
             return Ok(Some(frame));
         }
-        let n = stream.read(buf).await.map_err(|e| e.to_string())?;
+        let n = stream.read(buf).await.map_err(ReadError::Lost)?;
+        if n == 0 && frames.buffered() > 0 {
+            let got = frames.buffered();
+            return Err(ReadError::Bad(format!("connection closed inside a frame ({got} bytes of it came)")));
+        }
         if n == 0 {
             return Ok(None);
         }
@@ -90,18 +112,17 @@ pub(super) async fn serve_peer(mut stream: TcpStream, ctx: Arc<BrokerContext>, s
     let mut frames = PeerFrameReader::new(MAX_FRAME_BYTES);
     let mut buf = vec![0u8; 64 * 1024];
     let hello = match within(PEER_TIMEOUT, next_frame(&mut stream, &mut frames, &mut buf)).await {
-        Some(Ok(Some(frame))) if frame.kind == kind::HELLO => decode_message::<ReplicaHello>(&frame.body),
-        Some(Ok(Some(frame))) => Err(PeerFrameError::UnexpectedType(frame.kind)),
+        Some(Ok(Some(frame))) if frame.kind == kind::HELLO => {
+            decode_message::<ReplicaHello>(&frame.body).map_err(|e| ReadError::Bad(e.to_string()))
+        }
+        Some(Ok(Some(frame))) => Err(ReadError::Bad(PeerFrameError::UnexpectedType(frame.kind).to_string())),
         Some(Ok(None)) => return,
-        Some(Err(e)) => Err(PeerFrameError::Malformed(e)),
-        None => Err(PeerFrameError::Malformed("no hello in time".into())),
+        Some(Err(e)) => Err(e),
+        None => Err(ReadError::Bad("no hello in time".into())),
     };
     let hello = match hello {
         Ok(hello) => hello,
-        Err(e) => {
-            tracing::warn!(%peer, error = %e, "closing replication connection: bad first frame");
-            return;
-        }
+        Err(e) => return closing(&peer, None, &e, "bad first frame"),
     };
     let follower = NodeId(hello.broker);
     let known = ctx.image().state.brokers.contains_key(&follower);
@@ -118,22 +139,30 @@ pub(super) async fn serve_peer(mut stream: TcpStream, ctx: Arc<BrokerContext>, s
         .await;
         let fetch = match frame {
             None | Some(Ok(None)) => return,
-            Some(Ok(Some(frame))) if frame.kind == kind::FETCH => decode_message::<ReplicaFetch>(&frame.body),
-            Some(Ok(Some(frame))) => Err(PeerFrameError::UnexpectedType(frame.kind)),
-            Some(Err(e)) => Err(PeerFrameError::Malformed(e)),
+            Some(Ok(Some(frame))) if frame.kind == kind::FETCH => {
+                decode_message::<ReplicaFetch>(&frame.body).map_err(|e| ReadError::Bad(e.to_string()))
+            }
+            Some(Ok(Some(frame))) => Err(ReadError::Bad(PeerFrameError::UnexpectedType(frame.kind).to_string())),
+            Some(Err(e)) => Err(e),
         };
         let fetch = match fetch {
             Ok(fetch) => fetch,
-            Err(e) => {
-                tracing::warn!(%peer, broker = hello.broker, error = %e, "closing replication connection: bad frame");
-                return;
-            }
+            Err(e) => return closing(&peer, Some(hello.broker), &e, "bad frame"),
         };
         let body = answer_fetch(&ctx, follower, fetch, &shutdown).await;
         if let Err(e) = stream.write_all(&encode_frame(kind::FETCH_RESULT, &body)).await {
             tracing::debug!(%peer, error = %e, "replication connection lost");
             return;
         }
+    }
+}
+
+/// The one log line of a replication connection the leader closes: a warning for bytes that are not
+/// the protocol (an operator should know who sends them), debug for a peer that went away.
+fn closing(peer: &str, broker: Option<u32>, error: &ReadError, what: &str) {
+    match error {
+        ReadError::Bad(_) => tracing::warn!(%peer, ?broker, %error, "closing replication connection: {what}"),
+        ReadError::Lost(_) => tracing::debug!(%peer, ?broker, %error, "replication connection lost"),
     }
 }
 
@@ -395,7 +424,7 @@ async fn fetch_over(
             Some(Ok(Some(frame))) if frame.kind == kind::FETCH_RESULT => frame,
             Some(Ok(Some(frame))) => return Err(format!("unexpected frame type {}", frame.kind)),
             Some(Ok(None)) => return Err("closed by the leader".into()),
-            Some(Err(e)) => return Err(e),
+            Some(Err(e)) => return Err(e.to_string()),
             None => return Err("no answer in time".into()),
         };
         let (result, records) = decode_fetch_result(&frame.body).map_err(|e| e.to_string())?;

@@ -1,0 +1,113 @@
+//! Bytes on the Kafka listener that start like the peer protocol but are not a follower's fetches:
+//! garbage, a frame whose CRC does not check, a frame cut short, a Hello from a broker the cluster does
+//! not have, and a bad frame after a good Hello. Each closes only its own connection, with one log line,
+//! while the partition goes on replicating (acks=all with `min.insync.replicas=3` keeps succeeding).
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::time::Duration;
+
+use rdkafka::config::ClientConfig;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use shardlog_broker::client::KafkaClient;
+use shardlog_net::peer::replication::{ReplicaHello, kind};
+use shardlog_net::peer::{MAGIC, encode_frame, encode_message};
+
+use crate::common::{Reports, all_led_with_isr, broker_log, cluster, wait_for};
+
+const TOPIC: &str = "steady";
+
+/// Sends `bytes` (then, if `half_close`, ends the sending side) and returns once the broker has closed
+/// the connection; panics if it keeps it open.
+fn refused(addr: &str, bytes: &[u8], half_close: bool) {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream.write_all(bytes).unwrap();
+    if half_close {
+        stream.shutdown(Shutdown::Write).unwrap();
+    }
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut buf = [0u8; 256];
+    match stream.read(&mut buf) {
+        Ok(0) => {}
+        Ok(n) => panic!("the broker answered {n} bytes instead of closing"),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        Err(e) => panic!("the broker kept the connection open: {e}"),
+    }
+}
+
+fn produce(bootstrap: &str, count: usize) {
+    let reports = Reports::default();
+    let producer: BaseProducer<Reports> = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("acks", "all")
+        .set("enable.idempotence", "true")
+        .set("message.timeout.ms", "30000")
+        .create_with_context(reports.clone())
+        .expect("producer");
+    for i in 0..count {
+        producer.send(BaseRecord::<(), str>::to(TOPIC).payload(&format!("r{i}"))).expect("queued");
+    }
+    producer.flush(Duration::from_secs(60)).expect("flushed");
+    let reports = reports.0.lock().unwrap();
+    assert_eq!(reports.len(), count);
+    assert!(reports.iter().all(|r| r.3), "acknowledged by all three replicas: {:?}", reports.iter().find(|r| !r.3));
+}
+
+#[test]
+fn bad_peer_frames_close_only_their_connection_with_one_log_line_and_replication_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = cluster(dir.path(), 3, 1, &[]);
+    let configs = [("min.insync.replicas".to_string(), "3".to_string())];
+    let mut client = KafkaClient::connect(cluster.addr(1)).unwrap();
+    client.create_topic(TOPIC, 2, 3, &configs).unwrap();
+    wait_for("both partitions with three in-sync replicas", Duration::from_secs(30), || {
+        (1..=3).all(|b| all_led_with_isr(cluster.addr(b), TOPIC, 2, 3))
+    });
+    produce(&cluster.bootstrap, 50);
+    let cluster_id = client.metadata(None).unwrap().cluster_id.expect("a cluster id").to_string();
+    let hello = |broker: u32| {
+        encode_frame(
+            kind::HELLO,
+            &encode_message(&ReplicaHello { cluster_id: cluster_id.clone(), broker, from_shard: 0 }),
+        )
+    };
+    let target = cluster.addr(1);
+    let before = broker_log(dir.path(), 1).len();
+
+    let mut garbage = MAGIC.to_be_bytes().to_vec();
+    garbage.extend((0..60u8).map(|i| i.wrapping_mul(37)));
+    refused(target, &garbage, false);
+    let mut bad_crc = hello(2);
+    *bad_crc.last_mut().unwrap() ^= 0x40;
+    refused(target, &bad_crc, false);
+    let truncated = hello(2);
+    refused(target, &truncated[..truncated.len() - 3], true);
+    refused(target, &hello(99), false);
+    let mut bad_fetch = hello(2);
+    let mut fetch = encode_frame(kind::FETCH, b"not an rkyv archive of a fetch");
+    *fetch.last_mut().unwrap() ^= 0x01;
+    bad_fetch.extend(fetch);
+    refused(target, &bad_fetch, false);
+
+    // Replication goes on: acks=all needs every one of the three replicas.
+    produce(&cluster.bootstrap, 50);
+    assert!((1..=3).all(|b| all_led_with_isr(cluster.addr(b), TOPIC, 2, 3)), "nobody left the ISR");
+
+    let added: Vec<String> = broker_log(dir.path(), 1).split_off(before);
+    let closed: Vec<&String> = added.iter().filter(|l| l.contains("closing replication connection")).collect();
+    assert_eq!(closed.len(), 5, "one line per bad connection: {closed:#?}");
+    for (line, reason) in closed.iter().zip([
+        "protocol version",
+        "CRC32C mismatch",
+        "inside a frame",
+        "not a broker of this cluster",
+        "bad frame",
+    ]) {
+        assert!(line.contains("WARN") && line.contains(reason), "{line:?} should say {reason:?}");
+    }
+    let others: Vec<&String> = added
+        .iter()
+        .filter(|l| (l.contains("WARN") || l.contains("ERROR")) && !l.contains("closing replication connection"))
+        .collect();
+    assert!(others.is_empty(), "no other warning: {others:#?}");
+}

@@ -2,13 +2,18 @@
 //! garbage, a frame whose CRC does not check, a frame cut short, a Hello from a broker the cluster does
 //! not have, and a bad frame after a good Hello. Each closes only its own connection, with one log line,
 //! while the partition goes on replicating (acks=all with `min.insync.replicas=3` keeps succeeding).
+//! Then DeleteRecords on the leader moves the log start of every replica.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::time::Duration;
 
+use futures_lite::future::block_on;
+use rdkafka::admin::{AdminClient, AdminOptions};
+use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{Offset, TopicPartitionList};
 use shardlog_broker::client::KafkaClient;
 use shardlog_net::peer::replication::{ReplicaHello, kind};
 use shardlog_net::peer::{MAGIC, encode_frame, encode_message};
@@ -33,6 +38,18 @@ fn refused(addr: &str, bytes: &[u8], half_close: bool) {
         Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
         Err(e) => panic!("the broker kept the connection open: {e}"),
     }
+}
+
+/// The log start offset broker `id` last checkpointed for `partition`.
+fn checkpointed_log_start(dir: &std::path::Path, id: usize, partition: i32) -> Option<i64> {
+    let broker = dir.join(format!("broker-{id}"));
+    let wanted = format!("{TOPIC} {partition} ");
+    std::fs::read_dir(&broker)
+        .ok()?
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("log-start-offset-checkpoint"))
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .find_map(|text| text.lines().find_map(|l| l.strip_prefix(&wanted).and_then(|o| o.parse().ok())))
 }
 
 fn produce(bootstrap: &str, count: usize) {
@@ -110,4 +127,16 @@ fn bad_peer_frames_close_only_their_connection_with_one_log_line_and_replication
         .filter(|l| (l.contains("WARN") || l.contains("ERROR")) && !l.contains("closing replication connection"))
         .collect();
     assert!(others.is_empty(), "no other warning: {others:#?}");
+
+    // DeleteRecords goes to the leader; the followers learn its log start from their fetches.
+    let admin: AdminClient<DefaultClientContext> =
+        ClientConfig::new().set("bootstrap.servers", &cluster.bootstrap).create().expect("admin client");
+    let mut cut = TopicPartitionList::new();
+    cut.add_partition_offset(TOPIC, 0, Offset::Offset(10)).unwrap();
+    let answer = block_on(admin.delete_records(&cut, &AdminOptions::new())).expect("DeleteRecords");
+    assert!(answer.elements().iter().all(|e| e.error().is_ok()), "{answer:?}");
+    produce(&cluster.bootstrap, 10);
+    wait_for("every replica's log start at 10", Duration::from_secs(30), || {
+        (1..=3).all(|b| checkpointed_log_start(dir.path(), b, 0) == Some(10))
+    });
 }

@@ -1,6 +1,7 @@
 //! `shardlog-bench cluster`: a local cluster of shardlog processes on loopback, each with its own data
-//! dir, for `tps-table` and for trying things out. With more than one broker every broker runs one of
-//! the quorum's voters (`--quorum-voters`). Prints the bootstrap list once every broker answers Metadata
+//! dir, for `tps-table` and for trying things out. With more than one broker the first brokers run the
+//! quorum's voters (`--quorum-voters`): all of them for 3 or 5 brokers, the first for 2, the first three
+//! for 4 (a quorum has an odd number of voters); the others reach the quorum over the network. Prints the bootstrap list once every broker answers Metadata
 //! listing all of them, and stops them all (SIGTERM) on Ctrl-C or when dropped. Tests also kill and
 //! restart single brokers through [`Cluster`].
 
@@ -19,7 +20,7 @@ pub struct ClusterArgs {
     /// Kafka port of the first broker; the others follow. 0: a free port for each.
     #[arg(long, default_value_t = 9092)]
     pub base_port: u16,
-    /// With more than one broker, each runs a quorum voter: the first one's port, the others following.
+    /// With more than one broker, the voting brokers' quorum ports: the first one's, the others following.
     /// Default: `--base-port` + 100 (9192, 9193, ...), or a free port for each with `--base-port 0`. A
     /// cluster started again on the same `--data-dir` keeps its voters' ports (`<data-dir>/quorum-voters`):
     /// the quorum remembers its voters' addresses. (A single broker is its own quorum, without a port.)
@@ -101,13 +102,13 @@ fn voter_list(args: &ClusterArgs, port: impl Fn(usize, u16) -> Result<u16>) -> R
         && let Ok(recorded) = std::fs::read_to_string(&record)
     {
         let recorded = recorded.trim().to_string();
-        if recorded.split(',').count() != args.brokers {
+        if recorded.split(',').count() != voter_count(args.brokers) {
             bail!("{} holds {recorded:?}, a quorum of another size: use another --data-dir", record.display());
         }
         return Ok(recorded);
     }
     let base = args.quorum_base_port.unwrap_or(if args.base_port == 0 { 0 } else { args.base_port + 100 });
-    let ports = (0..args.brokers).map(|i| port(i, base)).collect::<Result<Vec<_>>>()?;
+    let ports = (0..voter_count(args.brokers)).map(|i| port(i, base)).collect::<Result<Vec<_>>>()?;
     let list: Vec<String> = ports.iter().enumerate().map(|(i, p)| format!("{}@127.0.0.1:{p}", i + 1)).collect();
     let list = list.join(",");
     std::fs::create_dir_all(&args.data_dir).with_context(|| format!("create {}", args.data_dir.display()))?;
@@ -115,11 +116,16 @@ fn voter_list(args: &ClusterArgs, port: impl Fn(usize, u16) -> Result<u16>) -> R
     Ok(list)
 }
 
+/// How many of `brokers` run a quorum voter: an odd number, all of them where that is possible.
+fn voter_count(brokers: usize) -> usize {
+    if brokers % 2 == 1 { brokers } else { brokers - 1 }
+}
+
 impl Cluster {
     /// Starts the brokers and returns once every one answers Metadata listing all of them.
     pub fn start(args: &ClusterArgs) -> Result<Cluster> {
-        if ![1, 3, 5].contains(&args.brokers) {
-            bail!("{} brokers: every broker runs a quorum voter, and a quorum has 1, 3 or 5", args.brokers);
+        if !(1..=5).contains(&args.brokers) {
+            bail!("{} brokers: a local cluster has 1 to 5", args.brokers);
         }
         let port = |i: usize, base: u16| if base == 0 { free_port() } else { Ok(base + i as u16) };
         let kafka_ports = (0..args.brokers).map(|i| port(i, args.base_port)).collect::<Result<Vec<_>>>()?;

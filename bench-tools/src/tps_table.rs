@@ -36,7 +36,8 @@ pub struct TpsArgs {
     /// Measure this cluster: brokers HOST:PORT[,HOST:PORT...] (default: $SHARDLOG_BOOTSTRAP, unless --local).
     #[arg(long, conflicts_with = "local")]
     pub bootstrap: Option<String>,
-    /// Start a local single-broker cluster to measure (see `cluster`).
+    /// Start a local cluster to measure (see `cluster`), with as many brokers as the largest replication
+    /// factor of the chosen scenarios' rows (4 for all of them).
     #[arg(long)]
     pub local: bool,
     /// How long each row sends.
@@ -154,8 +155,9 @@ pub fn run(args: &TpsArgs) -> Result<PathBuf> {
     let bootstrap = match (&args.bootstrap, args.local) {
         (Some(b), false) => b.clone(),
         (None, true) => {
+            let brokers = scenarios.iter().flat_map(|s| scenario_rows(*s)).map(|r| r.replicas as usize).max();
             let cluster = Cluster::start(&ClusterArgs {
-                brokers: 1,
+                brokers: brokers.unwrap_or(1).max(1),
                 base_port: free_port()?,
                 quorum_base_port: None,
                 data_dir: out.join("cluster"),

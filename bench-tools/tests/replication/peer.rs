@@ -1,6 +1,7 @@
 //! Bytes on the Kafka listener that start like the peer protocol but are not a follower's fetches:
 //! garbage, a frame whose CRC does not check, a frame cut short, a Hello from a broker the cluster does
-//! not have, and a bad frame after a good Hello. Each closes only its own connection, with one log line,
+//! not have, and a bad frame after a good Hello (answered, and the connection handed to the shard it
+//! names). Each closes only its own connection, with one log line,
 //! while the partition goes on replicating (acks=all with `min.insync.replicas=3` keeps succeeding).
 //! Then DeleteRecords on the leader moves the log start of every replica.
 
@@ -15,8 +16,8 @@ use rdkafka::config::ClientConfig;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
 use shardlog_broker::client::KafkaClient;
-use shardlog_net::peer::replication::{ReplicaHello, kind};
-use shardlog_net::peer::{MAGIC, encode_frame, encode_message};
+use shardlog_net::peer::replication::{ReplicaHello, ReplicaHelloAnswer, kind};
+use shardlog_net::peer::{MAGIC, PeerFrameReader, decode_message, encode_frame, encode_message};
 
 use crate::common::{Reports, all_led_with_isr, broker_log, cluster, wait_for};
 
@@ -25,7 +26,11 @@ const TOPIC: &str = "steady";
 /// Sends `bytes` (then, if `half_close`, ends the sending side) and returns once the broker has closed
 /// the connection; panics if it keeps it open.
 fn refused(addr: &str, bytes: &[u8], half_close: bool) {
-    let mut stream = TcpStream::connect(addr).unwrap();
+    let stream = TcpStream::connect(addr).unwrap();
+    refused_on(stream, bytes, half_close);
+}
+
+fn refused_on(mut stream: TcpStream, bytes: &[u8], half_close: bool) {
     stream.write_all(bytes).unwrap();
     if half_close {
         stream.shutdown(Shutdown::Write).unwrap();
@@ -73,7 +78,7 @@ fn produce(bootstrap: &str, count: usize) {
 #[test]
 fn bad_peer_frames_close_only_their_connection_with_one_log_line_and_replication_goes_on() {
     let dir = tempfile::tempdir().unwrap();
-    let cluster = cluster(dir.path(), 3, 1, &[]);
+    let cluster = cluster(dir.path(), 3, 2, &[]);
     let configs = [("min.insync.replicas".to_string(), "3".to_string())];
     let mut client = KafkaClient::connect(cluster.addr(1)).unwrap();
     client.create_topic(TOPIC, 2, 3, &configs).unwrap();
@@ -85,7 +90,7 @@ fn bad_peer_frames_close_only_their_connection_with_one_log_line_and_replication
     let hello = |broker: u32| {
         encode_frame(
             kind::HELLO,
-            &encode_message(&ReplicaHello { cluster_id: cluster_id.clone(), broker, from_shard: 0 }),
+            &encode_message(&ReplicaHello { cluster_id: cluster_id.clone(), broker, from_shard: 0, to_shard: 1 }),
         )
     };
     let target = cluster.addr(1);
@@ -100,11 +105,25 @@ fn bad_peer_frames_close_only_their_connection_with_one_log_line_and_replication
     let truncated = hello(2);
     refused(target, &truncated[..truncated.len() - 3], true);
     refused(target, &hello(99), false);
-    let mut bad_fetch = hello(2);
+    // A good Hello is answered with the shard count, and the connection goes to shard 1, which refuses
+    // a fetch whose CRC does not check.
+    let mut stream = TcpStream::connect(target).unwrap();
+    stream.write_all(&hello(2)).unwrap();
+    let mut reader = PeerFrameReader::new(1 << 20);
+    let answer = loop {
+        if let Some(frame) = reader.next_frame().unwrap() {
+            break frame;
+        }
+        let mut buf = [0u8; 256];
+        let n = stream.read(&mut buf).unwrap();
+        assert!(n > 0, "the Hello is answered");
+        reader.extend(&buf[..n]);
+    };
+    assert_eq!(answer.kind, kind::HELLO_ANSWER);
+    assert_eq!(decode_message::<ReplicaHelloAnswer>(&answer.body).unwrap().shards, 2);
     let mut fetch = encode_frame(kind::FETCH, b"not an rkyv archive of a fetch");
     *fetch.last_mut().unwrap() ^= 0x01;
-    bad_fetch.extend(fetch);
-    refused(target, &bad_fetch, false);
+    refused_on(stream, &fetch, false);
 
     // Replication goes on: acks=all needs every one of the three replicas.
     produce(&cluster.bootstrap, 50);

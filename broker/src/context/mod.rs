@@ -92,9 +92,30 @@ pub struct BrokerContext {
     pub disk: Arc<DiskSpace>,
     /// The block of producer ids InitProducerId hands out.
     pub producer_ids: ProducerIds,
-    /// Notified when a partition led here gets records or a new high watermark (see
-    /// [`crate::shard::ShardReplicas`]): follower fetches held for news look again.
-    pub replica_progress: Arc<event_listener::Event>,
+    /// Per shard: followers' replication connections handed to the shard that owns their partitions.
+    pub peer_handoffs: Vec<(flume::Sender<PeerHandoff>, flume::Receiver<PeerHandoff>)>,
+}
+
+/// A follower's replication connection on its way from the shard that accepted it to the shard that owns
+/// the partitions it fetches (see `docs/peer-protocol.md` §2.2).
+pub struct PeerHandoff {
+    /// The connected socket.
+    pub fd: std::os::fd::OwnedFd,
+    /// Its address, for logs.
+    pub peer: String,
+    pub follower: NodeId,
+    /// Its place in the connection limits, held for as long as the connection lives.
+    pub slot: Box<dyn Send>,
+}
+
+impl std::fmt::Debug for PeerHandoff {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PeerHandoff")
+            .field("fd", &self.fd)
+            .field("peer", &self.peer)
+            .field("follower", &self.follower)
+            .finish()
+    }
 }
 
 /// The shard that serves partition `partition` of `topic` here and the leader epoch it leads it at.
@@ -115,6 +136,7 @@ impl BrokerContext {
         disk: Arc<DiskSpace>,
     ) -> BrokerContext {
         let lowest_voter = config.quorum_voters.iter().map(|v| v.id).min().unwrap_or(config.node_id);
+        let shards_count = shards.len();
         BrokerContext {
             cluster_id: format!("shardlog-{lowest_voter}"),
             apis,
@@ -127,7 +149,7 @@ impl BrokerContext {
             shutdown,
             disk,
             producer_ids: ProducerIds::default(),
-            replica_progress: Arc::new(event_listener::Event::new()),
+            peer_handoffs: (0..shards_count).map(|_| flume::unbounded()).collect(),
             config,
         }
     }

@@ -40,7 +40,7 @@ use glommio::sync::{Semaphore, StaticPermit};
 use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
 use shardlog_net::kafka::{DecodedRequest, FrameReader, RequestError, decode_request, encode_response};
 
-use super::limits::{BudgetPermit, Clients};
+use super::limits::{BudgetPermit, Clients, ConnectionSlot};
 use crate::context::BrokerContext;
 use crate::handlers;
 use crate::shutdown::Shutdown;
@@ -110,7 +110,14 @@ impl Activity {
     }
 }
 
-pub(super) async fn serve(stream: TcpStream, ctx: Arc<BrokerContext>, clients: Arc<Clients>, shutdown: Shutdown) {
+/// Serves one accepted connection; `slot` is its place in the connection limits, held while it lives.
+pub(super) async fn serve(
+    stream: TcpStream,
+    ctx: Arc<BrokerContext>,
+    clients: Arc<Clients>,
+    shutdown: Shutdown,
+    slot: ConnectionSlot,
+) {
     let peer = stream.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "unknown".into());
     // Another broker's replication connection starts with a peer frame, sent as soon as it connects; a
     // Kafka client's with a size. The first bytes are looked at without reading them (and without giving
@@ -119,7 +126,7 @@ pub(super) async fn serve(stream: TcpStream, ctx: Arc<BrokerContext>, clients: A
     if let Some(first) = peek_first_bytes(stream.as_raw_fd()).await
         && super::replication::is_peer(&first)
     {
-        return super::replication::serve_peer(stream, ctx, shutdown, peer).await;
+        return super::replication::accept_peer(stream, ctx, peer, Box::new(slot)).await;
     }
     let fd = stream.as_raw_fd();
     let (mut reader, writer) = futures_lite::io::split(stream);

@@ -371,7 +371,9 @@ async fn run_shard(
     }
     let logs = Rc::new(logs);
     let quorum = ctx.quorum.clone();
-    let progress = ctx.replica_progress.clone();
+    // Notified when a partition led here gets records or a new high watermark: follower fetches this
+    // shard holds for news look again.
+    let progress = Arc::new(event_listener::Event::new());
     let (me, lag_time_ms) = (NodeId(ctx.config.node_id), ctx.config.replica_lag_time_max_ms);
     let replicas = Rc::new(shard::ShardReplicas::new(me, lag_time_ms, move || quorum.in_session(), progress));
     glommio::spawn_local(shard::serve(logs.clone(), replicas.clone(), requests)).detach();
@@ -452,8 +454,7 @@ async fn serve(
                     (ctx.clone(), clients.clone(), shutdown.clone(), open_connections.clone());
                 open.set(open.get() + 1);
                 glommio::spawn_local(async move {
-                    connection::serve(stream, ctx, clients, shutdown).await;
-                    drop(slot);
+                    connection::serve(stream, ctx, clients, shutdown, slot).await;
                     open.set(open.get() - 1);
                 })
                 .detach();

@@ -19,7 +19,6 @@ use shardlog_storage::{
 
 use crate::config::ShardLimits;
 use crate::quorum::state::PartitionRecord;
-use crate::replication::{FetchPosition, FetchReply, ReplicaError};
 use crate::shutdown::Shutdown;
 
 mod replicas;
@@ -107,29 +106,12 @@ pub enum PartitionRequest {
         epoch: LeaderEpoch,
         reply: flume::Sender<Option<(LeaderEpoch, Offset)>>,
     },
-    /// A follower's fetch of one partition led here (see [`ShardReplicas::serve_fetch`]).
-    ReplicaFetch {
-        tp: TopicPartition,
-        topic_id: uuid::Uuid,
-        position: FetchPosition,
-        max_bytes: usize,
-        reply: flume::Sender<ReplicaAnswer>,
-    },
     /// Kafka's DeleteRecords: `offset` -1 means the high watermark. Replies (error, new log start).
     DeleteRecords {
         tp: TopicPartition,
         offset: i64,
         reply: flume::Sender<(Option<ResponseError>, i64)>,
     },
-}
-
-/// A leader's answer for one partition of a follower's fetch.
-#[derive(Debug, Clone)]
-pub struct ReplicaAnswer {
-    pub reply: FetchReply,
-    pub records: Bytes,
-    pub high_watermark: Offset,
-    pub log_start: Offset,
 }
 
 /// A produce result: the base offset, or a Kafka error.
@@ -333,22 +315,6 @@ async fn handle(logs: &LogDir<DmaFs>, replicas: &ShardReplicas, request: Partiti
         }
         PartitionRequest::DeleteRecords { tp, offset, reply } => {
             let _ = reply.send(delete_records(logs, replicas, &tp, offset).await);
-        }
-        PartitionRequest::ReplicaFetch { tp, topic_id, position, max_bytes, reply } => {
-            let answer = match logs.get(&tp) {
-                Some(log) if replicas.topic_id(&tp) == Some(topic_id) => {
-                    let (reply, records) = replicas.serve_fetch(&tp, &position, max_bytes, &log).await;
-                    let high_watermark = replicas.high_watermark(&tp, &log);
-                    ReplicaAnswer { reply, records, high_watermark, log_start: log.log_start_offset() }
-                }
-                _ => ReplicaAnswer {
-                    reply: FetchReply::Refused(ReplicaError::NotLeaderOrFollower),
-                    records: Bytes::new(),
-                    high_watermark: Offset::ZERO,
-                    log_start: Offset::ZERO,
-                },
-            };
-            let _ = reply.send(answer);
         }
     }
 }

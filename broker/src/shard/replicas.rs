@@ -338,6 +338,12 @@ impl ShardReplicas {
         Ok(step)
     }
 
+    /// Notified when a partition led here gets records or a new high watermark: follower fetches held
+    /// for news listen to it.
+    pub fn progress(&self) -> &event_listener::Event {
+        &self.progress
+    }
+
     /// A leader appended: followers waiting for records look again.
     pub fn appended_as_leader(&self, tp: &TopicPartition) {
         if self.parts.borrow().get(tp).is_some_and(|part| part.followers > 0) {

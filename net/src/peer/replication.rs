@@ -1,8 +1,11 @@
 //! The replication messages: a follower shard fetches from a leader shard, many partitions per request.
 //!
-//! A connection goes from one shard of the follower broker to the leader broker (whose receiving shard
-//! hands each partition to the shard that owns it), and starts with [`ReplicaHello`]. Then the follower sends [`ReplicaFetch`] frames,
-//! several in flight, each answered by one [`ReplicaFetchResult`] frame carrying the same correlation id.
+//! A connection goes from one shard of the follower broker to one shard of the leader broker and carries
+//! every partition the two share. It starts with [`ReplicaHello`], naming the leader shard it is for;
+//! the leader answers [`ReplicaHelloAnswer`] with its shard count (so the follower knows which of its
+//! partitions each leader shard owns) and hands the connection to that shard. Then the follower sends
+//! [`ReplicaFetch`] frames, each answered by one [`ReplicaFetchResult`] frame carrying the same
+//! correlation id.
 //! A fetch result's body is its rkyv control part followed by the record-batch bytes of each partition, as
 //! they are stored, in the order of the control part's partitions: the bytes are never re-encoded, and the
 //! follower's storage checks each batch's CRC32C before it appends. The byte layout is in
@@ -13,6 +16,7 @@ use super::{PeerFrameError, decode_message, encode_message};
 /// Frame types on a replication connection.
 pub mod kind {
     pub const HELLO: u16 = 30;
+    pub const HELLO_ANSWER: u16 = 31;
     pub const FETCH: u16 = 32;
     pub const FETCH_RESULT: u16 = 33;
 }
@@ -28,6 +32,16 @@ pub struct ReplicaHello {
     pub broker: u32,
     /// The follower's shard (for the leader's logs).
     pub from_shard: u16,
+    /// The leader's shard the connection is for: the one that owns the partitions it will fetch.
+    pub to_shard: u16,
+}
+
+/// The leader's answer to a Hello it accepts.
+#[derive(Debug, Clone, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub struct ReplicaHelloAnswer {
+    /// The leader broker's shard count: partition `p` of topic `t` is on its shard
+    /// `assign_shard(t, p, shards)`. A Hello for a shard it does not have is answered, then closed.
+    pub shards: u16,
 }
 
 /// One partition of a fetch: where the follower's log stands.

@@ -129,6 +129,7 @@ pub(super) async fn serve_fetches(
         }
         served.answers += 1;
         served.bytes += body.len() as u64;
+        tracing::trace!(%peer, bytes = body.len(), "answered a fetch");
     }
 }
 

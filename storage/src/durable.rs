@@ -60,7 +60,11 @@ pub(crate) async fn write_blocks<F: SegmentFile>(file: &F, path: &Path, at: u64,
     match file.write_at(buf, at).await {
         Ok(()) => Ok(()),
         // (glommio keeps the error's kind, not always its number.)
-        Err(e) if e.raw_os_error() == Some(libc::ENOSPC) || e.kind() == std::io::ErrorKind::StorageFull => {
+        // A direct write that stops short on a filling disk says so with WriteZero.
+        Err(e)
+            if e.raw_os_error() == Some(libc::ENOSPC)
+                || matches!(e.kind(), std::io::ErrorKind::StorageFull | std::io::ErrorKind::WriteZero) =>
+        {
             Err(StorageError::NoSpace { path: path.to_path_buf() })
         }
         Err(e) => fatal::disk_failure("write", path, &e),

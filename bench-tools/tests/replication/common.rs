@@ -36,9 +36,12 @@ impl ProducerContext for Reports {
 }
 
 /// `brokers` brokers with `shards` shards each; a broker that stops heartbeating is fenced after 6 s
-/// (so tests do not wait Kafka's 9 s), plus `settings`.
+/// (so tests do not wait Kafka's 9 s) unless `settings` say otherwise, plus `settings`.
 pub fn cluster(dir: &Path, brokers: usize, shards: usize, settings: &[&str]) -> Cluster {
-    let mut all = vec!["broker.session.timeout.ms=6000".to_string(), "broker.heartbeat.interval.ms=500".to_string()];
+    let mut all = vec!["broker.heartbeat.interval.ms=500".to_string()];
+    if !settings.iter().any(|s| s.starts_with("broker.session.timeout.ms=")) {
+        all.push("broker.session.timeout.ms=6000".to_string());
+    }
     all.extend(settings.iter().map(|s| s.to_string()));
     Cluster::start(&ClusterArgs {
         brokers,

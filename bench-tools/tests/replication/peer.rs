@@ -67,7 +67,9 @@ fn produce(bootstrap: &str, count: usize) {
         .create_with_context(reports.clone())
         .expect("producer");
     for i in 0..count {
-        producer.send(BaseRecord::<(), str>::to(TOPIC).payload(&format!("r{i}"))).expect("queued");
+        // Both partitions get records (DeleteRecords below cuts partition 0 at offset 10).
+        let record = format!("r{i}");
+        producer.send(BaseRecord::<(), str>::to(TOPIC).partition(i as i32 % 2).payload(&record)).expect("queued");
     }
     producer.flush(Duration::from_secs(60)).expect("flushed");
     let reports = reports.0.lock().unwrap();

@@ -303,7 +303,8 @@ pub const SETTINGS: &[Setting] = &[
     },
     Setting {
         key: "replica.lag.time.max.ms",
-        kind: int(1, FOREVER),
+        // Below a second an idle follower, whose fetches the leader holds for up to 500 ms, could drop out.
+        kind: int(1000, FOREVER),
         default: Default::Value("30000"),
         unit: "ms",
         meaning: "a follower that has not caught up with the leader's log end for this long is taken out of the ISR",

@@ -377,8 +377,10 @@ async fn run_shard(
     let (me, lag_time_ms) = (NodeId(ctx.config.node_id), ctx.config.replica_lag_time_max_ms);
     let replicas = Rc::new(shard::ShardReplicas::new(me, lag_time_ms, move || quorum.in_session(), progress));
     glommio::spawn_local(shard::serve(logs.clone(), replicas.clone(), requests)).detach();
-    glommio::spawn_local(replication::replicate(ctx.clone(), shard, logs.clone(), replicas, shutdown.clone())).detach();
-    let upkeep = glommio::spawn_local(shard::upkeep(logs.clone(), ctx.config.shard_limits, shutdown.clone()));
+    let replicating = replication::replicate(ctx.clone(), shard, logs.clone(), replicas.clone(), shutdown.clone());
+    glommio::spawn_local(replicating).detach();
+    let limits = ctx.config.shard_limits;
+    let upkeep = glommio::spawn_local(shard::upkeep(logs.clone(), replicas, limits, shutdown.clone()));
     if let Some((admin, images)) = admin {
         glommio::spawn_local(handlers::admin(ctx.clone(), admin)).detach();
         glommio::spawn_local(crate::metadata::follow::follow(ctx.clone(), images)).detach();

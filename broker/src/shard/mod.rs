@@ -196,7 +196,7 @@ impl AppendTurn {
 
 /// Background upkeep: interval flushes, releasing what idle partitions hold, retention, checkpoints;
 /// stops at shutdown.
-pub async fn upkeep(logs: Rc<LogDir<DmaFs>>, limits: ShardLimits, shutdown: Shutdown) {
+pub async fn upkeep(logs: Rc<LogDir<DmaFs>>, replicas: Rc<ShardReplicas>, limits: ShardLimits, shutdown: Shutdown) {
     let mut since_retention = Duration::ZERO;
     let mut since_checkpoint = Duration::ZERO;
     loop {
@@ -229,6 +229,9 @@ pub async fn upkeep(logs: Rc<LogDir<DmaFs>>, limits: ShardLimits, shutdown: Shut
             }
         }
         release_caches(&logs, &limits).await;
+        if since_retention >= RETENTION_CHECK_INTERVAL || since_checkpoint >= CHECKPOINT_INTERVAL {
+            replicas.settle_all(&logs);
+        }
         if since_retention >= RETENTION_CHECK_INTERVAL {
             since_retention = Duration::ZERO;
             if let Err(e) = logs.apply_retention().await {
@@ -470,8 +473,9 @@ async fn produce(
         }
         return failed(kafka_error(&e));
     }
+    // The HW follows what is durable now (and retention, which stops at it).
+    replicas.log_moved(tp, &log);
     if let Some(wait) = replicated {
-        replicas.log_moved(tp, &log);
         let limit = Duration::from_millis(asked.timeout_ms.max(0) as u64);
         let verdict = future::or(async { Some(wait.verdict.recv_async().await) }, async {
             glommio::timer::sleep(limit).await;

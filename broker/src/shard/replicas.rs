@@ -13,7 +13,7 @@ use bytes::Bytes;
 use kafka_protocol::ResponseError;
 use shardlog_storage::fs::Fs;
 use shardlog_storage::{
-    Clock, FlushPolicy, LeaderEpoch, Offset, PartitionLog, StorageError, SystemClock, TopicPartition,
+    Clock, FlushPolicy, LeaderEpoch, LogDir, Offset, PartitionLog, StorageError, SystemClock, TopicPartition,
 };
 
 use crate::quorum::state::{NodeId, PartitionRecord};
@@ -166,6 +166,8 @@ impl ShardReplicas {
             let (replicas, isr, was) = (record.replicas.len(), &record.isr, &part.isr);
             if isr.len() < was.len() {
                 tracing::info!(partition = %tp, ?was, ?isr, replicas, "ISR shrank: under-replicated");
+            } else if isr.len() == was.len() {
+                tracing::info!(partition = %tp, ?was, ?isr, replicas, "ISR changed");
             } else if isr.len() < replicas {
                 tracing::info!(partition = %tp, ?was, ?isr, replicas, "ISR grew: still under-replicated");
             } else {
@@ -241,6 +243,19 @@ impl ShardReplicas {
         }
     }
 
+    /// [`Self::log_moved`] for every partition: the HWs (and the HW checkpoint, and retention, which
+    /// stops at them) catch up with flushes nothing else reported.
+    pub fn settle_all<F: Fs>(&self, logs: &LogDir<F>) {
+        let in_session = (self.in_session)();
+        for (tp, part) in self.parts.borrow_mut().iter_mut() {
+            if let Some(log) = logs.get(tp) {
+                part.replica.set_session(in_session);
+                part.replica.stable_end_moved(&View(&log));
+                Self::settle(part, &log, &self.progress);
+            }
+        }
+    }
+
     /// The offset consumers may read up to: the replica's high watermark, brought up to date first. A
     /// partition without a record yet (the metadata has not reached this shard) shows its checkpointed HW.
     pub fn high_watermark<F: Fs>(&self, tp: &TopicPartition, log: &PartitionLog<F>) -> Offset {
@@ -286,6 +301,11 @@ impl ShardReplicas {
             // Retention removed the range since the check: the follower starts over at the new start.
             Err(StorageError::OffsetOutOfRange { .. }) => {
                 (FetchReply::OutOfRange { log_start: log.log_start_offset() }, Bytes::new())
+            }
+            // A log closing with its shard, or deleted with its topic: nothing for an operator.
+            Err(e @ StorageError::Closed(_)) => {
+                tracing::debug!(partition = %tp, error = %e, "cannot read records for a follower");
+                (FetchReply::Refused(ReplicaError::NotLeaderOrFollower), Bytes::new())
             }
             Err(e) => {
                 tracing::warn!(partition = %tp, error = %e, "cannot read records for a follower");

@@ -146,6 +146,9 @@ async fn fetch_over(mut stream: TcpStream, at: Fetcher<'_>, shutdown: &Shutdown)
         Some(Err(e)) => return Err(e.to_string()),
         None => return Err("no answer to the hello in time".into()),
     };
+    if answer.shards == 0 {
+        return Err("the leader says it has no shards".into());
+    }
     // A leader that restarted with another shard count regroups the partitions: those that moved go to
     // the fetchers of their new shards.
     counts.borrow_mut().insert(leader, answer.shards);
@@ -230,15 +233,23 @@ async fn fetch_over(mut stream: TcpStream, at: Fetcher<'_>, shutdown: &Shutdown)
             flush.await;
         }
         // The leader's log start moved (DeleteRecords, retention): the follower's follows, up to its own HW,
-        // so that a replica elected later does not serve records the leader had deleted.
+        // so that a replica elected later does not serve records the leader had deleted. One checkpoint
+        // records them all before any epoch file is rewritten.
+        let mut moved = false;
         for (tp, leader_start) in leader_starts {
             let Some(log) = logs.get(tp) else { continue };
             let start = leader_start.min(log.high_watermark());
-            if start > log.log_start_offset()
-                && let Err(e) = logs.delete_records(tp, start).await
-            {
-                tracing::warn!(partition = %tp, error = %e, "moving the log start to the leader's failed");
+            if start > log.log_start_offset() {
+                match log.delete_records(start).await {
+                    Ok(_) => moved = true,
+                    Err(e) => {
+                        tracing::warn!(partition = %tp, error = %e, "moving the log start to the leader's failed")
+                    }
+                }
             }
+        }
+        if moved && let Err(e) = logs.checkpoint().await {
+            tracing::warn!(error = %e, "checkpoint of moved log starts failed");
         }
     }
     Ok(())

@@ -122,7 +122,13 @@ pub(super) async fn serve_fetches(
             Ok(fetch) => fetch,
             Err(e) => return closing(&peer, Some(follower.0), &e, "bad frame"),
         };
-        let body = answer_fetch(&logs, &replicas, follower, fetch, &shutdown).await;
+        // A stopping broker drops its followers' connections rather than read logs that are closing.
+        let answered =
+            future::or(async { Some(answer_fetch(&logs, &replicas, follower, fetch, &shutdown).await) }, async {
+                shutdown.wait().await;
+                None
+            });
+        let Some(body) = answered.await else { return };
         if let Err(e) = stream.write_all(&encode_frame(kind::FETCH_RESULT, &body)).await {
             tracing::debug!(%peer, error = %e, "replication connection lost");
             return;

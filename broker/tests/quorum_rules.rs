@@ -325,6 +325,19 @@ fn an_assigned_topic_places_its_replicas_as_given_and_refuses_a_bad_assignment()
     assert_eq!(t.partitions[0].replicas, ids(&[3, 1]));
     assert_eq!(t.partitions[0].leader, Some(NodeId(1)), "the first live replica leads");
     assert_eq!(t.partitions[1].leader, Some(NodeId(2)));
+
+    // Growing it with an assignment: one list per new partition, of the topic's replication factor.
+    let grow = |count: u32, lists: Vec<Vec<u32>>| Command::CreatePartitionsAssigned {
+        name: "imported".into(),
+        count,
+        assignment: lists.iter().map(|l| ids(l)).collect(),
+    };
+    assert_eq!(refused(&mut state, grow(3, vec![vec![1, 2, 3]])).kafka_code(), 39, "three replicas for two");
+    assert_eq!(refused(&mut state, grow(4, vec![vec![1, 2]])).kafka_code(), 39, "one list for two partitions");
+    assert_eq!(refused(&mut state, grow(2, vec![])).kafka_code(), 37, "the count only grows");
+    state.apply(&grow(3, vec![vec![2, 1]])).unwrap();
+    let grown = &state.topics["imported"].partitions[2];
+    assert_eq!((grown.replicas.clone(), grown.leader), (ids(&[2, 1]), Some(NodeId(2))));
 }
 
 #[test]

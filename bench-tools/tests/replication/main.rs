@@ -1,11 +1,14 @@
 //! Replication between real `shardlog` processes, driven by real Kafka clients (librdkafka through the
 //! `rdkafka` crate):
 //!
-//! - [`failover`]: an idempotent acks=all producer through the SIGKILL and restart of a leader;
-//! - [`faults`]: a leader paused with SIGSTOP past `replica.lag.time.max.ms` (the ISR shrinks and grows
-//!   back), NOT_ENOUGH_REPLICAS with one live replica of three, unclean election refused and allowed;
+//! - [`failover`]: an idempotent acks=all producer through the SIGKILL and restart of a leader, and
+//!   through a leader paused with SIGSTOP (it leaves every ISR and rejoins);
+//! - [`faults`]: followers leaving the ISR by `replica.lag.time.max.ms`, NOT_ENOUGH_REPLICAS with one
+//!   live replica of three, unclean election refused by default and allowed by the topic;
+//! - [`assignment`]: explicit replica assignment in CreateTopics and CreatePartitions;
 //! - [`peer`]: bytes that are not the peer protocol close only their own connection.
 
+mod assignment;
 mod common;
 mod failover;
 mod faults;

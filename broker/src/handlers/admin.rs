@@ -7,7 +7,9 @@
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 
 use super::*;
-use crate::quorum::state::Command;
+use std::collections::BTreeSet;
+
+use crate::quorum::state::{Command, NodeId};
 use crate::quorum::wire::WireWriteResult;
 use crate::topics::MAX_PARTITIONS;
 
@@ -107,23 +109,49 @@ fn plan_create(
     if image.topic(&name).is_some() {
         return Err(refusal(ResponseError::TopicAlreadyExists, format!("topic {name:?} already exists")));
     }
-    let partitions =
-        if topic.num_partitions == -1 { ctx.config.num_partitions as i64 } else { topic.num_partitions as i64 };
-    let partitions = check_partition_count(partitions)?;
-    let replication = if topic.replication_factor == -1 {
-        ctx.config.default_replication_factor as i64
+    let assignment = if topic.assignments.is_empty() {
+        None
     } else {
-        topic.replication_factor as i64
+        if topic.num_partitions != -1 || topic.replication_factor != -1 {
+            return Err(refusal(
+                ResponseError::InvalidRequest,
+                "with a replica assignment, the partition count and replication factor must be -1",
+            ));
+        }
+        let mut lists = vec![None; topic.assignments.len()];
+        for a in &topic.assignments {
+            let slot = usize::try_from(a.partition_index).ok().and_then(|i| lists.get_mut(i));
+            match slot {
+                Some(slot @ None) => *slot = Some(a.broker_ids.iter().map(|b| NodeId(b.0 as u32)).collect()),
+                _ => {
+                    return Err(refusal(
+                        ResponseError::InvalidReplicaAssignment,
+                        format!("partition {} is not one of 0..{} once", a.partition_index, topic.assignments.len()),
+                    ));
+                }
+            }
+        }
+        let lists: Vec<Vec<NodeId>> = lists.into_iter().map(|l| l.expect("every index filled once")).collect();
+        check_assignment(image, &lists, lists[0].len())?;
+        Some(lists)
+    };
+    let partitions = match &assignment {
+        Some(lists) => lists.len() as i64,
+        None if topic.num_partitions == -1 => ctx.config.num_partitions as i64,
+        None => topic.num_partitions as i64,
+    };
+    let partitions = check_partition_count(partitions)?;
+    let replication = match &assignment {
+        Some(lists) => lists[0].len() as i64,
+        None if topic.replication_factor == -1 => ctx.config.default_replication_factor as i64,
+        None => topic.replication_factor as i64,
     };
     let live = image.state.live().len();
-    if replication < 1 || replication > live as i64 {
+    if assignment.is_none() && (replication < 1 || replication > live as i64) {
         return Err(refusal(
             ResponseError::InvalidReplicationFactor,
             format!("replication factor {replication}: {live} live broker(s)"),
         ));
-    }
-    if !topic.assignments.is_empty() {
-        return Err(refusal(ResponseError::InvalidReplicaAssignment, "manual replica assignment is not supported"));
     }
     let mut configs = BTreeMap::new();
     for c in &topic.configs {
@@ -152,15 +180,31 @@ fn plan_create(
         .with_num_partitions(partitions as i32)
         .with_replication_factor(replication as i16)
         .with_configs(Some(described));
-    let command = Command::CreateTopic {
-        name,
-        id,
-        partitions,
-        replication_factor: replication as u16,
-        configs,
-        assignment: None,
-    };
+    let command =
+        Command::CreateTopic { name, id, partitions, replication_factor: replication as u16, configs, assignment };
     Ok((command, created))
+}
+
+/// Kafka's checks of an explicit replica assignment: every partition has `replication` replicas (at
+/// least one), no broker twice in a partition, every broker registered. INVALID_REPLICA_ASSIGNMENT
+/// otherwise. (The quorum checks again when it applies the command.)
+fn check_assignment(image: &MetadataImage, lists: &[Vec<NodeId>], replication: usize) -> Result<(), Refusal> {
+    let invalid = |message: String| Err(refusal(ResponseError::InvalidReplicaAssignment, message));
+    for (index, replicas) in lists.iter().enumerate() {
+        if replicas.is_empty() || replicas.len() != replication {
+            return invalid(format!(
+                "partition {index}: {} replicas, all partitions need {replication}",
+                replicas.len()
+            ));
+        }
+        if replicas.iter().collect::<BTreeSet<_>>().len() != replicas.len() {
+            return invalid(format!("partition {index}: a broker appears twice in {replicas:?}"));
+        }
+        if let Some(unknown) = replicas.iter().find(|id| !image.state.brokers.contains_key(id)) {
+            return invalid(format!("partition {index}: broker {unknown} is not registered"));
+        }
+    }
+    Ok(())
 }
 
 pub(super) async fn apply_create_topics(
@@ -273,26 +317,48 @@ pub(super) async fn apply_create_partitions(
     for topic in &req.topics {
         let name = topic.name.0.as_str().to_string();
         let result = CreatePartitionsTopicResult::default().with_name(topic.name.clone());
-        let checked = if topic.assignments.as_ref().is_some_and(|a| !a.is_empty()) {
-            Err(refusal(ResponseError::InvalidReplicaAssignment, "manual replica assignment is not supported"))
-        } else {
-            check_partition_count(topic.count as i64).and_then(|count| {
-                let current = ctx.image().topic(&name).map(|t| t.partitions.len() as u32);
-                match current {
-                    None => {
-                        Err(refusal(ResponseError::UnknownTopicOrPartition, format!("topic {name:?} does not exist")))
-                    }
-                    Some(current) if count <= current => Err(refusal(
+        let image = ctx.image();
+        let checked = check_partition_count(topic.count as i64).and_then(|count| {
+            let current = image.topic(&name).map(|t| (t.partitions.len() as u32, t.partitions[0].replicas.len()));
+            let (current, replication) = match current {
+                None => {
+                    return Err(refusal(
+                        ResponseError::UnknownTopicOrPartition,
+                        format!("topic {name:?} does not exist"),
+                    ));
+                }
+                Some((current, _)) if count <= current => {
+                    return Err(refusal(
                         ResponseError::InvalidPartitions,
                         format!("topic {name:?} has {current} partitions; the count can only grow"),
-                    )),
-                    Some(_) => Ok(count),
+                    ));
                 }
-            })
-        };
+                Some(found) => found,
+            };
+            // Kafka's CreatePartitions assignment: the replicas of each new partition, in order.
+            let assignment = match topic.assignments.as_ref().filter(|a| !a.is_empty()) {
+                None => None,
+                Some(lists) if lists.len() != (count - current) as usize => {
+                    return Err(refusal(
+                        ResponseError::InvalidReplicaAssignment,
+                        format!("{} replica lists for {} new partitions", lists.len(), count - current),
+                    ));
+                }
+                Some(lists) => {
+                    let lists: Vec<Vec<NodeId>> =
+                        lists.iter().map(|a| a.broker_ids.iter().map(|b| NodeId(b.0 as u32)).collect()).collect();
+                    check_assignment(&image, &lists, replication)?;
+                    Some(lists)
+                }
+            };
+            Ok((count, assignment))
+        });
         let outcome = match checked {
             Ok(_) if req.validate_only => Ok(()),
-            Ok(count) => commit(ctx, Command::CreatePartitions { name, count }).await,
+            Ok((count, None)) => commit(ctx, Command::CreatePartitions { name, count }).await,
+            Ok((count, Some(assignment))) => {
+                commit(ctx, Command::CreatePartitionsAssigned { name, count, assignment }).await
+            }
             Err(refusal) => Err(refusal),
         };
         results.push(match outcome {

@@ -512,6 +512,7 @@ pub async fn write(served: &Served, mut command: Command, forwarded: bool) -> Wi
         // reserve.
         Command::CreateTopic { .. }
         | Command::CreatePartitions { .. }
+        | Command::CreatePartitionsAssigned { .. }
         | Command::AlterConfigs { .. }
         | Command::EditConfigs { .. } => {
             let free = crate::disk_space::free_bytes(&served.dir).unwrap_or(u64::MAX);

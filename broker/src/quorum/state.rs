@@ -202,6 +202,13 @@ pub enum Command {
         broker: NodeId,
         count: u32,
     },
+    /// Grows a topic to `count` partitions whose replicas are `assignment` (one list per new partition, in
+    /// preference order; Kafka's CreatePartitions with an assignment).
+    CreatePartitionsAssigned {
+        name: String,
+        count: u32,
+        assignment: Vec<Vec<NodeId>>,
+    },
 }
 
 /// Why a command was refused. Each maps to the Kafka error code a client or broker understands.
@@ -388,6 +395,19 @@ impl ClusterState {
                 // peer that breaks that refuses the command rather than stop the voter.
                 let factor = topic.partitions.first().map_or(0, |p| p.replicas.len() as u16);
                 let records = self.new_partitions(count - current, factor)?;
+                self.topics.get_mut(name).expect("checked above").partitions.extend(records);
+            }
+            Command::CreatePartitionsAssigned { name, count, assignment } => {
+                let topic = self.topics.get(name).ok_or_else(|| CommandError::UnknownTopic(name.clone()))?;
+                let current = topic.partitions.len() as u32;
+                check_partition_count(*count)?;
+                if *count <= current {
+                    return Err(CommandError::InvalidPartitions(format!(
+                        "topic {name:?} has {current} partitions; the count can only grow"
+                    )));
+                }
+                let factor = topic.partitions.first().map_or(0, |p| p.replicas.len() as u16);
+                let records = self.assigned_partitions(count - current, factor, assignment)?;
                 self.topics.get_mut(name).expect("checked above").partitions.extend(records);
             }
             Command::AlterConfigs { name, configs } => {

@@ -48,6 +48,7 @@ fn api_versions_lists_exactly_what_is_served() {
             (32, 1, 4),
             (33, 0, 2),
             (37, 0, 3),
+            (43, 0, 2),
             (44, 0, 1),
             (60, 0, 2)
         ]

@@ -6,10 +6,12 @@
 //! - [`faults`]: followers leaving the ISR by `replica.lag.time.max.ms`, NOT_ENOUGH_REPLICAS with one
 //!   live replica of three, unclean election refused by default and allowed by the topic;
 //! - [`assignment`]: explicit replica assignment in CreateTopics and CreatePartitions;
+//! - [`elect`]: ElectLeaders, preferred and unclean;
 //! - [`peer`]: bytes that are not the peer protocol close only their own connection.
 
 mod assignment;
 mod common;
+mod elect;
 mod failover;
 mod faults;
 mod peer;

@@ -63,7 +63,7 @@ const APPLY_WAIT: Duration = Duration::from_secs(30);
 type Refusal = (i16, String);
 
 /// Commits a topic change through the quorum and waits until this broker's shards apply it.
-async fn commit(ctx: &Arc<BrokerContext>, command: Command) -> Result<(), Refusal> {
+pub(super) async fn commit(ctx: &Arc<BrokerContext>, command: Command) -> Result<(), Refusal> {
     let index = match ctx.quorum.write(command).await {
         WireWriteResult::Applied { index, outcome: Ok(_) } => index,
         WireWriteResult::Applied { outcome: Err(e), .. } => return Err((e.kafka_code(), e.to_string())),

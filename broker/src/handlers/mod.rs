@@ -37,6 +37,7 @@ use shardlog_storage::{LeaderEpoch, TopicPartition};
 mod admin;
 mod cluster;
 mod data;
+mod elect;
 mod producers;
 
 pub use admin::admin;
@@ -70,6 +71,7 @@ pub fn supported_apis() -> SupportedApis {
         (ApiKey::DescribeCluster, 0, 2),
         (ApiKey::AlterConfigs, 0, 2),
         (ApiKey::IncrementalAlterConfigs, 0, 1),
+        (ApiKey::ElectLeaders, 0, 2),
         // v6 adds two-phase commit transactions.
         (ApiKey::InitProducerId, 0, 5),
     ])
@@ -98,6 +100,7 @@ pub async fn handle(ctx: &Arc<BrokerContext>, request: DecodedRequest) -> Option
             ResponseKind::IncrementalAlterConfigs(incremental_alter_configs(ctx, req).await)
         }
         RequestKind::InitProducerId(req) => ResponseKind::InitProducerId(init_producer_id(ctx, req).await),
+        RequestKind::ElectLeaders(req) => ResponseKind::ElectLeaders(elect::elect_leaders(ctx, req).await),
         other => unreachable!("the codec admitted an API without a handler: {other:?}"),
     })
 }

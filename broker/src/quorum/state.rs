@@ -209,6 +209,12 @@ pub enum Command {
         count: u32,
         assignment: Vec<Vec<NodeId>>,
     },
+    /// Kafka's unclean ElectLeaders: a partition without a leader gets the first live ISR member, or
+    /// failing that the first live replica (records committed while it was out of sync may be lost).
+    ElectUncleanLeader {
+        topic: String,
+        partition: u32,
+    },
 }
 
 /// Why a command was refused. Each maps to the Kafka error code a client or broker understands.
@@ -259,6 +265,8 @@ pub enum CommandError {
     InvalidReplicaAssignment(String),
     #[error("cannot allocate {0} producer ids")]
     ProducerIdsExhausted(u32),
+    #[error("no live replica may lead")]
+    EligibleLeadersNotAvailable,
 }
 
 impl CommandError {
@@ -278,6 +286,7 @@ impl CommandError {
             CommandError::InvalidIsr { .. } => 107,
             CommandError::PreferredLeaderNotAvailable => 80,
             CommandError::ElectionNotNeeded => 84,
+            CommandError::EligibleLeadersNotAvailable => 83,
             // UNKNOWN_SERVER_ERROR: a block of ids cannot be had (an empty block, or the id space is used up).
             CommandError::ProducerIdsExhausted(_) => -1,
         }
@@ -474,6 +483,22 @@ impl ClusterState {
                     return Err(CommandError::PreferredLeaderNotAvailable);
                 }
                 set_leader(p, Some(preferred));
+            }
+            Command::ElectUncleanLeader { topic, partition } => {
+                let live = self.live();
+                let p = self.partition_mut(topic, *partition)?;
+                if p.leader.is_some() {
+                    return Err(CommandError::ElectionNotNeeded);
+                }
+                match election::choose_leader(p, |id| live.contains(&id), true, None) {
+                    Choice::Clean(leader) => set_leader(p, Some(leader)),
+                    Choice::Unclean(leader) => {
+                        p.isr = vec![leader];
+                        set_leader(p, Some(leader));
+                        events.push(Event::UncleanElection { topic: topic.clone(), partition: *partition, leader });
+                    }
+                    Choice::None => return Err(CommandError::EligibleLeadersNotAvailable),
+                }
             }
         }
         Ok(events)

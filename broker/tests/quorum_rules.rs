@@ -525,3 +525,50 @@ proptest! {
         prop_assert_eq!(state, replay);
     }
 }
+
+#[test]
+fn auto_rebalance_moves_leadership_back_only_past_the_imbalance_and_only_to_live_in_sync_replicas() {
+    let mut state = cluster(3);
+    let assigned = |name: &str, lists: &[&[u32]]| Command::CreateTopic {
+        name: name.into(),
+        id: Uuid::from_u128(name.len() as u128 + 7),
+        partitions: lists.len() as u32,
+        replication_factor: lists[0].len() as u16,
+        configs: BTreeMap::new(),
+        assignment: Some(lists.iter().map(|l| ids(l)).collect()),
+    };
+    // Broker 1 is preferred for four partitions, broker 2 for one.
+    state.apply(&assigned("t", &[&[1, 2], &[1, 3], &[1, 2], &[1, 3], &[2, 1]])).unwrap();
+    assert!(state.preferred_elections(10).is_empty(), "every preferred replica leads");
+    // Broker 1 goes away and comes back: it leads nothing, but is in sync only where the ISR kept it.
+    state.apply(&Command::ControlledShutdown { id: NodeId(1), incarnation: 1 }).unwrap();
+    state.apply(&Command::BrokerHeartbeat { id: NodeId(1), incarnation: 1, now_ms: 100 }).unwrap();
+    assert!(state.topics["t"].partitions[..4].iter().all(|p| p.leader != Some(NodeId(1))));
+    for index in [0u32, 1] {
+        let p = state.topics["t"].partitions[index as usize].clone();
+        let isr = p.isr.clone();
+        let back: Vec<NodeId> = isr.iter().copied().chain([NodeId(1)]).collect();
+        let alter = Command::AlterPartition {
+            topic: "t".into(),
+            partition: index,
+            leader: p.leader.unwrap(),
+            leader_epoch: p.leader_epoch,
+            partition_epoch: p.partition_epoch,
+            isr: back,
+        };
+        state.apply(&alter).unwrap();
+    }
+    // Broker 1 misses 4 of its 4 (100%): the two where it is in sync move back; the others wait.
+    let elections = state.preferred_elections(10);
+    let expected: Vec<Command> =
+        [0, 1].map(|partition| Command::ElectPreferredLeader { topic: "t".into(), partition }).into();
+    assert_eq!(elections, expected);
+    // A broker missing no more than the threshold keeps things as they are.
+    assert!(state.preferred_elections(100).is_empty(), "100%: never");
+    for e in &elections {
+        state.apply(e).unwrap();
+    }
+    // Now it misses 2 of 4 (50%): above 10%, but nothing movable is left.
+    assert!(state.preferred_elections(10).is_empty());
+    assert_eq!(state.topics["t"].partitions[0].leader, Some(NodeId(1)));
+}

@@ -1,6 +1,8 @@
 //! ElectLeaders against real brokers: a preferred election brings leadership back to the first replica
 //! once it has rejoined the ISR (and is not needed while it leads); an unclean one gives a partition whose
 //! only in-sync replica died the live out-of-sync replica, which the quorum logs as possible data loss.
+//! With `auto.leader.rebalance.enable` (the default) the quorum's leader does the preferred election by
+//! itself, every `leader.imbalance.check.interval.seconds`.
 
 use std::time::Duration;
 
@@ -94,4 +96,23 @@ fn preferred_and_unclean_leader_elections() {
     });
     assert!(broker_log(dir.path(), 1).iter().any(|l| l.contains("unclean leader election, possible data loss")));
     assert_eq!(elect(cluster.addr(1), 1, Some("lonely")), [("lonely".into(), 0, ELECTION_NOT_NEEDED)]);
+}
+
+#[test]
+fn auto_leader_rebalance_gives_a_returning_preferred_replica_its_leadership_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = cluster(dir.path(), 3, 1, &["leader.imbalance.check.interval.seconds=1"]);
+    create(&cluster.bootstrap.clone(), "balanced", &[1, 2, 3]);
+    wait_for("broker 1 leading with three in sync", Duration::from_secs(30), || {
+        partitions(cluster.addr(2), "balanced").get(&0).is_some_and(|p| p.leader == 1 && p.isr.len() == 3)
+    });
+    cluster.kill(1).unwrap();
+    wait_for("broker 2 leading", Duration::from_secs(30), || {
+        partitions(cluster.addr(2), "balanced").get(&0).is_some_and(|p| p.leader == 2)
+    });
+    cluster.restart(1, 3).unwrap();
+    // Nobody asks: once broker 1 is back in sync, the quorum's leader moves the leadership back.
+    wait_for("broker 1 leading again by itself", Duration::from_secs(60), || {
+        (1..=3).all(|b| partitions(cluster.addr(b), "balanced").get(&0).is_some_and(|p| p.leader == 1))
+    });
 }

@@ -6,7 +6,7 @@
 //! - [`faults`]: followers leaving the ISR by `replica.lag.time.max.ms`, NOT_ENOUGH_REPLICAS with one
 //!   live replica of three, unclean election refused by default and allowed by the topic;
 //! - [`assignment`]: explicit replica assignment in CreateTopics and CreatePartitions;
-//! - [`elect`]: ElectLeaders, preferred and unclean;
+//! - [`elect`]: ElectLeaders, preferred and unclean, and `auto.leader.rebalance.enable`;
 //! - [`peer`]: bytes that are not the peer protocol close only their own connection.
 
 mod assignment;

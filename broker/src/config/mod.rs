@@ -98,6 +98,8 @@ pub struct BrokerConfig {
     pub broker_session_timeout_ms: u64,
     pub broker_heartbeat_interval_ms: u64,
     pub auto_create_topics: bool,
+    /// `auto.leader.rebalance.enable` with its interval and threshold; `None` when off.
+    pub leader_rebalance: Option<crate::quorum::service::LeaderRebalance>,
     pub num_partitions: u32,
     pub default_replication_factor: u16,
     pub socket_request_max_bytes: usize,
@@ -447,6 +449,14 @@ impl Reader {
             broker_session_timeout_ms,
             broker_heartbeat_interval_ms,
             auto_create_topics: self.bool("auto.create.topics.enable"),
+            leader_rebalance: self.bool("auto.leader.rebalance.enable").then_some(
+                crate::quorum::service::LeaderRebalance {
+                    interval: std::time::Duration::from_secs(
+                        self.int_set("leader.imbalance.check.interval.seconds")? as u64
+                    ),
+                    imbalance_percent: self.int_set("leader.imbalance.per.broker.percentage")? as u32,
+                },
+            ),
             num_partitions: self.int_set("num.partitions")? as u32,
             default_replication_factor: self.int_set("default.replication.factor")? as u16,
             socket_request_max_bytes,

@@ -33,7 +33,7 @@ pub struct Setting {
     pub key: &'static str,
     pub kind: Kind,
     pub default: Default,
-    /// `ms`, `us`, `bytes`, or empty for counts, ids, flags and addresses.
+    /// `ms`, `us`, `s`, `bytes`, or empty for counts, ids, flags, percentages and addresses.
     pub unit: &'static str,
     /// One line.
     pub meaning: &'static str,
@@ -132,6 +132,30 @@ pub const SETTINGS: &[Setting] = &[
         unit: "ms",
         meaning: "how often the broker heartbeats to the quorum (less than broker.session.timeout.ms)",
         example: "1000",
+    },
+    Setting {
+        key: "auto.leader.rebalance.enable",
+        kind: Kind::Bool,
+        default: Default::Value("true"),
+        unit: "",
+        meaning: "the quorum's leader moves leadership back to preferred replicas when a broker leads too few of its own",
+        example: "false",
+    },
+    Setting {
+        key: "leader.imbalance.check.interval.seconds",
+        kind: int(1, I32),
+        default: Default::Value("300"),
+        unit: "s",
+        meaning: "how often the quorum's leader looks for leadership to move back (auto.leader.rebalance.enable)",
+        example: "30",
+    },
+    Setting {
+        key: "leader.imbalance.per.broker.percentage",
+        kind: int(0, 100),
+        default: Default::Value("10"),
+        unit: "",
+        meaning: "a broker not leading more than this percentage of the partitions it is preferred for gets them back",
+        example: "20",
     },
     Setting {
         key: "auto.create.topics.enable",

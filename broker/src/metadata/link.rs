@@ -66,6 +66,8 @@ pub struct LinkSettings {
     pub session_timeout_ms: u64,
     /// Free space the voter this node runs keeps on its disk (see `VoterSettings::reserve_bytes`).
     pub quorum_reserve_bytes: u64,
+    /// `auto.leader.rebalance.enable` of the voter this node runs.
+    pub leader_rebalance: Option<crate::quorum::service::LeaderRebalance>,
 }
 
 /// Why the link could not start.
@@ -169,6 +171,7 @@ impl QuorumLink {
             let mut voter = VoterSettings::alone(settings.node.0 as u64, quorum_dir);
             voter.session_timeout_ms = settings.session_timeout_ms as i64;
             voter.reserve_bytes = settings.quorum_reserve_bytes;
+            voter.leader_rebalance = settings.leader_rebalance;
             let voter = Voter::start(voter).map_err(|e| LinkError::Voter(settings.node.to_string(), e))?;
             Quorum::Embedded(Arc::new(voter))
         } else if let Some((_, addr)) = settings.voters.iter().find(|(id, _)| *id == settings.node.0 as u64) {
@@ -176,6 +179,7 @@ impl QuorumLink {
             let mut voter = VoterSettings::new(settings.node.0 as u64, quorum_dir, listen, settings.voters.clone());
             voter.session_timeout_ms = settings.session_timeout_ms as i64;
             voter.reserve_bytes = settings.quorum_reserve_bytes;
+            voter.leader_rebalance = settings.leader_rebalance;
             let voter = Voter::start(voter).map_err(|e| LinkError::Voter(addr.clone(), e))?;
             Quorum::Embedded(Arc::new(voter))
         } else {

@@ -39,6 +39,24 @@ pub struct VoterSettings {
     /// this (see [`crate::disk_space::quorum_reserve_bytes`]): the log's appends must never meet a
     /// full disk.
     pub reserve_bytes: u64,
+    /// `auto.leader.rebalance.enable`: what the leader checks, and how often; `None` when off.
+    pub leader_rebalance: Option<LeaderRebalance>,
+}
+
+/// Kafka's automatic preferred-leader election: every `interval`, a live broker that does not lead more
+/// than `imbalance_percent` of the partitions whose preferred (first) replica it is gets those back,
+/// where it is in sync.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaderRebalance {
+    pub interval: Duration,
+    pub imbalance_percent: u32,
+}
+
+impl Default for LeaderRebalance {
+    /// Kafka's defaults: every 300 s, above 10%.
+    fn default() -> Self {
+        LeaderRebalance { interval: Duration::from_secs(300), imbalance_percent: 10 }
+    }
 }
 
 impl VoterSettings {
@@ -55,6 +73,7 @@ impl VoterSettings {
             snapshot_after_entries: 1000,
             session_timeout_ms: 9000,
             reserve_bytes: crate::disk_space::quorum_reserve_bytes(1 << 30),
+            leader_rebalance: Some(LeaderRebalance::default()),
         }
     }
 
@@ -283,6 +302,7 @@ async fn run(
     };
     let server = listener.map(|listener| tokio::spawn(network::serve(listener, served.clone())));
     let fencing = tokio::spawn(fence_expired_sessions(served.clone()));
+    let rebalancing = settings.leader_rebalance.map(|r| tokio::spawn(rebalance_leaders(served.clone(), r)));
     let members: BTreeMap<u64, BasicNode> =
         settings.voters.iter().map(|(id, addr)| (*id, BasicNode { addr: addr.clone() })).collect();
     // Only a pristine voter proposes the membership: openraft logs an ERROR when asked on a voter that
@@ -322,8 +342,32 @@ async fn run(
         server.abort();
     }
     fencing.abort();
+    if let Some(rebalancing) = rebalancing {
+        rebalancing.abort();
+    }
     if let Err(e) = raft.shutdown().await {
         tracing::warn!(node = settings.node_id, error = %e, "quorum shutdown");
+    }
+}
+
+/// While this voter leads, every `rebalance.interval`: moves leadership back to preferred replicas where
+/// [`crate::quorum::state::ClusterState::preferred_elections`] finds a broker leading too few of its own.
+async fn rebalance_leaders(served: network::Served, rebalance: LeaderRebalance) {
+    loop {
+        tokio::time::sleep(rebalance.interval).await;
+        if served.raft.current_leader().await != Some(served.node) {
+            continue;
+        }
+        let (state, _) = served.state.state();
+        let elections = state.preferred_elections(rebalance.imbalance_percent);
+        if !elections.is_empty() {
+            tracing::info!(partitions = elections.len(), "quorum: moving leadership back to preferred replicas");
+        }
+        for election in elections {
+            if let Err(e) = served.raft.client_write(election).await {
+                tracing::debug!(error = %e, "quorum: preferred election not committed (no longer leader?)");
+            }
+        }
     }
 }
 

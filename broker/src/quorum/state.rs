@@ -504,6 +504,30 @@ impl ClusterState {
         Ok(events)
     }
 
+    /// Kafka's auto leader rebalance: `ElectPreferredLeader` for every partition led by another broker
+    /// than its preferred (first) replica, where that replica is live and in sync, and where it leads no
+    /// more than `100 - imbalance_percent`% of the partitions it is preferred for (it misses more than
+    /// `imbalance_percent`%).
+    pub fn preferred_elections(&self, imbalance_percent: u32) -> Vec<Command> {
+        let live = self.live();
+        let mut preferred: BTreeMap<NodeId, (usize, Vec<Command>)> = BTreeMap::new();
+        for (name, topic) in &self.topics {
+            for (index, p) in topic.partitions.iter().enumerate() {
+                let Some(&first) = p.replicas.first() else { continue };
+                let entry = preferred.entry(first).or_default();
+                entry.0 += 1;
+                if p.leader != Some(first) && live.contains(&first) && p.isr.contains(&first) {
+                    entry.1.push(Command::ElectPreferredLeader { topic: name.clone(), partition: index as u32 });
+                }
+            }
+        }
+        preferred
+            .into_values()
+            .filter(|(total, movable)| movable.len() * 100 > *total * imbalance_percent as usize)
+            .flat_map(|(_, movable)| movable)
+            .collect()
+    }
+
     /// Unfenced brokers.
     pub fn live(&self) -> BTreeSet<NodeId> {
         self.brokers.iter().filter(|(_, b)| !b.fenced).map(|(id, _)| *id).collect()

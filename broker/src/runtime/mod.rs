@@ -172,6 +172,7 @@ fn link_settings(config: &BrokerConfig) -> LinkSettings {
         heartbeat_interval: Duration::from_millis(config.broker_heartbeat_interval_ms),
         session_timeout_ms: config.broker_session_timeout_ms,
         quorum_reserve_bytes: crate::disk_space::quorum_reserve_bytes(config.log_dir_min_free_bytes),
+        leader_rebalance: config.leader_rebalance,
     }
 }
 

@@ -67,10 +67,14 @@ enum TopicCommand {
     /// Create a topic.
     Create {
         name: String,
-        #[arg(long)]
-        partitions: i32,
-        #[arg(long)]
-        replication_factor: i16,
+        #[arg(long, required_unless_present = "replica_assignment")]
+        partitions: Option<i32>,
+        #[arg(long, required_unless_present = "replica_assignment")]
+        replication_factor: Option<i16>,
+        /// Each partition's replicas, as kafka-topics.sh takes them: partitions separated by commas,
+        /// brokers by colons, the first of each leading (`1:2,2:3,3:1`). Instead of the two above.
+        #[arg(long, conflicts_with_all = ["partitions", "replication_factor"])]
+        replica_assignment: Option<String>,
         /// A topic setting, KEY=VALUE with Kafka's names (repeatable).
         #[arg(long = "config", value_name = "KEY=VALUE")]
         configs: Vec<String>,
@@ -243,6 +247,22 @@ fn start(args: StartArgs) -> Result<()> {
     Ok(())
 }
 
+/// `--replica-assignment 1:2,2:3`: one list of broker ids per partition.
+fn replica_assignment_arg(text: &str) -> Result<Vec<Vec<i32>>> {
+    text.split(',')
+        .map(|partition| {
+            partition
+                .split(':')
+                .map(|id| {
+                    id.trim()
+                        .parse::<i32>()
+                        .with_context(|| format!("--replica-assignment {text:?}: {id:?} is not a broker id"))
+                })
+                .collect()
+        })
+        .collect()
+}
+
 fn quorum(args: QuorumArgs) -> Result<()> {
     use shardlog_broker::quorum::service::{Voter, VoterSettings};
     let listen: std::net::SocketAddr = args.listen.parse().with_context(|| format!("--listen {}", args.listen))?;
@@ -276,7 +296,7 @@ fn quorum(args: QuorumArgs) -> Result<()> {
 fn topic(command: TopicCommand) -> Result<()> {
     use shardlog_broker::admin_cli;
     match command {
-        TopicCommand::Create { name, partitions, replication_factor, configs, bootstrap } => {
+        TopicCommand::Create { name, partitions, replication_factor, replica_assignment, configs, bootstrap } => {
             let configs = configs
                 .iter()
                 .map(|c| {
@@ -285,7 +305,12 @@ fn topic(command: TopicCommand) -> Result<()> {
                         .with_context(|| format!("--config {c:?} is not KEY=VALUE"))
                 })
                 .collect::<Result<Vec<_>>>()?;
-            bootstrap.connect()?.create_topic(&name, partitions, replication_factor, &configs)?;
+            let mut client = bootstrap.connect()?;
+            match (replica_assignment, partitions, replication_factor) {
+                (Some(text), _, _) => client.create_topic_assigned(&name, &replica_assignment_arg(&text)?, &configs)?,
+                (None, Some(partitions), Some(factor)) => client.create_topic(&name, partitions, factor, &configs)?,
+                _ => unreachable!("clap asks for --partitions and --replication-factor without an assignment"),
+            }
             println!("Created topic {name}.");
         }
         TopicCommand::List { bootstrap } => print!("{}", admin_cli::list(&mut bootstrap.connect()?)?),

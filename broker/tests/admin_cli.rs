@@ -71,3 +71,28 @@ fn topic_create_list_describe_delete() {
     let (ok, _, err) = shardlog(&["topic", "describe", "orders", "--bootstrap", b]);
     assert!(!ok && err.contains("topic orders"), "{err}");
 }
+
+#[test]
+fn topic_create_takes_a_replica_assignment_as_kafka_topics_does() {
+    let broker = Broker::start(1);
+    let bootstrap = format!("127.0.0.1:{}", broker.port);
+    let b = bootstrap.as_str();
+    let (ok, out, err) = shardlog(&["topic", "create", "placed", "--replica-assignment", "1,1", "--bootstrap", b]);
+    assert!(ok, "{err}");
+    assert_eq!(out, "Created topic placed.\n");
+    let (ok, out, err) = shardlog(&["topic", "describe", "placed", "--bootstrap", b]);
+    assert!(ok, "{err}");
+    assert!(out.contains("PartitionCount: 2"), "{out}");
+    assert_eq!(out.matches("Leader: 1\t").count(), 2, "{out}");
+    // Refused by the broker: a broker twice, or one that does not exist.
+    for bad in ["1:1", "1:7"] {
+        let (ok, _, err) = shardlog(&["topic", "create", "bad", "--replica-assignment", bad, "--bootstrap", b]);
+        assert!(!ok && err.contains("InvalidReplicaAssignment (error code 39)"), "{bad}: {err}");
+    }
+    // Refused before asking: not broker ids, or beside --partitions.
+    let (ok, _, err) = shardlog(&["topic", "create", "bad", "--replica-assignment", "1:x", "--bootstrap", b]);
+    assert!(!ok && err.contains("\"x\" is not a broker id"), "{err}");
+    let (ok, _, err) =
+        shardlog(&["topic", "create", "bad", "--replica-assignment", "1", "--partitions", "1", "--bootstrap", b]);
+    assert!(!ok && err.contains("cannot be used with"), "{err}");
+}

@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use kafka_protocol::ResponseError;
-use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+use kafka_protocol::messages::create_topics_request::{
+    CreatableReplicaAssignment, CreatableTopic, CreatableTopicConfig,
+};
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
@@ -365,10 +367,41 @@ impl KafkaClient {
         replication: i16,
         configs: &[(String, String)],
     ) -> Result<()> {
+        self.create_topic_as(topic, partitions, replication, &[], configs)
+    }
+
+    /// Creates a topic whose partition `i` has the replicas `assignment[i]` (the first leads).
+    pub fn create_topic_assigned(
+        &mut self,
+        topic: &str,
+        assignment: &[Vec<i32>],
+        configs: &[(String, String)],
+    ) -> Result<()> {
+        self.create_topic_as(topic, -1, -1, assignment, configs)
+    }
+
+    fn create_topic_as(
+        &mut self,
+        topic: &str,
+        partitions: i32,
+        replication: i16,
+        assignment: &[Vec<i32>],
+        configs: &[(String, String)],
+    ) -> Result<()> {
+        let assignments = assignment
+            .iter()
+            .enumerate()
+            .map(|(i, brokers)| {
+                CreatableReplicaAssignment::default()
+                    .with_partition_index(i as i32)
+                    .with_broker_ids(brokers.iter().map(|&b| BrokerId(b)).collect())
+            })
+            .collect();
         let t = CreatableTopic::default()
             .with_name(topic_name(topic))
             .with_num_partitions(partitions)
             .with_replication_factor(replication)
+            .with_assignments(assignments)
             .with_configs(
                 configs
                     .iter()

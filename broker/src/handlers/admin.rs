@@ -198,7 +198,8 @@ fn check_assignment(image: &MetadataImage, lists: &[Vec<NodeId>], replication: u
             ));
         }
         if replicas.iter().collect::<BTreeSet<_>>().len() != replicas.len() {
-            return invalid(format!("partition {index}: a broker appears twice in {replicas:?}"));
+            let listed: Vec<String> = replicas.iter().map(ToString::to_string).collect();
+            return invalid(format!("partition {index}: a broker appears twice in {}", listed.join(",")));
         }
         if let Some(unknown) = replicas.iter().find(|id| !image.state.brokers.contains_key(id)) {
             return invalid(format!("partition {index}: broker {unknown} is not registered"));

@@ -134,6 +134,15 @@ struct QuorumArgs {
     /// `broker.session.timeout.ms`: a broker not heard from for this long is fenced.
     #[arg(long, default_value_t = 9000)]
     broker_session_timeout_ms: u64,
+    /// `auto.leader.rebalance.enable`: while leading, move leadership back to preferred replicas.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    auto_leader_rebalance_enable: bool,
+    /// `leader.imbalance.check.interval.seconds`: how often.
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
+    leader_imbalance_check_interval_seconds: u64,
+    /// `leader.imbalance.per.broker.percentage`: past which share of a broker's preferred partitions.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=100))]
+    leader_imbalance_per_broker_percentage: u32,
 }
 
 /// Every flag is a shorthand for a setting of the config file; `--set KEY=VALUE` reaches any of them.
@@ -264,7 +273,7 @@ fn replica_assignment_arg(text: &str) -> Result<Vec<Vec<i32>>> {
 }
 
 fn quorum(args: QuorumArgs) -> Result<()> {
-    use shardlog_broker::quorum::service::{Voter, VoterSettings};
+    use shardlog_broker::quorum::service::{LeaderRebalance, Voter, VoterSettings};
     let listen: std::net::SocketAddr = args.listen.parse().with_context(|| format!("--listen {}", args.listen))?;
     let voters = match &args.voters {
         Some(text) => shardlog_broker::config::voters("--voters", text)?
@@ -283,6 +292,10 @@ fn quorum(args: QuorumArgs) -> Result<()> {
     let mut settings = VoterSettings::new(args.node_id as u64, args.data_dir, listen, voters);
     settings.snapshot_after_entries = args.snapshot_after_entries.max(1);
     settings.session_timeout_ms = args.broker_session_timeout_ms.clamp(1, i64::MAX as u64) as i64;
+    settings.leader_rebalance = args.auto_leader_rebalance_enable.then_some(LeaderRebalance {
+        interval: std::time::Duration::from_secs(args.leader_imbalance_check_interval_seconds),
+        imbalance_percent: args.leader_imbalance_per_broker_percentage,
+    });
     let voter = Voter::start(settings).context("start the quorum voter")?;
     tracing::info!(node = args.node_id, %listen, "quorum voter running");
     while !shutdown.is_triggered() {

@@ -559,6 +559,7 @@ fn auto_rebalance_moves_leadership_back_only_past_the_imbalance_and_only_to_live
         state.apply(&alter).unwrap();
     }
     // Broker 1 misses 4 of its 4 (100%): the two where it is in sync move back; the others wait.
+    assert!(state.preferred_elections(99).len() == 2, "4 of 4 missed is above 99%");
     let elections = state.preferred_elections(10);
     let expected: Vec<Command> =
         [0, 1].map(|partition| Command::ElectPreferredLeader { topic: "t".into(), partition }).into();
@@ -571,4 +572,35 @@ fn auto_rebalance_moves_leadership_back_only_past_the_imbalance_and_only_to_live
     // Now it misses 2 of 4 (50%): above 10%, but nothing movable is left.
     assert!(state.preferred_elections(10).is_empty());
     assert_eq!(state.topics["t"].partitions[0].leader, Some(NodeId(1)));
+}
+
+#[test]
+fn an_unclean_election_asked_for_takes_a_live_out_of_sync_replica_only_when_nothing_leads() {
+    let mut state = cluster(2);
+    state.apply(&create("u", 1, 2)).unwrap();
+    let elect = || Command::ElectUncleanLeader { topic: "u".into(), partition: 0 };
+    assert_eq!(refused(&mut state, elect()).kafka_code(), 84, "ELECTION_NOT_NEEDED while it has a leader");
+    let p = state.topics["u"].partitions[0].clone();
+    let (leader, follower) = (p.leader.unwrap(), p.replicas.iter().copied().find(|r| Some(*r) != p.leader).unwrap());
+    // The follower leaves the ISR, then the leader's broker is fenced: the partition is offline.
+    let shrink = Command::AlterPartition {
+        topic: "u".into(),
+        partition: 0,
+        leader,
+        leader_epoch: p.leader_epoch,
+        partition_epoch: p.partition_epoch,
+        isr: vec![leader],
+    };
+    state.apply(&shrink).unwrap();
+    let incarnation = |id: NodeId| state.brokers[&id].incarnation;
+    let (li, fi) = (incarnation(leader), incarnation(follower));
+    state.apply(&fence_now(&state, leader.0, li)).unwrap();
+    assert_eq!(state.topics["u"].partitions[0].leader, None, "no clean choice");
+    let events = state.apply(&elect()).unwrap();
+    let p = &state.topics["u"].partitions[0];
+    assert_eq!((p.leader, p.isr.clone()), (Some(follower), vec![follower]));
+    assert!(matches!(events.as_slice(), [Event::UncleanElection { .. }]), "{events:?}");
+    // Nobody live: ELIGIBLE_LEADERS_NOT_AVAILABLE.
+    state.apply(&fence_now(&state, follower.0, fi)).unwrap();
+    assert_eq!(refused(&mut state, elect()).kafka_code(), 83);
 }

@@ -48,7 +48,9 @@ fn create(bootstrap: &str, topic: &str, replicas: &[i32]) {
 #[test]
 fn preferred_and_unclean_leader_elections() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cluster = cluster(dir.path(), 3, 1, &["replica.lag.time.max.ms=3000"]);
+    // Without the automatic rebalance, which would do the preferred election by itself.
+    let settings = ["replica.lag.time.max.ms=3000", "auto.leader.rebalance.enable=false"];
+    let mut cluster = cluster(dir.path(), 3, 1, &settings);
     let bootstrap = cluster.bootstrap.clone();
     create(&bootstrap, "preferred", &[1, 2, 3]);
     wait_for("broker 1 leading with three in sync", Duration::from_secs(30), || {

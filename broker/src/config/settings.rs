@@ -138,7 +138,7 @@ pub const SETTINGS: &[Setting] = &[
         kind: Kind::Bool,
         default: Default::Value("true"),
         unit: "",
-        meaning: "the quorum's leader moves leadership back to preferred replicas when a broker leads too few of its own",
+        meaning: "the quorum voter this broker runs, while it leads, moves leadership back to preferred replicas when a broker leads too few of its own (standalone voters: `shardlog quorum --auto-leader-rebalance-enable`)",
         example: "false",
     },
     Setting {

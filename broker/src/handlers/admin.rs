@@ -122,7 +122,7 @@ fn plan_create(
         for a in &topic.assignments {
             let slot = usize::try_from(a.partition_index).ok().and_then(|i| lists.get_mut(i));
             match slot {
-                Some(slot @ None) => *slot = Some(a.broker_ids.iter().map(|b| NodeId(b.0 as u32)).collect()),
+                Some(slot @ None) => *slot = Some(broker_ids(&a.broker_ids)?),
                 _ => {
                     return Err(refusal(
                         ResponseError::InvalidReplicaAssignment,
@@ -204,8 +204,22 @@ fn check_assignment(image: &MetadataImage, lists: &[Vec<NodeId>], replication: u
         if let Some(unknown) = replicas.iter().find(|id| !image.state.brokers.contains_key(id)) {
             return invalid(format!("partition {index}: broker {unknown} is not registered"));
         }
+        if !replicas.iter().any(|id| image.is_live(*id)) {
+            return invalid(format!("partition {index}: every broker of it is fenced"));
+        }
     }
     Ok(())
+}
+
+/// Broker ids of a request's assignment; a negative one is no broker.
+fn broker_ids(ids: &[BrokerId]) -> Result<Vec<NodeId>, Refusal> {
+    ids.iter()
+        .map(|b| {
+            u32::try_from(b.0).map(NodeId).map_err(|_| {
+                refusal(ResponseError::InvalidReplicaAssignment, format!("broker {} is not registered", b.0))
+            })
+        })
+        .collect()
 }
 
 pub(super) async fn apply_create_topics(
@@ -320,7 +334,9 @@ pub(super) async fn apply_create_partitions(
         let result = CreatePartitionsTopicResult::default().with_name(topic.name.clone());
         let image = ctx.image();
         let checked = check_partition_count(topic.count as i64).and_then(|count| {
-            let current = image.topic(&name).map(|t| (t.partitions.len() as u32, t.partitions[0].replicas.len()));
+            let current = image
+                .topic(&name)
+                .map(|t| (t.partitions.len() as u32, t.partitions.first().map_or(0, |p| p.replicas.len())));
             let (current, replication) = match current {
                 None => {
                     return Err(refusal(
@@ -337,7 +353,7 @@ pub(super) async fn apply_create_partitions(
                 Some(found) => found,
             };
             // Kafka's CreatePartitions assignment: the replicas of each new partition, in order.
-            let assignment = match topic.assignments.as_ref().filter(|a| !a.is_empty()) {
+            let assignment = match topic.assignments.as_ref() {
                 None => None,
                 Some(lists) if lists.len() != (count - current) as usize => {
                     return Err(refusal(
@@ -347,7 +363,7 @@ pub(super) async fn apply_create_partitions(
                 }
                 Some(lists) => {
                     let lists: Vec<Vec<NodeId>> =
-                        lists.iter().map(|a| a.broker_ids.iter().map(|b| NodeId(b.0 as u32)).collect()).collect();
+                        lists.iter().map(|a| broker_ids(&a.broker_ids)).collect::<Result<_, _>>()?;
                     check_assignment(&image, &lists, replication)?;
                     Some(lists)
                 }

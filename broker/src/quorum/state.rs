@@ -504,27 +504,37 @@ impl ClusterState {
         Ok(events)
     }
 
-    /// Kafka's auto leader rebalance: `ElectPreferredLeader` for every partition led by another broker
-    /// than its preferred (first) replica, where that replica is live and in sync, and where it leads no
-    /// more than `100 - imbalance_percent`% of the partitions it is preferred for (it misses more than
-    /// `imbalance_percent`%).
+    /// Kafka's auto leader rebalance: for every live broker that does not lead more than
+    /// `imbalance_percent`% of the partitions whose preferred (first) replica it is, `ElectPreferredLeader`
+    /// for those of them where it is in sync.
     pub fn preferred_elections(&self, imbalance_percent: u32) -> Vec<Command> {
+        #[derive(Default)]
+        struct Preferred {
+            total: usize,
+            missed: usize,
+            movable: Vec<Command>,
+        }
         let live = self.live();
-        let mut preferred: BTreeMap<NodeId, (usize, Vec<Command>)> = BTreeMap::new();
+        let mut preferred: BTreeMap<NodeId, Preferred> = BTreeMap::new();
         for (name, topic) in &self.topics {
             for (index, p) in topic.partitions.iter().enumerate() {
                 let Some(&first) = p.replicas.first() else { continue };
                 let entry = preferred.entry(first).or_default();
-                entry.0 += 1;
-                if p.leader != Some(first) && live.contains(&first) && p.isr.contains(&first) {
-                    entry.1.push(Command::ElectPreferredLeader { topic: name.clone(), partition: index as u32 });
+                entry.total += 1;
+                if p.leader != Some(first) {
+                    entry.missed += 1;
+                    if p.isr.contains(&first) {
+                        entry
+                            .movable
+                            .push(Command::ElectPreferredLeader { topic: name.clone(), partition: index as u32 });
+                    }
                 }
             }
         }
         preferred
-            .into_values()
-            .filter(|(total, movable)| movable.len() * 100 > *total * imbalance_percent as usize)
-            .flat_map(|(_, movable)| movable)
+            .into_iter()
+            .filter(|(id, p)| live.contains(id) && p.missed * 100 > p.total * imbalance_percent as usize)
+            .flat_map(|(_, p)| p.movable)
             .collect()
     }
 
@@ -597,10 +607,10 @@ impl ClusterState {
         let mut records = Vec::with_capacity(lists.len());
         for replicas in lists {
             if replicas.is_empty() || replicas.len() != replication_factor as usize {
-                return invalid(format!("{replicas:?}: {replication_factor} replicas expected"));
+                return invalid(format!("{} replicas, {replication_factor} expected", replicas.len()));
             }
             if replicas.iter().collect::<BTreeSet<_>>().len() != replicas.len() {
-                return invalid(format!("{replicas:?}: a broker appears twice"));
+                return invalid("a broker appears twice in a partition's replicas".to_string());
             }
             if let Some(unknown) = replicas.iter().find(|id| !self.brokers.contains_key(id)) {
                 return invalid(format!("broker {unknown} is not registered"));

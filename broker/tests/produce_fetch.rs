@@ -348,8 +348,10 @@ fn topic_admin_describe_configs_delete_records_add_partitions_delete_topics() {
     assert_eq!(list_offset(&mut s, "admin", 0, -2), (0, 4));
     assert_eq!(fetch(&mut s, "admin", 0, 2, 0).0, 1, "below the new log start");
 
-    let grow = CreatePartitionsRequest::default()
-        .with_topics(vec![CreatePartitionsTopic::default().with_name(name("admin")).with_count(5)]);
+    // No assignment is a null list, as clients send it (an empty list assigns nothing and is refused).
+    let grow = CreatePartitionsRequest::default().with_topics(vec![
+        CreatePartitionsTopic::default().with_name(name("admin")).with_count(5).with_assignments(None),
+    ]);
     send(&mut s, ApiKey::CreatePartitions, 3, 1, &grow);
     let (_, body) = receive(&mut s, ApiKey::CreatePartitions, 3);
     let ResponseKind::CreatePartitions(r) = body else { panic!() };

@@ -1,6 +1,8 @@
 //! `shardlog topic ...`: topic administration over the Kafka protocol, so it works against any
 //! Kafka-compatible broker or cluster, through [`KafkaClient`] (any broker for the cluster's view, each
-//! partition's leader for its offsets).
+//! partition's leader for its offsets, each replica's broker for that replica's log end).
+
+use std::collections::BTreeMap;
 
 use anyhow::{Context, Result};
 
@@ -15,7 +17,8 @@ pub fn list(client: &mut KafkaClient) -> Result<String> {
     Ok(names.iter().map(|n| format!("{n}\n")).collect())
 }
 
-/// `topic describe`: partitions with leader, replicas, ISR and offsets, then the configs.
+/// `topic describe`: partitions with leader, replicas, ISR, offsets (the leader's log start and HW, each
+/// replica's log end) and any reassignment in progress, then the configs.
 pub fn describe(client: &mut KafkaClient, topic: &str) -> Result<String> {
     let metadata = client.metadata(Some(&[topic]))?;
     let t = metadata.topics.first().context("empty Metadata response")?;
@@ -25,6 +28,17 @@ pub fn describe(client: &mut KafkaClient, topic: &str) -> Result<String> {
     // Offsets come from each partition's leader; a partition without one (its broker is down) shows none.
     let led: Vec<i32> = partitions.iter().filter(|p| p.leader_id.0 >= 0).map(|p| p.partition_index).collect();
     let offsets = client.offsets_of(topic, &led, Leaderless::Skip)?;
+    // Each replica's own log end, from the broker holding it; reassignments in progress (a broker that
+    // does not list them, or a cluster that cannot answer now, shows none).
+    let mut held: BTreeMap<i32, Vec<i32>> = BTreeMap::new();
+    for p in &partitions {
+        for broker in &p.replica_nodes {
+            held.entry(broker.0).or_default().push(p.partition_index);
+        }
+    }
+    let replica_ends = client.replica_log_ends(topic, &held);
+    let all: Vec<i32> = partitions.iter().map(|p| p.partition_index).collect();
+    let reassigning = client.reassignments(topic, &all).unwrap_or_default();
     let shown = |v: Option<i64>| v.map_or("-".to_string(), |o| o.to_string());
     let id = if t.topic_id.is_nil() { "-".to_string() } else { t.topic_id.to_string() };
     let mut out = format!("Topic: {topic}\tTopicId: {id}\tPartitionCount: {}\n", partitions.len());
@@ -33,7 +47,7 @@ pub fn describe(client: &mut KafkaClient, topic: &str) -> Result<String> {
     for p in &partitions {
         let bounds = offsets.get(&p.partition_index);
         out.push_str(&format!(
-            "\tPartition: {}\tLeader: {}\tEpoch: {}\tReplicas: {}\tIsr: {}\tLogStartOffset: {}\tLogEndOffset: {}\n",
+            "\tPartition: {}\tLeader: {}\tEpoch: {}\tReplicas: {}\tIsr: {}\tLogStartOffset: {}\tHighWatermark: {}",
             p.partition_index,
             p.leader_id.0,
             p.leader_epoch,
@@ -42,6 +56,15 @@ pub fn describe(client: &mut KafkaClient, topic: &str) -> Result<String> {
             shown(bounds.map(|b| b.0)),
             shown(bounds.map(|b| b.1)),
         ));
+        let ends: Vec<String> = (p.replica_nodes.iter())
+            .map(|b| format!("{}:{}", b.0, shown(replica_ends.get(&(p.partition_index, b.0)).copied())))
+            .collect();
+        out.push_str(&format!("\tReplicaLogEnds: {}", ends.join(",")));
+        if let Some((_, adding, removing)) = reassigning.get(&p.partition_index) {
+            let list = |v: &[i32]| v.iter().map(|b| b.to_string()).collect::<Vec<_>>().join(",");
+            out.push_str(&format!("\tAddingReplicas: {}\tRemovingReplicas: {}", list(adding), list(removing)));
+        }
+        out.push('\n');
     }
     out.push_str("Configs:\n");
     for (key, value, set) in client.configs(topic)? {

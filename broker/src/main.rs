@@ -86,9 +86,24 @@ enum TopicCommand {
         #[command(flatten)]
         bootstrap: Bootstrap,
     },
-    /// Show a topic's partitions (leader, replicas, ISR, log start and end offsets) and settings.
+    /// Show a topic's partitions (leader, replicas, ISR, log start offset and high watermark, each
+    /// replica's log end, reassignments in progress) and settings.
     Describe {
         name: String,
+        #[command(flatten)]
+        bootstrap: Bootstrap,
+    },
+    /// Move partitions to other brokers (AlterPartitionReassignments): the new replicas catch up and
+    /// join the ISR, then the replicas left out are removed. `topic describe` shows the progress.
+    Reassign {
+        name: String,
+        /// The new replicas of partitions 0, 1, ... in the form of `create --replica-assignment`
+        /// (`2:3,3:1`: partition 0 to brokers 2 and 3 with 2 preferred, partition 1 to 3 and 1).
+        #[arg(long, required_unless_present = "cancel")]
+        replica_assignment: Option<String>,
+        /// Cancel the topic's reassignments in progress: back to the replicas from before.
+        #[arg(long, conflicts_with = "replica_assignment")]
+        cancel: bool,
         #[command(flatten)]
         bootstrap: Bootstrap,
     },
@@ -329,6 +344,28 @@ fn topic(command: TopicCommand) -> Result<()> {
         TopicCommand::List { bootstrap } => print!("{}", admin_cli::list(&mut bootstrap.connect()?)?),
         TopicCommand::Describe { name, bootstrap } => {
             print!("{}", admin_cli::describe(&mut bootstrap.connect()?, &name)?)
+        }
+        TopicCommand::Reassign { name, replica_assignment, cancel, bootstrap } => {
+            let mut client = bootstrap.connect()?;
+            let targets: Vec<(i32, Option<Vec<i32>>)> = match replica_assignment {
+                Some(text) => {
+                    let lists = replica_assignment_arg(&text)?;
+                    lists.into_iter().enumerate().map(|(i, replicas)| (i as i32, Some(replicas))).collect()
+                }
+                None => {
+                    debug_assert!(cancel, "clap asks for --replica-assignment without --cancel");
+                    let partitions = client.layout(&name)?.partitions;
+                    let ongoing = client.reassignments(&name, &(0..partitions).collect::<Vec<_>>())?;
+                    ongoing.keys().map(|&p| (p, None)).collect()
+                }
+            };
+            if targets.is_empty() {
+                println!("No reassignment of topic {name} is in progress.");
+                return Ok(());
+            }
+            client.reassign(&name, &targets)?;
+            let verb = if cancel { "Cancelled the reassignment of" } else { "Reassigning" };
+            println!("{verb} {} partition(s) of topic {name}.", targets.len());
         }
         TopicCommand::Delete { name, bootstrap } => {
             bootstrap.connect()?.delete_topic(&name)?;

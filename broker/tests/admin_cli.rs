@@ -49,7 +49,7 @@ fn topic_create_list_describe_delete() {
     for p in 0..3 {
         assert!(
             out.contains(&format!(
-                "Partition: {p}\tLeader: 1\tEpoch: 0\tReplicas: 1\tIsr: 1\tLogStartOffset: 0\tLogEndOffset: 0"
+                "Partition: {p}\tLeader: 1\tEpoch: 0\tReplicas: 1\tIsr: 1\tLogStartOffset: 0\tHighWatermark: 0\tReplicaLogEnds: 1:0\n"
             )),
             "{out}"
         );

@@ -50,6 +50,8 @@ fn api_versions_lists_exactly_what_is_served() {
             (37, 0, 3),
             (43, 0, 2),
             (44, 0, 1),
+            (45, 0, 1),
+            (46, 0, 0),
             (60, 0, 2)
         ]
     );

@@ -7,6 +7,7 @@
 //!   live replica of three, unclean election refused by default and allowed by the topic;
 //! - [`assignment`]: explicit replica assignment in CreateTopics and CreatePartitions;
 //! - [`elect`]: ElectLeaders, preferred and unclean, and `auto.leader.rebalance.enable`;
+//! - [`reassign`]: AlterPartitionReassignments and ListPartitionReassignments, through the CLI too;
 //! - [`peer`]: bytes that are not the peer protocol close only their own connection.
 
 mod assignment;
@@ -15,3 +16,4 @@ mod elect;
 mod failover;
 mod faults;
 mod peer;
+mod reassign;

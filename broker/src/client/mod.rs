@@ -6,6 +6,7 @@
 //! for up to [`KafkaClient::retry_for`].
 
 mod connection;
+mod reassign;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -25,6 +26,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{Encodable, StrBytes};
 
 pub use connection::{Connection, Receiver, Sender};
+pub use reassign::Ongoing;
 
 /// The environment variable a `--bootstrap` list defaults to.
 pub const BOOTSTRAP_ENV: &str = "SHARDLOG_BOOTSTRAP";
@@ -42,6 +44,8 @@ const CREATE_TOPICS_V: i16 = 5;
 const DELETE_TOPICS_V: i16 = 4;
 const LIST_OFFSETS_V: i16 = 5;
 const DESCRIBE_CONFIGS_V: i16 = 2;
+/// ListOffsets' replica id for reading a replica's own offsets (Kafka's `DEBUGGING_REPLICA_ID`).
+const DEBUGGING_REPLICA: i32 = -2;
 
 /// Splits a bootstrap list, `HOST:PORT[,HOST:PORT...]`.
 pub fn parse_bootstrap(list: &str) -> Result<Vec<String>> {
@@ -358,6 +362,33 @@ impl KafkaClient {
         }
         // A partition answered for the earliest offset may have lost its leader before the latest.
         Ok(partitions.iter().filter_map(|p| Some((*p, (*bounds[0].get(p)?, *bounds[1].get(p)?)))).collect())
+    }
+
+    /// Each replica's own log end offset, asked of the broker holding it (ListOffsets as Kafka's
+    /// debugging replica): `partitions` lists the partitions of `topic` each broker id holds, and the
+    /// answer has an entry per (partition, broker) that answered. A broker down is left out.
+    pub fn replica_log_ends(&mut self, topic: &str, partitions: &BTreeMap<i32, Vec<i32>>) -> BTreeMap<(i32, i32), i64> {
+        let mut out = BTreeMap::new();
+        for (broker, asked) in partitions {
+            let Some(addr) = self.brokers.get(broker).cloned() else { continue };
+            let req = ListOffsetsRequest::default().with_replica_id(BrokerId(DEBUGGING_REPLICA)).with_topics(vec![
+                ListOffsetsTopic::default().with_name(topic_name(topic)).with_partitions(
+                    asked
+                        .iter()
+                        .map(|&p| ListOffsetsPartition::default().with_partition_index(p).with_timestamp(-1))
+                        .collect(),
+                ),
+            ]);
+            match self.connection(&addr).and_then(|c| c.call(ApiKey::ListOffsets, LIST_OFFSETS_V, &req)) {
+                Ok(ResponseKind::ListOffsets(r)) => {
+                    let answered = r.topics.iter().flat_map(|t| &t.partitions).filter(|p| p.error_code == 0);
+                    out.extend(answered.map(|p| ((p.partition_index, *broker), p.offset)));
+                }
+                Ok(_) => {}
+                Err(_) => self.forget(&addr),
+            }
+        }
+        out
     }
 
     pub fn create_topic(

@@ -183,6 +183,16 @@ impl BrokerContext {
         self.leader_in(&self.image(), topic, partition)
     }
 
+    /// The shard of this broker's replica of the partition, leader or follower.
+    pub fn replica_here(&self, topic: &str, partition: i32) -> Result<usize, ResponseError> {
+        let image = self.image();
+        let p = image.partition(topic, partition).ok_or(ResponseError::UnknownTopicOrPartition)?;
+        if !p.replicas.contains(&NodeId(self.config.node_id)) {
+            return Err(ResponseError::NotLeaderOrFollower);
+        }
+        Ok(self.shard_for(topic, partition as u32))
+    }
+
     /// [`Self::leader_here`] as of `image`.
     pub fn leader_in(&self, image: &MetadataImage, topic: &str, partition: i32) -> Result<Led, ResponseError> {
         let p = image.partition(topic, partition).ok_or(ResponseError::UnknownTopicOrPartition)?;

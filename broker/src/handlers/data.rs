@@ -202,6 +202,10 @@ pub(super) async fn fetch_once(ctx: &Arc<BrokerContext>, req: &FetchRequest) -> 
     (FetchResponse::default().with_responses(topics), total)
 }
 
+/// ListOffsets' `replica_id` for tools that read a replica's own offsets (Kafka's
+/// `DEBUGGING_REPLICA_ID`): earliest and latest come from this broker's replica, latest as its log end.
+const DEBUGGING_REPLICA: i32 = -2;
+
 pub(super) async fn list_offsets(
     ctx: &Arc<BrokerContext>,
     req: ListOffsetsRequest,
@@ -221,6 +225,21 @@ pub(super) async fn list_offsets(
             let led = ctx.leader_here(&name, p.partition_index);
             let failed = |error| ListOutcome { error: Some(error), offset: -1, timestamp: -1 };
             let outcome = match (led, spec) {
+                // Kafka's debugging replica id: this broker's own replica answers, whether it leads or not.
+                (_, Some(spec @ (OffsetSpec::Earliest | OffsetSpec::Latest)))
+                    if req.replica_id.0 == DEBUGGING_REPLICA =>
+                {
+                    let spec = if spec == OffsetSpec::Latest { OffsetSpec::LogEnd } else { spec };
+                    match ctx.replica_here(&name, p.partition_index) {
+                        Ok(shard) => {
+                            let tp = TopicPartition::new(name.clone(), p.partition_index as u32);
+                            ask_shard(ctx, shard, |reply| PartitionRequest::ListOffsets { tp, spec, reply })
+                                .await
+                                .unwrap_or_else(|| failed(ResponseError::KafkaStorageError))
+                        }
+                        Err(e) => failed(e),
+                    }
+                }
                 (Ok(led), Some(spec)) => {
                     let tp = TopicPartition::new(name.clone(), p.partition_index as u32);
                     ask_shard(ctx, led.shard, |reply| PartitionRequest::ListOffsets { tp, spec, reply })

@@ -39,6 +39,7 @@ mod cluster;
 mod data;
 mod elect;
 mod producers;
+mod reassign;
 
 pub use admin::admin;
 use admin::*;
@@ -72,6 +73,8 @@ pub fn supported_apis() -> SupportedApis {
         (ApiKey::AlterConfigs, 0, 2),
         (ApiKey::IncrementalAlterConfigs, 0, 1),
         (ApiKey::ElectLeaders, 0, 2),
+        (ApiKey::AlterPartitionReassignments, 0, 1),
+        (ApiKey::ListPartitionReassignments, 0, 0),
         // v6 adds two-phase commit transactions.
         (ApiKey::InitProducerId, 0, 5),
     ])
@@ -101,6 +104,12 @@ pub async fn handle(ctx: &Arc<BrokerContext>, request: DecodedRequest) -> Option
         }
         RequestKind::InitProducerId(req) => ResponseKind::InitProducerId(init_producer_id(ctx, req).await),
         RequestKind::ElectLeaders(req) => ResponseKind::ElectLeaders(elect::elect_leaders(ctx, req).await),
+        RequestKind::AlterPartitionReassignments(req) => {
+            ResponseKind::AlterPartitionReassignments(reassign::alter_partition_reassignments(ctx, req).await)
+        }
+        RequestKind::ListPartitionReassignments(req) => {
+            ResponseKind::ListPartitionReassignments(reassign::list_partition_reassignments(ctx, req))
+        }
         other => unreachable!("the codec admitted an API without a handler: {other:?}"),
     })
 }

@@ -115,7 +115,7 @@ async fn apply(
             .map_or_else(|_| (defaults.log.clone(), defaults.min_insync_replicas), |c| (c.log, c.min_insync_replicas));
         let shard = ctx.shard_of(&tp);
         let request_tp = tp.clone();
-        let (topic_id, record) = (want.topic_id, want.record.clone());
+        let (topic_id, record) = (want.topic_id, Box::new(want.record.clone()));
         let create =
             |reply| PartitionRequest::Create { tp: request_tp, topic_id, config, record, min_insync_replicas, reply };
         match ask_shard(ctx, shard, create).await {

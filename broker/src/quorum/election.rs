@@ -79,6 +79,8 @@ mod tests {
             leader: leader.map(NodeId),
             leader_epoch: LeaderEpoch(3),
             partition_epoch: PartitionEpoch(7),
+            adding_replicas: Vec::new(),
+            removing_replicas: Vec::new(),
         }
     }
 

@@ -4,7 +4,8 @@
 //! - [`state`] is the state machine and [`election`] its rules, both without I/O, so they are tested
 //!   exhaustively (and can be driven by a simulator).
 //! - [`wire`] declares the openraft configuration and the rkyv forms of its messages and entries.
-//! - [`log_store`] and [`state_machine`] are the voter's durable Raft log, vote and snapshots.
+//! - [`log_store`] and [`state_machine`] are the voter's durable Raft log, vote and snapshots; `legacy`
+//!   reads the snapshot layouts of older versions.
 //! - [`network`] is the quorum port: Raft RPCs and command writes as peer-protocol frames over TCP.
 //! - [`service`] runs a voter: openraft on its own thread with a current-thread tokio runtime, reached
 //!   from other threads through flume channels.
@@ -14,6 +15,7 @@
 
 pub mod client;
 pub mod election;
+mod legacy;
 pub mod log_store;
 pub mod network;
 pub mod service;

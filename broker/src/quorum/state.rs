@@ -101,6 +101,42 @@ pub struct PartitionRecord {
     pub leader: Option<NodeId>,
     pub leader_epoch: LeaderEpoch,
     pub partition_epoch: PartitionEpoch,
+    /// The replicas a reassignment in progress adds (members of `replicas`); empty when none is.
+    #[serde(default)]
+    pub adding_replicas: Vec<NodeId>,
+    /// The replicas a reassignment in progress removes once every added one is in sync (members of
+    /// `replicas`).
+    #[serde(default)]
+    pub removing_replicas: Vec<NodeId>,
+}
+
+impl PartitionRecord {
+    /// A new partition's record: epochs at 0, no reassignment.
+    pub fn new(replicas: Vec<NodeId>, isr: Vec<NodeId>, leader: Option<NodeId>) -> PartitionRecord {
+        PartitionRecord {
+            replicas,
+            isr,
+            leader,
+            leader_epoch: LeaderEpoch(0),
+            partition_epoch: PartitionEpoch(0),
+            adding_replicas: Vec::new(),
+            removing_replicas: Vec::new(),
+        }
+    }
+
+    pub fn reassigning(&self) -> bool {
+        !self.adding_replicas.is_empty() || !self.removing_replicas.is_empty()
+    }
+
+    /// The replicas before the reassignment in progress (all of them when none is).
+    pub fn original_replicas(&self) -> Vec<NodeId> {
+        self.replicas.iter().copied().filter(|id| !self.adding_replicas.contains(id)).collect()
+    }
+
+    /// The replicas the reassignment in progress leads to (all of them when none is), in preference order.
+    pub fn target_replicas(&self) -> Vec<NodeId> {
+        self.replicas.iter().copied().filter(|id| !self.removing_replicas.contains(id)).collect()
+    }
 }
 
 /// A topic.
@@ -215,6 +251,17 @@ pub enum Command {
         topic: String,
         partition: u32,
     },
+    /// Kafka's AlterPartitionReassignments for one partition. `Some(target)`: move the partition to these
+    /// replicas (in preference order). The record's replicas become the target followed by the current
+    /// replicas that are leaving; the new ones catch up and join the ISR through the leader's
+    /// `AlterPartition`, and once every target replica is in sync the leaving ones are dropped (and
+    /// leadership moves into the target if it was outside). A new target replaces one in progress.
+    /// `None`: cancel the reassignment in progress, back to the replicas the partition had before it.
+    AlterReassignment {
+        topic: String,
+        partition: u32,
+        target: Option<Vec<NodeId>>,
+    },
 }
 
 /// Why a command was refused. Each maps to the Kafka error code a client or broker understands.
@@ -267,6 +314,8 @@ pub enum CommandError {
     ProducerIdsExhausted(u32),
     #[error("no live replica may lead")]
     EligibleLeadersNotAvailable,
+    #[error("no reassignment of this partition is in progress")]
+    NoReassignmentInProgress,
 }
 
 impl CommandError {
@@ -287,6 +336,7 @@ impl CommandError {
             CommandError::PreferredLeaderNotAvailable => 80,
             CommandError::ElectionNotNeeded => 84,
             CommandError::EligibleLeadersNotAvailable => 83,
+            CommandError::NoReassignmentInProgress => 85,
             // UNKNOWN_SERVER_ERROR: a block of ids cannot be had (an empty block, or the id space is used up).
             CommandError::ProducerIdsExhausted(_) => -1,
         }
@@ -302,6 +352,8 @@ pub enum Event {
     Offline { topic: String, partition: u32 },
     /// The answer to [`Command::AllocateProducerIds`]: ids `first .. first + count` are the proposer's.
     ProducerIdsAllocated { broker: NodeId, first: i64, count: u32 },
+    /// Every replica of a reassignment's target is in sync: the partition now has exactly those.
+    ReassignmentCompleted { topic: String, partition: u32, replicas: Vec<NodeId> },
 }
 
 /// Cluster metadata: brokers and topics.
@@ -327,7 +379,9 @@ impl ClusterState {
                 .get(topic)
                 .and_then(|t| t.partitions.get(*partition as usize))
                 .is_none_or(|p| p.leader.is_none()),
-            Event::UncleanElection { .. } | Event::ProducerIdsAllocated { .. } => true,
+            Event::UncleanElection { .. }
+            | Event::ProducerIdsAllocated { .. }
+            | Event::ReassignmentCompleted { .. } => true,
         });
         Ok(events)
     }
@@ -402,7 +456,7 @@ impl ClusterState {
                 }
                 // Every topic has a partition (commands never make one without); a state from a faulty
                 // peer that breaks that refuses the command rather than stop the voter.
-                let factor = topic.partitions.first().map_or(0, |p| p.replicas.len() as u16);
+                let factor = topic.partitions.first().map_or(0, |p| p.target_replicas().len() as u16);
                 let records = self.new_partitions(count - current, factor)?;
                 self.topics.get_mut(name).expect("checked above").partitions.extend(records);
             }
@@ -415,7 +469,7 @@ impl ClusterState {
                         "topic {name:?} has {current} partitions; the count can only grow"
                     )));
                 }
-                let factor = topic.partitions.first().map_or(0, |p| p.replicas.len() as u16);
+                let factor = topic.partitions.first().map_or(0, |p| p.target_replicas().len() as u16);
                 let records = self.assigned_partitions(count - current, factor, assignment)?;
                 self.topics.get_mut(name).expect("checked above").partitions.extend(records);
             }
@@ -462,6 +516,7 @@ impl ClusterState {
                 }
                 p.isr = isr.clone();
                 p.partition_epoch.0 += 1;
+                complete_reassignment(topic, *partition, p, &live, &mut events);
             }
             Command::AllocateProducerIds { broker, count } => {
                 let first = self.next_producer_id;
@@ -499,6 +554,12 @@ impl ClusterState {
                     }
                     Choice::None => return Err(CommandError::EligibleLeadersNotAvailable),
                 }
+                let live = self.live();
+                let p = self.partition_mut(topic, *partition)?;
+                complete_reassignment(topic, *partition, p, &live, &mut events);
+            }
+            Command::AlterReassignment { topic, partition, target } => {
+                self.alter_reassignment(topic, *partition, target.as_deref(), &mut events)?;
             }
         }
         Ok(events)
@@ -581,13 +642,7 @@ impl ClusterState {
         let assigned = election::assign_replicas(&live, count, replication_factor as usize, existing);
         Ok(assigned
             .into_iter()
-            .map(|replicas| PartitionRecord {
-                leader: Some(replicas[0]),
-                isr: replicas.clone(),
-                replicas,
-                leader_epoch: LeaderEpoch(0),
-                partition_epoch: PartitionEpoch(0),
-            })
+            .map(|replicas| PartitionRecord::new(replicas.clone(), replicas.clone(), Some(replicas[0])))
             .collect())
     }
 
@@ -606,15 +661,10 @@ impl ClusterState {
         let live = self.live();
         let mut records = Vec::with_capacity(lists.len());
         for replicas in lists {
-            if replicas.is_empty() || replicas.len() != replication_factor as usize {
+            if replicas.len() != replication_factor as usize {
                 return invalid(format!("{} replicas, {replication_factor} expected", replicas.len()));
             }
-            if replicas.iter().collect::<BTreeSet<_>>().len() != replicas.len() {
-                return invalid("a broker appears twice in a partition's replicas".to_string());
-            }
-            if let Some(unknown) = replicas.iter().find(|id| !self.brokers.contains_key(id)) {
-                return invalid(format!("broker {unknown} is not registered"));
-            }
+            self.check_replica_list(replicas)?;
             // In sync: the live replicas (all empty logs); with none live, the first one alone, which the
             // partition then waits for, as for a partition whose last ISR member was fenced.
             let mut isr: Vec<NodeId> = replicas.iter().copied().filter(|id| live.contains(id)).collect();
@@ -622,15 +672,88 @@ impl ClusterState {
                 isr.push(replicas[0]);
             }
             let leader = live.contains(&isr[0]).then_some(isr[0]);
-            records.push(PartitionRecord {
-                replicas: replicas.clone(),
-                isr,
-                leader,
-                leader_epoch: LeaderEpoch(0),
-                partition_epoch: PartitionEpoch(0),
-            });
+            records.push(PartitionRecord::new(replicas.clone(), isr, leader));
         }
         Ok(records)
+    }
+
+    /// A partition's replica list must be non-empty, without duplicates, of registered brokers.
+    fn check_replica_list(&self, replicas: &[NodeId]) -> Result<(), CommandError> {
+        let invalid = |reason: String| Err(CommandError::InvalidReplicaAssignment(reason));
+        if replicas.is_empty() {
+            return invalid("a partition needs at least one replica".to_string());
+        }
+        if replicas.iter().collect::<BTreeSet<_>>().len() != replicas.len() {
+            return invalid("a broker appears twice in a partition's replicas".to_string());
+        }
+        if let Some(unknown) = replicas.iter().find(|id| !self.brokers.contains_key(id)) {
+            return invalid(format!("broker {unknown} is not registered"));
+        }
+        Ok(())
+    }
+
+    /// Starts, replaces or (with `target` = `None`) cancels the reassignment of one partition.
+    fn alter_reassignment(
+        &mut self,
+        topic: &str,
+        partition: u32,
+        target: Option<&[NodeId]>,
+        events: &mut Vec<Event>,
+    ) -> Result<(), CommandError> {
+        if let Some(target) = target {
+            self.check_replica_list(target)?;
+        }
+        let live = self.live();
+        let p = self.partition_mut(topic, partition)?;
+        let original = p.original_replicas();
+        let (replicas, adding, removing) = match target {
+            None if !p.reassigning() => return Err(CommandError::NoReassignmentInProgress),
+            None => (original, Vec::new(), Vec::new()),
+            Some(target) => {
+                // A new target replaces one in progress: it is measured against the replicas from before.
+                let leaving: Vec<NodeId> = original.iter().copied().filter(|id| !target.contains(id)).collect();
+                let adding: Vec<NodeId> = target.iter().copied().filter(|id| !original.contains(id)).collect();
+                let replicas = target.iter().copied().chain(leaving.iter().copied()).collect();
+                (replicas, adding, leaving)
+            }
+        };
+        // Replicas an earlier target was adding and this change drops leave the ISR with the replicas.
+        let isr: Vec<NodeId> = p.isr.iter().copied().filter(|id| replicas.contains(id)).collect();
+        if isr.is_empty() {
+            return Err(CommandError::InvalidReplicaAssignment(
+                "it would leave the partition without an in-sync replica".to_string(),
+            ));
+        }
+        let mut next = PartitionRecord {
+            replicas,
+            isr,
+            adding_replicas: adding,
+            removing_replicas: removing,
+            partition_epoch: PartitionEpoch(p.partition_epoch.0 + 1),
+            ..p.clone()
+        };
+        if next.leader.is_some_and(|leader| !next.replicas.contains(&leader)) {
+            // The leader was a replica being added, and the cancel (or new target) drops it.
+            match election::choose_leader(&next, |id| live.contains(&id), false, None) {
+                Choice::Clean(leader) => set_leader(&mut next, Some(leader)),
+                Choice::Unclean(_) | Choice::None => set_leader(&mut next, None),
+            }
+        }
+        *p = next;
+        complete_reassignment(topic, partition, p, &live, events);
+        Ok(())
+    }
+
+    /// Completes every reassignment whose target replicas are all in sync (after liveness changed).
+    fn complete_reassignments(&mut self, events: &mut Vec<Event>) {
+        let live = self.live();
+        for (name, topic) in &mut self.topics {
+            for (index, p) in topic.partitions.iter_mut().enumerate() {
+                if p.reassigning() {
+                    complete_reassignment(name, index as u32, p, &live, events);
+                }
+            }
+        }
     }
 
     /// Fences a broker: it leaves every ISR it is in (unless it is the last member) and its leaderships
@@ -656,7 +779,8 @@ impl ClusterState {
         }
     }
 
-    /// Gives a leader to every partition without one where the rules allow it.
+    /// Gives a leader to every partition without one where the rules allow it, and completes the
+    /// reassignments that waited for a live target replica to lead.
     fn elect_leaderless(&mut self, events: &mut Vec<Event>) {
         let live = self.live();
         for (name, topic) in &mut self.topics {
@@ -669,6 +793,7 @@ impl ClusterState {
                 }
             }
         }
+        self.complete_reassignments(events);
     }
 }
 
@@ -716,6 +841,43 @@ fn elect(
             }
         }
     }
+}
+
+/// Ends `p`'s reassignment if every target replica is in sync and the target has a live leader: the
+/// leaving replicas go, and leadership moves to the first live in-sync target replica if the leader was
+/// leaving. Otherwise the reassignment waits for the next ISR or liveness change.
+fn complete_reassignment(
+    topic: &str,
+    index: u32,
+    p: &mut PartitionRecord,
+    live: &BTreeSet<NodeId>,
+    events: &mut Vec<Event>,
+) {
+    let target = p.target_replicas();
+    if !p.reassigning() || target.iter().any(|id| !p.isr.contains(id)) {
+        return;
+    }
+    let mut next = PartitionRecord {
+        isr: p.isr.iter().copied().filter(|id| target.contains(id)).collect(),
+        replicas: target,
+        adding_replicas: Vec::new(),
+        removing_replicas: Vec::new(),
+        partition_epoch: PartitionEpoch(p.partition_epoch.0 + 1),
+        ..p.clone()
+    };
+    match next.leader {
+        Some(leader) if next.replicas.contains(&leader) => {}
+        _ => match election::choose_leader(&next, |id| live.contains(&id), false, None) {
+            Choice::Clean(leader) => set_leader(&mut next, Some(leader)),
+            Choice::Unclean(_) | Choice::None => return,
+        },
+    }
+    events.push(Event::ReassignmentCompleted {
+        topic: topic.to_string(),
+        partition: index,
+        replicas: next.replicas.clone(),
+    });
+    *p = next;
 }
 
 fn set_leader(p: &mut PartitionRecord, leader: Option<NodeId>) {

@@ -15,22 +15,12 @@ use openraft::{
 };
 use shardlog_net::peer::{PeerFrameReader, decode_message, encode_frame, encode_message};
 
+use super::legacy::{self, RECORD_SNAPSHOT};
 use super::log_store::replace_file;
 use super::state::{ClusterState, Command, Event};
 use super::wire::{CommandOutcome, QuorumConfig, WireLogId, WireStoredMembership};
 
 const SNAPSHOT_FILE: &str = "raft-snapshot";
-/// A snapshot file written before [`ClusterState::next_producer_id`] existed: read, and rewritten as the
-/// current kind with the next snapshot.
-const RECORD_SNAPSHOT_V0: u16 = 5;
-const RECORD_SNAPSHOT: u16 = 6;
-
-/// [`ClusterState`] as snapshot files of kind [`RECORD_SNAPSHOT_V0`] hold it.
-#[derive(Debug, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
-struct ClusterStateV0 {
-    brokers: std::collections::BTreeMap<super::state::NodeId, super::state::BrokerRecord>,
-    topics: std::collections::BTreeMap<String, super::state::TopicRecord>,
-}
 const MAX_SNAPSHOT_BYTES: u32 = 1 << 30;
 
 #[derive(Debug, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
@@ -89,16 +79,15 @@ impl StateMachineStore {
                 let mut reader = PeerFrameReader::new(MAX_SNAPSHOT_BYTES);
                 reader.extend(&bytes);
                 let frame = match reader.next_frame() {
-                    Ok(Some(frame)) if [RECORD_SNAPSHOT, RECORD_SNAPSHOT_V0].contains(&frame.kind) => frame,
+                    Ok(Some(frame)) => frame,
                     other => return Err(invalid(format!("not a snapshot: {other:?}"))),
                 };
                 let mut file: SnapshotFile = decode_message(&frame.body).map_err(|e| invalid(e.to_string()))?;
-                if frame.kind == RECORD_SNAPSHOT_V0 {
-                    let old: ClusterStateV0 = decode_message(&file.state).map_err(|e| invalid(e.to_string()))?;
-                    let state = ClusterState { brokers: old.brokers, topics: old.topics, next_producer_id: 0 };
-                    file.state = encode_message(&state);
+                inner.state = legacy::decode_state(frame.kind, &file.state).map_err(invalid)?;
+                if frame.kind != RECORD_SNAPSHOT {
+                    // Followers are sent today's layout.
+                    file.state = encode_message(&inner.state);
                 }
-                inner.state = decode_state(&file.state).map_err(invalid)?;
                 inner.last_applied = file.last_log_id.map(Into::into);
                 inner.membership = file.membership.into();
                 let meta = SnapshotMeta {
@@ -201,6 +190,11 @@ impl RaftStateMachine<QuorumConfig> for StateMachineStore {
                                 tracing::info!(?event, "quorum: partition offline while its broker is shut down")
                             }
                             Event::ProducerIdsAllocated { .. } => tracing::debug!(?event, "quorum: producer ids"),
+                            Event::ReassignmentCompleted { topic, partition, replicas } => tracing::info!(
+                                partition = %format!("{topic}-{partition}"),
+                                replicas = %replicas.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(","),
+                                "quorum: partition reassignment completed"
+                            ),
                             Event::UncleanElection { .. } => tracing::warn!(
                                 ?event,
                                 "quorum: unclean leader election, possible data loss: records acknowledged while \
@@ -260,33 +254,90 @@ impl RaftStateMachine<QuorumConfig> for StateMachineStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quorum::state::{BrokerEndpoint, BrokerRecord, NodeId};
+    use crate::quorum::state::{BrokerEndpoint, BrokerRecord, NodeId, PartitionEpoch, PartitionRecord, TopicRecord};
 
-    #[test]
-    fn a_snapshot_file_from_before_producer_ids_opens_with_the_first_id_unused() {
-        let dir = tempfile::tempdir().unwrap();
-        let broker = BrokerRecord {
-            endpoint: BrokerEndpoint { host: "127.0.0.1".into(), port: 9092 },
-            incarnation: 7,
-            fenced: false,
-            last_heartbeat_ms: 5,
-        };
-        let old = ClusterStateV0 { brokers: [(NodeId(1), broker.clone())].into(), topics: Default::default() };
+    fn write_snapshot(dir: &Path, kind: u16, state: Vec<u8>) {
         let file = SnapshotFile {
             last_log_id: None,
             membership: (&StoredMembership::<u64, BasicNode>::default()).into(),
             snapshot_id: "old".into(),
-            state: encode_message(&old),
+            state,
         };
-        let frame = encode_frame(RECORD_SNAPSHOT_V0, &encode_message(&file));
-        std::fs::write(dir.path().join(SNAPSHOT_FILE), frame).unwrap();
+        std::fs::write(dir.join(SNAPSHOT_FILE), encode_frame(kind, &encode_message(&file))).unwrap();
+    }
 
-        let store = StateMachineStore::open(dir.path()).unwrap();
+    fn broker() -> BrokerRecord {
+        BrokerRecord {
+            endpoint: BrokerEndpoint { host: "127.0.0.1".into(), port: 9092 },
+            incarnation: 7,
+            fenced: false,
+            last_heartbeat_ms: 5,
+        }
+    }
+
+    fn old_topic() -> legacy::TopicRecordV0 {
+        legacy::TopicRecordV0 {
+            id: uuid::Uuid::from_u128(9),
+            configs: Default::default(),
+            partitions: vec![legacy::PartitionRecordV0 {
+                replicas: vec![NodeId(1), NodeId(2)],
+                isr: vec![NodeId(2)],
+                leader: Some(NodeId(2)),
+                leader_epoch: shardlog_storage::LeaderEpoch(4),
+                partition_epoch: PartitionEpoch(6),
+            }],
+        }
+    }
+
+    /// What the old topic is in today's layout.
+    fn today_topic() -> TopicRecord {
+        let partition = PartitionRecord {
+            leader_epoch: shardlog_storage::LeaderEpoch(4),
+            partition_epoch: PartitionEpoch(6),
+            ..PartitionRecord::new(vec![NodeId(1), NodeId(2)], vec![NodeId(2)], Some(NodeId(2)))
+        };
+        TopicRecord { id: uuid::Uuid::from_u128(9), configs: Default::default(), partitions: vec![partition] }
+    }
+
+    fn open_and_check(dir: &Path) -> ClusterState {
+        let store = StateMachineStore::open(dir).unwrap();
         let (state, _) = store.state();
-        assert_eq!(state.brokers.get(&NodeId(1)), Some(&broker));
-        assert_eq!(state.next_producer_id, 0);
+        assert_eq!(state.brokers.get(&NodeId(1)), Some(&broker()));
+        assert_eq!(state.topics.get("t"), Some(&today_topic()));
         // What followers would be sent is in today's layout.
         let (_, data) = store.lock().snapshot.clone().unwrap();
         assert_eq!(decode_state(&data).unwrap(), state);
+        state
+    }
+
+    #[test]
+    fn a_snapshot_file_from_before_producer_ids_opens_with_the_first_id_unused() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = legacy::ClusterStateV0 {
+            brokers: [(NodeId(1), broker())].into(),
+            topics: [("t".to_string(), old_topic())].into(),
+        };
+        write_snapshot(dir.path(), legacy::RECORD_SNAPSHOT_V0, encode_message(&old));
+        assert_eq!(open_and_check(dir.path()).next_producer_id, 0);
+    }
+
+    #[test]
+    fn a_snapshot_file_from_before_reassignments_opens_with_none_in_progress() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = legacy::ClusterStateV1 {
+            brokers: [(NodeId(1), broker())].into(),
+            topics: [("t".to_string(), old_topic())].into(),
+            next_producer_id: 3000,
+        };
+        write_snapshot(dir.path(), legacy::RECORD_SNAPSHOT_V1, encode_message(&old));
+        assert_eq!(open_and_check(dir.path()).next_producer_id, 3000);
+    }
+
+    #[test]
+    fn a_snapshot_of_an_unknown_kind_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        write_snapshot(dir.path(), 99, encode_message(&ClusterState::default()));
+        let error = StateMachineStore::open(dir.path()).unwrap_err();
+        assert!(error.to_string().contains("snapshot kind 99"), "{error}");
     }
 }

@@ -470,6 +470,8 @@ mod tests {
             leader: Some(NodeId(1)),
             leader_epoch: LeaderEpoch(0),
             partition_epoch: PartitionEpoch(partition_epoch),
+            adding_replicas: Vec::new(),
+            removing_replicas: Vec::new(),
         }
     }
 

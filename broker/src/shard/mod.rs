@@ -44,6 +44,9 @@ pub enum OffsetSpec {
     Earliest,
     Latest,
     Timestamp(i64),
+    /// This replica's own log end offset, leader or follower (ListOffsets from Kafka's debugging replica
+    /// id -2: tools comparing replicas).
+    LogEnd,
 }
 
 /// Work for the shard owning a partition.
@@ -57,7 +60,7 @@ pub enum PartitionRequest {
         tp: TopicPartition,
         topic_id: uuid::Uuid,
         config: LogConfig,
-        record: PartitionRecord,
+        record: Box<PartitionRecord>,
         min_insync_replicas: u16,
         reply: flume::Sender<Result<(), String>>,
     },
@@ -562,6 +565,7 @@ async fn list_offsets(
         // below one the previous leader showed; clients retry this error.
         OffsetSpec::Latest if !replicas.offsets_available(tp) => refused(ResponseError::OffsetNotAvailable),
         OffsetSpec::Latest => found(hw),
+        OffsetSpec::LogEnd => found(log.log_end_offset()),
         OffsetSpec::Timestamp(ts) => match log.offset_for_timestamp(ts).await {
             Ok(Some((offset, _))) if offset < hw => match first_record_at_or_after(&log, offset, ts).await {
                 Some((offset, timestamp)) => ListOutcome { error: None, offset, timestamp },

@@ -485,6 +485,8 @@ mod tests {
             leader: Some(NodeId(1)),
             leader_epoch: LeaderEpoch(2),
             partition_epoch: PartitionEpoch(4),
+            adding_replicas: Vec::new(),
+            removing_replicas: Vec::new(),
         };
         let topic_id = uuid::Uuid::from_u128(7);
         let progress = Arc::new(event_listener::Event::new());
@@ -537,6 +539,8 @@ mod tests {
             leader: Some(NodeId(1)),
             leader_epoch: LeaderEpoch(3),
             partition_epoch: PartitionEpoch(0),
+            adding_replicas: Vec::new(),
+            removing_replicas: Vec::new(),
         };
         let leader = ShardReplicas::new(NodeId(1), 30_000, || true, Arc::default());
         leader.apply_record(&tp, uuid::Uuid::from_u128(1), &record, 1, &log);

@@ -1,0 +1,85 @@
+//! The layouts of [`ClusterState`] that older snapshot files hold, read at start and rewritten in today's
+//! layout with the next snapshot. Each older layout converts to today's without losing anything: what
+//! it lacks starts at its default (no producer ids handed out, no reassignment in progress).
+
+use std::collections::BTreeMap;
+
+use shardlog_net::peer::decode_message;
+use shardlog_storage::LeaderEpoch;
+use uuid::Uuid;
+
+use super::state::{BrokerRecord, ClusterState, NodeId, PartitionEpoch, PartitionRecord, TopicRecord};
+
+/// Snapshot frame kinds: before producer ids, before reassignments, today's.
+pub const RECORD_SNAPSHOT_V0: u16 = 5;
+pub const RECORD_SNAPSHOT_V1: u16 = 6;
+pub const RECORD_SNAPSHOT: u16 = 7;
+
+/// A partition's record before reassignments.
+#[derive(Debug, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub struct PartitionRecordV0 {
+    pub replicas: Vec<NodeId>,
+    pub isr: Vec<NodeId>,
+    pub leader: Option<NodeId>,
+    pub leader_epoch: LeaderEpoch,
+    pub partition_epoch: PartitionEpoch,
+}
+
+#[derive(Debug, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub struct TopicRecordV0 {
+    pub id: Uuid,
+    pub configs: BTreeMap<String, String>,
+    pub partitions: Vec<PartitionRecordV0>,
+}
+
+/// Snapshot kind [`RECORD_SNAPSHOT_V0`].
+#[derive(Debug, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub struct ClusterStateV0 {
+    pub brokers: BTreeMap<NodeId, BrokerRecord>,
+    pub topics: BTreeMap<String, TopicRecordV0>,
+}
+
+/// Snapshot kind [`RECORD_SNAPSHOT_V1`].
+#[derive(Debug, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub struct ClusterStateV1 {
+    pub brokers: BTreeMap<NodeId, BrokerRecord>,
+    pub topics: BTreeMap<String, TopicRecordV0>,
+    pub next_producer_id: i64,
+}
+
+fn topics(old: BTreeMap<String, TopicRecordV0>) -> BTreeMap<String, TopicRecord> {
+    old.into_iter()
+        .map(|(name, t)| {
+            let partitions = t
+                .partitions
+                .into_iter()
+                .map(|p| PartitionRecord {
+                    leader_epoch: p.leader_epoch,
+                    partition_epoch: p.partition_epoch,
+                    ..PartitionRecord::new(p.replicas, p.isr, p.leader)
+                })
+                .collect();
+            (name, TopicRecord { id: t.id, configs: t.configs, partitions })
+        })
+        .collect()
+}
+
+/// The state a snapshot of frame kind `kind` holds in `bytes`.
+pub fn decode_state(kind: u16, bytes: &[u8]) -> Result<ClusterState, String> {
+    match kind {
+        RECORD_SNAPSHOT => decode_message::<ClusterState>(bytes).map_err(|e| e.to_string()),
+        RECORD_SNAPSHOT_V1 => {
+            let old: ClusterStateV1 = decode_message(bytes).map_err(|e| e.to_string())?;
+            Ok(ClusterState {
+                brokers: old.brokers,
+                topics: topics(old.topics),
+                next_producer_id: old.next_producer_id,
+            })
+        }
+        RECORD_SNAPSHOT_V0 => {
+            let old: ClusterStateV0 = decode_message(bytes).map_err(|e| e.to_string())?;
+            Ok(ClusterState { brokers: old.brokers, topics: topics(old.topics), next_producer_id: 0 })
+        }
+        other => Err(format!("snapshot kind {other} is not one this version reads")),
+    }
+}

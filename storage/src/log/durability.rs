@@ -1,0 +1,295 @@
+//! Group commit: writing the in-memory tail of the active segment out to its file and fdatasyncing it,
+//! with the space reservation ahead of the segment's end and the leader-epoch file that must be durable
+//! with the records it describes. See the parent module for how appends and syncs share the log.
+
+use std::rc::Rc;
+
+use super::{FlushPolicy, LEADER_EPOCH_FILE, PartitionLog};
+use crate::durable;
+use crate::error::{Result, StorageError};
+use crate::fatal;
+use crate::fs::open_files::FileHandle;
+use crate::fs::{Fs, SegmentFile, align_down, align_up};
+use crate::types::Offset;
+
+/// Syncs of one log that may be under way at once: while one fdatasync runs, the next group is already
+/// written, so its fdatasync can start without waiting for a full round.
+const MAX_SYNCS_IN_FLIGHT: u32 = 2;
+
+/// The largest single direct write; larger write-outs are split and submitted together.
+const WRITE_CHUNK_BYTES: u64 = 1 << 20;
+/// The least an active segment is reserved ahead of its end (see `reserve_locked`).
+const MIN_RESERVE_BYTES: u64 = 64 << 10;
+
+/// Ends a sync turn, also when its future is dropped, and wakes the waiters.
+struct SyncTurn<'a, F: Fs>(&'a PartitionLog<F>);
+
+impl<F: Fs> Drop for SyncTurn<'_, F> {
+    fn drop(&mut self) {
+        let mut inner = self.0.inner.borrow_mut();
+        inner.syncs_in_flight -= 1;
+        if inner.syncs_in_flight == 0 {
+            inner.sync_covering = inner.durable;
+        }
+        drop(inner);
+        self.0.progress.notify(usize::MAX);
+    }
+}
+
+impl<F: Fs> PartitionLog<F> {
+    /// Returns once every offset below `offset` is durable.
+    ///
+    /// A waiter whose offset no sync under way covers starts one (at most `MAX_SYNCS_IN_FLIGHT` at a time):
+    /// it writes out everything appended so far, then fdatasyncs. Every other waiter waits for a sync to
+    /// finish and looks again, so one fdatasync covers every append written before it.
+    pub async fn wait_durable(&self, offset: Offset) -> Result<()> {
+        loop {
+            let listener = {
+                let mut inner = self.inner.borrow_mut();
+                if inner.durable >= offset {
+                    return Ok(());
+                }
+                if inner.closed {
+                    return Err(StorageError::Closed(self.dir.clone()));
+                }
+                if offset > inner.log_end() {
+                    return Err(StorageError::Truncated { offset, log_end: inner.log_end() });
+                }
+                let covered_by_one_under_way = inner.syncs_in_flight > 0 && inner.sync_covering >= offset;
+                if covered_by_one_under_way || inner.syncs_in_flight >= MAX_SYNCS_IN_FLIGHT {
+                    Some(self.progress.listen())
+                } else {
+                    inner.syncs_in_flight += 1;
+                    None
+                }
+            };
+            match listener {
+                Some(listener) => listener.await,
+                None => {
+                    let _turn = SyncTurn(self);
+                    self.sync_turn().await?;
+                }
+            }
+        }
+    }
+
+    /// One sync: write out under the `io` lock, then fdatasync outside it so the next sync's write can
+    /// overlap this one's fdatasync.
+    pub(super) async fn sync_turn(&self) -> Result<()> {
+        let (file, path, covered, end_cuts) = {
+            let _io = self.io.lock().await;
+            let covered = self.write_out_locked().await?;
+            // The epochs of the data are on disk before the durable offset covers it.
+            self.persist_epochs_locked().await?;
+            let mut inner = self.inner.borrow_mut();
+            inner.sync_covering = inner.sync_covering.max(covered);
+            let active = inner.active();
+            (active.file.clone(), active.log_path(), covered, inner.end_cuts)
+        };
+        let file = self.open_file(&file).await?;
+        if let Err(e) = file.fdatasync().await {
+            fatal::disk_failure("fdatasync", &path, &e);
+        }
+        let mut inner = self.inner.borrow_mut();
+        inner.stats.fsyncs += 1;
+        inner.last_sync_ms = self.clock.now_ms();
+        // An fdatasync covers every write completed before it started, whatever order syncs finish in. If
+        // bytes were removed meanwhile (truncation), the truncation set the durable offset itself.
+        if inner.end_cuts == end_cuts && covered > inner.durable {
+            inner.durable = covered;
+        }
+        Ok(())
+    }
+
+    /// Makes everything appended so far durable.
+    pub async fn flush(&self) -> Result<()> {
+        let end = self.log_end_offset();
+        self.wait_durable(end).await
+    }
+
+    /// Writes appended data to the file without syncing it (Kafka's page-cache acknowledgement point).
+    pub async fn write_out(&self) -> Result<()> {
+        self.check_open()?;
+        let _io = self.io.lock().await;
+        self.write_out_locked().await.map(|_| ())
+    }
+
+    /// Under the interval flush policy (Kafka's acknowledgement point): writes appended data to the file,
+    /// and syncs when `flush.messages` records are unsynced or `flush.ms` passed since the last sync. Returns
+    /// whether it synced. Under `Always` it does nothing: durability waiters sync.
+    pub async fn flush_if_due(&self) -> Result<bool> {
+        let (due, unwritten) = {
+            let inner = self.inner.borrow();
+            let unwritten = inner.unwritten_bytes() > 0;
+            match inner.config.flush {
+                FlushPolicy::Always => (false, false),
+                FlushPolicy::Interval { messages, ms } => {
+                    let unsynced = inner.log_end().0 - inner.durable.0;
+                    let elapsed = self.clock.now_ms().saturating_sub(inner.last_sync_ms);
+                    (unsynced >= messages || (unsynced > 0 && elapsed >= ms as i64), unwritten)
+                }
+            }
+        };
+        if due {
+            self.flush().await?;
+        } else if unwritten {
+            self.write_out().await?;
+        }
+        Ok(due)
+    }
+
+    /// A segment's file, opened again if the shard's file cache closed it.
+    pub(super) async fn open_file(&self, handle: &FileHandle<F>) -> Result<Rc<F::File>> {
+        self.files.get(handle).await.map_err(|e| StorageError::io("open segment", handle.path(), e))
+    }
+
+    /// Writes the active segment's unwritten bytes, in chunks of at most `WRITE_CHUNK_BYTES` submitted
+    /// together. Returns the log end offset the write covers.
+    pub(super) async fn write_out_locked(&self) -> Result<Offset> {
+        let handle = {
+            let inner = self.inner.borrow();
+            if inner.tail.written == inner.active().size {
+                return Ok(inner.log_end());
+            }
+            inner.active().file.clone()
+        };
+        // The io lock is held: the active segment stays the same while its file is opened.
+        let file = self.open_file(&handle).await?;
+        if matches!(self.inner.borrow().config.flush, FlushPolicy::Interval { .. }) {
+            return Ok(self.write_cached_locked(&file));
+        }
+        let (path, writes, end, covered) = {
+            let inner = self.inner.borrow();
+            let end = inner.active().size;
+            let covered = inner.log_end();
+            let tail = &inner.tail;
+            let active = inner.active();
+            let first = align_down(tail.written);
+            assert!(first >= tail.start, "unwritten data was dropped from the tail");
+            let mut writes = Vec::new();
+            let mut pos = first;
+            while pos < end {
+                let len = (end - pos).min(WRITE_CHUNK_BYTES) as usize;
+                let from = (pos - tail.start) as usize;
+                let mut buf = file.alloc(align_up(len as u64) as usize);
+                buf.as_mut()[..len].copy_from_slice(&tail.bytes[from..from + len]);
+                buf.as_mut()[len..].fill(0);
+                writes.push((buf, pos));
+                pos += len as u64;
+            }
+            (active.log_path(), writes, end, covered)
+        };
+        let len: u64 = writes.iter().map(|(b, _)| b.as_ref().len() as u64).sum();
+        let count = writes.len() as u64;
+        if let Err(e) = file.write_many(writes).await {
+            fatal::disk_failure("write", &path, &e);
+        }
+        let mut inner = self.inner.borrow_mut();
+        assert!(inner.active().file.same(&handle), "active segment changed during a locked write");
+        inner.tail.written = end;
+        inner.stats.writes += count;
+        inner.stats.bytes_written += len;
+        inner.trim_tail();
+        drop(inner);
+        self.progress.notify(usize::MAX);
+        Ok(covered)
+    }
+
+    /// Allocates the active segment's file for `more` bytes past its end and ahead of that by as much as
+    /// the segment holds (at least 64 KiB, at most `preallocate_bytes`, never past `segment.bytes`), so
+    /// that the write-outs land in reserved blocks:
+    /// a full disk is met here, before the batch is taken, and refused with [`StorageError::NoSpace`].
+    pub(super) async fn reserve_locked(&self, more: u64) -> Result<()> {
+        let (end, allocated, step, cap, path, handle, zeros) = {
+            let inner = self.inner.borrow();
+            let active = inner.active();
+            (
+                align_up(active.size + more),
+                active.allocated,
+                inner.config.preallocate_bytes,
+                align_up(inner.config.segment_bytes),
+                active.log_path(),
+                active.file.clone(),
+                inner.config.preallocate_with_zeros,
+            )
+        };
+        if step == 0 || end <= allocated {
+            return Ok(());
+        }
+        let file = self.open_file(&handle).await?;
+        // Ahead by as much as the segment holds, between 64 KiB and the step: a quiet partition reserves
+        // little (ten thousand of them must not take the disk), a busy one a whole step at a time.
+        let ahead = end.clamp(MIN_RESERVE_BYTES, step.max(MIN_RESERVE_BYTES));
+        let want = align_up(end + ahead).min(cap).max(end);
+        let reserved = if zeros {
+            // From the end of what is written (never over data: the tail block is rewritten by the
+            // write-outs, and everything past `align_up(size)` is unwritten).
+            let from = align_up(self.inner.borrow().active().size).max(allocated);
+            let mut writes = Vec::new();
+            let mut pos = from;
+            while pos < want {
+                let len = (want - pos).min(WRITE_CHUNK_BYTES);
+                let mut buf = file.alloc(len as usize);
+                buf.as_mut().fill(0);
+                writes.push((buf, pos));
+                pos += len;
+            }
+            file.write_many(writes).await
+        } else {
+            file.allocate(want).await
+        };
+        match reserved {
+            Ok(()) => {
+                self.inner.borrow_mut().active_mut().allocated = want;
+                Ok(())
+            }
+            // (glommio keeps the error's kind, not always its number.)
+            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) || e.kind() == std::io::ErrorKind::StorageFull => {
+                Err(StorageError::NoSpace { path })
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) || e.kind() == std::io::ErrorKind::Unsupported => {
+                // A filesystem without fallocate: the file grows with its writes.
+                self.inner.borrow_mut().active_mut().allocated = u64::MAX;
+                Ok(())
+            }
+            Err(e) => fatal::disk_failure("fallocate", &path, &e),
+        }
+    }
+
+    /// Under the interval policy a write-out goes through the page cache: exactly the unwritten bytes, in one
+    /// synchronous write, so an acknowledgement costs a copy rather than a device round trip (Kafka's
+    /// acknowledgement point: the data outlives the process, and reaches the disk at the next flush).
+    pub(super) fn write_cached_locked(&self, file: &F::File) -> Offset {
+        let mut inner = self.inner.borrow_mut();
+        let (end, covered) = (inner.active().size, inner.log_end());
+        let from = inner.tail.written;
+        let tail = &inner.tail;
+        assert!(from >= tail.start, "unwritten data was dropped from the tail");
+        if let Err(e) = file.write_cached(from, &tail.bytes[(from - tail.start) as usize..]) {
+            fatal::disk_failure("write", &inner.active().log_path(), &e);
+        }
+        inner.tail.written = end;
+        inner.stats.writes += 1;
+        inner.stats.bytes_written += end - from;
+        inner.trim_tail();
+        drop(inner);
+        self.progress.notify(usize::MAX);
+        covered
+    }
+
+    /// Writes the leader-epoch file if it changed. The change counts as persisted only once the file is
+    /// replaced, so a cancelled or failed write is retried by the next sync.
+    pub(super) async fn persist_epochs_locked(&self) -> Result<()> {
+        let (version, body) = {
+            let inner = self.inner.borrow();
+            if inner.epochs_persisted == inner.epochs_version {
+                return Ok(());
+            }
+            (inner.epochs_version, inner.epochs.encode())
+        };
+        durable::replace_file(&self.fs, &self.dir.join(LEADER_EPOCH_FILE), body.as_bytes()).await?;
+        let mut inner = self.inner.borrow_mut();
+        inner.epochs_persisted = inner.epochs_persisted.max(version);
+        Ok(())
+    }
+}

@@ -321,6 +321,9 @@ fn quorum(args: QuorumArgs) -> Result<()> {
     Ok(())
 }
 
+/// Kafka's NO_REASSIGNMENT_IN_PROGRESS.
+const NO_REASSIGNMENT_IN_PROGRESS: i16 = 85;
+
 fn topic(command: TopicCommand) -> Result<()> {
     use shardlog_broker::admin_cli;
     match command {
@@ -363,7 +366,14 @@ fn topic(command: TopicCommand) -> Result<()> {
                 println!("No reassignment of topic {name} is in progress.");
                 return Ok(());
             }
-            client.reassign(&name, &targets)?;
+            // A move that completed since it was listed has nothing left to cancel: that is no failure.
+            let refused: Vec<String> = (client.reassign(&name, &targets)?.into_iter())
+                .filter(|r| !(cancel && r.code == NO_REASSIGNMENT_IN_PROGRESS))
+                .map(|r| r.to_string())
+                .collect();
+            if !refused.is_empty() {
+                anyhow::bail!("reassign {name}: {}", refused.join("; "));
+            }
             let verb = if cancel { "Cancelled the reassignment of" } else { "Reassigning" };
             println!("{verb} {} partition(s) of topic {name}.", targets.len());
         }

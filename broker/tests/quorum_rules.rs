@@ -414,6 +414,35 @@ fn preferred_leader_election_moves_leadership_back_only_when_it_can() {
     assert_eq!(q.leader_epoch.0, p.leader_epoch.0 + 1);
 }
 
+/// The partition epoch that marks a generated `AlterPartition` to be sent at the current epochs.
+const CURRENT: PartitionEpoch = PartitionEpoch(-1);
+
+/// `command`, with a marked `AlterPartition` filled in from `state`: the current leader and epochs, and
+/// the leader in the ISR it proposes (so that reassignments complete through it now and then).
+fn current_epochs(state: &ClusterState, command: &Command) -> Command {
+    let Command::AlterPartition { topic, partition, partition_epoch: CURRENT, isr, .. } = command else {
+        return command.clone();
+    };
+    let Some(p) = state.topics.get(topic).and_then(|t| t.partitions.get(*partition as usize)) else {
+        return command.clone();
+    };
+    let Some(leader) = p.leader else { return command.clone() };
+    let mut proposed = vec![leader];
+    for id in isr {
+        if !proposed.contains(id) && p.replicas.contains(id) {
+            proposed.push(*id);
+        }
+    }
+    Command::AlterPartition {
+        topic: topic.clone(),
+        partition: *partition,
+        leader,
+        leader_epoch: p.leader_epoch,
+        partition_epoch: p.partition_epoch,
+        isr: proposed,
+    }
+}
+
 /// A random command over a small cluster: 4 broker ids, 3 topic names.
 fn command() -> impl Strategy<Value = Command> {
     let id = 1u32..=4;
@@ -421,23 +450,23 @@ fn command() -> impl Strategy<Value = Command> {
     // Few distinct times, so that a fencing often names the heartbeat the state holds.
     let time = prop::sample::select(vec![0i64, 20_000, 39_999]);
     prop_oneof![
-        (id.clone(), 0u64..3, time.clone()).prop_map(|(i, inc, now)| register(i, inc, now)),
-        (id.clone(), 0u64..3, time.clone()).prop_map(|(i, inc, now)| Command::BrokerHeartbeat {
+        1 => (id.clone(), 0u64..3, time.clone()).prop_map(|(i, inc, now)| register(i, inc, now)),
+        1 => (id.clone(), 0u64..3, time.clone()).prop_map(|(i, inc, now)| Command::BrokerHeartbeat {
             id: NodeId(i),
             incarnation: inc,
             now_ms: now
         }),
-        (id.clone(), 0u64..3, prop::sample::select(vec![0i64, 20_000, 39_999]))
+        1 => (id.clone(), 0u64..3, prop::sample::select(vec![0i64, 20_000, 39_999]))
             .prop_map(|(i, inc, seen)| fence_seen(i, inc, seen)),
-        (id.clone(), 0u64..3).prop_map(|(i, inc)| Command::ControlledShutdown { id: NodeId(i), incarnation: inc }),
-        (name.clone(), 0u32..4, 0u16..4).prop_map(|(n, p, rf)| create(n, p, rf)),
-        name.clone().prop_map(|n| Command::DeleteTopic { name: n.into() }),
-        (name.clone(), 0u32..6).prop_map(|(n, c)| Command::CreatePartitions { name: n.into(), count: c }),
-        (name.clone(), any::<bool>()).prop_map(|(n, unclean)| Command::AlterConfigs {
+        1 => (id.clone(), 0u64..3).prop_map(|(i, inc)| Command::ControlledShutdown { id: NodeId(i), incarnation: inc }),
+        1 => (name.clone(), 0u32..4, 0u16..4).prop_map(|(n, p, rf)| create(n, p, rf)),
+        1 => name.clone().prop_map(|n| Command::DeleteTopic { name: n.into() }),
+        1 => (name.clone(), 0u32..6).prop_map(|(n, c)| Command::CreatePartitions { name: n.into(), count: c }),
+        1 => (name.clone(), any::<bool>()).prop_map(|(n, unclean)| Command::AlterConfigs {
             name: n.into(),
             configs: BTreeMap::from([(UNCLEAN_ELECTION_KEY.to_string(), unclean.to_string())]),
         }),
-        (name.clone(), any::<bool>(), any::<bool>()).prop_map(|(n, unclean, delete)| Command::EditConfigs {
+        1 => (name.clone(), any::<bool>(), any::<bool>()).prop_map(|(n, unclean, delete)| Command::EditConfigs {
             name: n.into(),
             set: if delete {
                 BTreeMap::new()
@@ -446,7 +475,7 @@ fn command() -> impl Strategy<Value = Command> {
             },
             delete: if delete { vec![UNCLEAN_ELECTION_KEY.to_string()] } else { Vec::new() },
         }),
-        (name.clone(), prop::collection::vec(prop::collection::vec(1u32..=5, 1..3), 1..3)).prop_map(|(n, lists)| {
+        1 => (name.clone(), prop::collection::vec(prop::collection::vec(1u32..=5, 1..3), 1..3)).prop_map(|(n, lists)| {
             let replication_factor = lists[0].len() as u16;
             Command::CreateTopic {
                 name: n.into(),
@@ -457,7 +486,7 @@ fn command() -> impl Strategy<Value = Command> {
                 assignment: Some(lists.into_iter().map(|l| l.into_iter().map(NodeId).collect()).collect()),
             }
         }),
-        (name.clone(), 0u32..4, id.clone(), 0i32..4, 0i32..6, prop::collection::vec(1u32..=4, 1..4)).prop_map(
+        1 => (name.clone(), 0u32..4, id.clone(), 0i32..4, 0i32..6, prop::collection::vec(1u32..=4, 1..4)).prop_map(
             |(n, p, leader, le, pe, isr)| Command::AlterPartition {
                 topic: n.into(),
                 partition: p,
@@ -467,12 +496,24 @@ fn command() -> impl Strategy<Value = Command> {
                 isr: ids(&isr),
             }
         ),
-        (name.clone(), 0u32..4).prop_map(|(n, p)| Command::ElectPreferredLeader { topic: n.into(), partition: p }),
-        (name.clone(), 0u32..4).prop_map(|(n, p)| Command::ElectUncleanLeader { topic: n.into(), partition: p }),
-        (name, 0u32..4, prop::option::of(prop::collection::vec(1u32..=5, 0..4))).prop_map(|(n, p, target)| {
+        1 => (name.clone(), 0u32..4).prop_map(|(n, p)| Command::ElectPreferredLeader { topic: n.into(), partition: p }),
+        1 => (name.clone(), 0u32..4).prop_map(|(n, p)| Command::ElectUncleanLeader { topic: n.into(), partition: p }),
+        // An ISR change from the partition's current leader at its current epochs (filled in when applied).
+        // Weighted up, with moves below, so that moves often complete through it.
+        4 => (name.clone(), 0u32..4, prop::collection::vec(1u32..=4, 0..4)).prop_map(|(n, p, isr)| {
+            Command::AlterPartition {
+                topic: n.into(),
+                partition: p,
+                leader: NodeId(0),
+                leader_epoch: LeaderEpoch(-1),
+                partition_epoch: CURRENT,
+                isr: ids(&isr),
+            }
+        }),
+        3 => (name, 0u32..2, prop::option::of(prop::collection::vec(1u32..=5, 0..4))).prop_map(|(n, p, target)| {
             Command::AlterReassignment { topic: n.into(), partition: p, target: target.map(|t| ids(&t)) }
         }),
-        (id, 0u32..3).prop_map(|(i, count)| Command::AllocateProducerIds { broker: NodeId(i), count }),
+        1 => (id, 0u32..3).prop_map(|(i, count)| Command::AllocateProducerIds { broker: NodeId(i), count }),
     ]
 }
 
@@ -488,6 +529,7 @@ proptest! {
         let mut epochs: BTreeMap<(String, usize), (LeaderEpoch, PartitionEpoch)> = BTreeMap::new();
         let mut producer_ids_given = 0i64;
         for command in &commands {
+            let command = &current_epochs(&state, command);
             let before = state.clone();
             let outcome = state.apply(command);
             // Producer id blocks follow one another: no id is ever given twice.
@@ -523,6 +565,19 @@ proptest! {
                     if let Some(leader) = p.leader {
                         prop_assert!(p.isr.contains(&leader), "{}-{}: leader {} not in ISR {:?}", name, i, leader, p.isr);
                         prop_assert!(live.contains(&leader), "{}-{}: fenced leader {}", name, i, leader);
+                    }
+                    // A new leader was in sync (before, or by this very ISR change), unless the election
+                    // was unclean and said so.
+                    let was = before.topics.get(name).filter(|t| t.id == topic.id).and_then(|t| t.partitions.get(i));
+                    if let (Some(was), Some(leader)) = (was, p.leader)
+                        && p.leader_epoch > was.leader_epoch
+                        && !was.isr.contains(&leader)
+                    {
+                        let proposed = matches!(command, Command::AlterPartition { topic: t, partition, isr, .. }
+                            if t == name && *partition as usize == i && isr.contains(&leader));
+                        let unclean = outcome.iter().flatten().any(|e| matches!(e, Event::UncleanElection { topic: t, partition, .. }
+                            if t == name && *partition as usize == i));
+                        prop_assert!(proposed || unclean, "{}-{}: {} leads out of sync without an unclean election", name, i, leader);
                     }
                     // Epochs never go back while the topic exists (a re-created topic starts over).
                     let key = (name.clone(), i);

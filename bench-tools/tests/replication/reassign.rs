@@ -3,7 +3,8 @@
 //! ISR, leadership moves into the target and the old replicas drop their logs), every acknowledged
 //! record is read back at its offset and the new replicas hold the same bytes; a move that cannot finish
 //! (its new broker is down) shows as in progress in `topic describe` and ListPartitionReassignments, and
-//! is cancelled back to the replicas from before.
+//! is cancelled back to the replicas from before; a broker down while a partition moved away from it
+//! deletes its copy when it comes back.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -64,7 +65,11 @@ fn a_partition_moves_to_other_brokers_under_load_and_a_stuck_move_is_listed_and_
         .create_with_context(reports.clone())
         .expect("producer");
     let total = 3000;
-    let mut moved_at = None;
+    let moved = |cluster: &shardlog_bench::cluster::Cluster| {
+        partitions(cluster.addr(1), TOPIC)
+            .get(&0)
+            .is_some_and(|p| p.replicas == [3, 4] && p.leader == 3 && p.isr.len() == 2)
+    };
     for i in 0..total {
         let value = format!("v{i:05}");
         producer.send(BaseRecord::<(), str>::to(TOPIC).partition(0).payload(&value)).expect("queued");
@@ -73,7 +78,13 @@ fn a_partition_moves_to_other_brokers_under_load_and_a_stuck_move_is_listed_and_
             // The whole partition moves while records keep coming: to brokers 3 and 4, 3 preferred.
             let (ok, out, err) = shardlog(&bootstrap, &["topic", "reassign", TOPIC, "--replica-assignment", "3:4"]);
             assert!(ok && out.contains("Reassigning 1 partition(s)"), "{out}{err}");
-            moved_at = Some(Instant::now());
+        }
+        if i == 2 * total / 3 {
+            // The last third goes to the new leader, after the old one gave the partition up.
+            wait_for("the partition on brokers 3 and 4 only, led by 3", Duration::from_secs(60), || {
+                producer.poll(Duration::from_millis(50));
+                moved(&cluster)
+            });
         }
     }
     producer.flush(Duration::from_secs(120)).expect("every record delivered or failed");
@@ -82,14 +93,13 @@ fn a_partition_moves_to_other_brokers_under_load_and_a_stuck_move_is_listed_and_
     let failed: Vec<_> = reports.iter().filter(|r| !r.3).collect();
     assert!(failed.is_empty(), "every record acknowledged; failed: {:?}", &failed[..failed.len().min(5)]);
 
-    wait_for("the partition on brokers 3 and 4 only, led by 3", Duration::from_secs(60), || {
-        partitions(cluster.addr(1), TOPIC)
-            .get(&0)
-            .is_some_and(|p| p.replicas == [3, 4] && p.leader == 3 && p.isr.len() == 2)
-    });
-    assert!(moved_at.is_some());
+    assert!(moved(&cluster));
     let mut client = KafkaClient::connect(&bootstrap).unwrap();
-    assert_eq!(client.reassignments(TOPIC, &[0]).unwrap(), BTreeMap::new(), "nothing in progress once done");
+    wait_for("nothing in progress once done, on every broker", Duration::from_secs(30), || {
+        (1..=4).all(|b| {
+            KafkaClient::connect(cluster.addr(b)).unwrap().reassignments(TOPIC, &[0]).unwrap() == BTreeMap::new()
+        })
+    });
     // The replicas left out drop their logs.
     wait_for("brokers 1 and 2 without the partition's log", Duration::from_secs(30), || {
         (1..=2).all(|b| !dir.path().join(format!("broker-{b}/{TOPIC}-0")).exists())
@@ -131,7 +141,7 @@ fn a_partition_moves_to_other_brokers_under_load_and_a_stuck_move_is_listed_and_
     // A move that cannot finish: broker 2 is down, so it never catches up. The move is listed, shown by
     // `topic describe`, and cancelled back to brokers 3 and 4.
     cluster.kill(2).unwrap();
-    client.reassign(TOPIC, &[(0, Some(vec![3, 2]))]).unwrap();
+    assert_eq!(client.reassign(TOPIC, &[(0, Some(vec![3, 2]))]).unwrap(), []);
     let ongoing = (vec![3, 2, 4], vec![2], vec![4]);
     assert_eq!(client.reassignments(TOPIC, &[0]).unwrap(), BTreeMap::from([(0, ongoing)]));
     let line = described(&bootstrap);
@@ -146,15 +156,32 @@ fn a_partition_moves_to_other_brokers_under_load_and_a_stuck_move_is_listed_and_
     let (ok, out, _) = shardlog(&bootstrap, &["topic", "reassign", TOPIC, "--cancel"]);
     assert!(ok && out.contains("No reassignment of topic moving is in progress"), "{out}");
 
+    // A replica moved away while its broker is down drops its log when that broker comes back: the
+    // partition lives on elsewhere, so there is nothing to keep aside.
+    cluster.kill(4).unwrap();
+    assert_eq!(client.reassign(TOPIC, &[(0, Some(vec![3, 1]))]).unwrap(), []);
+    wait_for("the partition on brokers 3 and 1", Duration::from_secs(60), || {
+        partitions(cluster.addr(1), TOPIC).get(&0).is_some_and(|p| p.replicas == [3, 1] && p.isr.len() == 2)
+    });
+    let on_four = dir.path().join(format!("broker-4/{TOPIC}-0"));
+    assert!(on_four.exists(), "broker 4 was down when the move completed");
+    cluster.restart(4, 3).unwrap();
+    assert!(!on_four.exists(), "broker 4 deleted the log of the partition moved away");
+    let strays: Vec<String> = (std::fs::read_dir(dir.path().join("broker-4")).unwrap())
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.contains(".stray"))
+        .collect();
+    assert_eq!(strays, Vec::<String>::new());
+
     // Refusals, with Kafka's errors: nothing to cancel, a broker twice, an unknown broker, a topic
     // that does not exist.
     let refused = |client: &mut KafkaClient, topic: &str, target: Option<Vec<i32>>| {
-        format!("{:#}", client.reassign(topic, &[(0, target)]).unwrap_err())
+        client.reassign(topic, &[(0, target)]).unwrap().iter().map(|r| r.code).collect::<Vec<_>>()
     };
-    assert!(refused(&mut client, TOPIC, None).contains("(error code 85)"), "NO_REASSIGNMENT_IN_PROGRESS");
-    assert!(refused(&mut client, TOPIC, Some(vec![3, 3])).contains("(error code 39)"), "INVALID_REPLICA_ASSIGNMENT");
-    assert!(refused(&mut client, TOPIC, Some(vec![3, 9])).contains("(error code 39)"), "INVALID_REPLICA_ASSIGNMENT");
-    assert!(refused(&mut client, "nowhere", Some(vec![3])).contains("(error code 3)"), "UNKNOWN_TOPIC_OR_PARTITION");
+    assert_eq!(refused(&mut client, TOPIC, None), [85], "NO_REASSIGNMENT_IN_PROGRESS");
+    assert_eq!(refused(&mut client, TOPIC, Some(vec![3, 3])), [39], "INVALID_REPLICA_ASSIGNMENT");
+    assert_eq!(refused(&mut client, TOPIC, Some(vec![3, 9])), [39], "INVALID_REPLICA_ASSIGNMENT");
+    assert_eq!(refused(&mut client, "nowhere", Some(vec![3])), [3], "UNKNOWN_TOPIC_OR_PARTITION");
     // v1 with allow_replication_factor_change=false refuses a target of another size; v0 allows it (above).
     let grow =
         AlterPartitionReassignmentsRequest::default().with_allow_replication_factor_change(false).with_topics(vec![
@@ -184,6 +211,7 @@ fn a_partition_moves_to_other_brokers_under_load_and_a_stuck_move_is_listed_and_
     // A move is routine: the brokers say what happened at INFO and raise no alarm.
     for b in [1usize, 3, 4] {
         let log = crate::common::broker_log(dir.path(), b);
+        assert!(!log.iter().any(|l| l.contains("stray")), "broker {b} set nothing aside");
         let alarm =
             |l: &&String| l.contains(" ERROR ") || (l.contains(" WARN ") && l.to_lowercase().contains("reassign"));
         let alarms: Vec<&String> = log.iter().filter(alarm).collect();

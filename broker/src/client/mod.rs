@@ -26,7 +26,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{Encodable, StrBytes};
 
 pub use connection::{Connection, Receiver, Sender};
-pub use reassign::Ongoing;
+pub use reassign::{Ongoing, Refused};
 
 /// The environment variable a `--bootstrap` list defaults to.
 pub const BOOTSTRAP_ENV: &str = "SHARDLOG_BOOTSTRAP";

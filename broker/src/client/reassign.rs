@@ -9,6 +9,7 @@ use kafka_protocol::messages::list_partition_reassignments_request::ListPartitio
 use kafka_protocol::messages::{
     AlterPartitionReassignmentsRequest, ApiKey, BrokerId, ListPartitionReassignmentsRequest, ResponseKind,
 };
+use kafka_protocol::protocol::StrBytes;
 
 use super::{KafkaClient, check, topic_name};
 
@@ -18,10 +19,34 @@ const LIST_REASSIGNMENTS_V: i16 = 0;
 /// A reassignment in progress: (replicas, adding, removing) broker ids.
 pub type Ongoing = (Vec<i32>, Vec<i32>, Vec<i32>);
 
+/// A partition whose reassignment (or cancel) was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    pub partition: i32,
+    /// Kafka's error code.
+    pub code: i16,
+    pub message: String,
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let error = kafka_protocol::ResponseError::try_from_code(self.code).map(|e| e.to_string());
+        write!(
+            f,
+            "partition {}: {} (error code {}): {}",
+            self.partition,
+            error.unwrap_or_default(),
+            self.code,
+            self.message
+        )
+    }
+}
+
 impl KafkaClient {
-    /// Moves each listed partition to its replicas (`None`: cancels its reassignment in progress). Fails
-    /// with every partition's refusal, after the others were sent.
-    pub fn reassign(&mut self, topic: &str, targets: &[(i32, Option<Vec<i32>>)]) -> Result<()> {
+    /// Moves each listed partition to its replicas (`None`: cancels its reassignment in progress). The
+    /// partitions refused, with Kafka's error code and the broker's message; an error if the request
+    /// as a whole failed.
+    pub fn reassign(&mut self, topic: &str, targets: &[(i32, Option<Vec<i32>>)]) -> Result<Vec<Refused>> {
         let partitions = targets
             .iter()
             .map(|(index, replicas)| {
@@ -37,19 +62,13 @@ impl KafkaClient {
         let ResponseKind::AlterPartitionReassignments(r) = answer else {
             bail!("wrong answer to AlterPartitionReassignments")
         };
-        let detail = |m: &Option<kafka_protocol::protocol::StrBytes>| m.as_ref().map_or("", |m| m.as_str()).to_string();
+        let detail = |m: &Option<StrBytes>| m.as_ref().map_or("", |m| m.as_str()).to_string();
         check(r.error_code, &format!("reassign {topic}: {}", detail(&r.error_message)))?;
-        let mut refused = Vec::new();
-        for p in r.responses.iter().flat_map(|t| &t.partitions) {
-            if let Err(e) = check(p.error_code, &format!("{topic}-{}: {}", p.partition_index, detail(&p.error_message)))
-            {
-                refused.push(format!("{e:#}"));
-            }
-        }
-        if !refused.is_empty() {
-            bail!("{}", refused.join("; "));
-        }
-        Ok(())
+        let partitions = r.responses.iter().flat_map(|t| &t.partitions);
+        Ok(partitions
+            .filter(|p| p.error_code != 0)
+            .map(|p| Refused { partition: p.partition_index, code: p.error_code, message: detail(&p.error_message) })
+            .collect())
     }
 
     /// The reassignments in progress of `topic`'s partitions, by partition.

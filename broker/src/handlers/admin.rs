@@ -336,7 +336,7 @@ pub(super) async fn apply_create_partitions(
         let checked = check_partition_count(topic.count as i64).and_then(|count| {
             let current = image
                 .topic(&name)
-                .map(|t| (t.partitions.len() as u32, t.partitions.first().map_or(0, |p| p.replicas.len())));
+                .map(|t| (t.partitions.len() as u32, t.partitions.first().map_or(0, |p| p.target_replicas().len())));
             let (current, replication) = match current {
                 None => {
                     return Err(refusal(

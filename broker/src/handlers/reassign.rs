@@ -128,14 +128,8 @@ pub(super) fn list_partition_reassignments(
         }
         Some(asked) => {
             for topic in asked {
-                let Some(record) = image.topic(topic.name.0.as_str()) else {
-                    return ListPartitionReassignmentsResponse::default()
-                        .with_error_code(ResponseError::UnknownTopicOrPartition.code())
-                        .with_error_message(Some(StrBytes::from_string(format!(
-                            "topic {} does not exist",
-                            topic.name.0.as_str()
-                        ))));
-                };
+                // As in Kafka, a topic that does not exist has nothing in progress.
+                let Some(record) = image.topic(topic.name.0.as_str()) else { continue };
                 let partitions: Vec<_> = (topic.partition_indexes.iter())
                     .filter_map(|&index| {
                         let p = record.partitions.get(usize::try_from(index).ok()?)?;

@@ -1,15 +1,17 @@
 //! Applying metadata images to this broker's shards: shard 0 runs [`follow`], which, for every new image
 //! from the quorum link, creates the logs of partitions this broker now hosts, deletes those of deleted
-//! topics, passes changed topic settings to the logs, and only then publishes the image to the request
-//! handlers, so no client is told about a partition before its log exists here.
+//! topics and of partitions moved to other brokers, passes changed topic settings to the logs, and only
+//! then publishes the image to the request handlers, so no client is told about a partition before its
+//! log exists here.
 //!
 //! Once the broker is registered and an image at least as new as its registration is applied, the broker
-//! is ready: partition logs on disk that this image does not give to this broker are strays (their topic
-//! was deleted while the broker was down, they were placed elsewhere, or the quorum lost its state) and
-//! are set aside (renamed to `<topic>-<partition>.stray`, kept for an operator, never served), and the
-//! shards start accepting clients. Until then no log is deleted: the images that arrive while the broker
-//! catches up replay history (a topic created, then deleted while the broker was down), and a log the
-//! metadata did not delete while this broker was running is only ever set aside.
+//! is ready: logs on disk of partitions that exist but were moved to other brokers meanwhile are deleted;
+//! other logs this image does not give to this broker are strays (their topic was deleted while the broker
+//! was down, or the quorum lost its state) and are set aside (renamed to `<topic>-<partition>.stray`, kept
+//! for an operator, never served), and the shards start accepting clients. Until then no log is deleted:
+//! the images that arrive while the broker catches up replay history (a topic created, then deleted while
+//! the broker was down), and a log the metadata did not delete while this broker was running is only ever
+//! set aside.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -149,13 +151,27 @@ async fn delete_log(ctx: &Arc<BrokerContext>, tp: &TopicPartition) -> bool {
     }
 }
 
-/// Sets aside the logs the shards opened at start that the caught-up image does not give to this broker.
+/// Sets aside the logs the shards opened at start that the caught-up image does not give to this broker,
+/// and deletes those of partitions that exist and were moved to other brokers.
 async fn remove_strays(ctx: &Arc<BrokerContext>, image: &MetadataImage) {
     let wanted = wanted(image, NodeId(ctx.config.node_id));
     for shard in 0..ctx.shards.len() {
         let on_shard = ask_shard(ctx, shard, |reply| PartitionRequest::Hosted { reply }).await;
-        for tp in on_shard.unwrap_or_default() {
+        for (tp, topic_id) in on_shard.unwrap_or_default() {
             if wanted.contains_key(&tp) {
+                continue;
+            }
+            // The topic is there but its partition is on other brokers now (moved away while this one was
+            // down): the copy here is not needed, as the metadata would have had it deleted.
+            let moved_away = topic_id.is_some_and(|id| {
+                image
+                    .state
+                    .topics
+                    .get(&tp.topic)
+                    .is_some_and(|t| t.id == id && (tp.partition as usize) < t.partitions.len())
+            });
+            if moved_away {
+                delete_log(ctx, &tp).await;
                 continue;
             }
             let request_tp = tp.clone();

@@ -17,8 +17,8 @@ pub enum Choice {
 }
 
 /// Picks a leader: the first replica (in assignment order) that is live and in the ISR; failing that,
-/// when `unclean` is allowed, the first live replica; otherwise none. `excluded` (a broker going away) is
-/// never chosen.
+/// when `unclean` is allowed, the first live replica (one being added by a reassignment last); otherwise
+/// none. `excluded` (a broker going away) is never chosen.
 pub fn choose_leader(
     partition: &PartitionRecord,
     is_live: impl Fn(NodeId) -> bool,
@@ -29,7 +29,11 @@ pub fn choose_leader(
     if let Some(&id) = partition.replicas.iter().filter(|id| partition.isr.contains(id)).find(eligible) {
         return Choice::Clean(id);
     }
-    if unclean && let Some(&id) = partition.replicas.iter().find(eligible) {
+    // Out of sync, a replica the partition had before a reassignment (holding most of its records) comes
+    // before one a reassignment is adding (which may have next to nothing).
+    let (original, adding): (Vec<&NodeId>, Vec<&NodeId>) =
+        partition.replicas.iter().partition(|id| !partition.adding_replicas.contains(id));
+    if unclean && let Some(&id) = original.into_iter().chain(adding).find(eligible) {
         return Choice::Unclean(id);
     }
     Choice::None
@@ -107,6 +111,16 @@ mod tests {
         assert_eq!(choose_leader(&p, live(&[1, 2]), true, None), Choice::Clean(NodeId(1)));
         // A broker going away is not chosen, even uncleanly.
         assert_eq!(choose_leader(&p, live(&[1, 2]), true, Some(NodeId(1))), Choice::Unclean(NodeId(2)));
+    }
+
+    #[test]
+    fn an_unclean_choice_takes_a_replica_from_before_a_reassignment_over_one_being_added() {
+        // Moving from [3, 4] to [1, 2]: the target comes first in the replicas, but 1 and 2 may hold nothing.
+        let mut p = partition(&[1, 2, 3, 4], &[3], None);
+        p.adding_replicas = vec![NodeId(1), NodeId(2)];
+        p.removing_replicas = vec![NodeId(3), NodeId(4)];
+        assert_eq!(choose_leader(&p, live(&[1, 2, 4]), true, None), Choice::Unclean(NodeId(4)));
+        assert_eq!(choose_leader(&p, live(&[1, 2]), true, None), Choice::Unclean(NodeId(1)), "only added ones live");
     }
 
     #[test]

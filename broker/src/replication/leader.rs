@@ -90,6 +90,14 @@ impl Leader {
             self.proposed_members.clear();
             self.refused_at_epoch = false;
         }
+        // Records were missed (a broker applies only the newest of the images waiting): a replica outside
+        // the ISR may have been removed and added back in between, its log deleted and started over, so
+        // what it fetched before counts for nothing until it fetches again. (Members of the ISR joined by
+        // this leader's own proposals, which it made from fetches it saw.)
+        let missed = record.partition_epoch.0 > self.partition_epoch.0.saturating_add(1);
+        if missed {
+            self.followers.retain(|id, _| record.isr.contains(id));
+        }
         self.partition_epoch = record.partition_epoch;
         self.replicas = record.replicas.clone();
         self.isr = record.isr.clone();

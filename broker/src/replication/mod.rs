@@ -538,6 +538,20 @@ mod tests {
     }
 
     #[test]
+    fn a_replica_removed_and_added_back_in_records_the_leader_missed_must_fetch_again_to_join() {
+        let log = Log { end: 4, stable: 4 };
+        let mut replica = leader(&[1, 2], &log);
+        replica.on_fetch(10, &fetch(3, 4, 4), &log);
+        // Replica 3 left and came back (its log deleted and started over) in records this leader did not
+        // see: its old fetch must not put it in the ISR.
+        replica.apply_record(&record(&[1, 2], 2), 20, &log);
+        assert_eq!(replica.poll_isr_change(30), None);
+        replica.on_fetch(40, &fetch(3, 4, 4), &log);
+        let proposal = replica.poll_isr_change(50).expect("replica 3 fetched again, caught up");
+        assert_eq!(proposal.isr, vec![NodeId(1), NodeId(2), NodeId(3)]);
+    }
+
+    #[test]
     fn a_lagging_member_is_proposed_out_and_a_caught_up_one_back_in() {
         let log = Log { end: 4, stable: 4 };
         let mut replica = leader(&[1, 2, 3], &log);

@@ -74,9 +74,9 @@ pub enum PartitionRequest {
         tp: TopicPartition,
         reply: flume::Sender<Result<Option<std::path::PathBuf>, String>>,
     },
-    /// The partitions whose logs this shard holds.
+    /// The partitions whose logs this shard holds, with the topic id each log records.
     Hosted {
-        reply: flume::Sender<Vec<TopicPartition>>,
+        reply: flume::Sender<Vec<(TopicPartition, Option<uuid::Uuid>)>>,
     },
     /// `epoch`: the leader epoch the handler routed by. `timeout_ms`: how long acks=all waits for the
     /// in-sync replicas (the request's timeout).
@@ -299,7 +299,15 @@ async fn handle(logs: &LogDir<DmaFs>, replicas: &ShardReplicas, request: Partiti
             let _ = reply.send(logs.set_aside(&tp).await.map_err(|e| e.to_string()));
         }
         PartitionRequest::Hosted { reply } => {
-            let _ = reply.send(logs.partitions());
+            let mut hosted = Vec::new();
+            for tp in logs.partitions() {
+                let id = match logs.get(&tp) {
+                    Some(log) => recorded_topic_id(&log).await.ok().flatten(),
+                    None => None,
+                };
+                hosted.push((tp, id));
+            }
+            let _ = reply.send(hosted);
         }
         PartitionRequest::Delete { tp, reply } => {
             replicas.remove(&tp);

@@ -736,7 +736,10 @@ impl ClusterState {
             // The leader was a replica being added, and the cancel (or new target) drops it.
             match election::choose_leader(&next, |id| live.contains(&id), false, None) {
                 Choice::Clean(leader) => set_leader(&mut next, Some(leader)),
-                Choice::Unclean(_) | Choice::None => set_leader(&mut next, None),
+                Choice::Unclean(_) | Choice::None => {
+                    set_leader(&mut next, None);
+                    events.push(Event::Offline { topic: topic.to_string(), partition });
+                }
             }
         }
         *p = next;

@@ -1,8 +1,8 @@
 //! The quorum service: the replicated controller that holds the cluster metadata (brokers, topics,
 //! assignments, leaders, ISR) and elects partition leaders.
 //!
-//! - [`state`] is the state machine and [`election`] its rules, both without I/O, so they are tested
-//!   exhaustively (and can be driven by a simulator).
+//! - [`state`] is the state machine and [`election`] its rules (`reassignment` those of moving
+//!   partitions), all without I/O, so they are tested exhaustively (and can be driven by a simulator).
 //! - [`wire`] declares the openraft configuration and the rkyv forms of its messages and entries.
 //! - [`log_store`] and [`state_machine`] are the voter's durable Raft log, vote and snapshots; `legacy`
 //!   reads the snapshot layouts of older versions.
@@ -18,6 +18,7 @@ pub mod election;
 mod legacy;
 pub mod log_store;
 pub mod network;
+mod reassignment;
 pub mod service;
 pub mod state;
 pub mod state_machine;

@@ -22,6 +22,7 @@ use shardlog_storage::LeaderEpoch;
 use uuid::Uuid;
 
 use super::election::{self, Choice};
+use super::reassignment::complete_reassignment;
 
 /// A broker's (and voter's) id: Kafka's `node.id`.
 #[derive(
@@ -625,7 +626,7 @@ impl ClusterState {
         Ok(broker)
     }
 
-    fn partition_mut(&mut self, topic: &str, partition: u32) -> Result<&mut PartitionRecord, CommandError> {
+    pub(super) fn partition_mut(&mut self, topic: &str, partition: u32) -> Result<&mut PartitionRecord, CommandError> {
         let unknown = || CommandError::UnknownPartition { topic: topic.to_string(), partition };
         let t = self.topics.get_mut(topic).ok_or_else(|| CommandError::UnknownTopic(topic.to_string()))?;
         t.partitions.get_mut(partition as usize).ok_or_else(unknown)
@@ -678,7 +679,7 @@ impl ClusterState {
     }
 
     /// A partition's replica list must be non-empty, without duplicates, of registered brokers.
-    fn check_replica_list(&self, replicas: &[NodeId]) -> Result<(), CommandError> {
+    pub(super) fn check_replica_list(&self, replicas: &[NodeId]) -> Result<(), CommandError> {
         let invalid = |reason: String| Err(CommandError::InvalidReplicaAssignment(reason));
         if replicas.is_empty() {
             return invalid("a partition needs at least one replica".to_string());
@@ -690,73 +691,6 @@ impl ClusterState {
             return invalid(format!("broker {unknown} is not registered"));
         }
         Ok(())
-    }
-
-    /// Starts, replaces or (with `target` = `None`) cancels the reassignment of one partition.
-    fn alter_reassignment(
-        &mut self,
-        topic: &str,
-        partition: u32,
-        target: Option<&[NodeId]>,
-        events: &mut Vec<Event>,
-    ) -> Result<(), CommandError> {
-        if let Some(target) = target {
-            self.check_replica_list(target)?;
-        }
-        let live = self.live();
-        let p = self.partition_mut(topic, partition)?;
-        let original = p.original_replicas();
-        let (replicas, adding, removing) = match target {
-            None if !p.reassigning() => return Err(CommandError::NoReassignmentInProgress),
-            None => (original, Vec::new(), Vec::new()),
-            Some(target) => {
-                // A new target replaces one in progress: it is measured against the replicas from before.
-                let leaving: Vec<NodeId> = original.iter().copied().filter(|id| !target.contains(id)).collect();
-                let adding: Vec<NodeId> = target.iter().copied().filter(|id| !original.contains(id)).collect();
-                let replicas = target.iter().copied().chain(leaving.iter().copied()).collect();
-                (replicas, adding, leaving)
-            }
-        };
-        // Replicas an earlier target was adding and this change drops leave the ISR with the replicas.
-        let isr: Vec<NodeId> = p.isr.iter().copied().filter(|id| replicas.contains(id)).collect();
-        if isr.is_empty() {
-            return Err(CommandError::InvalidReplicaAssignment(
-                "it would leave the partition without an in-sync replica".to_string(),
-            ));
-        }
-        let mut next = PartitionRecord {
-            replicas,
-            isr,
-            adding_replicas: adding,
-            removing_replicas: removing,
-            partition_epoch: PartitionEpoch(p.partition_epoch.0 + 1),
-            ..p.clone()
-        };
-        if next.leader.is_some_and(|leader| !next.replicas.contains(&leader)) {
-            // The leader was a replica being added, and the cancel (or new target) drops it.
-            match election::choose_leader(&next, |id| live.contains(&id), false, None) {
-                Choice::Clean(leader) => set_leader(&mut next, Some(leader)),
-                Choice::Unclean(_) | Choice::None => {
-                    set_leader(&mut next, None);
-                    events.push(Event::Offline { topic: topic.to_string(), partition });
-                }
-            }
-        }
-        *p = next;
-        complete_reassignment(topic, partition, p, &live, events);
-        Ok(())
-    }
-
-    /// Completes every reassignment whose target replicas are all in sync (after liveness changed).
-    fn complete_reassignments(&mut self, events: &mut Vec<Event>) {
-        let live = self.live();
-        for (name, topic) in &mut self.topics {
-            for (index, p) in topic.partitions.iter_mut().enumerate() {
-                if p.reassigning() {
-                    complete_reassignment(name, index as u32, p, &live, events);
-                }
-            }
-        }
     }
 
     /// Fences a broker: it leaves every ISR it is in (unless it is the last member) and its leaderships
@@ -846,44 +780,7 @@ fn elect(
     }
 }
 
-/// Ends `p`'s reassignment if every target replica is in sync and the target has a live leader: the
-/// leaving replicas go, and leadership moves to the first live in-sync target replica if the leader was
-/// leaving. Otherwise the reassignment waits for the next ISR or liveness change.
-fn complete_reassignment(
-    topic: &str,
-    index: u32,
-    p: &mut PartitionRecord,
-    live: &BTreeSet<NodeId>,
-    events: &mut Vec<Event>,
-) {
-    let target = p.target_replicas();
-    if !p.reassigning() || target.iter().any(|id| !p.isr.contains(id)) {
-        return;
-    }
-    let mut next = PartitionRecord {
-        isr: p.isr.iter().copied().filter(|id| target.contains(id)).collect(),
-        replicas: target,
-        adding_replicas: Vec::new(),
-        removing_replicas: Vec::new(),
-        partition_epoch: PartitionEpoch(p.partition_epoch.0 + 1),
-        ..p.clone()
-    };
-    match next.leader {
-        Some(leader) if next.replicas.contains(&leader) => {}
-        _ => match election::choose_leader(&next, |id| live.contains(&id), false, None) {
-            Choice::Clean(leader) => set_leader(&mut next, Some(leader)),
-            Choice::Unclean(_) | Choice::None => return,
-        },
-    }
-    events.push(Event::ReassignmentCompleted {
-        topic: topic.to_string(),
-        partition: index,
-        replicas: next.replicas.clone(),
-    });
-    *p = next;
-}
-
-fn set_leader(p: &mut PartitionRecord, leader: Option<NodeId>) {
+pub(super) fn set_leader(p: &mut PartitionRecord, leader: Option<NodeId>) {
     p.leader = leader;
     p.leader_epoch.0 += 1;
     p.partition_epoch.0 += 1;

@@ -1,0 +1,5 @@
+//! Fault campaigns: a cluster under a producer and consumer workload while a seeded nemesis kills,
+//! pauses, partitions and starves its brokers, then a check that every acknowledged record survived.
+//! [`check`] judges a recorded history against the cluster's final logs.
+
+pub mod check;

@@ -4,7 +4,7 @@
 //! turn, up to the first place that holds no whole batch (the zeros a segment's reserved space ends in, or
 //! a batch cut short).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use bytes::Bytes;
@@ -31,7 +31,17 @@ pub fn read_replica(data: &Path, topic: &str, partition: u32) -> Result<Vec<Repl
     if !dir.is_dir() {
         return Ok(Vec::new());
     }
-    let mut segments: Vec<(u64, std::path::PathBuf)> = std::fs::read_dir(&dir)
+    let mut out = Vec::new();
+    for (_, path) in segments(&dir)? {
+        let bytes = std::fs::read(&path).with_context(|| format!("read {}", path.display()))?;
+        read_batches(Bytes::from(bytes), &mut out).with_context(|| format!("decode {}", path.display()))?;
+    }
+    Ok(out)
+}
+
+/// The segment files (`<base offset>.log`) of a partition directory, by base offset.
+pub fn segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
+    let mut segments: Vec<(u64, PathBuf)> = std::fs::read_dir(dir)
         .with_context(|| format!("list {}", dir.display()))?
         .filter_map(|entry| entry.ok())
         .filter_map(|entry| {
@@ -41,16 +51,13 @@ pub fn read_replica(data: &Path, topic: &str, partition: u32) -> Result<Vec<Repl
         })
         .collect();
     segments.sort();
-    let mut out = Vec::new();
-    for (_, path) in segments {
-        let bytes = std::fs::read(&path).with_context(|| format!("read {}", path.display()))?;
-        read_batches(Bytes::from(bytes), &mut out).with_context(|| format!("decode {}", path.display()))?;
-    }
-    Ok(out)
+    Ok(segments)
 }
 
-/// Appends the records of the whole batches at the start of `segment` to `out`.
-fn read_batches(segment: Bytes, out: &mut Vec<ReplicaRecord>) -> Result<()> {
+/// Where each whole batch at the start of `segment` ends, judged by the batches' length fields alone: the
+/// first place that holds no whole batch ends the list.
+pub fn batch_ends(segment: &[u8]) -> Vec<usize> {
+    let mut ends = Vec::new();
     let mut at = 0;
     while segment.len() - at >= LENGTH_END {
         let length = i32::from_be_bytes(segment[at + 8..at + 12].try_into().expect("four bytes"));
@@ -58,6 +65,16 @@ fn read_batches(segment: Bytes, out: &mut Vec<ReplicaRecord>) -> Result<()> {
         if length <= 0 || end > segment.len() {
             break;
         }
+        ends.push(end);
+        at = end;
+    }
+    ends
+}
+
+/// Appends the records of the whole batches at the start of `segment` to `out`.
+fn read_batches(segment: Bytes, out: &mut Vec<ReplicaRecord>) -> Result<()> {
+    let mut at = 0;
+    for end in batch_ends(&segment) {
         let mut batch = segment.slice(at..end);
         if batch.len() < CRC_COVERS_FROM || batch[MAGIC_AT] != 2 {
             bail!("a batch at byte {at} that is not a v2 record batch");
@@ -77,7 +94,7 @@ fn read_batches(segment: Bytes, out: &mut Vec<ReplicaRecord>) -> Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use bytes::BytesMut;
     use kafka_protocol::records::{
         Compression, NO_PARTITION_LEADER_EPOCH, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, Record, RecordBatchEncoder,
@@ -86,7 +103,7 @@ mod tests {
 
     use super::*;
 
-    fn batch(base: i64, values: &[&str]) -> BytesMut {
+    pub(crate) fn batch(base: i64, values: &[&str]) -> BytesMut {
         let records: Vec<Record> = values
             .iter()
             .enumerate()

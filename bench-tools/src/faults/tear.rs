@@ -1,0 +1,142 @@
+//! The nemesis's disk damage between a kill and the restart: the end of a partition's active segment cut
+//! at a random byte, or overwritten with garbage, as a crash in the middle of a write can leave it. The
+//! broker's recovery must find the end of its whole batches and fetch the rest from the leader again.
+
+use std::io::{Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+use super::plan::Rng;
+use super::replica::{batch_ends, segments};
+
+/// How a segment was damaged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Damage {
+    /// The file ends at `at`.
+    Cut,
+    /// `len` bytes from `at` hold garbage.
+    Garbage { len: u64 },
+}
+
+/// What [`tear`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Torn {
+    pub segment: PathBuf,
+    pub damage: Damage,
+    /// The first damaged byte.
+    pub at: u64,
+}
+
+/// The partition directories of a broker's data directory: `<topic>-<partition>`, not set aside.
+fn partition_dirs(data: &Path) -> Result<Vec<PathBuf>> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(data)
+        .with_context(|| format!("list {}", data.display()))?
+        .filter_map(|entry| entry.ok())
+        .filter(|entry| entry.path().is_dir())
+        .filter(|entry| {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            name.rsplit_once('-')
+                .is_some_and(|(topic, p)| !topic.is_empty() && !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .map(|entry| entry.path())
+        .collect();
+    dirs.sort();
+    Ok(dirs)
+}
+
+/// Damages the active segment of one partition of `data` (a stopped broker's data directory) that holds
+/// records: within its last `window` bytes of whole batches, the file is cut at a random byte, or a random
+/// run of bytes is overwritten with garbage. `None` when no partition holds a record.
+pub fn tear(data: &Path, rng: &mut Rng, window: u64) -> Result<Option<Torn>> {
+    let mut candidates = Vec::new();
+    for dir in partition_dirs(data)? {
+        let Some((_, active)) = segments(&dir)?.pop() else { continue };
+        let bytes = std::fs::read(&active).with_context(|| format!("read {}", active.display()))?;
+        if let Some(&end) = batch_ends(&bytes).last() {
+            candidates.push((active, end as u64));
+        }
+    }
+    if candidates.is_empty() {
+        return Ok(None);
+    }
+    let (segment, end) = candidates.swap_remove(rng.between(0, candidates.len() as u64 - 1) as usize);
+    let at = end - rng.between(1, window.clamp(1, end));
+    let damage = if rng.between(0, 1) == 0 {
+        let file = std::fs::OpenOptions::new().write(true).open(&segment)?;
+        file.set_len(at).with_context(|| format!("cut {}", segment.display()))?;
+        file.sync_all()?;
+        Damage::Cut
+    } else {
+        let len = rng.between(1, end - at);
+        let garbage: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
+        let mut file = std::fs::OpenOptions::new().write(true).open(&segment)?;
+        file.seek(SeekFrom::Start(at))?;
+        file.write_all(&garbage).with_context(|| format!("overwrite {}", segment.display()))?;
+        file.sync_all()?;
+        Damage::Garbage { len }
+    };
+    Ok(Some(Torn { segment, damage, at }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::faults::replica::read_replica;
+    use crate::faults::replica::tests::batch;
+
+    /// A data directory with partition `t-0` of two segments (three batches in the active one, then its
+    /// reserved zeros) and an empty `t-1`, a set-aside log and the quorum's directory.
+    fn data() -> (tempfile::TempDir, Vec<u8>) {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("t-0");
+        std::fs::create_dir(&log).unwrap();
+        std::fs::write(log.join("00000000000000000000.log"), batch(0, &["a", "b"])).unwrap();
+        let mut active = batch(2, &["c"]);
+        active.extend_from_slice(&batch(3, &["d", "e"]));
+        active.extend_from_slice(&batch(5, &["f"]));
+        let data_len = active.len();
+        active.extend_from_slice(&[0u8; 512]);
+        std::fs::write(log.join("00000000000000000002.log"), &active).unwrap();
+        std::fs::create_dir(dir.path().join("t-1")).unwrap();
+        for other in ["t-0.stray", "quorum"] {
+            std::fs::create_dir(dir.path().join(other)).unwrap();
+            std::fs::write(dir.path().join(other).join("00000000000000000000.log"), batch(0, &["x"])).unwrap();
+        }
+        (dir, active[..data_len].to_vec())
+    }
+
+    #[test]
+    fn the_tail_of_the_active_segment_is_cut_or_overwritten_and_nothing_before_it() {
+        let mut kinds = std::collections::BTreeSet::new();
+        for seed in 0..40 {
+            let (dir, before) = data();
+            let torn = tear(dir.path(), &mut Rng::new(seed), 100).unwrap().expect("a partition with records");
+            assert!(torn.segment.ends_with("t-0/00000000000000000002.log"), "{torn:?}");
+            assert!(torn.at < before.len() as u64 && torn.at >= before.len() as u64 - 100, "{torn:?}");
+            let after = std::fs::read(&torn.segment).unwrap();
+            let at = torn.at as usize;
+            assert_eq!(after[..at], before[..at], "seed {seed}: the bytes before the damage are untouched");
+            match torn.damage {
+                Damage::Cut => assert_eq!(after.len(), at),
+                Damage::Garbage { len } => {
+                    assert!(len >= 1 && at + len as usize <= before.len());
+                    assert_ne!(after[at..at + len as usize], before[at..at + len as usize]);
+                }
+            }
+            kinds.insert(matches!(torn.damage, Damage::Cut));
+            // The first segment is whole; what is left of the active one reads as a prefix or fails its CRC.
+            if let Ok(records) = read_replica(dir.path(), "t", 0) {
+                assert!(records.len() < 6 && records.len() >= 2, "seed {seed}: {records:?}");
+            }
+        }
+        assert_eq!(kinds.len(), 2, "both cuts and garbage");
+    }
+
+    #[test]
+    fn a_broker_without_records_is_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("t-0")).unwrap();
+        assert_eq!(tear(dir.path(), &mut Rng::new(1), 100).unwrap(), None);
+    }
+}

@@ -166,7 +166,7 @@ fn read_partition(
     let mut position = start;
     while position < end {
         let mut answers = client.route(topic, &[partition], "fetch", Leaderless::Wait, |conn, _| {
-            Ok(vec![(partition, fetch_from(conn, topic, partition, position)?)])
+            Ok(vec![(partition, fetch_from(conn, topic, partition, position)?.map(|(_, records)| records))])
         })?;
         let mut records = answers.remove(&partition).expect("routed");
         let before = position;
@@ -187,8 +187,14 @@ fn read_partition(
     Ok(out)
 }
 
-/// One Fetch of a partition from `position`: its records, or the partition's error code.
-fn fetch_from(conn: &mut Connection, topic: &str, partition: i32, position: i64) -> Result<Result<Bytes, i16>> {
+/// One Fetch of a partition from `position`: the partition's high watermark and its records, or the
+/// partition's error code.
+pub fn fetch_from(
+    conn: &mut Connection,
+    topic: &str,
+    partition: i32,
+    position: i64,
+) -> Result<Result<(i64, Bytes), i16>> {
     let version = conn.negotiate(ApiKey::Fetch, FETCH_VERSIONS)?;
     let request = FetchRequest::default()
         .with_replica_id(kafka_protocol::messages::BrokerId(-1))
@@ -209,7 +215,11 @@ fn fetch_from(conn: &mut Connection, topic: &str, partition: i32, position: i64)
         bail!("wrong answer to Fetch")
     };
     let p = response.responses.first().and_then(|t| t.partitions.first()).context("empty Fetch answer")?;
-    Ok(if p.error_code == 0 { Ok(p.records.clone().unwrap_or_default()) } else { Err(p.error_code) })
+    Ok(if p.error_code == 0 {
+        Ok((p.high_watermark, p.records.clone().unwrap_or_default()))
+    } else {
+        Err(p.error_code)
+    })
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 use clap::{Parser, Subcommand};
 
 mod audit;
+mod campaign;
 use shardlog_bench::cluster;
 mod consume;
 mod loopback;
@@ -45,6 +46,9 @@ enum Command {
     /// The metadata quorum with real voter processes: commit rate, and time from killing the Raft leader
     /// to the next committed command.
     Quorum(quorum_bench::QuorumArgs),
+    /// A fault campaign: a local cluster under producers and a consumer while a seeded nemesis kills,
+    /// tears and pauses its brokers; then every acknowledged record is checked. Exits non-zero on a loss.
+    Faults(campaign::FaultsArgs),
     /// What a hostile client can make a broker hold: partial frames, slowloris, large requests; the
     /// broker's memory and an ordinary client's answers meanwhile.
     Probe(probe::ProbeArgs),
@@ -72,6 +76,13 @@ fn main() -> anyhow::Result<()> {
         Command::Loopback(args) => loopback::run(&args)?,
         Command::Quorum(args) => quorum_bench::run(&args)?,
         Command::Probe(args) => probe::run(&args)?,
+        Command::Faults(args) => {
+            let outcome = campaign::run(&args)?;
+            println!("report: {}", outcome.report.display());
+            if outcome.failures > 0 {
+                std::process::exit(1);
+            }
+        }
     }
     Ok(())
 }

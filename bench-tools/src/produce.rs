@@ -32,7 +32,7 @@ use crate::payload::{self, Origin};
 use crate::stats::{self, Tally};
 
 /// Produce versions this tool speaks.
-const PRODUCE_VERSIONS: (i16, i16) = (3, 9);
+pub(crate) const PRODUCE_VERSIONS: (i16, i16) = (3, 9);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Mode {
@@ -259,7 +259,7 @@ impl Plan {
 }
 
 /// InitProducerId, as an idempotent producer without a transactional id starts.
-fn init_producer_id(connection: &mut Connection) -> Result<(i64, i16)> {
+pub(crate) fn init_producer_id(connection: &mut Connection) -> Result<(i64, i16)> {
     let version = connection.negotiate(ApiKey::InitProducerId, (0, 4))?;
     let request = InitProducerIdRequest::default()
         .with_transaction_timeout_ms(60_000)
@@ -384,17 +384,22 @@ fn now_ms() -> i64 {
 }
 
 fn request(plan: &Plan, batches: Vec<(i32, Bytes)>) -> ProduceRequest {
+    produce_request(&plan.topic, plan.acks, batches)
+}
+
+/// A Produce request of `batches` (partition, record batch) to `topic`.
+pub(crate) fn produce_request(topic: &str, acks: i16, batches: Vec<(i32, Bytes)>) -> ProduceRequest {
     let partitions =
         batches.into_iter().map(|(p, b)| PartitionProduceData::default().with_index(p).with_records(Some(b))).collect();
-    ProduceRequest::default().with_acks(plan.acks).with_timeout_ms(30_000).with_topic_data(vec![
+    ProduceRequest::default().with_acks(acks).with_timeout_ms(30_000).with_topic_data(vec![
         TopicProduceData::default()
-            .with_name(TopicName(StrBytes::from_string(plan.topic.clone())))
+            .with_name(TopicName(StrBytes::from_string(topic.to_string())))
             .with_partition_data(partitions),
     ])
 }
 
 /// (partition, error code, base offset) of every partition in a produce answer.
-fn outcomes(response: ResponseKind) -> Result<Vec<(i32, i16, i64)>> {
+pub(crate) fn outcomes(response: ResponseKind) -> Result<Vec<(i32, i16, i64)>> {
     let ResponseKind::Produce(r) = response else { bail!("wrong answer to Produce") };
     Ok(r.responses
         .iter()

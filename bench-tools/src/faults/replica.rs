@@ -24,19 +24,19 @@ pub struct ReplicaRecord {
     pub value: Bytes,
 }
 
-/// The records of `topic`-`partition` in the data directory `data`, in offset order; empty if the broker
+/// The records of `topic`-`partition` in the data directory `data`, in offset order; `None` if the broker
 /// holds no such log.
-pub fn read_replica(data: &Path, topic: &str, partition: u32) -> Result<Vec<ReplicaRecord>> {
+pub fn read_replica(data: &Path, topic: &str, partition: u32) -> Result<Option<Vec<ReplicaRecord>>> {
     let dir = data.join(format!("{topic}-{partition}"));
     if !dir.is_dir() {
-        return Ok(Vec::new());
+        return Ok(None);
     }
     let mut out = Vec::new();
     for (_, path) in segments(&dir)? {
         let bytes = std::fs::read(&path).with_context(|| format!("read {}", path.display()))?;
         read_batches(Bytes::from(bytes), &mut out).with_context(|| format!("decode {}", path.display()))?;
     }
-    Ok(out)
+    Ok(Some(out))
 }
 
 /// The segment files (`<base offset>.log`) of a partition directory, by base offset.
@@ -143,10 +143,10 @@ pub(crate) mod tests {
         std::fs::write(log.join("00000000000000000003.log"), &active).unwrap();
         std::fs::write(log.join("00000000000000000003.index"), [1u8; 8]).unwrap();
 
-        let records = read_replica(dir.path(), "orders-eu", 3).unwrap();
+        let records = read_replica(dir.path(), "orders-eu", 3).unwrap().expect("a log");
         let seen: Vec<(u64, &[u8])> = records.iter().map(|r| (r.offset, r.value.as_ref())).collect();
         assert_eq!(seen, vec![(0, &b"a"[..]), (1, b"b"), (2, b"c"), (3, b"d"), (4, b"e")]);
-        assert!(read_replica(dir.path(), "orders-eu", 4).unwrap().is_empty(), "no such log");
+        assert_eq!(read_replica(dir.path(), "orders-eu", 4).unwrap(), None, "no such log");
     }
 
     #[test]
@@ -158,7 +158,7 @@ pub(crate) mod tests {
         let second = batch(1, &["b", "c"]);
         bytes.extend_from_slice(&second[..40]);
         std::fs::write(log.join("00000000000000000000.log"), &bytes).unwrap();
-        let records = read_replica(dir.path(), "t", 0).unwrap();
+        let records = read_replica(dir.path(), "t", 0).unwrap().expect("a log");
         assert_eq!(records.iter().map(|r| r.offset).collect::<Vec<_>>(), vec![0]);
 
         let mut damaged = batch(0, &["a"]);

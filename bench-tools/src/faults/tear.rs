@@ -1,7 +1,12 @@
 //! The nemesis's disk damage between a kill and the restart: the end of a partition's active segment cut
 //! at a random byte, or overwritten with garbage, as a crash in the middle of a write can leave it. The
 //! broker's recovery must find the end of its whole batches and fetch the rest from the leader again.
+//!
+//! Only bytes past the partition's checkpointed recovery point are damaged: below it the broker has
+//! fdatasync'ed the data and said so, and damage there is a disk that lost written data, which the broker
+//! rightly refuses to serve until an operator repairs it (`shardlog repair`).
 
+use std::collections::BTreeMap;
 use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
@@ -45,23 +50,67 @@ fn partition_dirs(data: &Path) -> Result<Vec<PathBuf>> {
     Ok(dirs)
 }
 
+/// The recovery points the broker checkpointed in `data` (its `recovery-point-offset-checkpoint` files, one
+/// per shard), by partition directory name.
+fn recovery_points(data: &Path) -> Result<BTreeMap<String, u64>> {
+    let mut points = BTreeMap::new();
+    for entry in std::fs::read_dir(data).with_context(|| format!("list {}", data.display()))? {
+        let path = entry?.path();
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        if !name.starts_with("recovery-point-offset-checkpoint") || name.ends_with(".tmp") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).with_context(|| format!("read {}", path.display()))?;
+        // A version line and a count line, then `<topic> <partition> <offset>`.
+        for line in text.lines().skip(2) {
+            let mut fields = line.rsplitn(3, ' ');
+            if let (Some(offset), Some(partition), Some(topic)) = (fields.next(), fields.next(), fields.next())
+                && let Ok(offset) = offset.parse()
+            {
+                points.insert(format!("{topic}-{partition}"), offset);
+            }
+        }
+    }
+    Ok(points)
+}
+
+/// Where the first batch of `segment` that holds an offset at or past `recovery_point` starts, among the
+/// batches ending at `ends`.
+fn first_unsynced(segment: &[u8], ends: &[usize], recovery_point: u64) -> Option<usize> {
+    let mut start = 0;
+    for &end in ends {
+        let base = i64::from_be_bytes(segment[start..start + 8].try_into().expect("eight bytes"));
+        let last_delta = i32::from_be_bytes(segment[start + 23..start + 27].try_into().expect("four bytes"));
+        if base + i64::from(last_delta) >= recovery_point as i64 {
+            return Some(start);
+        }
+        start = end;
+    }
+    None
+}
+
 /// Damages the active segment of one partition of `data` (a stopped broker's data directory) that holds
-/// records: within its last `window` bytes of whole batches, the file is cut at a random byte, or a random
-/// run of bytes is overwritten with garbage. `None` when no partition holds a record.
+/// records past its recovery point: within its last `window` bytes of whole batches, and not before the
+/// first batch at or past the recovery point, the file is cut at a random byte, or a random run of bytes
+/// is overwritten with garbage. `None` when no partition holds such a record.
 pub fn tear(data: &Path, rng: &mut Rng, window: u64) -> Result<Option<Torn>> {
+    let points = recovery_points(data)?;
     let mut candidates = Vec::new();
     for dir in partition_dirs(data)? {
         let Some((_, active)) = segments(&dir)?.pop() else { continue };
         let bytes = std::fs::read(&active).with_context(|| format!("read {}", active.display()))?;
-        if let Some(&end) = batch_ends(&bytes).last() {
-            candidates.push((active, end as u64));
+        let ends = batch_ends(&bytes);
+        let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let recovery_point = points.get(&name).copied().unwrap_or(0);
+        if let (Some(&end), Some(floor)) = (ends.last(), first_unsynced(&bytes, &ends, recovery_point)) {
+            candidates.push((active, floor as u64, end as u64));
         }
     }
     if candidates.is_empty() {
         return Ok(None);
     }
-    let (segment, end) = candidates.swap_remove(rng.between(0, candidates.len() as u64 - 1) as usize);
-    let at = end - rng.between(1, window.clamp(1, end));
+    let (segment, floor, end) = candidates.swap_remove(rng.between(0, candidates.len() as u64 - 1) as usize);
+    let at = end - rng.between(1, window.clamp(1, end - floor));
     let damage = if rng.between(0, 1) == 0 {
         let file = std::fs::OpenOptions::new().write(true).open(&segment)?;
         file.set_len(at).with_context(|| format!("cut {}", segment.display()))?;
@@ -126,11 +175,31 @@ mod tests {
             }
             kinds.insert(matches!(torn.damage, Damage::Cut));
             // The first segment is whole; what is left of the active one reads as a prefix or fails its CRC.
-            if let Ok(records) = read_replica(dir.path(), "t", 0) {
+            if let Ok(records) = read_replica(dir.path(), "t", 0).map(|r| r.expect("a log")) {
                 assert!(records.len() < 6 && records.len() >= 2, "seed {seed}: {records:?}");
             }
         }
         assert_eq!(kinds.len(), 2, "both cuts and garbage");
+    }
+
+    #[test]
+    fn nothing_below_the_recovery_point_is_damaged() {
+        // t-0's active segment holds offsets 2, 3..4 and 5; synced below 4, so the batch of 3..4 and the
+        // one after it may be damaged.
+        let (dir, before) = data();
+        let checkpoint = "0\n2\nt 0 4\nt 1 0\n";
+        std::fs::write(dir.path().join("recovery-point-offset-checkpoint.shard-1"), checkpoint).unwrap();
+        let floor = batch(2, &["c"]).len() as u64;
+        for seed in 0..40 {
+            let (dir, _) = data();
+            std::fs::write(dir.path().join("recovery-point-offset-checkpoint.shard-1"), checkpoint).unwrap();
+            let torn = tear(dir.path(), &mut Rng::new(seed), 1 << 20).unwrap().expect("records past the point");
+            assert!(torn.at >= floor && torn.at < before.len() as u64, "seed {seed}: {torn:?}");
+        }
+        // Everything synced: nothing to tear.
+        std::fs::write(dir.path().join("recovery-point-offset-checkpoint.shard-0"), "0\n1\nt 0 6\n").unwrap();
+        std::fs::remove_file(dir.path().join("recovery-point-offset-checkpoint.shard-1")).unwrap();
+        assert_eq!(tear(dir.path(), &mut Rng::new(1), 1 << 20).unwrap(), None);
     }
 
     #[test]

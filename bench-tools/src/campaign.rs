@@ -1,0 +1,589 @@
+//! `shardlog-bench faults`: a fault campaign. A local cluster on loopback runs a replicated topic under
+//! three producers (idempotent with acks=all, plain with acks=all and retries, and acks=1 as the labelled
+//! lossy baseline) and a consumer, while the nemesis carries out a plan drawn from the seed: brokers
+//! killed and restarted, killed with their active segment cut or torn before the restart, and paused past
+//! `replica.lag.time.max.ms` and the broker session. Then every fault is healed, the cluster stopped, every
+//! replica read from its data directory, and the history judged (`faults::check`). Exits non-zero on a
+//! loss, a moved offset, a high watermark going back, replicas that differ below the high watermark, or a
+//! duplicate from the idempotent producer.
+//!
+//! Network faults (partitions, one-way drops, latency, loss) and a full disk are not carried out yet: the
+//! plan draws only the kinds listed in [`KINDS`].
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use bytes::Bytes;
+use kafka_protocol::messages::ApiKey;
+use kafka_protocol::records::{Compression, RecordBatchDecoder};
+use shardlog_bench::cluster::{Cluster, ClusterArgs};
+use shardlog_bench::faults::check::{self, Delivery, Event, FinalState, Stored, Tag, Verdict};
+use shardlog_bench::faults::plan::{self, Fault, FaultKind, PlanSpec, Rng};
+use shardlog_bench::faults::{replica, tear};
+use shardlog_broker::client::KafkaClient;
+
+use crate::payload::{self, Idempotent, Origin};
+use crate::produce::{PRODUCE_VERSIONS, init_producer_id, outcomes, produce_request};
+
+const TOPIC: &str = "campaign";
+/// Bytes of each record's value.
+const VALUE_BYTES: usize = 100;
+/// The fault kinds this version carries out.
+const KINDS: [FaultKind; 3] = [FaultKind::Kill, FaultKind::KillAndTear, FaultKind::Pause];
+/// Short timeouts, so that pauses outlast them within a short campaign.
+const SETTINGS: [&str; 3] =
+    ["replica.lag.time.max.ms=2000", "broker.session.timeout.ms=3000", "broker.heartbeat.interval.ms=500"];
+/// How far back from the end of its whole batches a torn segment is damaged.
+const TEAR_WINDOW: u64 = 64 * 1024;
+/// A plain producer gives a record up after this long (Kafka's `delivery.timeout.ms`).
+const DELIVERY_TIMEOUT: Duration = Duration::from_secs(30);
+const RETRY_PAUSE: Duration = Duration::from_millis(100);
+/// How long the healed cluster may take to bring every replica back into the ISR.
+const HEAL_WAIT: Duration = Duration::from_secs(60);
+
+/// The producers: id and how each sends.
+const PRODUCERS: [(u32, Delivery); 3] = [(1, Delivery::Idempotent), (2, Delivery::AcksAll), (3, Delivery::AcksOne)];
+
+/// Options of `shardlog-bench faults`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct FaultsArgs {
+    /// Brokers of the local cluster (1 to 5); the topic has min(3, brokers) replicas.
+    #[arg(long, default_value_t = 3)]
+    pub brokers: usize,
+    /// Faults the nemesis carries out.
+    #[arg(long, default_value_t = 30)]
+    pub faults: usize,
+    /// The nemesis's seed (default: from the clock). Printed, so that a campaign can be replayed.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// The report folder (default `bench-reports/faults-<seed>`); the cluster's data goes to its `cluster/`.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Let faults overlap past what the topic promises to survive (up to all brokers but one at once);
+    /// losses are then reported, not failed.
+    #[arg(long)]
+    pub beyond: bool,
+    /// How long the faults are spread over, e.g. 90s (default: 3 s per fault).
+    #[arg(long, value_parser = crate::stats::duration)]
+    pub duration: Option<Duration>,
+    /// Partitions of the campaign's topic.
+    #[arg(long, default_value_t = 6)]
+    pub partitions: i32,
+    /// The shardlog binary (default: next to this one, else on PATH).
+    #[arg(long)]
+    pub shardlog: Option<PathBuf>,
+}
+
+/// What the workload threads share.
+struct Shared {
+    start: Instant,
+    stop: AtomicBool,
+    /// Events with the time they happened since the start.
+    history: Mutex<Vec<(Duration, Event)>>,
+    /// Kafka errors that refused a record for good, by producer and code.
+    refused: Mutex<BTreeMap<(u32, i16), u64>>,
+}
+
+impl Shared {
+    fn push(&self, event: Event) {
+        let at = self.start.elapsed();
+        self.history.lock().expect("history lock").push((at, event));
+    }
+
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+}
+
+/// What a campaign found.
+pub struct Outcome {
+    pub failures: usize,
+    pub report: PathBuf,
+}
+
+pub fn run(args: &FaultsArgs) -> Result<Outcome> {
+    if !(1..=5).contains(&args.brokers) {
+        bail!("--brokers {}: a local cluster has 1 to 5 brokers", args.brokers);
+    }
+    if args.faults == 0 || args.partitions < 1 {
+        bail!("a campaign needs at least one fault and one partition");
+    }
+    let seed = args.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
+    });
+    println!("seed {seed} (replay with --seed {seed})");
+    let out = args.out.clone().unwrap_or_else(|| PathBuf::from("bench-reports").join(format!("faults-{seed}")));
+    let data = out.join("cluster");
+    if data.exists() {
+        std::fs::remove_dir_all(&data).with_context(|| format!("remove {}", data.display()))?;
+    }
+    std::fs::create_dir_all(&data).with_context(|| format!("create {}", data.display()))?;
+
+    let replicas = args.brokers.min(3) as i16;
+    let min_insync = if replicas >= 3 { 2 } else { 1 };
+    // With one replica a torn segment loses what it held: beyond what such a topic survives.
+    let kinds: Vec<FaultKind> =
+        KINDS.into_iter().filter(|k| *k != FaultKind::KillAndTear || replicas > 1 || args.beyond).collect();
+    let duration = args.duration.unwrap_or(Duration::from_secs(3) * args.faults as u32);
+    let spec = PlanSpec {
+        seed,
+        brokers: args.brokers as u32,
+        faults: args.faults,
+        kinds,
+        tolerance: (replicas - min_insync).max(1) as u32,
+        beyond: args.beyond,
+        shortest: Duration::from_secs(1),
+        longest: Duration::from_secs(6),
+        gap: duration * 2 / args.faults as u32,
+    };
+    let faults = plan::plan(&spec);
+
+    let mut cluster = Cluster::start(&ClusterArgs {
+        brokers: args.brokers,
+        base_port: 0,
+        quorum_base_port: None,
+        data_dir: data.clone(),
+        shards: None,
+        shardlog: args.shardlog.clone(),
+        settings: SETTINGS.iter().map(|s| s.to_string()).collect(),
+    })?;
+    let bootstrap = cluster.bootstrap.clone();
+    let mut admin = KafkaClient::connect(&bootstrap)?;
+    let configs = [("min.insync.replicas".to_string(), min_insync.to_string())];
+    admin.create_topic(TOPIC, args.partitions, replicas, &configs)?;
+    admin.led_layout(TOPIC)?;
+    let ids: BTreeMap<String, u32> = (1..=args.brokers).map(|b| (cluster.addr(b).to_string(), b as u32)).collect();
+
+    let shared = Arc::new(Shared {
+        start: Instant::now(),
+        stop: AtomicBool::new(false),
+        history: Mutex::new(Vec::new()),
+        refused: Mutex::new(BTreeMap::new()),
+    });
+    let mut producers = Vec::new();
+    for (id, delivery) in PRODUCERS {
+        let (shared, bootstrap, partitions) = (shared.clone(), bootstrap.clone(), args.partitions);
+        producers.push(std::thread::spawn(move || produce(&shared, &bootstrap, id, delivery, partitions)));
+    }
+    let consumer = {
+        let (shared, bootstrap, partitions) = (shared.clone(), bootstrap.clone(), args.partitions);
+        std::thread::spawn(move || consume(&shared, &bootstrap, partitions))
+    };
+
+    let mut timeline = String::new();
+    let nemesis = carry_out(&mut cluster, &faults, &data, seed, shared.start, &mut timeline);
+    let healed = nemesis.and_then(|()| wait_for_full_isr(&mut admin, args.partitions, replicas as usize));
+    shared.stop.store(true, Ordering::Relaxed);
+    for producer in producers {
+        producer.join().expect("a producer thread")?;
+    }
+    consumer.join().expect("the consumer thread")?;
+    healed?;
+
+    // The end: every partition's leader and high watermark, then the replicas as stopped brokers hold them.
+    let layout = admin.led_layout(TOPIC)?;
+    let bounds = admin.offsets(TOPIC, args.partitions)?;
+    cluster.stop()?;
+    let mut end = FinalState::default();
+    for p in 0..args.partitions {
+        let partition = p as u32;
+        end.high_watermark.insert(partition, bounds[p as usize].1 as u64);
+        let leader = layout.leaders.get(&p).and_then(|addr| ids.get(addr)).copied().context("a leader")?;
+        for broker in 1..=args.brokers as u32 {
+            let dir = data.join(format!("broker-{broker}"));
+            let Some(records) = replica::read_replica(&dir, TOPIC, partition)? else { continue };
+            let copy: BTreeMap<u64, Stored> =
+                records.into_iter().map(|r| (r.offset, stored(partition, r.offset, &r.value))).collect();
+            if broker == leader {
+                end.log.insert(partition, copy);
+            } else {
+                end.replicas.insert((broker, partition), copy);
+            }
+        }
+    }
+    let history: Vec<(Duration, Event)> = std::mem::take(&mut *shared.history.lock().expect("history lock"));
+    let events: Vec<Event> = history.iter().map(|(_, e)| e.clone()).collect();
+    let deliveries: BTreeMap<u32, Delivery> = PRODUCERS.into_iter().collect();
+    let verdict = check::check(&deliveries, &events, &end);
+    let failures = verdict.failures(args.beyond);
+    let refused = shared.refused.lock().expect("refused lock").clone();
+    let report = render(args, seed, replicas, min_insync, &faults, &history, &verdict, failures, &refused, &timeline);
+    std::fs::create_dir_all(&out)?;
+    let path = out.join("report.md");
+    std::fs::write(&path, &report).with_context(|| format!("write {}", path.display()))?;
+    print!("{report}");
+    Ok(Outcome { failures, report: path })
+}
+
+/// The record at `offset` of `partition` as the checker sees it.
+fn stored(partition: u32, offset: u64, value: &[u8]) -> Stored {
+    let tag = Origin::parse(value)
+        .map_or(Tag { producer: u32::MAX, sequence: offset }, |o| Tag { producer: o.run as u32, sequence: o.sequence });
+    Stored { partition, offset, tag, checksum: payload::hash(value) }
+}
+
+/// The nemesis: each fault started and healed at its time.
+fn carry_out(
+    cluster: &mut Cluster,
+    faults: &[Fault],
+    data: &Path,
+    seed: u64,
+    start: Instant,
+    timeline: &mut String,
+) -> Result<()> {
+    // (when, heal?, fault index): heals first at the same instant, so a broker is free before it is hit.
+    let mut steps: Vec<(Duration, bool, usize)> =
+        faults.iter().enumerate().flat_map(|(i, f)| [(f.start, false, i), (f.end(), true, i)]).collect();
+    steps.sort_by_key(|&(at, heal, i)| (at, !heal, i));
+    let mut rng = Rng::new(seed ^ 0x7EA2);
+    let brokers = cluster.bootstrap.split(',').count();
+    for (at, heal, i) in steps {
+        if let Some(wait) = at.checked_sub(start.elapsed()) {
+            std::thread::sleep(wait);
+        }
+        let fault = &faults[i];
+        let targets: Vec<u32> = fault.brokers.iter().copied().collect();
+        let mut line = format!("{:>7.1} s  ", start.elapsed().as_secs_f64());
+        for &b in &targets {
+            let b = b as usize;
+            match (fault.kind, heal) {
+                (FaultKind::Kill | FaultKind::KillAndTear, false) => cluster.kill(b)?,
+                (FaultKind::Pause, false) => cluster.pause(b)?,
+                (FaultKind::Kill | FaultKind::KillAndTear, true) => cluster.restart(b, brokers)?,
+                (FaultKind::Pause, true) => cluster.resume(b)?,
+                (kind, _) => bail!("the campaign cannot carry out {} yet", kind.name()),
+            }
+            if fault.kind == FaultKind::KillAndTear && !heal {
+                let torn = tear::tear(&data.join(format!("broker-{b}")), &mut rng, TEAR_WINDOW)?;
+                if let Some(torn) = torn {
+                    let _ = write!(line, "(tore {} at byte {}: {:?}) ", torn.segment.display(), torn.at, torn.damage);
+                }
+            }
+        }
+        let what = if heal { "heal" } else { "start" };
+        let _ = writeln!(line, "{what} #{} {} on broker {targets:?}", i + 1, fault.kind.name());
+        print!("{line}");
+        timeline.push_str(&line);
+    }
+    Ok(())
+}
+
+/// Waits until every partition has a leader and all its replicas in sync.
+fn wait_for_full_isr(admin: &mut KafkaClient, partitions: i32, replicas: usize) -> Result<()> {
+    let deadline = Instant::now() + HEAL_WAIT;
+    loop {
+        let full = admin.metadata(Some(&[TOPIC])).is_ok_and(|m| {
+            m.topics.first().is_some_and(|t| {
+                t.partitions.len() == partitions as usize
+                    && t.partitions.iter().all(|p| p.leader_id.0 >= 0 && p.isr_nodes.len() == replicas)
+            })
+        });
+        if full {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("the healed cluster did not bring every replica of {TOPIC} back in sync within {HEAL_WAIT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// One producer: one record per request, round robin over the partitions, each record tagged with the
+/// producer and its sequence, sent again after a retriable error or a lost connection to whoever leads
+/// the partition then (an idempotent producer with the same sequence, until it is acknowledged or the
+/// campaign ends; a plain one up to `DELIVERY_TIMEOUT`).
+fn produce(shared: &Shared, bootstrap: &str, id: u32, delivery: Delivery, partitions: i32) -> Result<()> {
+    let mut client = connect(shared, bootstrap)?;
+    let acks = if delivery == Delivery::AcksOne { 1 } else { -1 };
+    let producer = match delivery {
+        Delivery::Idempotent => loop {
+            let mut asked = None;
+            for addr in bootstrap.split(',') {
+                match client.connection(addr).and_then(init_producer_id) {
+                    Ok(producer) => {
+                        asked = Some(producer);
+                        break;
+                    }
+                    Err(_) => client.forget(addr),
+                }
+            }
+            match asked {
+                Some(producer) => break Some(producer),
+                None if shared.stopped() => return Ok(()),
+                None => std::thread::sleep(RETRY_PAUSE),
+            }
+        },
+        _ => None,
+    };
+    let mut sequences = vec![0u64; partitions as usize];
+    let mut leaders: BTreeMap<i32, String> = BTreeMap::new();
+    let mut next = 0u64;
+    while !shared.stopped() {
+        let partition = (next % partitions as u64) as i32;
+        let tag = Tag { producer: id, sequence: next };
+        next += 1;
+        let origin = Origin { run: u64::from(id), partition: partition as u32, sequence: tag.sequence };
+        let value = payload::value(origin, VALUE_BYTES);
+        let idempotent = producer.map(|(producer_id, epoch)| Idempotent {
+            producer_id,
+            epoch,
+            first_sequence: sequences[partition as usize],
+        });
+        let batch = payload::batch(std::slice::from_ref(&value), now_ms(), Compression::None, idempotent)?;
+        let first_sent = Instant::now();
+        loop {
+            let give_up = match delivery {
+                Delivery::Idempotent => shared.stopped(),
+                _ => shared.stopped() || first_sent.elapsed() > DELIVERY_TIMEOUT,
+            };
+            if give_up {
+                break;
+            }
+            match send(&mut client, &mut leaders, partition, &batch, acks) {
+                Ok(base_offset) => {
+                    sequences[partition as usize] += 1;
+                    let checksum = payload::hash(&value);
+                    let record = Stored { partition: partition as u32, offset: base_offset as u64, tag, checksum };
+                    shared.push(Event::Acked(record));
+                    break;
+                }
+                Err(code) if retriable(code) => std::thread::sleep(RETRY_PAUSE),
+                Err(code) => {
+                    *shared.refused.lock().expect("refused lock").entry((id, code)).or_default() += 1;
+                    // An idempotent producer cannot go on past a refused sequence.
+                    if delivery == Delivery::Idempotent {
+                        return Ok(());
+                    }
+                    break;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// NETWORK_EXCEPTION: the connection failed or the partition's leader is not known right now.
+const NETWORK_EXCEPTION: i16 = 13;
+
+fn retriable(code: i16) -> bool {
+    code == NETWORK_EXCEPTION || kafka_protocol::ResponseError::try_from_code(code).is_some_and(|e| e.is_retriable())
+}
+
+/// One attempt: the batch to its partition's leader (looked up again after any failure). Its base
+/// offset, or an error code.
+fn send(
+    client: &mut KafkaClient,
+    leaders: &mut BTreeMap<i32, String>,
+    partition: i32,
+    batch: &Bytes,
+    acks: i16,
+) -> Result<i64, i16> {
+    let leader = match leaders.get(&partition) {
+        Some(leader) => leader.clone(),
+        None => {
+            let Ok(Some(leader)) = client.leader(TOPIC, partition) else { return Err(NETWORK_EXCEPTION) };
+            leaders.insert(partition, leader.clone());
+            leader
+        }
+    };
+    let request = produce_request(TOPIC, acks, vec![(partition, batch.clone())]);
+    let answer = client.connection(&leader).and_then(|conn| {
+        let version = conn.negotiate(ApiKey::Produce, PRODUCE_VERSIONS)?;
+        conn.call(ApiKey::Produce, version, &request)
+    });
+    let code = match answer.and_then(outcomes) {
+        Ok(answers) => match answers.iter().find(|(p, _, _)| *p == partition) {
+            Some(&(_, 0, base_offset)) => return Ok(base_offset),
+            Some(&(_, code, _)) => code,
+            None => NETWORK_EXCEPTION,
+        },
+        Err(_) => {
+            client.forget(&leader);
+            NETWORK_EXCEPTION
+        }
+    };
+    leaders.remove(&partition);
+    Err(code)
+}
+
+/// The consumer: reads every partition from its leader, from the start up to the high watermark, and
+/// records each answer's high watermark and each record it reads.
+fn consume(shared: &Shared, bootstrap: &str, partitions: i32) -> Result<()> {
+    const CONSUMER: u32 = 1;
+    let mut client = connect(shared, bootstrap)?;
+    let mut positions = vec![0i64; partitions as usize];
+    let mut leaders: BTreeMap<i32, String> = BTreeMap::new();
+    while !shared.stopped() {
+        for p in 0..partitions {
+            let leader = match leaders.get(&p) {
+                Some(leader) => leader.clone(),
+                None => match client.leader(TOPIC, p) {
+                    Ok(Some(leader)) => {
+                        leaders.insert(p, leader.clone());
+                        leader
+                    }
+                    _ => continue,
+                },
+            };
+            let position = positions[p as usize];
+            let answer = client.connection(&leader).and_then(|conn| crate::audit::fetch_from(conn, TOPIC, p, position));
+            let (high_watermark, mut records) = match answer {
+                Ok(Ok(answer)) => answer,
+                Ok(Err(_)) => {
+                    leaders.remove(&p);
+                    continue;
+                }
+                Err(_) => {
+                    client.forget(&leader);
+                    leaders.remove(&p);
+                    continue;
+                }
+            };
+            let partition = p as u32;
+            shared.push(Event::HighWatermark { consumer: CONSUMER, partition, high_watermark: high_watermark as u64 });
+            while !records.is_empty() {
+                let Ok(set) = RecordBatchDecoder::decode(&mut records) else { break };
+                for r in set.records {
+                    if r.offset < positions[p as usize] || r.offset >= high_watermark {
+                        continue;
+                    }
+                    let value = r.value.as_deref().unwrap_or_default();
+                    shared.push(Event::Read { consumer: CONSUMER, record: stored(partition, r.offset as u64, value) });
+                    positions[p as usize] = r.offset + 1;
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+/// A client of the cluster, retried while brokers are down.
+fn connect(shared: &Shared, bootstrap: &str) -> Result<KafkaClient> {
+    loop {
+        match KafkaClient::connect(bootstrap) {
+            Ok(client) => return Ok(client),
+            Err(_) if !shared.stopped() => std::thread::sleep(RETRY_PAUSE),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Whether `producer` sends with acks=all.
+fn deliveries_all_acks(producer: u32) -> bool {
+    PRODUCERS.iter().any(|&(id, delivery)| id == producer && delivery != Delivery::AcksOne)
+}
+
+/// Percentile `q` (0..=1) of sorted `values`.
+fn percentile(values: &[Duration], q: f64) -> Duration {
+    values.get(((values.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or_default()
+}
+
+#[allow(clippy::too_many_arguments)]
+fn render(
+    args: &FaultsArgs,
+    seed: u64,
+    replicas: i16,
+    min_insync: i16,
+    faults: &[Fault],
+    history: &[(Duration, Event)],
+    verdict: &Verdict,
+    failures: usize,
+    refused: &BTreeMap<(u32, i16), u64>,
+    timeline: &str,
+) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "# Fault campaign, seed {seed}\n");
+    let _ = writeln!(
+        out,
+        "{} brokers on loopback, topic `{TOPIC}`: {} partitions, {replicas} replicas, min.insync.replicas={min_insync}; {} faults{}.\n",
+        args.brokers,
+        args.partitions,
+        faults.len(),
+        if args.beyond { ", beyond what the topic promises to survive" } else { "" }
+    );
+    let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
+    for f in faults {
+        *kinds.entry(f.kind.name()).or_default() += 1;
+    }
+    let _ = writeln!(out, "| fault | count |\n|---|---|");
+    for (kind, count) in &kinds {
+        let _ = writeln!(out, "| {kind} | {count} |");
+    }
+    let [idempotent, acks_all, acks_one] = verdict.acknowledged;
+    let _ = writeln!(
+        out,
+        "\n| | acknowledged | lost |\n|---|---|---|\n| idempotent, acks=all | {idempotent} | {} |\n| acks=all, retries | {acks_all} | {} |\n| acks=1 (baseline, lossy by design) | {acks_one} | {} |\n",
+        verdict.lost.iter().filter(|l| l.acked.tag.producer == PRODUCERS[0].0).count(),
+        verdict.lost.iter().filter(|l| l.acked.tag.producer == PRODUCERS[1].0).count(),
+        verdict.lost_acks_one,
+    );
+    let _ = writeln!(
+        out,
+        "- offsets read and later changed: {}\n- high watermarks gone back: {}\n- replicas differing below the high watermark: {}\n- duplicates from the idempotent producer: {}\n- extra copies from plain retries (at least once, allowed): {}",
+        verdict.moved.len(),
+        verdict.high_watermark_back.len(),
+        verdict.diverged.len(),
+        verdict.duplicated_idempotent.len(),
+        verdict.duplicated_retries
+    );
+    for ((producer, code), count) in refused {
+        let _ = writeln!(out, "- producer {producer}: {count} records refused for good with error {code}");
+    }
+    // Unavailability: from a fault's start until every partition has taken an acks=all write again.
+    let mut acks: BTreeMap<u32, Vec<Duration>> = BTreeMap::new();
+    for (at, event) in history {
+        if let Event::Acked(s) = event
+            && deliveries_all_acks(s.tag.producer)
+        {
+            acks.entry(s.partition).or_default().push(*at);
+        }
+    }
+    let mut waits: Vec<Duration> = faults
+        .iter()
+        .filter_map(|f| {
+            let each = acks.values().map(|times| times.iter().find(|&&at| at >= f.start).map(|&at| at - f.start));
+            each.collect::<Option<Vec<Duration>>>()?.into_iter().max()
+        })
+        .collect();
+    waits.sort();
+    let _ = writeln!(
+        out,
+        "- unavailability after a fault (its start until every partition took an acks=all write again): p50 {:.2} s, p99 {:.2} s, max {:.2} s",
+        percentile(&waits, 0.5).as_secs_f64(),
+        percentile(&waits, 0.99).as_secs_f64(),
+        waits.last().copied().unwrap_or_default().as_secs_f64()
+    );
+    let _ = writeln!(
+        out,
+        "\n**{}**\n",
+        if failures == 0 {
+            "PASSED: no acknowledged record lost".to_string()
+        } else {
+            format!("FAILED: {failures} findings")
+        }
+    );
+    for lost in verdict.lost.iter().take(20) {
+        let _ = writeln!(out, "- lost: {lost:?}");
+    }
+    for moved in verdict.moved.iter().take(20) {
+        let _ = writeln!(out, "- moved: {moved:?}");
+    }
+    for back in &verdict.high_watermark_back {
+        let _ = writeln!(out, "- high watermark back: {back:?}");
+    }
+    for diverged in verdict.diverged.iter().take(20) {
+        let _ = writeln!(out, "- diverged: {diverged:?}");
+    }
+    let _ = writeln!(out, "\n## Timeline\n\n```text\n{timeline}```");
+    out
+}

@@ -5,7 +5,8 @@
 //!
 //! What counts as a failure:
 //! - a record acknowledged under acks=all that is not in the final log at the offset it was acknowledged
-//!   with, with the same value (lost; under `--beyond` reported but not failed);
+//!   with, with the same value, below the final high watermark (lost; under `--beyond` reported but not
+//!   failed);
 //! - an offset a consumer read whose value later changed, or that is gone from the final log (moved);
 //! - a high watermark that went back between two answers to the same consumer;
 //! - a replica whose copy differs from the leader's below the final high watermark;
@@ -149,7 +150,10 @@ pub fn check(deliveries: &BTreeMap<u32, Delivery>, history: &[Event], end: &Fina
         let delivery = deliveries.get(&acked.tag.producer).copied().unwrap_or(Delivery::Idempotent);
         verdict.acknowledged[index(delivery)] += 1;
         let found = at(acked.partition, acked.offset);
-        if found.is_some_and(|f| same(&f, acked)) {
+        // Committed: below the high watermark, so on every in-sync replica; above it the record is on the
+        // leader only, and a later leader may not have it.
+        let committed = acked.offset < end.high_watermark.get(&acked.partition).copied().unwrap_or(0);
+        if committed && found.is_some_and(|f| same(&f, acked)) {
             continue;
         }
         match delivery {
@@ -298,6 +302,15 @@ mod tests {
     }
 
     #[test]
+    fn an_acknowledged_record_above_the_high_watermark_is_not_committed() {
+        let (history, mut end) = healthy(4);
+        end.high_watermark.insert(0, 3);
+        let verdict = check(&deliveries(), &history, &end);
+        let lost = rec(IDEMPOTENT, 3, 0, 3);
+        assert_eq!(verdict.lost, vec![Lost { acked: lost, found: Some(lost) }]);
+    }
+
+    #[test]
     fn a_record_replaced_at_its_offset_is_lost_and_moved() {
         let (history, mut end) = healthy(5);
         let other = rec(PLAIN, 99, 0, 2);
@@ -357,6 +370,10 @@ mod tests {
         log.insert(4, rec(PLAIN, 0, 0, 4));
         log.insert(5, rec(PLAIN, 0, 0, 5));
         log.insert(6, rec(PLAIN, 0, 0, 6));
+        end.high_watermark.insert(0, 7);
+        for replica in end.replicas.values_mut() {
+            *replica = end.log[&0].clone();
+        }
         history.push(Event::Acked(rec(PLAIN, 0, 0, 4)));
         let verdict = check(&deliveries(), &history, &end);
         assert_eq!(

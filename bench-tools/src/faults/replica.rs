@@ -12,6 +12,8 @@ use kafka_protocol::records::RecordBatchDecoder;
 
 /// Bytes of a batch header before its length field ends: base offset (8) and batch length (4).
 const LENGTH_END: usize = 12;
+/// The smallest batch length field of a v2 batch: its header after the length field (49 bytes).
+const MIN_BATCH_LENGTH: usize = 49;
 /// Where a v2 batch keeps its magic byte and its CRC32C, which covers the batch from the byte after it.
 const MAGIC_AT: usize = 16;
 const CRC_AT: usize = 17;
@@ -62,7 +64,7 @@ pub fn batch_ends(segment: &[u8]) -> Vec<usize> {
     while segment.len() - at >= LENGTH_END {
         let length = i32::from_be_bytes(segment[at + 8..at + 12].try_into().expect("four bytes"));
         let end = at + LENGTH_END + length.max(0) as usize;
-        if length <= 0 || end > segment.len() {
+        if length < MIN_BATCH_LENGTH as i32 || end > segment.len() {
             break;
         }
         ends.push(end);

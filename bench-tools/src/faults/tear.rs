@@ -2,9 +2,11 @@
 //! at a random byte, or overwritten with garbage, as a crash in the middle of a write can leave it. The
 //! broker's recovery must find the end of its whole batches and fetch the rest from the leader again.
 //!
-//! Only bytes past the partition's checkpointed recovery point are damaged: below it the broker has
-//! fdatasync'ed the data and said so, and damage there is a disk that lost written data, which the broker
-//! rightly refuses to serve until an operator repairs it (`shardlog repair`).
+//! By default nothing the broker wrote is changed: the torn write lands after its whole batches. Beyond
+//! what the topic promises (`deep`), whole batches past the checkpointed recovery point are damaged too;
+//! never below it, where the broker has fdatasync'ed the data and said so, and damage there is a disk
+//! that lost written data, which the broker rightly refuses to serve until an operator repairs it
+//! (`shardlog repair`).
 
 use std::collections::BTreeMap;
 use std::io::{Seek, SeekFrom, Write};
@@ -18,10 +20,12 @@ use super::replica::{batch_ends, segments};
 /// How a segment was damaged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Damage {
-    /// The file ends at `at`.
-    Cut,
+    /// The first `len` bytes of a copy of the last batch follow the whole batches, from `at`.
+    TornBatch { len: u64 },
     /// `len` bytes from `at` hold garbage.
     Garbage { len: u64 },
+    /// The file ends at `at`, inside its whole batches.
+    Cut,
 }
 
 /// What [`tear`] did.
@@ -89,11 +93,18 @@ fn first_unsynced(segment: &[u8], ends: &[usize], recovery_point: u64) -> Option
     None
 }
 
-/// Damages the active segment of one partition of `data` (a stopped broker's data directory) that holds
-/// records past its recovery point: within its last `window` bytes of whole batches, and not before the
-/// first batch at or past the recovery point, the file is cut at a random byte, or a random run of bytes
-/// is overwritten with garbage. `None` when no partition holds such a record.
-pub fn tear(data: &Path, rng: &mut Rng, window: u64) -> Result<Option<Torn>> {
+/// Tears the active segment of one partition of `data` (a stopped broker's data directory) that holds
+/// records, as a kill in the middle of a write leaves it: after its whole batches comes a copy of its last
+/// batch cut short, or a run of garbage (at most `window` bytes), where the reserved space held zeros.
+/// Nothing the broker wrote is changed, so nothing it acknowledged is lost.
+///
+/// With `deep` (campaigns beyond what the topic promises), the damage reaches into the whole batches past
+/// the checkpointed recovery point instead: the file is cut, or overwritten with garbage, within the last
+/// `window` bytes of them. That destroys records the broker may have fdatasync'ed and acknowledged since
+/// its last checkpoint: a disk that lost written data.
+///
+/// `None` when no partition has a record to tear after (or, `deep`, past its recovery point).
+pub fn tear(data: &Path, rng: &mut Rng, window: u64, deep: bool) -> Result<Option<Torn>> {
     let points = recovery_points(data)?;
     let mut candidates = Vec::new();
     for dir in partition_dirs(data)? {
@@ -102,30 +113,52 @@ pub fn tear(data: &Path, rng: &mut Rng, window: u64) -> Result<Option<Torn>> {
         let ends = batch_ends(&bytes);
         let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let recovery_point = points.get(&name).copied().unwrap_or(0);
-        if let (Some(&end), Some(floor)) = (ends.last(), first_unsynced(&bytes, &ends, recovery_point)) {
-            candidates.push((active, floor as u64, end as u64));
+        let floor = if deep { first_unsynced(&bytes, &ends, recovery_point) } else { ends.last().copied() };
+        if let (Some(&end), Some(floor)) = (ends.last(), floor) {
+            let last_start = ends.len().checked_sub(2).map_or(0, |i| ends[i]);
+            candidates.push((active, floor as u64, end as u64, bytes[last_start..end].to_vec()));
         }
     }
     if candidates.is_empty() {
         return Ok(None);
     }
-    let (segment, floor, end) = candidates.swap_remove(rng.between(0, candidates.len() as u64 - 1) as usize);
-    let at = end - rng.between(1, window.clamp(1, end - floor));
-    let damage = if rng.between(0, 1) == 0 {
-        let file = std::fs::OpenOptions::new().write(true).open(&segment)?;
-        file.set_len(at).with_context(|| format!("cut {}", segment.display()))?;
-        file.sync_all()?;
-        Damage::Cut
-    } else {
-        let len = rng.between(1, end - at);
-        let garbage: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
-        let mut file = std::fs::OpenOptions::new().write(true).open(&segment)?;
-        file.seek(SeekFrom::Start(at))?;
-        file.write_all(&garbage).with_context(|| format!("overwrite {}", segment.display()))?;
-        file.sync_all()?;
-        Damage::Garbage { len }
+    let (segment, floor, end, last) = candidates.swap_remove(rng.between(0, candidates.len() as u64 - 1) as usize);
+    let garbage = |rng: &mut Rng, len: u64| -> Vec<u8> { (0..len).map(|_| rng.next_u64() as u8).collect() };
+    let (at, damage) = match (deep, rng.between(0, 1)) {
+        (false, 0) => {
+            let len = rng.between(1, last.len() as u64 - 1);
+            overwrite(&segment, end, &last[..len as usize])?;
+            (end, Damage::TornBatch { len })
+        }
+        (false, _) => {
+            let len = rng.between(1, window.max(1));
+            overwrite(&segment, end, &garbage(rng, len))?;
+            (end, Damage::Garbage { len })
+        }
+        (true, cut) => {
+            let at = end - rng.between(1, window.clamp(1, end - floor));
+            if cut == 0 {
+                let file = std::fs::OpenOptions::new().write(true).open(&segment)?;
+                file.set_len(at).with_context(|| format!("cut {}", segment.display()))?;
+                file.sync_all()?;
+                (at, Damage::Cut)
+            } else {
+                let len = rng.between(1, end - at);
+                overwrite(&segment, at, &garbage(rng, len))?;
+                (at, Damage::Garbage { len })
+            }
+        }
     };
     Ok(Some(Torn { segment, damage, at }))
+}
+
+/// Writes `bytes` at byte `at` of the file, durably.
+fn overwrite(path: &Path, at: u64, bytes: &[u8]) -> Result<()> {
+    let mut file = std::fs::OpenOptions::new().write(true).open(path)?;
+    file.seek(SeekFrom::Start(at))?;
+    file.write_all(bytes).with_context(|| format!("write {}", path.display()))?;
+    file.sync_all()?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -156,11 +189,35 @@ mod tests {
     }
 
     #[test]
-    fn the_tail_of_the_active_segment_is_cut_or_overwritten_and_nothing_before_it() {
+    fn a_torn_write_lands_after_the_whole_batches_and_changes_none_of_them() {
         let mut kinds = std::collections::BTreeSet::new();
         for seed in 0..40 {
             let (dir, before) = data();
-            let torn = tear(dir.path(), &mut Rng::new(seed), 100).unwrap().expect("a partition with records");
+            let torn = tear(dir.path(), &mut Rng::new(seed), 100, false).unwrap().expect("a partition with records");
+            assert!(torn.segment.ends_with("t-0/00000000000000000002.log"), "{torn:?}");
+            assert_eq!(torn.at, before.len() as u64, "seed {seed}: right after the whole batches");
+            let after = std::fs::read(&torn.segment).unwrap();
+            assert_eq!(after[..before.len()], before[..], "seed {seed}: every whole batch untouched");
+            let last = batch(5, &["f"]);
+            match torn.damage {
+                Damage::TornBatch { len } => {
+                    assert!(len >= 1 && (len as usize) < last.len(), "seed {seed}: {len}");
+                    assert_eq!(after[before.len()..before.len() + len as usize], last[..len as usize]);
+                }
+                Damage::Garbage { len } => assert!((1..=100).contains(&len), "seed {seed}: {len}"),
+                Damage::Cut => panic!("seed {seed}: a cut into whole batches without deep"),
+            }
+            kinds.insert(matches!(torn.damage, Damage::TornBatch { .. }));
+        }
+        assert_eq!(kinds.len(), 2, "both torn batches and garbage");
+    }
+
+    #[test]
+    fn deep_damage_cuts_or_overwrites_whole_batches_and_nothing_before_it() {
+        let mut kinds = std::collections::BTreeSet::new();
+        for seed in 0..40 {
+            let (dir, before) = data();
+            let torn = tear(dir.path(), &mut Rng::new(seed), 100, true).unwrap().expect("a partition with records");
             assert!(torn.segment.ends_with("t-0/00000000000000000002.log"), "{torn:?}");
             assert!(torn.at < before.len() as u64 && torn.at >= before.len() as u64 - 100, "{torn:?}");
             let after = std::fs::read(&torn.segment).unwrap();
@@ -172,6 +229,7 @@ mod tests {
                     assert!(len >= 1 && at + len as usize <= before.len());
                     assert_ne!(after[at..at + len as usize], before[at..at + len as usize]);
                 }
+                Damage::TornBatch { .. } => panic!("seed {seed}: deep damage is inside the whole batches"),
             }
             kinds.insert(matches!(torn.damage, Damage::Cut));
             // The first segment is whole; what is left of the active one reads as a prefix or fails its CRC.
@@ -183,7 +241,7 @@ mod tests {
     }
 
     #[test]
-    fn nothing_below_the_recovery_point_is_damaged() {
+    fn deep_damage_spares_what_is_below_the_recovery_point() {
         // t-0's active segment holds offsets 2, 3..4 and 5; synced below 4, so the batch of 3..4 and the
         // one after it may be damaged.
         let (dir, before) = data();
@@ -193,19 +251,19 @@ mod tests {
         for seed in 0..40 {
             let (dir, _) = data();
             std::fs::write(dir.path().join("recovery-point-offset-checkpoint.shard-1"), checkpoint).unwrap();
-            let torn = tear(dir.path(), &mut Rng::new(seed), 1 << 20).unwrap().expect("records past the point");
+            let torn = tear(dir.path(), &mut Rng::new(seed), 1 << 20, true).unwrap().expect("records past the point");
             assert!(torn.at >= floor && torn.at < before.len() as u64, "seed {seed}: {torn:?}");
         }
         // Everything synced: nothing to tear.
         std::fs::write(dir.path().join("recovery-point-offset-checkpoint.shard-0"), "0\n1\nt 0 6\n").unwrap();
         std::fs::remove_file(dir.path().join("recovery-point-offset-checkpoint.shard-1")).unwrap();
-        assert_eq!(tear(dir.path(), &mut Rng::new(1), 1 << 20).unwrap(), None);
+        assert_eq!(tear(dir.path(), &mut Rng::new(1), 1 << 20, true).unwrap(), None);
     }
 
     #[test]
     fn a_broker_without_records_is_left_alone() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("t-0")).unwrap();
-        assert_eq!(tear(dir.path(), &mut Rng::new(1), 100).unwrap(), None);
+        assert_eq!(tear(dir.path(), &mut Rng::new(1), 100, false).unwrap(), None);
     }
 }

@@ -77,6 +77,9 @@ pub struct FaultsArgs {
     /// The shardlog binary (default: next to this one, else on PATH).
     #[arg(long)]
     pub shardlog: Option<PathBuf>,
+    /// Extra `KEY=VALUE` broker settings for every broker, after the campaign's own short timeouts.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub settings: Vec<String>,
 }
 
 /// What the workload threads share.
@@ -150,7 +153,7 @@ pub fn run(args: &FaultsArgs) -> Result<Outcome> {
         data_dir: data.clone(),
         shards: None,
         shardlog: args.shardlog.clone(),
-        settings: SETTINGS.iter().map(|s| s.to_string()).collect(),
+        settings: SETTINGS.iter().map(|s| s.to_string()).chain(args.settings.iter().cloned()).collect(),
     })?;
     let bootstrap = cluster.bootstrap.clone();
     let mut admin = KafkaClient::connect(&bootstrap)?;
@@ -595,6 +598,8 @@ fn render(
         faults.len(),
         if args.beyond { ", beyond what the topic promises to survive" } else { "" }
     );
+    let settings: Vec<String> = SETTINGS.iter().map(|s| s.to_string()).chain(args.settings.iter().cloned()).collect();
+    let _ = writeln!(out, "Broker settings: `{}`.\n", settings.join(" "));
     let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
     for f in faults {
         *kinds.entry(f.kind.name()).or_default() += 1;

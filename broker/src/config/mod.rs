@@ -110,6 +110,8 @@ pub struct BrokerConfig {
     pub min_insync_replicas: u16,
     /// `replica.lag.time.max.ms`: a follower not caught up for this long leaves the ISR.
     pub replica_lag_time_max_ms: u64,
+    /// `test.acks.all.before.replication`: acks=all broken on purpose, for fault campaigns' own tests.
+    pub test_acks_all_before_replication: bool,
     /// Default `compression.type` of topics.
     pub compression: Compression,
     /// Defaults for each topic's log settings.
@@ -464,6 +466,7 @@ impl Reader {
             log_dir_min_free_bytes: self.int_set("log.dir.min.free.bytes")? as u64,
             min_insync_replicas: self.int_set("min.insync.replicas")? as u16,
             replica_lag_time_max_ms: self.int_set("replica.lag.time.max.ms")? as u64,
+            test_acks_all_before_replication: self.bool("test.acks.all.before.replication"),
             compression,
             log,
             shard_limits,

@@ -367,6 +367,14 @@ pub const SETTINGS: &[Setting] = &[
         example: "60000",
     },
     Setting {
+        key: "test.acks.all.before.replication",
+        kind: Kind::Bool,
+        default: Default::Value("false"),
+        unit: "",
+        meaning: "FOR TESTS ONLY, breaks acks=all: a leader answers acks=all once the batch is on its own disk, without waiting for the in-sync followers (fault campaigns show they catch the lost writes)",
+        example: "true",
+    },
+    Setting {
         key: "shard.idle.poll.us",
         kind: int(0, 1_000_000),
         default: Default::Value("0"),

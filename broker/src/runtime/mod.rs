@@ -93,6 +93,11 @@ pub fn run(config: BrokerConfig, shutdown: Shutdown) -> Result<()> {
         .with_context(|| format!("create data dir {}", config.data_dir.display()))?;
     let lock = lock_data_dir(&config.data_dir)?;
     warn_if_volatile(&config.data_dir);
+    if config.test_acks_all_before_replication {
+        tracing::warn!(
+            "test.acks.all.before.replication is set: acks=all is answered without the followers and loses writes when a leader fails; for tests only"
+        );
+    }
     let shards = config.shards;
     let (senders, receivers): (Vec<_>, Vec<_>) = (0..shards).map(|_| flume::unbounded()).unzip();
     let (admin_tx, admin_rx) = flume::unbounded();
@@ -377,6 +382,9 @@ async fn run_shard(
     let progress = Arc::new(event_listener::Event::new());
     let (me, lag_time_ms) = (NodeId(ctx.config.node_id), ctx.config.replica_lag_time_max_ms);
     let replicas = Rc::new(shard::ShardReplicas::new(me, lag_time_ms, move || quorum.in_session(), progress));
+    if ctx.config.test_acks_all_before_replication {
+        replicas.break_acks_all_for_tests();
+    }
     glommio::spawn_local(shard::serve(logs.clone(), replicas.clone(), requests)).detach();
     let replicating = replication::replicate(ctx.clone(), shard, logs.clone(), replicas.clone(), shutdown.clone());
     glommio::spawn_local(replicating).detach();

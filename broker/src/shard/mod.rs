@@ -470,7 +470,8 @@ async fn produce(
         }
     };
     // Followers copy the batch while the leader writes it out: the wait starts now.
-    let replicated = (asked.acks == -1).then(|| replicas.await_ack(tp, info.next_offset(), &log));
+    let waits = asked.acks == -1 && replicas.acks_all_waits_for_followers();
+    let replicated = waits.then(|| replicas.await_ack(tp, info.next_offset(), &log));
     // Under the default policy an acknowledgement means the data is on disk here; under Kafka's interval
     // policy the append is the acknowledgement point.
     let durable = match log.config().flush {

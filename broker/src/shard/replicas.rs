@@ -94,6 +94,8 @@ pub struct ShardReplicas {
     progress: Arc<event_listener::Event>,
     parts: RefCell<HashMap<TopicPartition, Part>>,
     next_token: Cell<u64>,
+    /// `test.acks.all.before.replication`: acks=all answered without the followers (broken on purpose).
+    acks_all_unreplicated: Cell<bool>,
 }
 
 impl std::fmt::Debug for ShardReplicas {
@@ -118,7 +120,19 @@ impl ShardReplicas {
             progress,
             parts: RefCell::new(HashMap::new()),
             next_token: Cell::new(0),
+            acks_all_unreplicated: Cell::new(false),
         }
+    }
+
+    /// `test.acks.all.before.replication`: from now on acks=all does not wait for the followers. Only
+    /// for checking that fault campaigns catch the writes this loses.
+    pub fn break_acks_all_for_tests(&self) {
+        self.acks_all_unreplicated.set(true);
+    }
+
+    /// Whether an acks=all produce waits for the in-sync followers (always, unless broken for tests).
+    pub fn acks_all_waits_for_followers(&self) -> bool {
+        !self.acks_all_unreplicated.get()
     }
 
     /// The partition's record as the metadata now has it, and the topic's `min.insync.replicas`.

@@ -205,15 +205,18 @@ pub fn run(args: &FaultsArgs) -> Result<Outcome> {
     wait_for_caught_up(&mut admin, args.partitions)?;
     let layout = admin.led_layout(TOPIC)?;
     let bounds = admin.offsets(TOPIC, args.partitions)?;
+    let assigned = assignment(&mut admin)?;
     cluster.stop()?;
     let mut end = FinalState::default();
     for p in 0..args.partitions {
         let partition = p as u32;
         end.high_watermark.insert(partition, bounds[p as usize].1 as u64);
         let leader = layout.leaders.get(&p).and_then(|addr| ids.get(addr)).copied().context("a leader")?;
-        for broker in 1..=args.brokers as u32 {
+        // Every replica the metadata assigns: one without the partition's log holds nothing of it.
+        for &broker in assigned.get(&p).map(Vec::as_slice).unwrap_or_default() {
+            let broker = broker as u32;
             let dir = data.join(format!("broker-{broker}"));
-            let Some(records) = replica::read_replica(&dir, TOPIC, partition)? else { continue };
+            let records = replica::read_replica(&dir, TOPIC, partition)?.unwrap_or_default();
             let copy: BTreeMap<u64, Stored> =
                 records.into_iter().map(|r| (r.offset, stored(partition, r.offset, &r.value))).collect();
             if broker == leader {
@@ -343,17 +346,7 @@ fn wait_for_full_isr(admin: &mut KafkaClient, partitions: i32, replicas: usize) 
 fn wait_for_caught_up(admin: &mut KafkaClient, partitions: i32) -> Result<()> {
     let deadline = Instant::now() + HEAL_WAIT;
     loop {
-        let metadata = admin.metadata(Some(&[TOPIC]))?;
-        let assigned: BTreeMap<i32, Vec<i32>> = metadata
-            .topics
-            .first()
-            .map(|t| {
-                t.partitions
-                    .iter()
-                    .map(|p| (p.partition_index, p.replica_nodes.iter().map(|b| b.0).collect()))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let assigned = assignment(admin)?;
         let mut by_broker: BTreeMap<i32, Vec<i32>> = BTreeMap::new();
         for (&p, replicas) in &assigned {
             for &b in replicas {
@@ -376,6 +369,13 @@ fn wait_for_caught_up(admin: &mut KafkaClient, partitions: i32) -> Result<()> {
         }
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+/// Each partition's replicas (broker ids) as the metadata assigns them.
+fn assignment(admin: &mut KafkaClient) -> Result<BTreeMap<i32, Vec<i32>>> {
+    let metadata = admin.metadata(Some(&[TOPIC]))?;
+    let topic = metadata.topics.first().context("empty Metadata answer")?;
+    Ok(topic.partitions.iter().map(|p| (p.partition_index, p.replica_nodes.iter().map(|b| b.0).collect())).collect())
 }
 
 /// One producer: one record per request, round robin over the partitions, each record tagged with the

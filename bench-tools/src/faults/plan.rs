@@ -8,6 +8,8 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use shardlog_storage::fs::sim::SimRng;
+
 /// What the nemesis does to a broker (or, for a split, to a group of brokers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum FaultKind {
@@ -106,26 +108,23 @@ pub struct PlanSpec {
     pub gap: Duration,
 }
 
-/// SplitMix64: small, seedable and the same on every machine, which is all a replayable schedule needs.
+/// The schedule's seeded generator: the storage simulator's SplitMix64 (the same on every machine, which
+/// is all a replayable schedule needs), with the draws a schedule makes.
 #[derive(Debug, Clone)]
-pub struct Rng(u64);
+pub struct Rng(SimRng);
 
 impl Rng {
     pub fn new(seed: u64) -> Rng {
-        Rng(seed)
+        Rng(SimRng::new(seed))
     }
 
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// Uniform in `low..=high`.
     pub fn between(&mut self, low: u64, high: u64) -> u64 {
-        low + self.next_u64() % (high - low + 1)
+        low + self.0.up_to(high - low)
     }
 
     fn duration(&mut self, low: Duration, high: Duration) -> Duration {

@@ -118,7 +118,8 @@ pub(crate) mod tests {
                 producer_epoch: NO_PRODUCER_EPOCH,
                 timestamp_type: TimestampType::Creation,
                 offset: base + i as i64,
-                sequence: -1,
+                // One batch: the encoder splits where offset - sequence changes (no producer: from -1).
+                sequence: i as i32 - 1,
                 timestamp: 0,
                 key: None,
                 value: Some(Bytes::copy_from_slice(v.as_bytes())),

@@ -1,14 +1,13 @@
-//! `shardlog-bench faults`: a fault campaign. A local cluster on loopback runs a replicated topic under
-//! three producers (idempotent with acks=all, plain with acks=all and retries, and acks=1 as the labelled
-//! lossy baseline) and a consumer, while the nemesis carries out a plan drawn from the seed: brokers
-//! killed and restarted, killed with their active segment cut or torn before the restart, and paused past
-//! `replica.lag.time.max.ms` and the broker session. Then every fault is healed, the cluster stopped, every
+//! `shardlog-bench faults`: a fault campaign. A local cluster, each broker in its own network namespace
+//! (or, with `--no-netns`, on loopback), runs a replicated topic under three producers (idempotent with
+//! acks=all, plain with acks=all and retries, and acks=1 as the labelled lossy baseline) and a consumer,
+//! while the nemesis carries out a plan drawn from the seed: brokers killed and restarted, killed with
+//! their active segment cut or torn before the restart, paused past `replica.lag.time.max.ms` and the
+//! broker session, isolated, split from the majority, dropping their own packets one way, on a slow link,
+//! losing packets, and with a full data directory. Then every fault is healed, the cluster stopped, every
 //! replica read from its data directory, and the history judged (`faults::check`). Exits non-zero on a
 //! loss, a moved offset, a high watermark going back, replicas that differ below the high watermark, or a
 //! duplicate from the idempotent producer.
-//!
-//! Network faults (partitions, one-way drops, latency, loss) and a full disk are not carried out yet: the
-//! plan draws only the kinds listed in [`KINDS`].
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -23,6 +22,8 @@ use kafka_protocol::messages::ApiKey;
 use kafka_protocol::records::{Compression, RecordBatchDecoder};
 use shardlog_bench::cluster::{Cluster, ClusterArgs};
 use shardlog_bench::faults::check::{self, Delivery, Event, FinalState, Stored, Tag, Verdict};
+use shardlog_bench::faults::disk::{self, Disks};
+use shardlog_bench::faults::net::{self, Network};
 use shardlog_bench::faults::plan::{self, Fault, FaultKind, PlanSpec, Rng};
 use shardlog_bench::faults::{replica, tear};
 use shardlog_broker::client::KafkaClient;
@@ -33,11 +34,19 @@ use crate::produce::{PRODUCE_VERSIONS, init_producer_id, outcomes, produce_reque
 const TOPIC: &str = "campaign";
 /// Bytes of each record's value.
 const VALUE_BYTES: usize = 100;
-/// The fault kinds this version carries out.
-const KINDS: [FaultKind; 3] = [FaultKind::Kill, FaultKind::KillAndTear, FaultKind::Pause];
-/// Short timeouts, so that pauses outlast them within a short campaign.
-const SETTINGS: [&str; 3] =
-    ["replica.lag.time.max.ms=2000", "broker.session.timeout.ms=3000", "broker.heartbeat.interval.ms=500"];
+/// Short timeouts, so that pauses outlast them within a short campaign, and a free-space floor that fits
+/// the campaign's small filesystems.
+const SETTINGS: [&str; 4] = [
+    "replica.lag.time.max.ms=2000",
+    "broker.session.timeout.ms=3000",
+    "broker.heartbeat.interval.ms=500",
+    "log.dir.min.free.bytes=67108864",
+];
+/// Each broker's filesystem (a sparse image: it takes only what is written).
+const DISK_BYTES: u64 = 16 << 30;
+/// How long the workload's clients wait for an answer before they give the connection up (Kafka's
+/// `request.timeout.ms`): a request to an isolated broker gets none.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// How far back from the end of its whole batches a torn segment is damaged.
 const TEAR_WINDOW: u64 = 64 * 1024;
 /// A plain producer gives a record up after this long (Kafka's `delivery.timeout.ms`).
@@ -80,6 +89,36 @@ pub struct FaultsArgs {
     /// Extra `KEY=VALUE` broker settings for every broker, after the campaign's own short timeouts.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub settings: Vec<String>,
+    /// Run the brokers on loopback ports, without network faults (the namespaces need root).
+    #[arg(long)]
+    pub no_netns: bool,
+}
+
+/// What the campaign made on the host: removed however it ends.
+struct Sandbox {
+    net: Option<Network>,
+    disks: Option<Disks>,
+}
+
+impl Sandbox {
+    fn remove(&self) {
+        // The namespaces first: that kills the brokers in them, which frees their filesystems.
+        if let Some(net) = &self.net {
+            net.remove();
+        }
+        if let Some(disks) = &self.disks {
+            disks.remove();
+        }
+    }
+}
+
+/// Removes the sandbox when the campaign returns, however it does.
+struct Teardown(Arc<Sandbox>);
+
+impl Drop for Teardown {
+    fn drop(&mut self) {
+        self.0.remove();
+    }
 }
 
 /// What the workload threads share.
@@ -127,11 +166,39 @@ pub fn run(args: &FaultsArgs) -> Result<Outcome> {
     }
     std::fs::create_dir_all(&data).with_context(|| format!("create {}", data.display()))?;
 
+    let net = if args.no_netns { None } else { Some(Network::create(args.brokers)?) };
+    let disks = match disk::unavailable() {
+        None => Some(Disks::create(&data, args.brokers, DISK_BYTES)),
+        Some(why) => {
+            println!("disk-full faults left out: {why}");
+            None
+        }
+    };
+    let disks = match disks.transpose() {
+        Ok(disks) => disks,
+        Err(e) => {
+            net.inspect(Network::remove);
+            return Err(e);
+        }
+    };
+    let sandbox = Arc::new(Sandbox { net, disks });
+    // Dropped after the cluster (declared before it): the brokers have stopped by then.
+    let _teardown = Teardown(sandbox.clone());
+    let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])?;
+    {
+        let sandbox = sandbox.clone();
+        std::thread::spawn(move || {
+            if let Some(signal) = signals.forever().next() {
+                eprintln!("signal {signal}: removing the campaign's namespaces and filesystems");
+                sandbox.remove();
+                std::process::exit(128 + signal);
+            }
+        });
+    }
+
     let replicas = args.brokers.min(3) as i16;
     let min_insync = if replicas >= 3 { 2 } else { 1 };
-    // With one replica a torn segment loses what it held: beyond what such a topic survives.
-    let kinds: Vec<FaultKind> =
-        KINDS.into_iter().filter(|k| *k != FaultKind::KillAndTear || replicas > 1 || args.beyond).collect();
+    let kinds = kinds(args, &sandbox, replicas);
     let duration = args.duration.unwrap_or(Duration::from_secs(3) * args.faults as u32);
     let spec = PlanSpec {
         seed,
@@ -146,17 +213,25 @@ pub fn run(args: &FaultsArgs) -> Result<Outcome> {
     };
     let faults = plan::plan(&spec);
 
-    let mut cluster = Cluster::start(&ClusterArgs {
-        brokers: args.brokers,
-        base_port: 0,
-        quorum_base_port: None,
-        data_dir: data.clone(),
-        shards: None,
-        shardlog: args.shardlog.clone(),
-        settings: SETTINGS.iter().map(|s| s.to_string()).chain(args.settings.iter().cloned()).collect(),
-    })?;
+    let hosts: Vec<_> = sandbox
+        .net
+        .as_ref()
+        .map_or_else(Vec::new, |net| (1..=args.brokers).map(|id| (net.addr(id), net.namespace(id))).collect());
+    let mut cluster = Cluster::start_on(
+        &ClusterArgs {
+            brokers: args.brokers,
+            base_port: if hosts.is_empty() { 0 } else { 9092 },
+            quorum_base_port: None,
+            data_dir: data.clone(),
+            shards: None,
+            shardlog: args.shardlog.clone(),
+            settings: SETTINGS.iter().map(|s| s.to_string()).chain(args.settings.iter().cloned()).collect(),
+        },
+        &hosts,
+    )?;
     let bootstrap = cluster.bootstrap.clone();
     let mut admin = KafkaClient::connect(&bootstrap)?;
+    admin.set_read_timeout(REQUEST_TIMEOUT)?;
     let configs = [("min.insync.replicas".to_string(), min_insync.to_string())];
     admin.create_topic(TOPIC, args.partitions, replicas, &configs)?;
     admin.led_layout(TOPIC)?;
@@ -181,6 +256,7 @@ pub fn run(args: &FaultsArgs) -> Result<Outcome> {
     let mut timeline = String::new();
     let target = Target {
         cluster: &mut cluster,
+        sandbox: &sandbox,
         admin: &mut admin,
         data: &data,
         partitions: args.partitions,
@@ -237,6 +313,15 @@ pub fn run(args: &FaultsArgs) -> Result<Outcome> {
     let report = render(
         args, seed, replicas, min_insync, &faults, &started, ended, &history, &verdict, failures, &refused, &timeline,
     );
+    // The brokers' filesystems hold their data and logs: kept after a failure, for a look.
+    if let Some(disks) = &sandbox.disks {
+        disks.remove();
+        if failures == 0 {
+            disks.discard();
+        } else {
+            println!("the brokers' data and logs are in {}/broker-<id>.img (mount -o loop)", data.display());
+        }
+    }
     std::fs::create_dir_all(&out)?;
     let path = out.join("report.md");
     std::fs::write(&path, &report).with_context(|| format!("write {}", path.display()))?;
@@ -251,9 +336,25 @@ fn stored(partition: u32, offset: u64, value: &[u8]) -> Stored {
     Stored { partition, offset, tag, checksum: payload::hash(value) }
 }
 
+/// The fault kinds this campaign can carry out: network faults need the namespaces (a split or one-way
+/// drop, other brokers), a full disk the filesystems, and with one replica a torn segment loses what it
+/// held, beyond what such a topic survives.
+fn kinds(args: &FaultsArgs, sandbox: &Sandbox, replicas: i16) -> Vec<FaultKind> {
+    FaultKind::ALL
+        .into_iter()
+        .filter(|&kind| match kind {
+            FaultKind::KillAndTear => replicas > 1 || args.beyond,
+            FaultKind::Split | FaultKind::OneWayDrop => sandbox.net.is_some() && args.brokers > 1,
+            FaultKind::DiskFull => sandbox.disks.is_some(),
+            kind => !kind.needs_network() || sandbox.net.is_some(),
+        })
+        .collect()
+}
+
 /// What the nemesis works on.
 struct Target<'a> {
     cluster: &'a mut Cluster,
+    sandbox: &'a Sandbox,
     admin: &'a mut KafkaClient,
     data: &'a Path,
     partitions: i32,
@@ -271,7 +372,7 @@ fn carry_out(
     start: Instant,
     timeline: &mut String,
 ) -> Result<Vec<Duration>> {
-    let Target { cluster, admin, data, partitions, replicas } = target;
+    let Target { cluster, sandbox, admin, data, partitions, replicas } = target;
     // (when, heal?, fault index): heals first at the same instant, so a broker is free before it is hit.
     let mut steps: Vec<(Duration, bool, usize)> =
         faults.iter().enumerate().flat_map(|(i, f)| [(f.start, false, i), (f.end(), true, i)]).collect();
@@ -297,14 +398,29 @@ fn carry_out(
         let expected = brokers - plan::faulty_at(faults, at).len();
         let targets: Vec<u32> = fault.brokers.iter().copied().collect();
         let mut line = format!("{:>7.1} s  ", start.elapsed().as_secs_f64());
+        let net = || sandbox.net.as_ref().context("a network fault without the namespaces");
+        let disks = || sandbox.disks.as_ref().context("a disk-full fault without the filesystems");
+        if fault.kind == FaultKind::Split && !heal {
+            net()?.split(&targets.iter().map(|&b| b as usize).collect::<Vec<_>>())?;
+        }
         for &b in &targets {
             let b = b as usize;
             match (fault.kind, heal) {
                 (FaultKind::Kill | FaultKind::KillAndTear, false) => cluster.kill(b)?,
                 (FaultKind::Pause, false) => cluster.pause(b)?,
+                (FaultKind::Isolate, false) => net()?.isolate(b)?,
+                (FaultKind::Split, false) => {}
+                (FaultKind::OneWayDrop, false) => net()?.one_way_drop(b)?,
+                (FaultKind::Latency, false) => net()?.slow_link(b)?,
+                (FaultKind::PacketLoss, false) => net()?.packet_loss(b)?,
+                (FaultKind::DiskFull, false) => {
+                    let filled = disks()?.fill(b)?;
+                    let _ = write!(line, "(filled {} MiB) ", filled >> 20);
+                }
                 (FaultKind::Kill | FaultKind::KillAndTear, true) => cluster.restart(b, expected)?,
                 (FaultKind::Pause, true) => cluster.resume(b)?,
-                (kind, _) => bail!("the campaign cannot carry out {} yet", kind.name()),
+                (FaultKind::DiskFull, true) => disks()?.free_up(b)?,
+                (_, true) => net()?.heal(b)?,
             }
             if fault.kind == FaultKind::KillAndTear && !heal {
                 let torn = tear::tear(&data.join(format!("broker-{b}")), &mut rng, TEAR_WINDOW, beyond)?;
@@ -552,7 +668,10 @@ fn consume(shared: &Shared, bootstrap: &str, partitions: i32) -> Result<()> {
 fn connect(shared: &Shared, bootstrap: &str) -> Result<KafkaClient> {
     loop {
         match KafkaClient::connect(bootstrap) {
-            Ok(client) => return Ok(client),
+            Ok(mut client) => {
+                client.set_read_timeout(REQUEST_TIMEOUT)?;
+                return Ok(client);
+            }
             Err(_) if !shared.stopped() => std::thread::sleep(RETRY_PAUSE),
             Err(e) => return Err(e),
         }
@@ -590,9 +709,10 @@ fn render(
 ) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "# Fault campaign, seed {seed}\n");
+    let place = if args.no_netns { "on loopback" } else { "each in its own network namespace" };
     let _ = writeln!(
         out,
-        "{} brokers on loopback, topic `{TOPIC}`: {} partitions, {replicas} replicas, min.insync.replicas={min_insync}; {} faults{}.\n",
+        "{} brokers {place}, topic `{TOPIC}`: {} partitions, {replicas} replicas, min.insync.replicas={min_insync}; {} faults{}.\n",
         args.brokers,
         args.partitions,
         faults.len(),
@@ -600,6 +720,13 @@ fn render(
     );
     let settings: Vec<String> = SETTINGS.iter().map(|s| s.to_string()).chain(args.settings.iter().cloned()).collect();
     let _ = writeln!(out, "Broker settings: `{}`.\n", settings.join(" "));
+    let _ = writeln!(
+        out,
+        "A packet-loss fault drops {}% of the broker's packets each way at random (nftables); a slow link is a token bucket of {} each way holding packets up to {} (this kernel has no netem to add a fixed delay); a full disk is the broker's own ext4 filesystem filled to its last block.\n",
+        net::LOSS_PERCENT,
+        net::SLOW_RATE,
+        net::SLOW_QUEUE
+    );
     let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
     for f in faults {
         *kinds.entry(f.kind.name()).or_default() += 1;

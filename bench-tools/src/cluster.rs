@@ -47,6 +47,8 @@ struct BrokerProcess {
     addr: String,
     data: PathBuf,
     command: Vec<std::ffi::OsString>,
+    /// The network namespace it runs in (its file under /run/netns), if not the campaign's own.
+    netns: Option<PathBuf>,
     child: Option<Child>,
 }
 
@@ -54,12 +56,25 @@ impl BrokerProcess {
     fn spawn(&mut self, binary: &Path) -> Result<()> {
         // The log is appended to, so a restarted broker's log follows its previous one.
         let log = std::fs::OpenOptions::new().create(true).append(true).open(self.data.join("broker.log"))?;
-        let child = Command::new(binary)
-            .args(&self.command)
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .with_context(|| format!("start {}", binary.display()))?;
+        let mut command = Command::new(binary);
+        command.args(&self.command).stdout(Stdio::null()).stderr(log);
+        // Opened here (close-on-exec), entered in the child between fork and exec.
+        let netns = self.netns.as_ref().map(std::fs::File::open).transpose().context("open the namespace")?;
+        if let Some(netns) = &netns {
+            let fd = std::os::fd::AsRawFd::as_raw_fd(netns);
+            // SAFETY: setns(2) is async-signal-safe; the closure allocates nothing and touches only `fd`,
+            // which stays open until spawn has returned.
+            unsafe {
+                std::os::unix::process::CommandExt::pre_exec(&mut command, move || {
+                    if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        let child = command.spawn().with_context(|| format!("start {}", binary.display()))?;
+        drop(netns);
         self.child = Some(child);
         Ok(())
     }
@@ -95,8 +110,12 @@ pub fn shardlog_binary(explicit: Option<&Path>) -> PathBuf {
 const VOTERS_FILE: &str = "quorum-voters";
 
 /// The `--quorum-voters` list: the one recorded in the data dir (unless `--quorum-base-port` is given),
-/// else a new one, which is recorded.
-fn voter_list(args: &ClusterArgs, port: impl Fn(usize, u16) -> Result<u16>) -> Result<String> {
+/// else a new one, which is recorded. `host(i)` is voter i's address (from 0).
+fn voter_list(
+    args: &ClusterArgs,
+    port: impl Fn(usize, u16) -> Result<u16>,
+    host: impl Fn(usize) -> String,
+) -> Result<String> {
     let record = args.data_dir.join(VOTERS_FILE);
     if args.quorum_base_port.is_none()
         && let Ok(recorded) = std::fs::read_to_string(&record)
@@ -109,7 +128,7 @@ fn voter_list(args: &ClusterArgs, port: impl Fn(usize, u16) -> Result<u16>) -> R
     }
     let base = args.quorum_base_port.unwrap_or(if args.base_port == 0 { 0 } else { args.base_port + 100 });
     let ports = (0..voter_count(args.brokers)).map(|i| port(i, base)).collect::<Result<Vec<_>>>()?;
-    let list: Vec<String> = ports.iter().enumerate().map(|(i, p)| format!("{}@127.0.0.1:{p}", i + 1)).collect();
+    let list: Vec<String> = ports.iter().enumerate().map(|(i, p)| format!("{}@{}:{p}", i + 1, host(i))).collect();
     let list = list.join(",");
     std::fs::create_dir_all(&args.data_dir).with_context(|| format!("create {}", args.data_dir.display()))?;
     std::fs::write(&record, format!("{list}\n")).with_context(|| format!("write {}", record.display()))?;
@@ -122,19 +141,35 @@ fn voter_count(brokers: usize) -> usize {
 }
 
 impl Cluster {
-    /// Starts the brokers and returns once every one answers Metadata listing all of them.
+    /// Starts the brokers on loopback and returns once every one answers Metadata listing all of them.
     pub fn start(args: &ClusterArgs) -> Result<Cluster> {
+        Cluster::start_on(args, &[])
+    }
+
+    /// Starts the brokers, each in its own network namespace when `hosts` gives one per broker (its
+    /// address and namespace file; its Kafka port is `--base-port` and its quorum port the next one), and
+    /// returns once every one answers Metadata listing all of them.
+    pub fn start_on(args: &ClusterArgs, hosts: &[(std::net::Ipv4Addr, PathBuf)]) -> Result<Cluster> {
         if !(1..=5).contains(&args.brokers) {
             bail!("{} brokers: a local cluster has 1 to 5", args.brokers);
         }
-        let port = |i: usize, base: u16| if base == 0 { free_port() } else { Ok(base + i as u16) };
+        if !hosts.is_empty() && (hosts.len() != args.brokers || args.base_port == 0) {
+            bail!("a cluster in namespaces needs one host per broker and a fixed --base-port");
+        }
+        let host = |i: usize| hosts.get(i).map_or_else(|| "127.0.0.1".to_string(), |(ip, _)| ip.to_string());
+        let port = |i: usize, base: u16| match (base, hosts.is_empty()) {
+            (0, _) => free_port(),
+            (base, true) => Ok(base + i as u16),
+            // Each broker has its own address: the same port on each.
+            (base, false) => Ok(base),
+        };
         let kafka_ports = (0..args.brokers).map(|i| port(i, args.base_port)).collect::<Result<Vec<_>>>()?;
-        let voters = if args.brokers > 1 { Some(voter_list(args, port)?) } else { None };
+        let voters = if args.brokers > 1 { Some(voter_list(args, port, host)?) } else { None };
         let binary = shardlog_binary(args.shardlog.as_deref());
         let mut cluster = Cluster { binary, brokers: Vec::new(), bootstrap: String::new() };
         for (i, kafka_port) in kafka_ports.iter().enumerate() {
             let id = i + 1;
-            let addr = format!("127.0.0.1:{kafka_port}");
+            let addr = format!("{}:{kafka_port}", host(i));
             let data = args.data_dir.join(format!("broker-{id}"));
             std::fs::create_dir_all(&data).with_context(|| format!("create {}", data.display()))?;
             let mut command: Vec<std::ffi::OsString> =
@@ -150,7 +185,8 @@ impl Cluster {
             for setting in &args.settings {
                 command.extend(["--set".into(), setting.into()]);
             }
-            let mut broker = BrokerProcess { id, addr, data, command, child: None };
+            let netns = hosts.get(i).map(|(_, ns)| ns.clone());
+            let mut broker = BrokerProcess { id, addr, data, command, netns, child: None };
             broker.spawn(&cluster.binary)?;
             cluster.brokers.push(broker);
         }

@@ -26,7 +26,7 @@ pub enum FaultKind {
     Split,
     /// The broker's packets to the others are dropped, theirs to it still arrive.
     OneWayDrop,
-    /// Its packets are delayed.
+    /// Its packets are delayed: its link is made slow, so they queue.
     Latency,
     /// A share of its packets is lost.
     PacketLoss,
@@ -63,7 +63,7 @@ impl FaultKind {
             FaultKind::Isolate => "isolate",
             FaultKind::Split => "split minority from majority",
             FaultKind::OneWayDrop => "one-way drop",
-            FaultKind::Latency => "latency",
+            FaultKind::Latency => "slow link (latency)",
             FaultKind::PacketLoss => "packet loss",
             FaultKind::DiskFull => "disk full",
         }

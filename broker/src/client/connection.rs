@@ -20,7 +20,7 @@ const MAX_RESPONSE_BYTES: usize = 256 << 20;
 /// How long connecting may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long an answer may take (a long-polling Fetch waits at most its max wait, far less).
-const READ_TIMEOUT: Duration = Duration::from_secs(60);
+pub const READ_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Sends requests on a connection.
 #[derive(Debug)]
@@ -61,6 +61,13 @@ impl Connection {
         stream.set_read_timeout(Some(READ_TIMEOUT))?;
         let receiver = Receiver { stream: BufReader::with_capacity(1 << 20, stream.try_clone()?) };
         Ok(Connection { sender: Sender { stream, next_correlation_id: 0 }, receiver, versions: None })
+    }
+
+    /// How long an answer may take from now on (default [`READ_TIMEOUT`]).
+    pub fn set_read_timeout(&mut self, timeout: Duration) -> Result<()> {
+        // Both halves are the same socket: its receive timeout is the one that counts.
+        self.receiver.stream.get_ref().set_read_timeout(Some(timeout))?;
+        Ok(())
     }
 
     /// One request, one answer.

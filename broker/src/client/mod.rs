@@ -25,7 +25,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::{Encodable, StrBytes};
 
-pub use connection::{Connection, Receiver, Sender};
+pub use connection::{Connection, READ_TIMEOUT, Receiver, Sender};
 pub use reassign::{Ongoing, Refused};
 
 /// The environment variable a `--bootstrap` list defaults to.
@@ -120,6 +120,8 @@ pub struct KafkaClient {
     metadata_version: i16,
     /// How long requests that get retriable answers are tried again.
     pub retry_for: Duration,
+    /// How long an answer may take on the connections opened from now on.
+    pub read_timeout: Duration,
 }
 
 impl KafkaClient {
@@ -140,6 +142,7 @@ impl KafkaClient {
                         layouts: BTreeMap::new(),
                         metadata_version,
                         retry_for: RETRY_FOR,
+                        read_timeout: READ_TIMEOUT,
                     });
                 }
                 Err(e) => failures.push(format!("{addr}: {e:#}")),
@@ -151,9 +154,23 @@ impl KafkaClient {
     /// The connection to `addr`, opened if need be.
     pub fn connection(&mut self, addr: &str) -> Result<&mut Connection> {
         if !self.connections.contains_key(addr) {
-            self.connections.insert(addr.to_string(), Connection::open(addr)?);
+            let mut conn = Connection::open(addr)?;
+            if self.read_timeout != READ_TIMEOUT {
+                conn.set_read_timeout(self.read_timeout)?;
+            }
+            self.connections.insert(addr.to_string(), conn);
         }
         Ok(self.connections.get_mut(addr).expect("inserted above"))
+    }
+
+    /// How long an answer may take, on every connection (Kafka's `request.timeout.ms`): past it the
+    /// request fails as a lost connection would. Default [`READ_TIMEOUT`].
+    pub fn set_read_timeout(&mut self, timeout: Duration) -> Result<()> {
+        self.read_timeout = timeout;
+        for conn in self.connections.values_mut() {
+            conn.set_read_timeout(timeout)?;
+        }
+        Ok(())
     }
 
     /// Drops the connection to `addr` (after it failed; the next use opens a new one).

@@ -4,14 +4,16 @@
 //! retry could report success for bytes that are gone (the "fsyncgate" problem). The only safe answer is to
 //! stop and let recovery, which trusts nothing it cannot verify, start from what is really on the disk.
 
-use std::io;
+use std::io::{self, Write as _};
 use std::path::Path;
 
 /// Stops the process after a write, truncate or sync failure, or an EIO on read. Never returns.
 #[cold]
 pub fn disk_failure(op: &'static str, path: &Path, err: &io::Error) -> ! {
     tracing::error!(op, path = %path.display(), error = %err, "disk failure; stopping the process");
-    eprintln!("shardlog: fatal disk failure: {op} {}: {err}", path.display());
+    // Not eprintln!, which panics when stderr cannot be written (a log file on the same full disk): the
+    // process must reach the abort, not unwind with the failure half handled.
+    let _ = writeln!(io::stderr(), "shardlog: fatal disk failure: {op} {}: {err}", path.display());
     std::process::abort();
 }
 

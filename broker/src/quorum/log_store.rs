@@ -42,6 +42,8 @@ const RECORD_VOTE: u16 = 4;
 const MAX_RECORD_BYTES: u32 = 64 << 20;
 /// The log file is rewritten when it is this much larger than the entries it still holds.
 const COMPACT_SLACK_BYTES: u64 = 16 << 20;
+/// The raft log's blocks are reserved this far ahead of its end: many thousand entries on a full disk.
+const PREALLOCATE_BYTES: u64 = 4 << 20;
 
 #[derive(Debug, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 struct TruncateRecord {
@@ -58,6 +60,9 @@ struct LogInner {
     dir: PathBuf,
     file: File,
     file_bytes: u64,
+    /// Bytes from the file's start whose blocks are allocated (past its size, with FALLOC_FL_KEEP_SIZE):
+    /// appends below this need no new block, so a disk another process fills does not stop the voter.
+    allocated: u64,
     entries: BTreeMap<u64, Entry<QuorumConfig>>,
     /// Bytes the live entries take in the file (to decide when to compact).
     entry_bytes: BTreeMap<u64, u64>,
@@ -85,17 +90,33 @@ fn write_failure(op: &'static str, path: &Path, e: &std::io::Error) -> ! {
 
 /// Replaces `path` with `bytes` so that a crash leaves the old or the new file, never a mix.
 pub(crate) fn replace_file(path: &Path, bytes: &[u8]) {
-    let tmp = path.with_extension("tmp");
-    let write = || -> std::io::Result<()> {
-        let mut f = File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_data()?;
-        std::fs::rename(&tmp, path)?;
-        File::open(path.parent().unwrap_or(Path::new(".")))?.sync_all()
-    };
-    if let Err(e) = write() {
+    if let Err(e) = try_replace_file(path, bytes) {
         write_failure("replace file", path, &e);
     }
+}
+
+/// [`replace_file`], with a failure before the rename left to the caller: the old file is then as it was
+/// (and the temporary file is removed).
+fn try_replace_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    let written = (|| {
+        let mut f = File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_data()
+    })();
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    if let Err(e) = std::fs::rename(&tmp, path) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    // Past the rename the new file is in place; a failed directory sync could lose it to a crash.
+    if let Err(e) = File::open(path.parent().unwrap_or(Path::new("."))).and_then(|d| d.sync_all()) {
+        write_failure("sync the directory of", path, &e);
+    }
+    Ok(())
 }
 
 impl LogStore {
@@ -124,6 +145,7 @@ impl LogStore {
             dir: dir.to_path_buf(),
             file,
             file_bytes: 0,
+            allocated: 0,
             entries: BTreeMap::new(),
             entry_bytes: BTreeMap::new(),
             last_purged: None,
@@ -237,6 +259,20 @@ impl LogInner {
     /// Appends records and makes them durable.
     fn write_records(&mut self, records: &[u8]) {
         let path = self.path();
+        let end = self.file_bytes + records.len() as u64;
+        if end > self.allocated {
+            let upto = end.next_multiple_of(PREALLOCATE_BYTES);
+            let fd = std::os::fd::AsRawFd::as_raw_fd(&self.file);
+            let (from, len) = (self.file_bytes as i64, (upto - self.file_bytes) as i64);
+            // SAFETY: fallocate(2) on an open descriptor; KEEP_SIZE reserves blocks without changing the
+            // file's size, so what the log reads back is unchanged.
+            if unsafe { libc::fallocate(fd, libc::FALLOC_FL_KEEP_SIZE, from, len) } == 0 {
+                self.allocated = upto;
+            } else {
+                // A full disk (or a filesystem without fallocate): the write below may still find room.
+                tracing::debug!(error = %std::io::Error::last_os_error(), "raft log preallocation failed");
+            }
+        }
         if let Err(e) = self.file.write_all(records) {
             write_failure("append to the raft log", &path, &e);
         }
@@ -260,12 +296,17 @@ impl LogInner {
             bytes.extend(encode_frame(RECORD_ENTRY, &encode_message(&WireEntry::from(entry))));
         }
         let path = self.path();
-        replace_file(&path, &bytes);
+        if let Err(e) = try_replace_file(&path, &bytes) {
+            // Nothing changed until the rename: the old file, whole, goes on being appended to.
+            tracing::warn!(error = %e, path = %path.display(), "could not compact the raft log; keeping it as it is");
+            return;
+        }
         match OpenOptions::new().read(true).append(true).open(&path) {
             Ok(file) => self.file = file,
             Err(e) => write_failure("reopen the raft log", &path, &e),
         }
         self.file_bytes = bytes.len() as u64;
+        self.allocated = 0;
     }
 
     fn last_log_id(&self) -> Option<LogId<u64>> {

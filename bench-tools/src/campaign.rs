@@ -28,6 +28,7 @@ use shardlog_bench::faults::plan::{self, Fault, FaultKind, PlanSpec, Rng};
 use shardlog_bench::faults::{replica, tear};
 use shardlog_broker::client::KafkaClient;
 
+use crate::faults_chart::{self, Sample};
 use crate::payload::{self, Idempotent, Origin};
 use crate::produce::{PRODUCE_VERSIONS, init_producer_id, outcomes, produce_request};
 
@@ -129,6 +130,8 @@ struct Shared {
     history: Mutex<Vec<(Duration, Event)>>,
     /// Kafka errors that refused a record for good, by producer and code.
     refused: Mutex<BTreeMap<(u32, i16), u64>>,
+    /// Each acknowledgement: when, and how long since the record was first sent (for the chart).
+    samples: Mutex<Vec<Sample>>,
 }
 
 impl Shared {
@@ -226,6 +229,8 @@ pub fn run(args: &FaultsArgs) -> Result<Outcome> {
             shards: None,
             shardlog: args.shardlog.clone(),
             settings: SETTINGS.iter().map(|s| s.to_string()).chain(args.settings.iter().cloned()).collect(),
+            // Beside the report, not on a filesystem a fault fills.
+            log_dir: Some(out.clone()),
         },
         &hosts,
     )?;
@@ -242,6 +247,7 @@ pub fn run(args: &FaultsArgs) -> Result<Outcome> {
         stop: AtomicBool::new(false),
         history: Mutex::new(Vec::new()),
         refused: Mutex::new(BTreeMap::new()),
+        samples: Mutex::new(Vec::new()),
     });
     let mut producers = Vec::new();
     for (id, delivery) in PRODUCERS {
@@ -273,7 +279,8 @@ pub fn run(args: &FaultsArgs) -> Result<Outcome> {
         producer.join().expect("a producer thread")?;
     }
     consumer.join().expect("the consumer thread")?;
-    let started = healed?;
+    let spans = healed?;
+    let started: Vec<Duration> = spans.iter().map(|&(start, _)| start).collect();
 
     // The end: once every replica has all the leader has, every partition's leader and high watermark,
     // then the replicas as the stopped brokers hold them.
@@ -313,6 +320,11 @@ pub fn run(args: &FaultsArgs) -> Result<Outcome> {
     let report = render(
         args, seed, replicas, min_insync, &faults, &started, ended, &history, &verdict, failures, &refused, &timeline,
     );
+    let samples = std::mem::take(&mut *shared.samples.lock().expect("samples lock"));
+    let shaded: Vec<(Duration, Duration, FaultKind)> =
+        spans.iter().zip(&faults).map(|(&(start, end), f)| (start, end, f.kind)).collect();
+    std::fs::create_dir_all(&out)?;
+    faults_chart::write(&out, &samples, &shaded, ended).context("the timeline chart")?;
     // The brokers' filesystems hold their data and logs: kept after a failure, for a look.
     if let Some(disks) = &sandbox.disks {
         disks.remove();
@@ -363,7 +375,7 @@ struct Target<'a> {
 
 /// The nemesis: each fault started and healed at its time. Unless going `beyond`, a fault starts only once
 /// every replica is back in sync after the previous ones (a broker still catching up counts as faulty),
-/// and the rest of the plan moves later by the wait. Returns when each fault actually started.
+/// and the rest of the plan moves later by the wait. Returns when each fault actually started and healed.
 fn carry_out(
     target: Target<'_>,
     faults: &[Fault],
@@ -371,7 +383,7 @@ fn carry_out(
     beyond: bool,
     start: Instant,
     timeline: &mut String,
-) -> Result<Vec<Duration>> {
+) -> Result<Vec<(Duration, Duration)>> {
     let Target { cluster, sandbox, admin, data, partitions, replicas } = target;
     // (when, heal?, fault index): heals first at the same instant, so a broker is free before it is hit.
     let mut steps: Vec<(Duration, bool, usize)> =
@@ -380,7 +392,7 @@ fn carry_out(
     let mut rng = Rng::new(seed ^ 0x7EA2);
     let brokers = cluster.bootstrap.split(',').count();
     let mut delay = Duration::ZERO;
-    let mut started = vec![Duration::ZERO; faults.len()];
+    let mut spans = vec![(Duration::ZERO, Duration::ZERO); faults.len()];
     for (at, heal, i) in steps {
         let due = at + delay;
         if let Some(wait) = due.checked_sub(start.elapsed()) {
@@ -392,7 +404,7 @@ fn carry_out(
         }
         let fault = &faults[i];
         if !heal {
-            started[i] = start.elapsed();
+            spans[i].0 = start.elapsed();
         }
         // Brokers that must be back in the metadata after a restart: those no other fault holds.
         let expected = brokers - plan::faulty_at(faults, at).len();
@@ -422,6 +434,15 @@ fn carry_out(
                 (FaultKind::DiskFull, true) => disks()?.free_up(b)?,
                 (_, true) => net()?.heal(b)?,
             }
+            // A broker that stopped by itself under the fault (as on a disk failure it cannot get past)
+            // is started again once the fault heals, as its service manager would.
+            if heal
+                && !matches!(fault.kind, FaultKind::Kill | FaultKind::KillAndTear)
+                && let Some(status) = cluster.exited(b)?
+            {
+                let _ = write!(line, "(broker {b} had stopped: {status}; restarted) ");
+                cluster.restart(b, expected)?;
+            }
             if fault.kind == FaultKind::KillAndTear && !heal {
                 let torn = tear::tear(&data.join(format!("broker-{b}")), &mut rng, TEAR_WINDOW, beyond)?;
                 if let Some(torn) = torn {
@@ -429,12 +450,15 @@ fn carry_out(
                 }
             }
         }
+        if heal {
+            spans[i].1 = start.elapsed();
+        }
         let what = if heal { "heal" } else { "start" };
         let _ = writeln!(line, "{what} #{} {} on broker {targets:?}", i + 1, fault.kind.name());
         print!("{line}");
         timeline.push_str(&line);
     }
-    Ok(started)
+    Ok(spans)
 }
 
 /// Waits until every partition has a leader and all its replicas in sync.
@@ -551,6 +575,9 @@ fn produce(shared: &Shared, bootstrap: &str, id: u32, delivery: Delivery, partit
                     let checksum = payload::hash(&value);
                     let record = Stored { partition: partition as u32, offset: base_offset as u64, tag, checksum };
                     shared.push(Event::Acked(record));
+                    let sample =
+                        Sample { at: shared.start.elapsed(), latency: first_sent.elapsed(), acks_all: acks == -1 };
+                    shared.samples.lock().expect("samples lock").push(sample);
                     break;
                 }
                 Err(code) if retriable(code) => std::thread::sleep(RETRY_PAUSE),

@@ -38,6 +38,9 @@ pub struct ClusterArgs {
     /// Extra `KEY=VALUE` broker settings for every broker.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub settings: Vec<String>,
+    /// Where each broker's log goes, `<log-dir>/broker-<id>.log` (default: `broker.log` in its data dir).
+    #[arg(skip)]
+    pub log_dir: Option<PathBuf>,
 }
 
 /// One broker of the cluster: how to start it, and its process while it runs.
@@ -45,7 +48,7 @@ pub struct ClusterArgs {
 struct BrokerProcess {
     id: usize,
     addr: String,
-    data: PathBuf,
+    log: PathBuf,
     command: Vec<std::ffi::OsString>,
     /// The network namespace it runs in (its file under /run/netns), if not the campaign's own.
     netns: Option<PathBuf>,
@@ -55,7 +58,7 @@ struct BrokerProcess {
 impl BrokerProcess {
     fn spawn(&mut self, binary: &Path) -> Result<()> {
         // The log is appended to, so a restarted broker's log follows its previous one.
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.data.join("broker.log"))?;
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log)?;
         let mut command = Command::new(binary);
         command.args(&self.command).stdout(Stdio::null()).stderr(log);
         // Opened here (close-on-exec), entered in the child between fork and exec.
@@ -186,7 +189,9 @@ impl Cluster {
                 command.extend(["--set".into(), setting.into()]);
             }
             let netns = hosts.get(i).map(|(_, ns)| ns.clone());
-            let mut broker = BrokerProcess { id, addr, data, command, netns, child: None };
+            let log =
+                args.log_dir.as_ref().map_or_else(|| data.join("broker.log"), |d| d.join(format!("broker-{id}.log")));
+            let mut broker = BrokerProcess { id, addr, log, command, netns, child: None };
             broker.spawn(&cluster.binary)?;
             cluster.brokers.push(broker);
         }
@@ -209,6 +214,15 @@ impl Cluster {
             child.wait()?;
         }
         Ok(())
+    }
+
+    /// Whether broker `id` (1-based) was started and has exited since (by itself: a broker stops on a disk
+    /// failure it cannot get past).
+    pub fn exited(&mut self, id: usize) -> Result<Option<std::process::ExitStatus>> {
+        match &mut self.brokers[id - 1].child {
+            Some(child) => Ok(child.try_wait()?),
+            None => Ok(None),
+        }
     }
 
     /// SIGSTOP to broker `id` (1-based): it stays alive but does nothing, as a broker stalled by a long
@@ -287,11 +301,7 @@ impl Cluster {
                 if let Some(child) = &mut broker.child
                     && let Some(status) = child.try_wait()?
                 {
-                    bail!(
-                        "broker {} exited with {status}; see {}",
-                        broker.id,
-                        broker.data.join("broker.log").display()
-                    );
+                    bail!("broker {} exited with {status}; see {}", broker.id, broker.log.display());
                 }
             }
             if Instant::now() > deadline {

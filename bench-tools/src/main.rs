@@ -7,6 +7,7 @@ mod audit;
 mod campaign;
 use shardlog_bench::cluster;
 mod consume;
+mod faults_chart;
 mod loopback;
 mod payload;
 mod probe;

@@ -219,7 +219,7 @@ fn write_histograms(out: &Path, tables: &[Table]) -> Result<()> {
     Ok(())
 }
 
-fn register_font() -> Result<()> {
+pub(crate) fn register_font() -> Result<()> {
     let Some(bytes) = FONT_PATHS.iter().find_map(|p| std::fs::read(p).ok()) else {
         bail!("no font for the charts: install fonts-dejavu-core (looked in {FONT_PATHS:?})");
     };
@@ -229,7 +229,7 @@ fn register_font() -> Result<()> {
     Ok(())
 }
 
-fn plot_err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
+pub(crate) fn plot_err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
     anyhow!("draw chart: {e:?}")
 }
 

@@ -164,6 +164,7 @@ pub fn run(args: &TpsArgs) -> Result<PathBuf> {
                 shards: args.shards,
                 shardlog: args.shardlog.clone(),
                 settings: args.settings.clone(),
+                log_dir: None,
             })?;
             let bootstrap = cluster.bootstrap.clone();
             local = Some(cluster);

@@ -124,6 +124,7 @@ fn three_brokers(dir: &std::path::Path, shards: usize, settings: &[&str]) -> Clu
         shards: Some(shards),
         shardlog: None,
         settings: settings.iter().map(|s| s.to_string()).collect(),
+        log_dir: None,
     })
     .expect("three brokers start")
 }
@@ -235,6 +236,7 @@ fn three_brokers_start_restart_and_stop_without_a_warning() {
         data_dir: dir.path().to_path_buf(),
         shards: Some(1),
         shardlog: None,
+        log_dir: None,
         settings: Vec::new(),
     };
     let mut producer_ids = Vec::new();

@@ -51,6 +51,7 @@ pub fn cluster(dir: &Path, brokers: usize, shards: usize, settings: &[&str]) -> 
         shards: Some(shards),
         shardlog: None,
         settings: all,
+        log_dir: None,
     })
     .expect("the brokers start")
 }

@@ -93,6 +93,10 @@ pub struct FaultsArgs {
     /// Run the brokers on loopback ports, without network faults (the namespaces need root).
     #[arg(long)]
     pub no_netns: bool,
+    /// Only these fault kinds, comma-separated: kill, tear, pause, isolate, split, one-way-drop, slow-link,
+    /// packet-loss, disk-full (default: every kind this machine can carry out).
+    #[arg(long, value_delimiter = ',', value_parser = FaultKind::from_flag)]
+    pub kinds: Vec<FaultKind>,
 }
 
 /// What the campaign made on the host: removed however it ends.
@@ -170,6 +174,9 @@ pub fn run(args: &FaultsArgs) -> Result<Outcome> {
     std::fs::create_dir_all(&data).with_context(|| format!("create {}", data.display()))?;
 
     let net = if args.no_netns { None } else { Some(Network::create(args.brokers)?) };
+    if let Some(net) = &net {
+        println!("namespaces: {}", net.describe());
+    }
     let disks = match disk::unavailable() {
         None => Some(Disks::create(&data, args.brokers, DISK_BYTES)),
         Some(why) => {
@@ -201,7 +208,7 @@ pub fn run(args: &FaultsArgs) -> Result<Outcome> {
 
     let replicas = args.brokers.min(3) as i16;
     let min_insync = if replicas >= 3 { 2 } else { 1 };
-    let kinds = kinds(args, &sandbox, replicas);
+    let kinds = kinds(args, &sandbox, replicas)?;
     let duration = args.duration.unwrap_or(Duration::from_secs(3) * args.faults as u32);
     let spec = PlanSpec {
         seed,
@@ -348,19 +355,29 @@ fn stored(partition: u32, offset: u64, value: &[u8]) -> Stored {
     Stored { partition, offset, tag, checksum: payload::hash(value) }
 }
 
-/// The fault kinds this campaign can carry out: network faults need the namespaces (a split or one-way
-/// drop, other brokers), a full disk the filesystems, and with one replica a torn segment loses what it
-/// held, beyond what such a topic survives.
-fn kinds(args: &FaultsArgs, sandbox: &Sandbox, replicas: i16) -> Vec<FaultKind> {
-    FaultKind::ALL
-        .into_iter()
-        .filter(|&kind| match kind {
-            FaultKind::KillAndTear => replicas > 1 || args.beyond,
-            FaultKind::Split | FaultKind::OneWayDrop => sandbox.net.is_some() && args.brokers > 1,
-            FaultKind::DiskFull => sandbox.disks.is_some(),
-            kind => !kind.needs_network() || sandbox.net.is_some(),
-        })
-        .collect()
+/// The fault kinds of this campaign: those asked for (`--kinds`), else every kind it can carry out.
+/// Network faults need the namespaces (a split or one-way drop, other brokers), a full disk the
+/// filesystems, and with one replica a torn segment loses what it held, beyond what such a topic survives.
+fn kinds(args: &FaultsArgs, sandbox: &Sandbox, replicas: i16) -> Result<Vec<FaultKind>> {
+    let why_not = |kind: FaultKind| match kind {
+        FaultKind::KillAndTear if replicas < 2 && !args.beyond => Some("with one replica it loses what it held"),
+        FaultKind::Split | FaultKind::OneWayDrop if args.brokers < 2 => Some("it needs other brokers"),
+        FaultKind::DiskFull if sandbox.disks.is_none() => Some("loop-mounted filesystems are not available"),
+        kind if kind.needs_network() && sandbox.net.is_none() => Some("the brokers are not in namespaces"),
+        _ => None,
+    };
+    if args.kinds.is_empty() {
+        return Ok(FaultKind::ALL.into_iter().filter(|&kind| why_not(kind).is_none()).collect());
+    }
+    for &kind in &args.kinds {
+        if let Some(why) = why_not(kind) {
+            bail!("--kinds {}: not in this campaign: {why}", kind.flag());
+        }
+    }
+    let mut kinds = args.kinds.clone();
+    kinds.sort();
+    kinds.dedup();
+    Ok(kinds)
 }
 
 /// What the nemesis works on.

@@ -90,6 +90,13 @@ impl Network {
         Ok(())
     }
 
+    /// What was made, for the operator: the namespaces, the bridge and the subnet.
+    pub fn describe(&self) -> String {
+        let names: Vec<&str> = self.hosts.iter().map(|(ns, _)| ns.as_str()).collect();
+        let [a, b, c] = self.subnet;
+        format!("{} on bridge {} ({a}.{b}.{c}.0/24)", names.join(", "), self.bridge)
+    }
+
     /// The campaign's own address on the bridge.
     pub fn gateway(&self) -> Ipv4Addr {
         let [a, b, c] = self.subnet;

@@ -55,6 +55,29 @@ impl FaultKind {
         )
     }
 
+    /// Its name on the command line (`--kinds`).
+    pub fn flag(self) -> &'static str {
+        match self {
+            FaultKind::Kill => "kill",
+            FaultKind::KillAndTear => "tear",
+            FaultKind::Pause => "pause",
+            FaultKind::Isolate => "isolate",
+            FaultKind::Split => "split",
+            FaultKind::OneWayDrop => "one-way-drop",
+            FaultKind::Latency => "slow-link",
+            FaultKind::PacketLoss => "packet-loss",
+            FaultKind::DiskFull => "disk-full",
+        }
+    }
+
+    /// The kind named `flag` on the command line.
+    pub fn from_flag(flag: &str) -> Result<FaultKind, String> {
+        FaultKind::ALL.into_iter().find(|k| k.flag() == flag).ok_or_else(|| {
+            let all: Vec<&str> = FaultKind::ALL.iter().map(|k| k.flag()).collect();
+            format!("unknown fault kind {flag:?}: one of {}", all.join(", "))
+        })
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             FaultKind::Kill => "kill",
@@ -246,6 +269,14 @@ mod tests {
         let sizes: BTreeSet<usize> = plan(&five).iter().map(|f| f.brokers.len()).collect();
         assert_eq!(sizes, BTreeSet::from([1, 2]));
         assert!(plan(&five).iter().all(|f| f.brokers.len() <= 2));
+    }
+
+    #[test]
+    fn every_kind_is_named_on_the_command_line_by_its_own_flag() {
+        for kind in FaultKind::ALL {
+            assert_eq!(FaultKind::from_flag(kind.flag()), Ok(kind));
+        }
+        assert!(FaultKind::from_flag("meteor").unwrap_err().contains("one of kill, tear, pause"));
     }
 
     #[test]

@@ -32,12 +32,12 @@ use crate::faults_chart::{self, Sample};
 use crate::payload::{self, Idempotent, Origin};
 use crate::produce::{PRODUCE_VERSIONS, init_producer_id, outcomes, produce_request};
 
-const TOPIC: &str = "campaign";
+pub(crate) const TOPIC: &str = "campaign";
 /// Bytes of each record's value.
 const VALUE_BYTES: usize = 100;
 /// Short timeouts, so that pauses outlast them within a short campaign, and a free-space floor that fits
 /// the campaign's small filesystems.
-const SETTINGS: [&str; 4] = [
+pub(crate) const SETTINGS: [&str; 4] = [
     "replica.lag.time.max.ms=2000",
     "broker.session.timeout.ms=3000",
     "broker.heartbeat.interval.ms=500",
@@ -47,7 +47,7 @@ const SETTINGS: [&str; 4] = [
 const DISK_BYTES: u64 = 16 << 30;
 /// How long the workload's clients wait for an answer before they give the connection up (Kafka's
 /// `request.timeout.ms`): a request to an isolated broker gets none.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// How far back from the end of its whole batches a torn segment is damaged.
 const TEAR_WINDOW: u64 = 64 * 1024;
 /// A plain producer gives a record up after this long (Kafka's `delivery.timeout.ms`).
@@ -127,18 +127,34 @@ impl Drop for Teardown {
 }
 
 /// What the workload threads share.
-struct Shared {
-    start: Instant,
-    stop: AtomicBool,
+pub(crate) struct Shared {
+    pub start: Instant,
+    pub stop: AtomicBool,
     /// Events with the time they happened since the start.
-    history: Mutex<Vec<(Duration, Event)>>,
+    pub history: Mutex<Vec<(Duration, Event)>>,
     /// Kafka errors that refused a record for good, by producer and code.
-    refused: Mutex<BTreeMap<(u32, i16), u64>>,
+    pub refused: Mutex<BTreeMap<(u32, i16), u64>>,
+    /// Retriable errors answered and sent again, by code.
+    pub retried: Mutex<BTreeMap<i16, u64>>,
     /// Each acknowledgement: when, and how long since the record was first sent (for the chart).
     samples: Mutex<Vec<Sample>>,
+    /// Records a producer without retries gave up on an error.
+    pub given_up: Mutex<Vec<Tag>>,
 }
 
 impl Shared {
+    pub(crate) fn new() -> Shared {
+        Shared {
+            start: Instant::now(),
+            stop: AtomicBool::new(false),
+            history: Mutex::new(Vec::new()),
+            refused: Mutex::new(BTreeMap::new()),
+            retried: Mutex::new(BTreeMap::new()),
+            samples: Mutex::new(Vec::new()),
+            given_up: Mutex::new(Vec::new()),
+        }
+    }
+
     fn push(&self, event: Event) {
         let at = self.start.elapsed();
         self.history.lock().expect("history lock").push((at, event));
@@ -247,19 +263,13 @@ pub fn run(args: &FaultsArgs) -> Result<Outcome> {
     let configs = [("min.insync.replicas".to_string(), min_insync.to_string())];
     admin.create_topic(TOPIC, args.partitions, replicas, &configs)?;
     admin.led_layout(TOPIC)?;
-    let ids: BTreeMap<String, u32> = (1..=args.brokers).map(|b| (cluster.addr(b).to_string(), b as u32)).collect();
 
-    let shared = Arc::new(Shared {
-        start: Instant::now(),
-        stop: AtomicBool::new(false),
-        history: Mutex::new(Vec::new()),
-        refused: Mutex::new(BTreeMap::new()),
-        samples: Mutex::new(Vec::new()),
-    });
+    let shared = Arc::new(Shared::new());
     let mut producers = Vec::new();
     for (id, delivery) in PRODUCERS {
-        let (shared, bootstrap, partitions) = (shared.clone(), bootstrap.clone(), args.partitions);
-        producers.push(std::thread::spawn(move || produce(&shared, &bootstrap, id, delivery, partitions)));
+        let spec = ProducerSpec { id, delivery, partitions: args.partitions, value_bytes: VALUE_BYTES, retries: true };
+        let (shared, bootstrap) = (shared.clone(), bootstrap.clone());
+        producers.push(std::thread::spawn(move || produce(&shared, &bootstrap, &spec)));
     }
     let consumer = {
         let (shared, bootstrap, partitions) = (shared.clone(), bootstrap.clone(), args.partitions);
@@ -289,33 +299,7 @@ pub fn run(args: &FaultsArgs) -> Result<Outcome> {
     let spans = healed?;
     let started: Vec<Duration> = spans.iter().map(|&(start, _)| start).collect();
 
-    // The end: once every replica has all the leader has, every partition's leader and high watermark,
-    // then the replicas as the stopped brokers hold them.
-    wait_for_full_isr(&mut admin, args.partitions, replicas as usize)?;
-    wait_for_caught_up(&mut admin, args.partitions)?;
-    let layout = admin.led_layout(TOPIC)?;
-    let bounds = admin.offsets(TOPIC, args.partitions)?;
-    let assigned = assignment(&mut admin)?;
-    cluster.stop()?;
-    let mut end = FinalState::default();
-    for p in 0..args.partitions {
-        let partition = p as u32;
-        end.high_watermark.insert(partition, bounds[p as usize].1 as u64);
-        let leader = layout.leaders.get(&p).and_then(|addr| ids.get(addr)).copied().context("a leader")?;
-        // Every replica the metadata assigns: one without the partition's log holds nothing of it.
-        for &broker in assigned.get(&p).map(Vec::as_slice).unwrap_or_default() {
-            let broker = broker as u32;
-            let dir = data.join(format!("broker-{broker}"));
-            let records = replica::read_replica(&dir, TOPIC, partition)?.unwrap_or_default();
-            let copy: BTreeMap<u64, Stored> =
-                records.into_iter().map(|r| (r.offset, stored(partition, r.offset, &r.value))).collect();
-            if broker == leader {
-                end.log.insert(partition, copy);
-            } else {
-                end.replicas.insert((broker, partition), copy);
-            }
-        }
-    }
+    let end = final_state(&mut admin, &mut cluster, &data, args.partitions, replicas as usize)?;
     let history: Vec<(Duration, Event)> = std::mem::take(&mut *shared.history.lock().expect("history lock"));
     let events: Vec<Event> = history.iter().map(|(_, e)| e.clone()).collect();
     let deliveries: BTreeMap<u32, Delivery> = PRODUCERS.into_iter().collect();
@@ -346,6 +330,45 @@ pub fn run(args: &FaultsArgs) -> Result<Outcome> {
     std::fs::write(&path, &report).with_context(|| format!("write {}", path.display()))?;
     print!("{report}");
     Ok(Outcome { failures, report: path })
+}
+
+/// The end of a run: once every replica has all the leader has, every partition's leader and high
+/// watermark, then the cluster stopped and each replica read as its stopped broker holds it.
+pub(crate) fn final_state(
+    admin: &mut KafkaClient,
+    cluster: &mut Cluster,
+    data: &Path,
+    partitions: i32,
+    replicas: usize,
+) -> Result<FinalState> {
+    let brokers = cluster.bootstrap.split(',').count();
+    let ids: BTreeMap<String, u32> = (1..=brokers).map(|b| (cluster.addr(b).to_string(), b as u32)).collect();
+    wait_for_full_isr(admin, partitions, replicas)?;
+    wait_for_caught_up(admin, partitions)?;
+    let layout = admin.led_layout(TOPIC)?;
+    let bounds = admin.offsets(TOPIC, partitions)?;
+    let assigned = assignment(admin)?;
+    cluster.stop()?;
+    let mut end = FinalState::default();
+    for p in 0..partitions {
+        let partition = p as u32;
+        end.high_watermark.insert(partition, bounds[p as usize].1 as u64);
+        let leader = layout.leaders.get(&p).and_then(|addr| ids.get(addr)).copied().context("a leader")?;
+        // Every replica the metadata assigns: one without the partition's log holds nothing of it.
+        for &broker in assigned.get(&p).map(Vec::as_slice).unwrap_or_default() {
+            let broker = broker as u32;
+            let dir = data.join(format!("broker-{broker}"));
+            let records = replica::read_replica(&dir, TOPIC, partition)?.unwrap_or_default();
+            let copy: BTreeMap<u64, Stored> =
+                records.into_iter().map(|r| (r.offset, stored(partition, r.offset, &r.value))).collect();
+            if broker == leader {
+                end.log.insert(partition, copy);
+            } else {
+                end.replicas.insert((broker, partition), copy);
+            }
+        }
+    }
+    Ok(end)
 }
 
 /// The record at `offset` of `partition` as the checker sees it.
@@ -535,11 +558,24 @@ fn assignment(admin: &mut KafkaClient) -> Result<BTreeMap<i32, Vec<i32>>> {
     Ok(topic.partitions.iter().map(|p| (p.partition_index, p.replica_nodes.iter().map(|b| b.0).collect())).collect())
 }
 
+/// How one producer of the workload sends.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ProducerSpec {
+    pub id: u32,
+    pub delivery: Delivery,
+    pub partitions: i32,
+    pub value_bytes: usize,
+    /// Send again after a retriable error (Kafka's `retries` large) or give the record up (`retries=0`).
+    pub retries: bool,
+}
+
 /// One producer: one record per request, round robin over the partitions, each record tagged with the
 /// producer and its sequence, sent again after a retriable error or a lost connection to whoever leads
 /// the partition then (an idempotent producer with the same sequence, until it is acknowledged or the
-/// campaign ends; a plain one up to `DELIVERY_TIMEOUT`).
-fn produce(shared: &Shared, bootstrap: &str, id: u32, delivery: Delivery, partitions: i32) -> Result<()> {
+/// campaign ends; a plain one up to `DELIVERY_TIMEOUT`), unless it does not retry: then a record that
+/// fails is given up and counted with its error.
+pub(crate) fn produce(shared: &Shared, bootstrap: &str, spec: &ProducerSpec) -> Result<()> {
+    let &ProducerSpec { id, delivery, partitions, value_bytes, retries } = spec;
     let mut client = connect(shared, bootstrap)?;
     let acks = if delivery == Delivery::AcksOne { 1 } else { -1 };
     let producer = match delivery {
@@ -570,7 +606,7 @@ fn produce(shared: &Shared, bootstrap: &str, id: u32, delivery: Delivery, partit
         let tag = Tag { producer: id, sequence: next };
         next += 1;
         let origin = Origin { run: u64::from(id), partition: partition as u32, sequence: tag.sequence };
-        let value = payload::value(origin, VALUE_BYTES);
+        let value = payload::value(origin, value_bytes);
         let idempotent = producer.map(|(producer_id, epoch)| Idempotent {
             producer_id,
             epoch,
@@ -597,9 +633,15 @@ fn produce(shared: &Shared, bootstrap: &str, id: u32, delivery: Delivery, partit
                     shared.samples.lock().expect("samples lock").push(sample);
                     break;
                 }
-                Err(code) if retriable(code) => std::thread::sleep(RETRY_PAUSE),
+                // Waiting for a leader to send to is not a retry: nothing was sent (Kafka's max.block.ms).
+                Err(LEADER_NOT_AVAILABLE) => std::thread::sleep(RETRY_PAUSE),
+                Err(code) if retries && retriable(code) => {
+                    *shared.retried.lock().expect("retried lock").entry(code).or_default() += 1;
+                    std::thread::sleep(RETRY_PAUSE);
+                }
                 Err(code) => {
                     *shared.refused.lock().expect("refused lock").entry((id, code)).or_default() += 1;
+                    shared.given_up.lock().expect("given-up lock").push(tag);
                     // An idempotent producer cannot go on past a refused sequence.
                     if delivery == Delivery::Idempotent {
                         return Ok(());
@@ -612,8 +654,10 @@ fn produce(shared: &Shared, bootstrap: &str, id: u32, delivery: Delivery, partit
     Ok(())
 }
 
-/// NETWORK_EXCEPTION: the connection failed or the partition's leader is not known right now.
-const NETWORK_EXCEPTION: i16 = 13;
+/// NETWORK_EXCEPTION: the connection failed or gave no answer in time; the request may have arrived.
+pub(crate) const NETWORK_EXCEPTION: i16 = 13;
+/// LEADER_NOT_AVAILABLE: no leader of the partition is known right now; the record was not sent.
+const LEADER_NOT_AVAILABLE: i16 = 5;
 
 fn retriable(code: i16) -> bool {
     code == NETWORK_EXCEPTION || kafka_protocol::ResponseError::try_from_code(code).is_some_and(|e| e.is_retriable())
@@ -631,7 +675,7 @@ fn send(
     let leader = match leaders.get(&partition) {
         Some(leader) => leader.clone(),
         None => {
-            let Ok(Some(leader)) = client.leader(TOPIC, partition) else { return Err(NETWORK_EXCEPTION) };
+            let Ok(Some(leader)) = client.leader(TOPIC, partition) else { return Err(LEADER_NOT_AVAILABLE) };
             leaders.insert(partition, leader.clone());
             leader
         }

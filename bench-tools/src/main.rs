@@ -14,6 +14,7 @@ mod probe;
 mod produce;
 mod quorum_bench;
 mod report;
+mod scenario5;
 mod stats;
 mod storage_bench;
 mod tps_table;

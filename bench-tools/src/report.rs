@@ -105,6 +105,10 @@ fn markdown(tables: &[Table], flush: &str, brokers: usize) -> String {
     );
     for t in tables {
         let _ = write!(out, "\n## {}\n\n", t.title);
+        if let Some(text) = &t.text {
+            out.push_str(text);
+            continue;
+        }
         let Some((first, _)) = t.rows.first() else {
             out.push_str("Not run: needs a replicated cluster.\n");
             continue;

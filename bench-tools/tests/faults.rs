@@ -101,3 +101,34 @@ fn a_broker_that_acknowledges_acks_all_before_replicating_fails_the_campaign() {
     let lost = row(&report, "idempotent, acks=all").1 + row(&report, "acks=all, retries").1;
     assert!(lost > 0, "acks=all records were lost and reported\n{report}");
 }
+
+/// The seed's scenario 5 through the campaign's machinery: brokers killed under a sync acks=all
+/// producer, with retries=0 and with retries; nothing acknowledged is lost, and without retries the
+/// producer gives records up on the broken connections, as the seed's did.
+#[test]
+fn tps_table_scenario_five_kills_brokers_and_loses_nothing_acknowledged() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("tps");
+    let run = Command::new(env!("CARGO_BIN_EXE_shardlog-bench"))
+        .args(["tps-table", "--scenario", "5", "--local", "--duration", "9s", "--out"])
+        .arg(&out)
+        .output()
+        .expect("run shardlog-bench tps-table");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(run.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&run.stderr));
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    let rows: Vec<Vec<&str>> =
+        report.lines().filter(|l| l.starts_with("| -1 | 4 | 2 |")).map(|l| l.split(" | ").collect()).collect();
+    assert_eq!(rows.len(), 3, "the seed's three rows\n{report}");
+    // Columns: acks, replicas, min.insync, retries, method, seed TPS, seed disk, seed errors, TPS,
+    // acknowledged, given up (stored), acknowledged and lost, stored twice, errors seen.
+    for row in &rows {
+        assert!(row[9].parse::<u64>().unwrap() > 0, "records were acknowledged\n{report}");
+        assert_eq!(row[11], "0", "no acknowledged record lost\n{report}");
+    }
+    assert_eq!(rows[0][3], "0");
+    let given_up: u64 = rows[0][10].split(' ').next().unwrap().parse().unwrap();
+    assert!(given_up > 0, "with retries=0 the killed leaders' records fail\n{report}");
+    assert!(rows[0][13].contains("NETWORK_EXCEPTION"), "{report}");
+    assert!(rows[2][4].contains("restart"), "{report}");
+}

@@ -88,15 +88,32 @@ fn write_failure(op: &'static str, path: &Path, e: &std::io::Error) -> ! {
     fatal::disk_failure(op, path, e)
 }
 
-/// Replaces `path` with `bytes` so that a crash leaves the old or the new file, never a mix.
+/// Replaces `path` with `bytes` so that a crash leaves the old or the new file, never a mix. The
+/// temporary file (`<path>.tmp`) is kept afterwards as a spare with its blocks reserved, twice the size
+/// written, and the next replacement writes over it in place: a disk another process has filled then
+/// costs no new block, so a vote, a snapshot or the incarnation is still recorded.
 pub(crate) fn replace_file(path: &Path, bytes: &[u8]) {
-    if let Err(e) = try_replace_file(path, bytes) {
+    let tmp = path.with_extension("tmp");
+    let written = (|| {
+        let mut f = OpenOptions::new().write(true).create(true).truncate(false).open(&tmp)?;
+        f.write_all(bytes)?;
+        f.set_len(bytes.len() as u64)?;
+        f.sync_data()
+    })();
+    if let Err(e) = written.and_then(|()| rename_in_place(&tmp, path)) {
         write_failure("replace file", path, &e);
+    }
+    // The replaced file's blocks were just freed: the spare takes them, if nothing else has.
+    if let Ok(spare) = OpenOptions::new().write(true).create(true).truncate(false).open(&tmp) {
+        let want = (bytes.len() as i64 * 2).max(4096);
+        // SAFETY: fallocate(2) on an open descriptor, mode 0 (allocate, grow the file to `want`). A
+        // failure leaves no spare worth having, which the next replacement copes with.
+        let _ = unsafe { libc::fallocate(std::os::fd::AsRawFd::as_raw_fd(&spare), 0, 0, want) };
     }
 }
 
-/// [`replace_file`], with a failure before the rename left to the caller: the old file is then as it was
-/// (and the temporary file is removed).
+/// Like [`replace_file`] without a spare, with a failure before the rename left to the caller: the old
+/// file is then as it was (and the temporary file is removed).
 fn try_replace_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let tmp = path.with_extension("tmp");
     let written = (|| {
@@ -104,15 +121,17 @@ fn try_replace_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         f.write_all(bytes)?;
         f.sync_data()
     })();
-    if let Err(e) = written {
+    if let Err(e) = written.and_then(|()| rename_in_place(&tmp, path)) {
         let _ = std::fs::remove_file(&tmp);
         return Err(e);
     }
-    if let Err(e) = std::fs::rename(&tmp, path) {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e);
-    }
-    // Past the rename the new file is in place; a failed directory sync could lose it to a crash.
+    Ok(())
+}
+
+/// Renames the synced `tmp` over `path`, then syncs the directory. A failure past the rename is fatal:
+/// the new file is in place, but a crash could still lose it.
+fn rename_in_place(tmp: &Path, path: &Path) -> std::io::Result<()> {
+    std::fs::rename(tmp, path)?;
     if let Err(e) = File::open(path.parent().unwrap_or(Path::new("."))).and_then(|d| d.sync_all()) {
         write_failure("sync the directory of", path, &e);
     }
@@ -396,6 +415,22 @@ mod tests {
     fn terms(store: &mut LogStore) -> Vec<(u64, u64)> {
         let entries = futures_lite::future::block_on(store.try_get_log_entries(..)).unwrap();
         entries.iter().map(|e| (e.log_id.index, e.log_id.leader_id.term)).collect()
+    }
+
+    #[test]
+    fn a_replaced_file_leaves_a_spare_with_its_blocks_reserved_which_the_next_replacement_writes_over() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("raft-vote");
+        replace_file(&path, &[7u8; 40]);
+        assert_eq!(std::fs::read(&path).unwrap(), [7u8; 40]);
+        let spare = std::fs::metadata(path.with_extension("tmp")).unwrap();
+        assert!(spare.blocks() * 512 >= 4096, "the spare holds at least a block: {} sectors", spare.blocks());
+        let inode = spare.ino();
+        replace_file(&path, &[9u8; 30]);
+        assert_eq!(std::fs::read(&path).unwrap(), [9u8; 30], "the old spare's longer tail is cut off");
+        assert_eq!(std::fs::metadata(&path).unwrap().ino(), inode, "the spare became the file");
+        assert!(path.with_extension("tmp").exists(), "and a new spare is there");
     }
 
     #[test]

@@ -526,13 +526,14 @@ async fn fetch(
     let Some(log) = logs.get(tp) else {
         return FetchOutcome::empty(Some(missing(logs, tp)));
     };
+    // Read first: it brings the replica's HW up to date.
+    let hw = replicas.high_watermark(tp, &log);
     if !replicas.offsets_available(tp) {
         // KIP-207's rule, for Fetch as for ListOffsets: a new leader's HW can be below the one the
         // previous leader showed until it reaches the start of the new epoch, and a consumer must never
         // see the HW go back. Clients retry OFFSET_NOT_AVAILABLE after a backoff.
         return FetchOutcome::empty(Some(ResponseError::OffsetNotAvailable));
     }
-    let hw = replicas.high_watermark(tp, &log);
     let outcome = |error, records| FetchOutcome {
         error,
         records,

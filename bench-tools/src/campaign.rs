@@ -9,7 +9,7 @@
 //! loss, a moved offset, a high watermark going back, replicas that differ below the high watermark, or a
 //! duplicate from the idempotent producer.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -189,12 +189,18 @@ pub fn run(args: &FaultsArgs) -> Result<Outcome> {
     }
     std::fs::create_dir_all(&data).with_context(|| format!("create {}", data.display()))?;
 
+    // Registered first, so that a signal while the namespaces or filesystems are made waits for them.
+    let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])?;
     let net = if args.no_netns { None } else { Some(Network::create(args.brokers)?) };
     if let Some(net) = &net {
         println!("namespaces: {}", net.describe());
     }
+    // Filesystems only for a campaign with disk-full faults: asked for, or left to the default.
+    let disk_full_asked = args.kinds.contains(&FaultKind::DiskFull);
     let disks = match disk::unavailable() {
-        None => Some(Disks::create(&data, args.brokers, DISK_BYTES)),
+        None if disk_full_asked || args.kinds.is_empty() => Some(Disks::create(&data, args.brokers, DISK_BYTES)),
+        None => None,
+        Some(why) if disk_full_asked => Some(Err(anyhow::anyhow!("--kinds disk-full: {why}"))),
         Some(why) => {
             println!("disk-full faults left out: {why}");
             None
@@ -210,12 +216,13 @@ pub fn run(args: &FaultsArgs) -> Result<Outcome> {
     let sandbox = Arc::new(Sandbox { net, disks });
     // Dropped after the cluster (declared before it): the brokers have stopped by then.
     let _teardown = Teardown(sandbox.clone());
-    let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])?;
     {
         let sandbox = sandbox.clone();
         std::thread::spawn(move || {
             if let Some(signal) = signals.forever().next() {
                 eprintln!("signal {signal}: removing the campaign's namespaces and filesystems");
+                // The brokers die with this process (their parent-death signal); the namespaces' own
+                // processes are killed as they go.
                 sandbox.remove();
                 std::process::exit(128 + signal);
             }
@@ -254,6 +261,7 @@ pub fn run(args: &FaultsArgs) -> Result<Outcome> {
             settings: SETTINGS.iter().map(|s| s.to_string()).chain(args.settings.iter().cloned()).collect(),
             // Beside the report, not on a filesystem a fault fills.
             log_dir: Some(out.clone()),
+            die_with_parent: true,
         },
         &hosts,
     )?;
@@ -315,7 +323,6 @@ pub fn run(args: &FaultsArgs) -> Result<Outcome> {
     let shaded: Vec<(Duration, Duration, FaultKind)> =
         spans.iter().zip(&faults).map(|(&(start, end), f)| (start, end, f.kind)).collect();
     std::fs::create_dir_all(&out)?;
-    faults_chart::write(&out, &samples, &shaded, ended).context("the timeline chart")?;
     // The brokers' filesystems hold their data and logs: kept after a failure, for a look.
     if let Some(disks) = &sandbox.disks {
         disks.remove();
@@ -329,6 +336,10 @@ pub fn run(args: &FaultsArgs) -> Result<Outcome> {
     let path = out.join("report.md");
     std::fs::write(&path, &report).with_context(|| format!("write {}", path.display()))?;
     print!("{report}");
+    // The verdict stands without the chart (it needs a font, say).
+    if let Err(e) = faults_chart::write(&out, &samples, &shaded, ended) {
+        eprintln!("the timeline chart was not drawn: {e:#}");
+    }
     Ok(Outcome { failures, report: path })
 }
 
@@ -433,11 +444,14 @@ fn carry_out(
     let brokers = cluster.bootstrap.split(',').count();
     let mut delay = Duration::ZERO;
     let mut spans = vec![(Duration::ZERO, Duration::ZERO); faults.len()];
+    // Brokers a kill fault holds down right now.
+    let mut killed: BTreeSet<usize> = BTreeSet::new();
     for (at, heal, i) in steps {
         let due = at + delay;
         if let Some(wait) = due.checked_sub(start.elapsed()) {
             std::thread::sleep(wait);
         }
+        revive(cluster, &killed, plan::faulty_at(faults, at).len(), start, timeline)?;
         if !heal && !beyond {
             wait_for_full_isr(admin, partitions, replicas)?;
             delay += start.elapsed().saturating_sub(due);
@@ -474,14 +488,12 @@ fn carry_out(
                 (FaultKind::DiskFull, true) => disks()?.free_up(b)?,
                 (_, true) => net()?.heal(b)?,
             }
-            // A broker that stopped by itself under the fault (as on a disk failure it cannot get past)
-            // is started again once the fault heals, as its service manager would.
-            if heal
-                && !matches!(fault.kind, FaultKind::Kill | FaultKind::KillAndTear)
-                && let Some(status) = cluster.exited(b)?
-            {
-                let _ = write!(line, "(broker {b} had stopped: {status}; restarted) ");
-                cluster.restart(b, expected)?;
+            if matches!(fault.kind, FaultKind::Kill | FaultKind::KillAndTear) {
+                if heal {
+                    killed.remove(&b);
+                } else {
+                    killed.insert(b);
+                }
             }
             if fault.kind == FaultKind::KillAndTear && !heal {
                 let torn = tear::tear(&data.join(format!("broker-{b}")), &mut rng, TEAR_WINDOW, beyond)?;
@@ -498,7 +510,31 @@ fn carry_out(
         print!("{line}");
         timeline.push_str(&line);
     }
+    revive(cluster, &killed, 0, start, timeline)?;
     Ok(spans)
+}
+
+/// Starts again every broker that stopped by itself (as on a disk failure it cannot get past), as its
+/// service manager would, and says so in the timeline; not those a kill fault holds down. `faulty`
+/// brokers may be missing from the metadata meanwhile.
+fn revive(
+    cluster: &mut Cluster,
+    killed: &BTreeSet<usize>,
+    faulty: usize,
+    start: Instant,
+    timeline: &mut String,
+) -> Result<()> {
+    let brokers = cluster.bootstrap.split(',').count();
+    for b in (1..=brokers).filter(|b| !killed.contains(b)) {
+        if let Some(status) = cluster.exited(b)? {
+            let line =
+                format!("{:>7.1} s  broker {b} had stopped ({status}): restarted\n", start.elapsed().as_secs_f64());
+            print!("{line}");
+            timeline.push_str(&line);
+            cluster.restart(b, brokers - faulty.min(brokers - 1))?;
+        }
+    }
+    Ok(())
 }
 
 /// Waits until every partition has a leader and all its replicas in sync.
@@ -615,11 +651,12 @@ pub(crate) fn produce(shared: &Shared, bootstrap: &str, spec: &ProducerSpec) -> 
         let batch = payload::batch(std::slice::from_ref(&value), now_ms(), Compression::None, idempotent)?;
         let first_sent = Instant::now();
         loop {
-            let give_up = match delivery {
-                Delivery::Idempotent => shared.stopped(),
-                _ => shared.stopped() || first_sent.elapsed() > DELIVERY_TIMEOUT,
-            };
-            if give_up {
+            if shared.stopped() {
+                break;
+            }
+            if delivery != Delivery::Idempotent && first_sent.elapsed() > DELIVERY_TIMEOUT {
+                // Kafka's delivery.timeout.ms: the record is given up, as on an error.
+                shared.given_up.lock().expect("given-up lock").push(tag);
                 break;
             }
             match send(&mut client, &mut leaders, partition, &batch, acks) {
@@ -634,7 +671,7 @@ pub(crate) fn produce(shared: &Shared, bootstrap: &str, spec: &ProducerSpec) -> 
                     break;
                 }
                 // Waiting for a leader to send to is not a retry: nothing was sent (Kafka's max.block.ms).
-                Err(LEADER_NOT_AVAILABLE) => std::thread::sleep(RETRY_PAUSE),
+                Err(NO_LEADER_KNOWN) => std::thread::sleep(RETRY_PAUSE),
                 Err(code) if retries && retriable(code) => {
                     *shared.retried.lock().expect("retried lock").entry(code).or_default() += 1;
                     std::thread::sleep(RETRY_PAUSE);
@@ -656,8 +693,8 @@ pub(crate) fn produce(shared: &Shared, bootstrap: &str, spec: &ProducerSpec) -> 
 
 /// NETWORK_EXCEPTION: the connection failed or gave no answer in time; the request may have arrived.
 pub(crate) const NETWORK_EXCEPTION: i16 = 13;
-/// LEADER_NOT_AVAILABLE: no leader of the partition is known right now; the record was not sent.
-const LEADER_NOT_AVAILABLE: i16 = 5;
+/// Not a Kafka code: no leader of the partition is known right now, so the record was not sent.
+const NO_LEADER_KNOWN: i16 = -2;
 
 fn retriable(code: i16) -> bool {
     code == NETWORK_EXCEPTION || kafka_protocol::ResponseError::try_from_code(code).is_some_and(|e| e.is_retriable())
@@ -675,12 +712,14 @@ fn send(
     let leader = match leaders.get(&partition) {
         Some(leader) => leader.clone(),
         None => {
-            let Ok(Some(leader)) = client.leader(TOPIC, partition) else { return Err(LEADER_NOT_AVAILABLE) };
+            let Ok(Some(leader)) = client.leader(TOPIC, partition) else { return Err(NO_LEADER_KNOWN) };
             leaders.insert(partition, leader.clone());
             leader
         }
     };
-    let request = produce_request(TOPIC, acks, vec![(partition, batch.clone())]);
+    // The broker gives up waiting for acks=all before the client gives up on its answer.
+    let request = produce_request(TOPIC, acks, vec![(partition, batch.clone())])
+        .with_timeout_ms((REQUEST_TIMEOUT.as_millis() as i32) * 4 / 5);
     let answer = client.connection(&leader).and_then(|conn| {
         let version = conn.negotiate(ApiKey::Produce, PRODUCE_VERSIONS)?;
         conn.call(ApiKey::Produce, version, &request)

@@ -41,6 +41,10 @@ pub struct ClusterArgs {
     /// Where each broker's log goes, `<log-dir>/broker-<id>.log` (default: `broker.log` in its data dir).
     #[arg(skip)]
     pub log_dir: Option<PathBuf>,
+    /// The brokers get SIGKILL when the thread that started them ends (the fault campaign, whose
+    /// namespaces and filesystems must not outlive it with brokers in them).
+    #[arg(skip)]
+    pub die_with_parent: bool,
 }
 
 /// One broker of the cluster: how to start it, and its process while it runs.
@@ -52,6 +56,7 @@ struct BrokerProcess {
     command: Vec<std::ffi::OsString>,
     /// The network namespace it runs in (its file under /run/netns), if not the campaign's own.
     netns: Option<PathBuf>,
+    die_with_parent: bool,
     child: Option<Child>,
 }
 
@@ -63,13 +68,19 @@ impl BrokerProcess {
         command.args(&self.command).stdout(Stdio::null()).stderr(log);
         // Opened here (close-on-exec), entered in the child between fork and exec.
         let netns = self.netns.as_ref().map(std::fs::File::open).transpose().context("open the namespace")?;
-        if let Some(netns) = &netns {
-            let fd = std::os::fd::AsRawFd::as_raw_fd(netns);
-            // SAFETY: setns(2) is async-signal-safe; the closure allocates nothing and touches only `fd`,
-            // which stays open until spawn has returned.
+        let fd = netns.as_ref().map(std::os::fd::AsRawFd::as_raw_fd);
+        let die_with_parent = self.die_with_parent;
+        if fd.is_some() || die_with_parent {
+            // SAFETY: setns(2) and prctl(2) are async-signal-safe; the closure allocates nothing and
+            // touches only `fd`, which stays open until spawn has returned.
             unsafe {
                 std::os::unix::process::CommandExt::pre_exec(&mut command, move || {
-                    if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
+                    if die_with_parent && libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    if let Some(fd) = fd
+                        && libc::setns(fd, libc::CLONE_NEWNET) != 0
+                    {
                         return Err(std::io::Error::last_os_error());
                     }
                     Ok(())
@@ -150,8 +161,8 @@ impl Cluster {
     }
 
     /// Starts the brokers, each in its own network namespace when `hosts` gives one per broker (its
-    /// address and namespace file; its Kafka port is `--base-port` and its quorum port the next one), and
-    /// returns once every one answers Metadata listing all of them.
+    /// address and namespace file; the same Kafka port, `--base-port`, and quorum port, `--base-port` +
+    /// 100, on each), and returns once every one answers Metadata listing all of them.
     pub fn start_on(args: &ClusterArgs, hosts: &[(std::net::Ipv4Addr, PathBuf)]) -> Result<Cluster> {
         if !(1..=5).contains(&args.brokers) {
             bail!("{} brokers: a local cluster has 1 to 5", args.brokers);
@@ -191,7 +202,8 @@ impl Cluster {
             let netns = hosts.get(i).map(|(_, ns)| ns.clone());
             let log =
                 args.log_dir.as_ref().map_or_else(|| data.join("broker.log"), |d| d.join(format!("broker-{id}.log")));
-            let mut broker = BrokerProcess { id, addr, log, command, netns, child: None };
+            let die_with_parent = args.die_with_parent;
+            let mut broker = BrokerProcess { id, addr, log, command, netns, die_with_parent, child: None };
             broker.spawn(&cluster.binary)?;
             cluster.brokers.push(broker);
         }
@@ -219,10 +231,16 @@ impl Cluster {
     /// Whether broker `id` (1-based) was started and has exited since (by itself: a broker stops on a disk
     /// failure it cannot get past).
     pub fn exited(&mut self, id: usize) -> Result<Option<std::process::ExitStatus>> {
-        match &mut self.brokers[id - 1].child {
-            Some(child) => Ok(child.try_wait()?),
-            None => Ok(None),
+        let broker = &mut self.brokers[id - 1];
+        let status = match &mut broker.child {
+            Some(child) => child.try_wait()?,
+            None => None,
+        };
+        if status.is_some() {
+            // Reaped: its pid may be another process's from now on.
+            broker.child = None;
         }
+        Ok(status)
     }
 
     /// SIGSTOP to broker `id` (1-based): it stays alive but does nothing, as a broker stalled by a long
@@ -231,8 +249,11 @@ impl Cluster {
         self.signal(id, libc::SIGSTOP)
     }
 
-    /// SIGCONT to a broker paused by [`Cluster::pause`].
+    /// SIGCONT to a broker paused by [`Cluster::pause`] (none to one that has exited since).
     pub fn resume(&mut self, id: usize) -> Result<()> {
+        if self.brokers[id - 1].child.is_none() {
+            return Ok(());
+        }
         self.signal(id, libc::SIGCONT)
     }
 

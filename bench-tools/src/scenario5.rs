@@ -148,6 +148,7 @@ fn measure(row: &Row, duration: Duration, shardlog: Option<&Path>, data: &Path) 
         shardlog: shardlog.map(PathBuf::from),
         settings: campaign::SETTINGS.iter().map(|s| s.to_string()).collect(),
         log_dir: None,
+        die_with_parent: false,
     })?;
     let bootstrap = cluster.bootstrap.clone();
     let mut admin = KafkaClient::connect(&bootstrap)?;
@@ -172,20 +173,25 @@ fn measure(row: &Row, duration: Duration, shardlog: Option<&Path>, data: &Path) 
         let (shared, bootstrap) = (shared.clone(), bootstrap.clone());
         std::thread::spawn(move || campaign::produce(&shared, &bootstrap, &spec))
     };
-    std::thread::sleep(duration / 3);
     let killed = &KILLED[..row.kills];
-    for &b in killed {
-        cluster.kill(b)?;
-    }
-    if row.restart {
+    let nemesis = (|| -> Result<()> {
         std::thread::sleep(duration / 3);
-        restart(&mut cluster, killed)?;
-    }
-    let elapsed_until = duration.saturating_sub(shared.start.elapsed());
-    std::thread::sleep(elapsed_until);
+        for &b in killed {
+            cluster.kill(b)?;
+        }
+        if row.restart {
+            std::thread::sleep(duration / 3);
+            restart(&mut cluster, killed)?;
+        }
+        std::thread::sleep(duration.saturating_sub(shared.start.elapsed()));
+        Ok(())
+    })();
+    // However the nemesis ended, the producer stops before this row returns.
     shared.stop.store(true, Ordering::Relaxed);
     let sent_for = shared.start.elapsed();
-    producer.join().expect("the producer thread")?;
+    let produced = producer.join().expect("the producer thread");
+    nemesis?;
+    produced?;
     if !row.restart {
         restart(&mut cluster, killed)?;
     }

@@ -171,6 +171,7 @@ pub fn run(args: &TpsArgs) -> Result<PathBuf> {
                 shardlog: args.shardlog.clone(),
                 settings: args.settings.clone(),
                 log_dir: None,
+                die_with_parent: false,
             })?;
             let bootstrap = cluster.bootstrap.clone();
             local = Some(cluster);

@@ -125,6 +125,7 @@ fn three_brokers(dir: &std::path::Path, shards: usize, settings: &[&str]) -> Clu
         shardlog: None,
         settings: settings.iter().map(|s| s.to_string()).collect(),
         log_dir: None,
+        die_with_parent: false,
     })
     .expect("three brokers start")
 }
@@ -237,6 +238,7 @@ fn three_brokers_start_restart_and_stop_without_a_warning() {
         shards: Some(1),
         shardlog: None,
         log_dir: None,
+        die_with_parent: false,
         settings: Vec::new(),
     };
     let mut producer_ids = Vec::new();

@@ -54,27 +54,32 @@ pub fn unavailable() -> Option<String> {
 }
 
 impl Network {
-    /// Makes a namespace per broker on a bridge. Names and the /24 come from this process's id, so that
-    /// campaigns running side by side do not meet.
+    /// Makes a namespace per broker on a bridge. Campaigns running side by side do not meet: each claims a
+    /// /24 of 10.213.0.0/16 no route of the host uses by creating the bridge named after it (which only
+    /// one can), and names its namespaces after its process id.
     pub fn create(brokers: usize) -> Result<Network> {
         if let Some(why) = unavailable() {
             bail!("{why}: run as root with iproute2 and nftables installed, or pass --no-netns");
         }
         let pid = std::process::id();
-        let tag = pid % 100_000;
+        let claimed = (0..250u32).map(|k| ((pid + k) % 250) as u8).find(|&x| {
+            let routes = Command::new("ip").args(["-4", "route", "show", &format!("10.213.{x}.0/24")]).output();
+            let taken = routes.map_or(true, |o| !o.stdout.is_empty());
+            !taken && ip(&["link", "add", &format!("slfnet{x}"), "type", "bridge"]).is_ok()
+        });
+        let Some(x) = claimed else { bail!("every /24 of 10.213.0.0/16 is in use by other campaigns") };
         let network = Network {
-            bridge: format!("slf{tag}br"),
-            hosts: (1..=brokers).map(|i| (format!("shardlog-faults-{pid}-{i}"), format!("slf{tag}h{i}"))).collect(),
-            subnet: [10, 213, (pid % 250) as u8],
+            bridge: format!("slfnet{x}"),
+            hosts: (1..=brokers).map(|i| (format!("shardlog-faults-{pid}-{i}"), format!("slf{x}h{i}"))).collect(),
+            subnet: [10, 213, x],
         };
-        // Whatever was made before a failure is removed.
+        // Whatever was made before a failure is removed (the bridge is this campaign's from here on).
         network.build().inspect_err(|_| network.remove())?;
         Ok(network)
     }
 
     fn build(&self) -> Result<()> {
         let gateway = format!("{}/24", self.gateway());
-        ip(&["link", "add", &self.bridge, "type", "bridge"])?;
         ip(&["addr", "add", &gateway, "dev", &self.bridge])?;
         ip(&["link", "set", &self.bridge, "up"])?;
         for (i, (ns, veth)) in self.hosts.iter().enumerate() {
@@ -87,7 +92,11 @@ impl Network {
             ip(&["-n", ns, "link", "set", "eth0", "up"])?;
             ip(&["-n", ns, "link", "set", "lo", "up"])?;
         }
-        Ok(())
+        // What the faults need of the kernel, tried once now rather than found missing mid-campaign.
+        self.rules(1, "", "").context("nftables in a namespace")?;
+        self.heal(1)?;
+        self.slow_link(1).context("a token-bucket filter (tc qdisc tbf)")?;
+        self.heal(1)
     }
 
     /// What was made, for the operator: the namespaces, the bridge and the subnet.
@@ -147,17 +156,30 @@ impl Network {
     pub fn slow_link(&self, id: usize) -> Result<()> {
         let (ns, veth) = &self.hosts[id - 1];
         let tbf = ["root", "tbf", "rate", SLOW_RATE, "burst", SLOW_BURST, "latency", SLOW_QUEUE];
-        run(Command::new("tc").args(["-n", ns, "qdisc", "add", "dev", "eth0"]).args(tbf))?;
-        run(Command::new("tc").args(["qdisc", "add", "dev", veth]).args(tbf))
+        run(Command::new("tc").args(["-n", ns, "qdisc", "replace", "dev", "eth0"]).args(tbf))?;
+        run(Command::new("tc").args(["qdisc", "replace", "dev", veth]).args(tbf))
     }
 
     /// Every network fault on broker `id` taken away.
     pub fn heal(&self, id: usize) -> Result<()> {
         let (ns, veth) = &self.hosts[id - 1];
-        // Each is there only if its fault was; a missing one is no error.
-        let _ = quiet(Command::new("ip").args(["netns", "exec", ns, "nft", "delete", "table", "inet", TABLE]));
-        let _ = quiet(Command::new("tc").args(["-n", ns, "qdisc", "del", "dev", "eth0", "root"]));
-        let _ = quiet(Command::new("tc").args(["qdisc", "del", "dev", veth, "root"]));
+        // Each is there only if its fault was: declaring the table first makes deleting it never fail,
+        // and a root qdisc is deleted only where there is one.
+        let table = format!("table inet {TABLE}; delete table inet {TABLE}");
+        run(Command::new("ip").args(["netns", "exec", ns, "nft", &table]))?;
+        for (netns, dev) in [(Some(ns.as_str()), "eth0"), (None, veth.as_str())] {
+            let tc = || {
+                let mut tc = Command::new("tc");
+                if let Some(netns) = netns {
+                    tc.args(["-n", netns]);
+                }
+                tc
+            };
+            let shown = tc().args(["qdisc", "show", "dev", dev, "root"]).output()?;
+            if String::from_utf8_lossy(&shown.stdout).contains("tbf") {
+                run(tc().args(["qdisc", "del", "dev", dev, "root"]))?;
+            }
+        }
         Ok(())
     }
 
@@ -170,8 +192,9 @@ impl Network {
                 "  chain {name} {{\n    type filter hook {name} priority 0; policy accept;\n    {lo} \"lo\" accept\n    {rule}\n  }}\n"
             )
         };
+        // Declared, deleted and loaded again in one transaction: whatever rules were there are replaced.
         let script = format!(
-            "table inet {TABLE} {{\n{}{}}}\n",
+            "table inet {TABLE}\ndelete table inet {TABLE}\ntable inet {TABLE} {{\n{}{}}}\n",
             chain("input", "iifname", input),
             chain("output", "oifname", output)
         );

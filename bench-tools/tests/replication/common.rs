@@ -52,6 +52,7 @@ pub fn cluster(dir: &Path, brokers: usize, shards: usize, settings: &[&str]) -> 
         shardlog: None,
         settings: all,
         log_dir: None,
+        die_with_parent: false,
     })
     .expect("the brokers start")
 }

@@ -185,6 +185,8 @@ pub fn run(args: &FaultsArgs) -> Result<Outcome> {
     let out = args.out.clone().unwrap_or_else(|| PathBuf::from("bench-reports").join(format!("faults-{seed}")));
     let data = out.join("cluster");
     if data.exists() {
+        // A campaign killed outright on this folder may have left its filesystems mounted in it.
+        disk::unmount_below(&data);
         std::fs::remove_dir_all(&data).with_context(|| format!("remove {}", data.display()))?;
     }
     std::fs::create_dir_all(&data).with_context(|| format!("create {}", data.display()))?;

@@ -32,6 +32,17 @@ pub fn unavailable() -> Option<String> {
     None
 }
 
+/// Unmounts every filesystem mounted below `dir` (lazily: whatever still holds one keeps it until done).
+pub fn unmount_below(dir: &Path) {
+    let (Ok(dir), Ok(mounts)) = (std::fs::canonicalize(dir), std::fs::read_to_string("/proc/mounts")) else { return };
+    for point in mounts.lines().filter_map(|l| l.split(' ').nth(1)) {
+        // /proc/mounts escapes spaces and such as octal; a path with them is not one this tool made.
+        if Path::new(point).starts_with(&dir) {
+            let _ = Command::new("umount").arg("-l").arg(point).stdout(Stdio::null()).stderr(Stdio::null()).status();
+        }
+    }
+}
+
 impl Disks {
     /// Makes a sparse image of `bytes` per broker beside its data directory `<data>/broker-<id>` and mounts
     /// it there (ext4 without blocks reserved for root: the broker runs as root and must meet a full disk).

@@ -181,6 +181,11 @@ pub fn run(args: &FaultsArgs) -> Result<Outcome> {
     let seed = args.seed.unwrap_or_else(|| {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
     });
+    if !args.no_netns
+        && let Some(why) = net::unavailable()
+    {
+        bail!("{why}: run as root with iproute2 and nftables installed, or pass --no-netns");
+    }
     println!("seed {seed} (replay with --seed {seed})");
     let out = args.out.clone().unwrap_or_else(|| PathBuf::from("bench-reports").join(format!("faults-{seed}")));
     let data = out.join("cluster");

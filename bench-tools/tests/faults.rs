@@ -132,3 +132,26 @@ fn tps_table_scenario_five_kills_brokers_and_loses_nothing_acknowledged() {
     assert!(rows[0][13].contains("NETWORK_EXCEPTION"), "{report}");
     assert!(rows[2][4].contains("restart"), "{report}");
 }
+
+/// Without root the namespaces cannot be made: the campaign refuses at once, says why and what to do.
+#[test]
+fn without_root_the_campaign_refuses_and_says_why() {
+    // A copy of the tool where an unprivileged user may run it.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let tool = dir.path().join("shardlog-bench");
+    std::fs::copy(env!("CARGO_BIN_EXE_shardlog-bench"), &tool).unwrap();
+    let run = Command::new("setpriv")
+        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+        .arg(&tool)
+        .args(["faults", "--faults", "1"])
+        .arg("--out")
+        .arg(dir.path().join("report"))
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .expect("setpriv (util-linux) runs");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("need root") && stderr.contains("--no-netns"), "{stderr}");
+    assert!(!dir.path().join("report").exists(), "nothing was made");
+}

@@ -311,7 +311,7 @@ pub fn run(args: &FaultsArgs) -> Result<Outcome> {
         producer.join().expect("a producer thread")?;
     }
     consumer.join().expect("the consumer thread")?;
-    let spans = healed?;
+    let Nemesis { spans, kills } = healed?;
     let started: Vec<Duration> = spans.iter().map(|&(start, _)| start).collect();
 
     let end = final_state(&mut admin, &mut cluster, &data, args.partitions, replicas as usize)?;
@@ -324,7 +324,8 @@ pub fn run(args: &FaultsArgs) -> Result<Outcome> {
     let idempotent_refused = refused.keys().filter(|(producer, _)| *producer == PRODUCERS[0].0).count();
     let failures = verdict.failures(args.beyond) + idempotent_refused;
     let report = render(
-        args, seed, replicas, min_insync, &faults, &started, ended, &history, &verdict, failures, &refused, &timeline,
+        args, seed, replicas, min_insync, &faults, &kills, &started, ended, &history, &verdict, failures, &refused,
+        &timeline,
     );
     let samples = std::mem::take(&mut *shared.samples.lock().expect("samples lock"));
     let shaded: Vec<(Duration, Duration, FaultKind)> =
@@ -441,7 +442,7 @@ fn carry_out(
     beyond: bool,
     start: Instant,
     timeline: &mut String,
-) -> Result<Vec<(Duration, Duration)>> {
+) -> Result<Nemesis> {
     let Target { cluster, sandbox, admin, data, partitions, replicas } = target;
     // (when, heal?, fault index): heals first at the same instant, so a broker is free before it is hit.
     let mut steps: Vec<(Duration, bool, usize)> =
@@ -453,6 +454,7 @@ fn carry_out(
     let mut spans = vec![(Duration::ZERO, Duration::ZERO); faults.len()];
     // Brokers a kill fault holds down right now.
     let mut killed: BTreeSet<usize> = BTreeSet::new();
+    let mut kills: BTreeMap<&'static str, usize> = BTreeMap::new();
     for (at, heal, i) in steps {
         let due = at + delay;
         if let Some(wait) = due.checked_sub(start.elapsed()) {
@@ -479,7 +481,12 @@ fn carry_out(
         for &b in &targets {
             let b = b as usize;
             match (fault.kind, heal) {
-                (FaultKind::Kill | FaultKind::KillAndTear, false) => cluster.kill(b)?,
+                (FaultKind::Kill | FaultKind::KillAndTear, false) => {
+                    let role = role_of(admin, b);
+                    *kills.entry(role).or_default() += 1;
+                    let _ = write!(line, "({role}) ");
+                    cluster.kill(b)?;
+                }
                 (FaultKind::Pause, false) => cluster.pause(b)?,
                 (FaultKind::Isolate, false) => net()?.isolate(b)?,
                 (FaultKind::Split, false) => {}
@@ -518,7 +525,26 @@ fn carry_out(
         timeline.push_str(&line);
     }
     revive(cluster, &killed, 0, start, timeline)?;
-    Ok(spans)
+    Ok(Nemesis { spans, kills })
+}
+
+/// What the nemesis did: when each fault started and healed, and what the brokers it killed were.
+struct Nemesis {
+    spans: Vec<(Duration, Duration)>,
+    kills: BTreeMap<&'static str, usize>,
+}
+
+/// What broker `id` is just before it is killed, by the metadata: the quorum's leader (the controller),
+/// a leader of the campaign's partitions, or a follower of them only.
+fn role_of(admin: &mut KafkaClient, id: usize) -> &'static str {
+    let Ok(metadata) = admin.metadata(Some(&[TOPIC])) else { return "role unknown" };
+    let leads = metadata.topics.iter().flat_map(|t| &t.partitions).any(|p| p.leader_id.0 == id as i32);
+    match (metadata.controller_id.0 == id as i32, leads) {
+        (true, true) => "quorum leader and partition leader",
+        (true, false) => "quorum leader",
+        (false, true) => "partition leader",
+        (false, false) => "follower only",
+    }
 }
 
 /// Starts again every broker that stopped by itself (as on a disk failure it cannot get past), as its
@@ -833,6 +859,7 @@ fn render(
     replicas: i16,
     min_insync: i16,
     faults: &[Fault],
+    kills: &BTreeMap<&str, usize>,
     started: &[Duration],
     ended: Duration,
     history: &[(Duration, Event)],
@@ -869,6 +896,8 @@ fn render(
     for (kind, count) in &kinds {
         let _ = writeln!(out, "| {kind} | {count} |");
     }
+    let roles: Vec<String> = kills.iter().map(|(role, n)| format!("{n} {role}")).collect();
+    let _ = writeln!(out, "\nThe brokers killed were, just before (by the metadata): {}.", roles.join(", "));
     let [idempotent, acks_all, acks_one] = verdict.acknowledged;
     let _ = writeln!(
         out,

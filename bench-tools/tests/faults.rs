@@ -56,6 +56,7 @@ fn a_short_campaign_of_thirty_faults_of_every_kind_loses_no_acknowledged_record(
     assert!(row(&report, "idempotent, acks=all").0 > 100, "{report}");
     assert!(row(&report, "acks=all, retries").0 > 100, "{report}");
     assert!(stdout.contains("seed 20261201 (replay with --seed 20261201)"), "{stdout}");
+    assert!(report.contains("The brokers killed were, just before (by the metadata): "), "{report}");
     assert!(out.join("timeline.svg").is_file() && out.join("timeline.png").is_file(), "the timeline chart");
     // Nothing of the campaign is left on the host: namespaces, bridge, mounts.
     let netns = Command::new("ip").args(["netns", "list"]).output().unwrap();

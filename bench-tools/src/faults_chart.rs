@@ -50,6 +50,8 @@ pub fn write(out: &Path, samples: &[Sample], faults: &[(Duration, Duration, Faul
     Ok(())
 }
 
+// Lines are one pixel wide: plotters draws wider ones in PNG as polygons whose joins spike far out of
+// the plot at the sharp turns a timeline is full of.
 fn draw<DB: DrawingBackend>(
     root: DrawingArea<DB, Shift>,
     samples: &[Sample],
@@ -94,10 +96,10 @@ where
     chart.configure_mesh().x_desc("seconds").y_desc("records/s").draw().map_err(plot_err)?;
     shade(&mut chart, faults, top, true)?;
     chart
-        .draw_series(LineSeries::new(all, BLUE.stroke_width(2)))
+        .draw_series(LineSeries::new(all, BLUE.stroke_width(1)))
         .map_err(plot_err)?
         .label("acks=all (idempotent and plain)")
-        .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], BLUE.stroke_width(2)));
+        .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], BLUE.stroke_width(1)));
     chart
         .draw_series(LineSeries::new(one, BLACK.mix(0.5)))
         .map_err(plot_err)?
@@ -124,7 +126,7 @@ where
         .map_err(plot_err)?;
     chart.configure_mesh().x_desc("seconds").y_desc("ms").draw().map_err(plot_err)?;
     shade(&mut chart, faults, highest, false)?;
-    chart.draw_series(LineSeries::new(slowest, RED.stroke_width(2))).map_err(plot_err)?;
+    chart.draw_series(LineSeries::new(slowest, RED.stroke_width(1))).map_err(plot_err)?;
     root.present().map_err(plot_err)?;
     Ok(())
 }
@@ -155,4 +157,46 @@ where
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A timeline that swings between idle and busy seconds, as a campaign's does, with every kind shaded.
+    #[test]
+    fn the_timeline_is_drawn_as_svg_and_png() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut samples = Vec::new();
+        let mut rng = shardlog_bench::faults::plan::Rng::new(5);
+        for second in 0..1400u64 {
+            let busy = if rng.between(0, 2) == 0 { 0 } else { rng.between(1, 1500) };
+            let slowest = 10u64.pow(rng.between(0, 4) as u32) * 1000;
+            for i in 0..busy {
+                let at = Duration::from_millis(second * 1000 + i * 1000 / busy);
+                let latency = Duration::from_micros(200 + rng.between(0, slowest));
+                samples.push(Sample { at, latency, acks_all: i % 3 != 0 });
+            }
+        }
+        let faults: Vec<(Duration, Duration, FaultKind)> = FaultKind::ALL
+            .iter()
+            .enumerate()
+            .map(|(i, &kind)| (Duration::from_secs(i as u64 * 150 + 5), Duration::from_secs(i as u64 * 150 + 20), kind))
+            .collect();
+        write(dir.path(), &samples, &faults, Duration::from_secs(1400)).unwrap();
+        let svg = std::fs::read_to_string(dir.path().join("timeline.svg")).unwrap();
+        assert!(svg.contains("Records acknowledged per second") && svg.contains("disk full"));
+        let png = image::open(dir.path().join("timeline.png")).unwrap().to_rgb8();
+        assert_eq!((png.width(), png.height()), (1400, 800));
+        // Between the panels (below the upper plot's axis, above the lower one's caption) no series
+        // colour: wide lines used to spike out of their plot there.
+        let strays = (362..400)
+            .flat_map(|y| (80..1390).map(move |x| (x, y)))
+            .filter(|&(x, y)| {
+                let [r, g, b] = png.get_pixel(x, y).0;
+                (b > 200 && r < 60 && g < 60) || (r > 200 && g < 60 && b < 60)
+            })
+            .count();
+        assert_eq!(strays, 0, "series drawn outside their plots");
+    }
 }

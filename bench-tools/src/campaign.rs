@@ -249,6 +249,7 @@ pub fn run(args: &FaultsArgs) -> Result<Outcome> {
         beyond: args.beyond,
         shortest: Duration::from_secs(1),
         longest: Duration::from_secs(6),
+        shortest_pause: shortest_pause(&args.settings),
         gap: duration * 2 / args.faults as u32,
     };
     let faults = plan::plan(&spec);
@@ -395,6 +396,23 @@ fn stored(partition: u32, offset: u64, value: &[u8]) -> Stored {
     let tag = Origin::parse(value)
         .map_or(Tag { producer: u32::MAX, sequence: offset }, |o| Tag { producer: o.run as u32, sequence: o.sequence });
     Stored { partition, offset, tag, checksum: payload::hash(value) }
+}
+
+/// A pause outlasts the broker session and `replica.lag.time.max.ms` as the brokers run with them (the
+/// campaign's own, or `--set` ones after), by a second for the quorum and the leaders to act.
+fn shortest_pause(extra: &[String]) -> Duration {
+    let setting = |key: &str| {
+        let all: Vec<String> = SETTINGS.iter().map(|s| s.to_string()).chain(extra.iter().cloned()).collect();
+        all.into_iter()
+            .rev()
+            .find_map(|s| {
+                let (k, v) = s.split_once('=')?;
+                if k.trim() == key { v.trim().parse::<u64>().ok() } else { None }
+            })
+            .unwrap_or(0)
+    };
+    let longest = setting("broker.session.timeout.ms").max(setting("replica.lag.time.max.ms"));
+    Duration::from_millis(longest + 1000)
 }
 
 /// The fault kinds of this campaign: those asked for (`--kinds`), else every kind it can carry out.
@@ -970,4 +988,18 @@ fn render(
     }
     let _ = writeln!(out, "\n## Timeline\n\n```text\n{timeline}```");
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pause_outlasts_the_session_and_lag_time_the_brokers_run_with() {
+        assert_eq!(shortest_pause(&[]), Duration::from_secs(4), "the campaign's 3 s session, and a second");
+        let longer = ["broker.session.timeout.ms=9000".to_string()];
+        assert_eq!(shortest_pause(&longer), Duration::from_secs(10), "a --set session counts");
+        let lag = ["replica.lag.time.max.ms = 12000".to_string()];
+        assert_eq!(shortest_pause(&lag), Duration::from_secs(13));
+    }
 }

@@ -127,6 +127,9 @@ pub struct PlanSpec {
     /// The shortest and longest fault.
     pub shortest: Duration,
     pub longest: Duration,
+    /// The shortest pause: longer than the broker session and `replica.lag.time.max.ms`, so that a
+    /// paused broker is fenced and dropped from the ISR before it wakes up.
+    pub shortest_pause: Duration,
     /// The longest quiet time between one fault's start and the next's.
     pub gap: Duration,
 }
@@ -195,7 +198,10 @@ pub fn plan(spec: &PlanSpec) -> Vec<Fault> {
         while (brokers.len() as u32) < size && !healthy.is_empty() {
             brokers.insert(healthy.swap_remove(rng.between(0, healthy.len() as u64 - 1) as usize));
         }
-        let lasts = rng.duration(spec.shortest, spec.longest);
+        let lasts = match kind {
+            FaultKind::Pause => rng.duration(spec.shortest_pause, spec.longest.max(spec.shortest_pause)),
+            _ => rng.duration(spec.shortest, spec.longest),
+        };
         faults.push(Fault { kind, brokers, start, lasts });
     }
     faults
@@ -220,6 +226,7 @@ mod tests {
             beyond: false,
             shortest: Duration::from_secs(1),
             longest: Duration::from_secs(8),
+            shortest_pause: Duration::from_secs(4),
             gap: Duration::from_secs(3),
         }
     }
@@ -246,6 +253,9 @@ mod tests {
             for f in &faults {
                 assert!(!f.brokers.is_empty() && f.brokers.iter().all(|b| (1..=3).contains(b)), "seed {seed}: {f:?}");
                 assert!(f.lasts >= Duration::from_secs(1) && f.lasts <= Duration::from_secs(8));
+                if f.kind == FaultKind::Pause {
+                    assert!(f.lasts >= Duration::from_secs(4), "seed {seed}: a pause outlasts the session: {f:?}");
+                }
             }
             assert!(faults.windows(2).all(|w| w[0].start <= w[1].start), "seed {seed}: in start order");
         }

@@ -470,7 +470,7 @@ fn carry_out(
     let brokers = cluster.bootstrap.split(',').count();
     let mut delay = Duration::ZERO;
     let mut spans = vec![(Duration::ZERO, Duration::ZERO); faults.len()];
-    // Brokers a kill fault holds down right now.
+    // Brokers a kill fault holds down, or a full disk, right now: not started again meanwhile.
     let mut killed: BTreeSet<usize> = BTreeSet::new();
     let mut kills: BTreeMap<&'static str, usize> = BTreeMap::new();
     for (at, heal, i) in steps {
@@ -520,7 +520,8 @@ fn carry_out(
                 (FaultKind::DiskFull, true) => disks()?.free_up(b)?,
                 (_, true) => net()?.heal(b)?,
             }
-            if matches!(fault.kind, FaultKind::Kill | FaultKind::KillAndTear) {
+            // A killed broker comes back when its fault heals, one on a full disk once it has room.
+            if matches!(fault.kind, FaultKind::Kill | FaultKind::KillAndTear | FaultKind::DiskFull) {
                 if heal {
                     killed.remove(&b);
                 } else {
@@ -566,8 +567,8 @@ fn role_of(admin: &mut KafkaClient, id: usize) -> &'static str {
 }
 
 /// Starts again every broker that stopped by itself (as on a disk failure it cannot get past), as its
-/// service manager would, and says so in the timeline; not those a kill fault holds down. `faulty`
-/// brokers may be missing from the metadata meanwhile.
+/// service manager would, and says so in the timeline; not those a kill fault or a full disk holds down
+/// (a broker may not start on a full disk). `faulty` brokers may be missing from the metadata meanwhile.
 fn revive(
     cluster: &mut Cluster,
     killed: &BTreeSet<usize>,

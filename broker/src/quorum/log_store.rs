@@ -104,10 +104,17 @@ pub(crate) fn replace_file(path: &Path, bytes: &[u8]) {
         write_failure("replace file", path, &e);
     }
     // The replaced file's blocks were just freed: the spare takes them, if nothing else has.
-    if let Ok(spare) = OpenOptions::new().write(true).create(true).truncate(false).open(&tmp) {
-        let want = (bytes.len() as i64 * 2).max(4096);
-        // SAFETY: fallocate(2) on an open descriptor, mode 0 (allocate, grow the file to `want`). A
-        // failure leaves no spare worth having, which the next replacement copes with.
+    reserve_spare(path, bytes.len() as u64 * 2);
+}
+
+/// Reserves blocks for at least `bytes` (and one block) in the spare of `path` (`<path>.tmp`), which
+/// [`replace_file`] writes the next version over. Its owner calls this when it opens, so that even the
+/// first replacement finds room on a disk that has filled since. A failure leaves a smaller spare, which
+/// the next replacement copes with if the disk has room then.
+pub(crate) fn reserve_spare(path: &Path, bytes: u64) {
+    if let Ok(spare) = OpenOptions::new().write(true).create(true).truncate(false).open(path.with_extension("tmp")) {
+        let want = bytes.max(4096) as i64;
+        // SAFETY: fallocate(2) on an open descriptor, mode 0 (allocate, grow the file to at least `want`).
         let _ = unsafe { libc::fallocate(std::os::fd::AsRawFd::as_raw_fd(&spare), 0, 0, want) };
     }
 }
@@ -160,6 +167,7 @@ impl LogStore {
         }
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes)?;
+        reserve_spare(&dir.join(VOTE_FILE), 4096);
         let mut inner = LogInner {
             dir: dir.to_path_buf(),
             file,
@@ -431,6 +439,15 @@ mod tests {
         assert_eq!(std::fs::read(&path).unwrap(), [9u8; 30], "the old spare's longer tail is cut off");
         assert_eq!(std::fs::metadata(&path).unwrap().ino(), inode, "the spare became the file");
         assert!(path.with_extension("tmp").exists(), "and a new spare is there");
+    }
+
+    #[test]
+    fn opening_the_log_reserves_the_vote_files_spare_before_any_vote() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let _store = LogStore::open(dir.path()).unwrap();
+        let spare = std::fs::metadata(dir.path().join(VOTE_FILE).with_extension("tmp")).unwrap();
+        assert!(spare.blocks() * 512 >= 4096, "a block reserved: {} sectors", spare.blocks());
     }
 
     #[test]

@@ -17,6 +17,9 @@ use shardlog_net::peer::{PeerFrameReader, decode_message, encode_frame, encode_m
 
 use super::legacy::{self, RECORD_SNAPSHOT};
 use super::log_store::replace_file;
+
+/// The least room kept for the next snapshot.
+const SNAPSHOT_SPARE_BYTES: u64 = 1 << 20;
 use super::state::{ClusterState, Command, Event};
 use super::wire::{CommandOutcome, QuorumConfig, WireLogId, WireStoredMembership};
 
@@ -100,6 +103,9 @@ impl StateMachineStore {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
+        // Room for the next snapshot even if the disk fills before it is taken (the first one included).
+        let size = std::fs::metadata(&path).map_or(0, |m| m.len());
+        super::log_store::reserve_spare(&path, (size * 2).max(SNAPSHOT_SPARE_BYTES));
         let applied = Arc::new(tokio::sync::watch::Sender::new(inner.last_applied.map(|l| l.index)));
         Ok(StateMachineStore { inner: Arc::new(Mutex::new(inner)), applied })
     }

@@ -322,7 +322,15 @@ impl Cluster {
                 if let Some(child) = &mut broker.child
                     && let Some(status) = child.try_wait()?
                 {
-                    bail!("broker {} exited with {status}; see {}", broker.id, broker.log.display());
+                    let log = std::fs::read_to_string(&broker.log).unwrap_or_default();
+                    let tail: Vec<&str> = log.lines().rev().take(5).collect();
+                    let tail: Vec<&str> = tail.into_iter().rev().collect();
+                    bail!(
+                        "broker {} exited with {status}; {} ends with:\n{}",
+                        broker.id,
+                        broker.log.display(),
+                        tail.join("\n")
+                    );
                 }
             }
             if Instant::now() > deadline {

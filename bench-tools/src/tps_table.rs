@@ -19,7 +19,7 @@ use shardlog_broker::client::KafkaClient;
 use crate::produce::{self, Mode, ProduceArgs};
 use crate::report;
 use crate::stats::{self, Tally};
-use shardlog_bench::cluster::{Cluster, ClusterArgs, free_port};
+use shardlog_bench::cluster::{Cluster, ClusterArgs};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Flush {
@@ -164,7 +164,7 @@ pub fn run(args: &TpsArgs) -> Result<PathBuf> {
         (None, true) => {
             let cluster = Cluster::start(&ClusterArgs {
                 brokers: largest.unwrap_or(1),
-                base_port: free_port()?,
+                base_port: 0,
                 quorum_base_port: None,
                 data_dir: out.join("cluster"),
                 shards: args.shards,

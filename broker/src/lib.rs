@@ -21,6 +21,7 @@ pub mod client;
 pub mod config;
 pub mod context;
 pub mod disk_space;
+pub mod group;
 pub mod handlers;
 pub mod logging;
 pub mod metadata;

@@ -1,0 +1,951 @@
+//! One consumer group under Kafka's classic protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup), as a
+//! state machine that does no I/O: every method takes the time and returns what to answer. The
+//! coordinator ([`super::coordinator`]) owns the groups of the offsets partitions this shard leads, keeps
+//! the reply channels behind [`Ticket`]s, writes what [`Effects::persist`] asks to `__consumer_offsets`,
+//! and calls [`Group::tick`] on a timer.
+//!
+//! States (Kafka's names): `Empty` (no members), `PreparingRebalance` (members are (re)joining; JoinGroup
+//! answers wait), `CompletingRebalance` (the generation is formed; SyncGroup answers wait for the leader's
+//! assignment), `Stable`, and `Dead` (deleted). Member metadata and assignments are opaque bytes: the
+//! assignor runs in the group leader's client.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use kafka_protocol::ResponseError;
+
+/// The adapter's handle on a waiting JoinGroup or SyncGroup answer.
+pub type Ticket = u64;
+
+/// Bounds and timings every group of a broker shares (Kafka's broker settings).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupSettings {
+    /// `group.min.session.timeout.ms`
+    pub min_session_timeout_ms: i32,
+    /// `group.max.session.timeout.ms`
+    pub max_session_timeout_ms: i32,
+    /// `group.initial.rebalance.delay.ms`: how long the first rebalance of an empty group waits for more
+    /// members.
+    pub initial_rebalance_delay_ms: i32,
+    /// `group.max.size`: members one group may have.
+    pub max_size: usize,
+}
+
+impl Default for GroupSettings {
+    fn default() -> Self {
+        GroupSettings {
+            min_session_timeout_ms: 6_000,
+            max_session_timeout_ms: 1_800_000,
+            initial_rebalance_delay_ms: 3_000,
+            max_size: 1_000,
+        }
+    }
+}
+
+/// A group's state, with Kafka's names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupState {
+    Empty,
+    PreparingRebalance,
+    CompletingRebalance,
+    Stable,
+    Dead,
+}
+
+impl GroupState {
+    /// The name DescribeGroups and ListGroups give.
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupState::Empty => "Empty",
+            GroupState::PreparingRebalance => "PreparingRebalance",
+            GroupState::CompletingRebalance => "CompletingRebalance",
+            GroupState::Stable => "Stable",
+            GroupState::Dead => "Dead",
+        }
+    }
+}
+
+/// A JoinGroup, as the state machine needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JoinArgs {
+    /// Empty for a member's first join.
+    pub member_id: String,
+    pub instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub session_timeout_ms: i32,
+    pub rebalance_timeout_ms: i32,
+    pub protocol_type: String,
+    /// (name, metadata), in the member's order of preference.
+    pub protocols: Vec<(String, Bytes)>,
+    /// JoinGroup v4+: a new member is first given its id with MEMBER_ID_REQUIRED and joins again with it.
+    pub require_known_member_id: bool,
+}
+
+/// A member as the group leader sees it in its JoinGroup answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JoinedMember {
+    pub member_id: String,
+    pub instance_id: Option<String>,
+    /// The member's metadata for the group's chosen protocol.
+    pub metadata: Bytes,
+}
+
+/// A JoinGroup answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JoinAnswer {
+    pub error: Option<ResponseError>,
+    pub generation: i32,
+    pub protocol_type: Option<String>,
+    pub protocol_name: Option<String>,
+    pub leader: String,
+    pub member_id: String,
+    /// Every member, for the leader only (which runs the assignor).
+    pub members: Vec<JoinedMember>,
+    /// The leader of a static group rejoining with a new member id keeps the assignment it made.
+    pub skip_assignment: bool,
+}
+
+impl JoinAnswer {
+    fn refused(error: ResponseError, member_id: &str) -> JoinAnswer {
+        JoinAnswer {
+            error: Some(error),
+            generation: -1,
+            protocol_type: None,
+            protocol_name: None,
+            leader: String::new(),
+            member_id: member_id.to_string(),
+            members: Vec::new(),
+            skip_assignment: false,
+        }
+    }
+}
+
+/// A SyncGroup answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyncAnswer {
+    pub error: Option<ResponseError>,
+    pub protocol_type: Option<String>,
+    pub protocol_name: Option<String>,
+    pub assignment: Bytes,
+}
+
+impl SyncAnswer {
+    fn refused(error: ResponseError) -> SyncAnswer {
+        SyncAnswer { error: Some(error), protocol_type: None, protocol_name: None, assignment: Bytes::new() }
+    }
+}
+
+/// Who a request says it is: its member id and, for a static member, its `group.instance.id`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct MemberRef {
+    pub member_id: String,
+    pub instance_id: Option<String>,
+}
+
+/// An answer the adapter delivers through a ticket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    Join(Ticket, JoinAnswer),
+    Sync(Ticket, SyncAnswer),
+}
+
+/// What a call asks of the adapter.
+#[derive(Debug, Default, PartialEq, Eq)]
+#[must_use]
+pub struct Effects {
+    /// Answers to deliver now, or, when `persist` is set, once the group's record is written.
+    pub replies: Vec<Reply>,
+    /// The group's membership record changed and must be written to `__consumer_offsets` (see
+    /// [`Group::record`]) before the replies go out.
+    pub persist: bool,
+}
+
+impl Effects {
+    fn none() -> Effects {
+        Effects::default()
+    }
+
+    fn merge(&mut self, other: Effects) {
+        self.replies.extend(other.replies);
+        self.persist |= other.persist;
+    }
+}
+
+/// A member of the group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    pub member_id: String,
+    pub instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub session_timeout_ms: i32,
+    pub rebalance_timeout_ms: i32,
+    pub protocol_type: String,
+    pub protocols: Vec<(String, Bytes)>,
+    /// The assignment the leader gave it in this generation.
+    pub assignment: Bytes,
+    /// When it last showed it is alive (join, sync, heartbeat, commit).
+    last_seen_ms: u64,
+    /// Its JoinGroup waiting for the rebalance to complete.
+    joining: Option<Ticket>,
+    /// Its SyncGroup waiting for the leader's assignment.
+    syncing: Option<Ticket>,
+}
+
+impl Member {
+    /// Its metadata for `protocol`.
+    pub fn metadata(&self, protocol: &str) -> Bytes {
+        self.protocols.iter().find(|(name, _)| name == protocol).map(|(_, m)| m.clone()).unwrap_or_default()
+    }
+
+    fn expired(&self, now_ms: u64) -> bool {
+        self.joining.is_none()
+            && self.syncing.is_none()
+            && now_ms > self.last_seen_ms + self.session_timeout_ms.max(0) as u64
+    }
+}
+
+/// One consumer group's membership.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Group {
+    pub id: String,
+    pub state: GroupState,
+    pub generation: i32,
+    pub protocol_type: Option<String>,
+    pub protocol: Option<String>,
+    pub leader: Option<String>,
+    /// By member id.
+    pub members: BTreeMap<String, Member>,
+    /// Member ids given out with MEMBER_ID_REQUIRED, not joined yet: until when they may join.
+    pending: BTreeMap<String, u64>,
+    /// When the state last changed (wall time of the adapter's clock).
+    pub state_since_ms: u64,
+    /// PreparingRebalance: when the rebalance gives up on members that have not rejoined.
+    rebalance_deadline_ms: u64,
+    /// PreparingRebalance of an empty group: the join completes no earlier than this.
+    initial_delay_until_ms: Option<u64>,
+    /// When the current rebalance started (the initial delay's extensions stay within its timeout).
+    rebalance_started_ms: u64,
+    /// CompletingRebalance: when members that have not synced are removed.
+    sync_deadline_ms: u64,
+    settings: GroupSettings,
+}
+
+impl Group {
+    pub fn new(id: &str, settings: GroupSettings, now_ms: u64) -> Group {
+        Group {
+            id: id.to_string(),
+            state: GroupState::Empty,
+            generation: 0,
+            protocol_type: None,
+            protocol: None,
+            leader: None,
+            members: BTreeMap::new(),
+            pending: BTreeMap::new(),
+            state_since_ms: now_ms,
+            rebalance_deadline_ms: 0,
+            initial_delay_until_ms: None,
+            rebalance_started_ms: 0,
+            sync_deadline_ms: 0,
+            settings,
+        }
+    }
+
+    /// A group as its last membership record left it: members get a full session from `now_ms` to show
+    /// they are still there.
+    pub fn restored(id: &str, settings: GroupSettings, record: GroupRecord, now_ms: u64) -> Group {
+        let mut group = Group::new(id, settings, now_ms);
+        group.generation = record.generation;
+        group.protocol_type = record.protocol_type;
+        group.protocol = record.protocol;
+        group.leader = record.leader;
+        group.state_since_ms = record.state_since_ms;
+        for m in record.members {
+            let protocols = vec![(group.protocol.clone().unwrap_or_default(), m.subscription)];
+            group.members.insert(
+                m.member_id.clone(),
+                Member {
+                    member_id: m.member_id,
+                    instance_id: m.instance_id,
+                    client_id: m.client_id,
+                    client_host: m.client_host,
+                    session_timeout_ms: m.session_timeout_ms,
+                    rebalance_timeout_ms: m.rebalance_timeout_ms,
+                    protocol_type: group.protocol_type.clone().unwrap_or_default(),
+                    protocols,
+                    assignment: m.assignment,
+                    last_seen_ms: now_ms,
+                    joining: None,
+                    syncing: None,
+                },
+            );
+        }
+        group.state = if group.members.is_empty() { GroupState::Empty } else { GroupState::Stable };
+        group
+    }
+
+    /// The membership record `__consumer_offsets` keeps for the group.
+    pub fn record(&self) -> GroupRecord {
+        let protocol = self.protocol.clone().unwrap_or_default();
+        GroupRecord {
+            protocol_type: self.protocol_type.clone(),
+            generation: self.generation,
+            protocol: self.protocol.clone(),
+            leader: self.leader.clone(),
+            state_since_ms: self.state_since_ms,
+            members: self
+                .members
+                .values()
+                .map(|m| RecordedMember {
+                    member_id: m.member_id.clone(),
+                    instance_id: m.instance_id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    rebalance_timeout_ms: m.rebalance_timeout_ms,
+                    session_timeout_ms: m.session_timeout_ms,
+                    subscription: m.metadata(&protocol),
+                    assignment: m.assignment.clone(),
+                })
+                .collect(),
+        }
+    }
+
+    fn set_state(&mut self, state: GroupState, now_ms: u64) {
+        self.state = state;
+        self.state_since_ms = now_ms;
+    }
+
+    /// The member id a static member's instance id is bound to.
+    fn member_of_instance(&self, instance_id: &str) -> Option<&Member> {
+        self.members.values().find(|m| m.instance_id.as_deref() == Some(instance_id))
+    }
+
+    /// Checks that `who` is a member: UNKNOWN_MEMBER_ID, or FENCED_INSTANCE_ID when its instance id is
+    /// bound to another member id (a newer process of the same static member took over).
+    fn check_member(&self, who: &MemberRef) -> Result<(), ResponseError> {
+        if let Some(instance) = &who.instance_id
+            && let Some(bound) = self.member_of_instance(instance)
+        {
+            return if bound.member_id == who.member_id { Ok(()) } else { Err(ResponseError::FencedInstanceId) };
+        }
+        if self.members.contains_key(&who.member_id) { Ok(()) } else { Err(ResponseError::UnknownMemberId) }
+    }
+
+    /// The protocols every member supports, in the first member's order.
+    fn common_protocols(&self) -> Vec<&str> {
+        let mut lists = self.members.values().map(|m| &m.protocols[..]);
+        let Some(first) = lists.next() else { return Vec::new() };
+        let mut common: Vec<&str> = first.iter().map(|(n, _)| n.as_str()).collect();
+        for list in lists {
+            common.retain(|name| list.iter().any(|(n, _)| n == name));
+        }
+        common
+    }
+
+    /// Whether a joining member's protocols fit the group: the same protocol type, and at least one
+    /// protocol every member (itself included) supports.
+    fn accepts_protocols(&self, args: &JoinArgs, replacing: Option<&str>) -> bool {
+        if args.protocol_type.is_empty() || args.protocols.is_empty() {
+            return false;
+        }
+        let others: Vec<&Member> = self.members.values().filter(|m| Some(m.member_id.as_str()) != replacing).collect();
+        if others.is_empty() {
+            return true;
+        }
+        if self.protocol_type.as_ref().is_some_and(|t| *t != args.protocol_type) {
+            return false;
+        }
+        args.protocols.iter().any(|(name, _)| others.iter().all(|m| m.protocols.iter().any(|(n, _)| n == name)))
+    }
+
+    /// JoinGroup. The answer comes at once (an error, or MEMBER_ID_REQUIRED) or through `ticket` when
+    /// the rebalance completes.
+    pub fn join(&mut self, args: JoinArgs, ticket: Ticket, now_ms: u64) -> Effects {
+        let refuse = |error, member_id: &str| Effects {
+            replies: vec![Reply::Join(ticket, JoinAnswer::refused(error, member_id))],
+            persist: false,
+        };
+        if args.session_timeout_ms < self.settings.min_session_timeout_ms
+            || args.session_timeout_ms > self.settings.max_session_timeout_ms
+        {
+            return refuse(ResponseError::InvalidSessionTimeout, &args.member_id);
+        }
+        if self.state == GroupState::Dead {
+            return refuse(ResponseError::CoordinatorNotAvailable, &args.member_id);
+        }
+        if args.member_id.is_empty() {
+            self.join_new(args, ticket, now_ms)
+        } else {
+            self.join_known(args, ticket, now_ms)
+        }
+    }
+
+    fn join_new(&mut self, args: JoinArgs, ticket: Ticket, now_ms: u64) -> Effects {
+        let refuse =
+            |error| Effects { replies: vec![Reply::Join(ticket, JoinAnswer::refused(error, ""))], persist: false };
+        let prefix = args.instance_id.as_deref().unwrap_or(&args.client_id);
+        let new_id = format!("{prefix}-{}", uuid::Uuid::new_v4());
+        if let Some(instance) = args.instance_id.clone()
+            && let Some(old) = self.member_of_instance(&instance).map(|m| m.member_id.clone())
+        {
+            if !self.accepts_protocols(&args, Some(&old)) {
+                return refuse(ResponseError::InconsistentGroupProtocol);
+            }
+            return self.replace_static_member(&old, new_id, args, ticket, now_ms);
+        }
+        if !self.accepts_protocols(&args, None) {
+            return refuse(ResponseError::InconsistentGroupProtocol);
+        }
+        if self.members.len() + self.pending.len() >= self.settings.max_size {
+            return refuse(ResponseError::GroupMaxSizeReached);
+        }
+        if args.instance_id.is_none() && args.require_known_member_id {
+            // The member joins again with this id; until then it counts as pending, and a rebalance
+            // waits for it.
+            self.pending.insert(new_id.clone(), now_ms + args.session_timeout_ms.max(0) as u64);
+            return Effects {
+                replies: vec![Reply::Join(ticket, JoinAnswer::refused(ResponseError::MemberIdRequired, &new_id))],
+                persist: false,
+            };
+        }
+        self.add_member(new_id, args, ticket, now_ms)
+    }
+
+    fn join_known(&mut self, args: JoinArgs, ticket: Ticket, now_ms: u64) -> Effects {
+        let refuse = |error, member_id: &str| Effects {
+            replies: vec![Reply::Join(ticket, JoinAnswer::refused(error, member_id))],
+            persist: false,
+        };
+        if self.pending.remove(&args.member_id).is_some() {
+            if !self.accepts_protocols(&args, None) {
+                return refuse(ResponseError::InconsistentGroupProtocol, &args.member_id);
+            }
+            let id = args.member_id.clone();
+            return self.add_member(id, args, ticket, now_ms);
+        }
+        let who = MemberRef { member_id: args.member_id.clone(), instance_id: args.instance_id.clone() };
+        if let Err(error) = self.check_member(&who) {
+            return refuse(error, &args.member_id);
+        }
+        if !self.accepts_protocols(&args, Some(&args.member_id)) {
+            return refuse(ResponseError::InconsistentGroupProtocol, &args.member_id);
+        }
+        let id = args.member_id.clone();
+        let member = self.members.get_mut(&id).expect("checked");
+        member.last_seen_ms = now_ms;
+        let unchanged = member.protocols == args.protocols;
+        match self.state {
+            GroupState::PreparingRebalance => {
+                self.update_member(&id, args, ticket);
+                self.try_complete_join(now_ms)
+            }
+            GroupState::CompletingRebalance | GroupState::Stable if unchanged && self.leader.as_ref() != Some(&id) => {
+                // A join answer it lost: the current generation again.
+                let answer = self.join_answer(&id, false);
+                Effects { replies: vec![Reply::Join(ticket, answer)], persist: false }
+            }
+            GroupState::CompletingRebalance if unchanged => {
+                let answer = self.join_answer(&id, false);
+                Effects { replies: vec![Reply::Join(ticket, answer)], persist: false }
+            }
+            _ => {
+                // The leader rejoining (its subscription may have changed) or new protocols: rebalance.
+                self.update_member(&id, args, ticket);
+                let mut effects = self.prepare_rebalance(now_ms);
+                effects.merge(self.try_complete_join(now_ms));
+                effects
+            }
+        }
+    }
+
+    /// A static member's new process joined (a restart): it takes over the old member id's place.
+    fn replace_static_member(
+        &mut self,
+        old: &str,
+        new_id: String,
+        args: JoinArgs,
+        ticket: Ticket,
+        now_ms: u64,
+    ) -> Effects {
+        let mut member = self.members.remove(old).expect("bound to a member");
+        let mut effects = Effects::none();
+        // The old process's waiting requests are answered: it is fenced.
+        if let Some(t) = member.joining.take() {
+            effects.replies.push(Reply::Join(t, JoinAnswer::refused(ResponseError::FencedInstanceId, old)));
+        }
+        if let Some(t) = member.syncing.take() {
+            effects.replies.push(Reply::Sync(t, SyncAnswer::refused(ResponseError::FencedInstanceId)));
+        }
+        member.member_id = new_id.clone();
+        member.last_seen_ms = now_ms;
+        let unchanged = member.protocols == args.protocols;
+        self.members.insert(new_id.clone(), member);
+        if self.leader.as_deref() == Some(old) {
+            self.leader = Some(new_id.clone());
+        }
+        match self.state {
+            GroupState::Stable if unchanged => {
+                // Nothing about the group changes: no rebalance. The new id is recorded first.
+                let leader = self.leader.as_deref() == Some(new_id.as_str());
+                effects.replies.push(Reply::Join(ticket, self.join_answer(&new_id, leader)));
+                effects.persist = true;
+                effects
+            }
+            GroupState::PreparingRebalance => {
+                self.update_member(&new_id, args, ticket);
+                effects.merge(self.try_complete_join(now_ms));
+                effects
+            }
+            _ => {
+                self.update_member(&new_id, args, ticket);
+                effects.merge(self.prepare_rebalance(now_ms));
+                effects.merge(self.try_complete_join(now_ms));
+                effects
+            }
+        }
+    }
+
+    fn add_member(&mut self, member_id: String, args: JoinArgs, ticket: Ticket, now_ms: u64) -> Effects {
+        if self.members.len() >= self.settings.max_size {
+            return Effects {
+                replies: vec![Reply::Join(ticket, JoinAnswer::refused(ResponseError::GroupMaxSizeReached, &member_id))],
+                persist: false,
+            };
+        }
+        let member = Member {
+            member_id: member_id.clone(),
+            instance_id: args.instance_id.clone(),
+            client_id: args.client_id.clone(),
+            client_host: args.client_host.clone(),
+            session_timeout_ms: args.session_timeout_ms,
+            rebalance_timeout_ms: args.rebalance_timeout_ms,
+            protocol_type: args.protocol_type.clone(),
+            protocols: args.protocols.clone(),
+            assignment: Bytes::new(),
+            last_seen_ms: now_ms,
+            joining: Some(ticket),
+            syncing: None,
+        };
+        self.members.insert(member_id, member);
+        if self.protocol_type.is_none() {
+            self.protocol_type = Some(args.protocol_type);
+        }
+        let mut effects = Effects::none();
+        match self.state {
+            GroupState::PreparingRebalance => {
+                if let Some(until) = self.initial_delay_until_ms {
+                    // More members arrive during the initial delay: wait a little longer, within the
+                    // rebalance timeout.
+                    let limit = self.rebalance_started_ms + self.max_rebalance_timeout_ms();
+                    let extended = (now_ms + self.settings.initial_rebalance_delay_ms.max(0) as u64).min(limit);
+                    self.initial_delay_until_ms = Some(until.max(extended));
+                }
+            }
+            _ => effects.merge(self.prepare_rebalance(now_ms)),
+        }
+        effects.merge(self.try_complete_join(now_ms));
+        effects
+    }
+
+    fn update_member(&mut self, member_id: &str, args: JoinArgs, ticket: Ticket) {
+        let member = self.members.get_mut(member_id).expect("a member");
+        member.client_id = args.client_id;
+        member.client_host = args.client_host;
+        member.session_timeout_ms = args.session_timeout_ms;
+        member.rebalance_timeout_ms = args.rebalance_timeout_ms;
+        member.protocols = args.protocols;
+        member.joining = Some(ticket);
+    }
+
+    fn max_rebalance_timeout_ms(&self) -> u64 {
+        self.members.values().map(|m| m.rebalance_timeout_ms.max(0) as u64).max().unwrap_or(0)
+    }
+
+    /// Starts a rebalance: every member must join again. SyncGroups waiting are answered
+    /// REBALANCE_IN_PROGRESS.
+    fn prepare_rebalance(&mut self, now_ms: u64) -> Effects {
+        let mut effects = Effects::none();
+        for member in self.members.values_mut() {
+            if let Some(t) = member.syncing.take() {
+                effects.replies.push(Reply::Sync(t, SyncAnswer::refused(ResponseError::RebalanceInProgress)));
+            }
+        }
+        self.initial_delay_until_ms =
+            (self.state == GroupState::Empty).then(|| now_ms + self.settings.initial_rebalance_delay_ms.max(0) as u64);
+        self.rebalance_started_ms = now_ms;
+        self.rebalance_deadline_ms = now_ms + self.max_rebalance_timeout_ms();
+        self.set_state(GroupState::PreparingRebalance, now_ms);
+        effects
+    }
+
+    /// Completes the join phase once every member has joined again and no member id given out is still
+    /// to join (and the initial delay, if any, is over).
+    fn try_complete_join(&mut self, now_ms: u64) -> Effects {
+        if self.state != GroupState::PreparingRebalance {
+            return Effects::none();
+        }
+        if self.initial_delay_until_ms.is_some_and(|until| now_ms < until) {
+            return Effects::none();
+        }
+        let all_joined = self.members.values().all(|m| m.joining.is_some()) && self.pending.is_empty();
+        if !all_joined {
+            return Effects::none();
+        }
+        self.complete_join(now_ms)
+    }
+
+    /// The next generation: its protocol, its leader, and the JoinGroup answers.
+    fn complete_join(&mut self, now_ms: u64) -> Effects {
+        self.initial_delay_until_ms = None;
+        self.pending.clear();
+        self.generation += 1;
+        if self.members.is_empty() {
+            self.protocol = None;
+            self.protocol_type = None;
+            self.leader = None;
+            self.set_state(GroupState::Empty, now_ms);
+            return Effects { replies: Vec::new(), persist: true };
+        }
+        self.protocol = self.select_protocol();
+        if !self.leader.as_ref().is_some_and(|l| self.members.contains_key(l)) {
+            self.leader = self.members.keys().next().cloned();
+        }
+        for member in self.members.values_mut() {
+            member.assignment = Bytes::new();
+            member.last_seen_ms = now_ms;
+        }
+        self.sync_deadline_ms = now_ms + self.max_rebalance_timeout_ms();
+        self.set_state(GroupState::CompletingRebalance, now_ms);
+        let mut effects = Effects::none();
+        let ids: Vec<String> = self.members.keys().cloned().collect();
+        for id in ids {
+            let leader = self.leader.as_deref() == Some(id.as_str());
+            let ticket = self.members.get_mut(&id).and_then(|m| m.joining.take());
+            if let Some(ticket) = ticket {
+                let mut answer = self.join_answer(&id, false);
+                if !leader {
+                    answer.members.clear();
+                }
+                effects.replies.push(Reply::Join(ticket, answer));
+            }
+        }
+        effects
+    }
+
+    /// Kafka's choice: each member votes for the first protocol of its list that every member supports;
+    /// the most votes win (ties to the earliest in the first member's list).
+    fn select_protocol(&self) -> Option<String> {
+        let candidates = self.common_protocols();
+        let mut votes = vec![0usize; candidates.len()];
+        for member in self.members.values() {
+            if let Some(i) = member.protocols.iter().find_map(|(n, _)| candidates.iter().position(|c| c == n)) {
+                votes[i] += 1;
+            }
+        }
+        // The most votes; among equals, the earliest candidate.
+        let best = (0..candidates.len()).max_by_key(|&i| (votes[i], std::cmp::Reverse(i)))?;
+        Some(candidates[best].to_string())
+    }
+
+    /// The current generation's JoinGroup answer for `member_id`; the member list goes to the leader.
+    fn join_answer(&self, member_id: &str, skip_assignment: bool) -> JoinAnswer {
+        let protocol = self.protocol.clone().unwrap_or_default();
+        let is_leader = self.leader.as_deref() == Some(member_id);
+        JoinAnswer {
+            error: None,
+            generation: self.generation,
+            protocol_type: self.protocol_type.clone(),
+            protocol_name: self.protocol.clone(),
+            leader: self.leader.clone().unwrap_or_default(),
+            member_id: member_id.to_string(),
+            members: if is_leader {
+                self.members
+                    .values()
+                    .map(|m| JoinedMember {
+                        member_id: m.member_id.clone(),
+                        instance_id: m.instance_id.clone(),
+                        metadata: m.metadata(&protocol),
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            },
+            skip_assignment: skip_assignment && is_leader,
+        }
+    }
+
+    /// SyncGroup. `assignments` is the leader's (empty from the others).
+    pub fn sync(
+        &mut self,
+        who: &MemberRef,
+        generation: i32,
+        protocol: (Option<&str>, Option<&str>),
+        assignments: Vec<(String, Bytes)>,
+        ticket: Ticket,
+        now_ms: u64,
+    ) -> Effects {
+        let refuse = |error| Effects { replies: vec![Reply::Sync(ticket, SyncAnswer::refused(error))], persist: false };
+        if self.state == GroupState::Dead {
+            return refuse(ResponseError::CoordinatorNotAvailable);
+        }
+        if let Err(error) = self.check_member(who) {
+            return refuse(error);
+        }
+        if generation != self.generation {
+            return refuse(ResponseError::IllegalGeneration);
+        }
+        let (protocol_type, protocol_name) = protocol;
+        if protocol_type.is_some_and(|t| Some(t) != self.protocol_type.as_deref())
+            || protocol_name.is_some_and(|n| Some(n) != self.protocol.as_deref())
+        {
+            return refuse(ResponseError::InconsistentGroupProtocol);
+        }
+        let member = self.members.get_mut(&who.member_id).expect("checked");
+        member.last_seen_ms = now_ms;
+        match self.state {
+            GroupState::Empty => refuse(ResponseError::UnknownMemberId),
+            GroupState::PreparingRebalance => refuse(ResponseError::RebalanceInProgress),
+            GroupState::Stable => {
+                Effects { replies: vec![Reply::Sync(ticket, self.sync_answer(&who.member_id))], persist: false }
+            }
+            GroupState::CompletingRebalance => {
+                member.syncing = Some(ticket);
+                if self.leader.as_deref() != Some(who.member_id.as_str()) {
+                    return Effects::none();
+                }
+                for (id, assignment) in assignments {
+                    if let Some(m) = self.members.get_mut(&id) {
+                        m.assignment = assignment;
+                    }
+                }
+                self.set_state(GroupState::Stable, now_ms);
+                let mut effects = Effects { replies: Vec::new(), persist: true };
+                let ids: Vec<String> = self.members.keys().cloned().collect();
+                for id in ids {
+                    if let Some(t) = self.members.get_mut(&id).and_then(|m| m.syncing.take()) {
+                        effects.replies.push(Reply::Sync(t, self.sync_answer(&id)));
+                    }
+                }
+                effects
+            }
+            GroupState::Dead => unreachable!("refused above"),
+        }
+    }
+
+    fn sync_answer(&self, member_id: &str) -> SyncAnswer {
+        SyncAnswer {
+            error: None,
+            protocol_type: self.protocol_type.clone(),
+            protocol_name: self.protocol.clone(),
+            assignment: self.members.get(member_id).map(|m| m.assignment.clone()).unwrap_or_default(),
+        }
+    }
+
+    /// Writing the record of a completed sync failed: the generation's assignment is lost; members
+    /// join again. The waiting answers were already given the write's error by the adapter.
+    pub fn persist_failed(&mut self, now_ms: u64) -> Effects {
+        if matches!(self.state, GroupState::Stable | GroupState::CompletingRebalance) {
+            for member in self.members.values_mut() {
+                member.assignment = Bytes::new();
+            }
+            let mut effects = self.prepare_rebalance(now_ms);
+            effects.merge(self.try_complete_join(now_ms));
+            return effects;
+        }
+        Effects::none()
+    }
+
+    /// Heartbeat: NONE while the generation is current and stable or completing, REBALANCE_IN_PROGRESS
+    /// while members must join again.
+    pub fn heartbeat(&mut self, who: &MemberRef, generation: i32, now_ms: u64) -> Option<ResponseError> {
+        if self.state == GroupState::Dead {
+            return Some(ResponseError::CoordinatorNotAvailable);
+        }
+        if let Err(error) = self.check_member(who) {
+            return Some(error);
+        }
+        if generation != self.generation {
+            return Some(ResponseError::IllegalGeneration);
+        }
+        self.members.get_mut(&who.member_id).expect("checked").last_seen_ms = now_ms;
+        match self.state {
+            GroupState::PreparingRebalance => Some(ResponseError::RebalanceInProgress),
+            GroupState::Empty => Some(ResponseError::UnknownMemberId),
+            _ => None,
+        }
+    }
+
+    /// LeaveGroup for each of `leaving`: its error (UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID) or none.
+    /// A static member may leave by its instance id alone (an empty member id).
+    pub fn leave(&mut self, leaving: &[MemberRef], now_ms: u64) -> (Vec<Option<ResponseError>>, Effects) {
+        let mut errors = Vec::with_capacity(leaving.len());
+        let mut removed = Vec::new();
+        for who in leaving {
+            let id = match (&who.instance_id, who.member_id.is_empty()) {
+                (Some(instance), true) => match self.member_of_instance(instance) {
+                    Some(m) => Ok(m.member_id.clone()),
+                    None => Err(ResponseError::UnknownMemberId),
+                },
+                _ => self.check_member(who).map(|()| who.member_id.clone()),
+            };
+            match id {
+                Ok(id) => {
+                    removed.push(id);
+                    errors.push(None);
+                }
+                Err(e) => {
+                    if self.pending.remove(&who.member_id).is_some() {
+                        errors.push(None);
+                    } else {
+                        errors.push(Some(e));
+                    }
+                }
+            }
+        }
+        let mut effects = Effects::none();
+        for id in removed {
+            effects.merge(self.remove_member(&id, now_ms));
+        }
+        (errors, effects)
+    }
+
+    fn remove_member(&mut self, member_id: &str, now_ms: u64) -> Effects {
+        let Some(mut member) = self.members.remove(member_id) else { return Effects::none() };
+        let mut effects = Effects::none();
+        if let Some(t) = member.joining.take() {
+            effects.replies.push(Reply::Join(t, JoinAnswer::refused(ResponseError::UnknownMemberId, member_id)));
+        }
+        if let Some(t) = member.syncing.take() {
+            effects.replies.push(Reply::Sync(t, SyncAnswer::refused(ResponseError::UnknownMemberId)));
+        }
+        match self.state {
+            GroupState::Stable | GroupState::CompletingRebalance => effects.merge(self.prepare_rebalance(now_ms)),
+            _ => {}
+        }
+        effects.merge(self.try_complete_join(now_ms));
+        effects
+    }
+
+    /// The passing of time: members whose session expired leave, a rebalance past its timeout
+    /// completes without the members that did not join again, a sync past its timeout drops the
+    /// members that did not sync, member ids given out but never used are forgotten.
+    pub fn tick(&mut self, now_ms: u64) -> Effects {
+        let mut effects = Effects::none();
+        self.pending.retain(|_, until| *until > now_ms);
+        let expired: Vec<String> =
+            self.members.values().filter(|m| m.expired(now_ms)).map(|m| m.member_id.clone()).collect();
+        for id in expired {
+            effects.merge(self.remove_member(&id, now_ms));
+        }
+        match self.state {
+            GroupState::PreparingRebalance
+                if now_ms >= self.rebalance_deadline_ms
+                    && self.initial_delay_until_ms.is_none_or(|until| now_ms >= until) =>
+            {
+                let late: Vec<String> =
+                    self.members.values().filter(|m| m.joining.is_none()).map(|m| m.member_id.clone()).collect();
+                for id in late {
+                    self.members.remove(&id);
+                }
+                effects.merge(self.complete_join(now_ms));
+            }
+            GroupState::CompletingRebalance if now_ms >= self.sync_deadline_ms => {
+                let late: Vec<String> =
+                    self.members.values().filter(|m| m.syncing.is_none()).map(|m| m.member_id.clone()).collect();
+                for id in late {
+                    effects.merge(self.remove_member(&id, now_ms));
+                }
+            }
+            _ => effects.merge(self.try_complete_join(now_ms)),
+        }
+        effects
+    }
+
+    /// Whether an offset commit from `who` at `generation` is accepted: from a member of the current
+    /// generation, or from a client outside the group (generation -1, no member id) while it has no
+    /// members. A member's commit shows it is alive.
+    pub fn check_commit(&mut self, who: &MemberRef, generation: i32, now_ms: u64) -> Result<(), ResponseError> {
+        if self.state == GroupState::Dead {
+            return Err(ResponseError::CoordinatorNotAvailable);
+        }
+        if generation < 0 && who.member_id.is_empty() && self.state == GroupState::Empty {
+            return Ok(());
+        }
+        self.check_member(who)?;
+        if generation != self.generation {
+            return Err(ResponseError::IllegalGeneration);
+        }
+        if self.state == GroupState::CompletingRebalance {
+            return Err(ResponseError::RebalanceInProgress);
+        }
+        self.members.get_mut(&who.member_id).expect("checked").last_seen_ms = now_ms;
+        Ok(())
+    }
+
+    /// DeleteGroups: only a group without members may go.
+    pub fn check_delete(&self) -> Result<(), ResponseError> {
+        match self.state {
+            GroupState::Empty | GroupState::Dead => Ok(()),
+            _ => Err(ResponseError::NonEmptyGroup),
+        }
+    }
+
+    pub fn mark_dead(&mut self, now_ms: u64) -> Effects {
+        let mut effects = Effects::none();
+        for (id, member) in &mut self.members {
+            if let Some(t) = member.joining.take() {
+                effects.replies.push(Reply::Join(t, JoinAnswer::refused(ResponseError::CoordinatorNotAvailable, id)));
+            }
+            if let Some(t) = member.syncing.take() {
+                effects.replies.push(Reply::Sync(t, SyncAnswer::refused(ResponseError::CoordinatorNotAvailable)));
+            }
+        }
+        self.members.clear();
+        self.set_state(GroupState::Dead, now_ms);
+        effects
+    }
+
+    /// Every waiting answer, refused with `error` (the coordinator moved away).
+    pub fn abandon(&mut self, error: ResponseError) -> Vec<Reply> {
+        let mut replies = Vec::new();
+        for (id, member) in &mut self.members {
+            if let Some(t) = member.joining.take() {
+                replies.push(Reply::Join(t, JoinAnswer::refused(error, id)));
+            }
+            if let Some(t) = member.syncing.take() {
+                replies.push(Reply::Sync(t, SyncAnswer::refused(error)));
+            }
+        }
+        replies
+    }
+}
+
+/// The membership part of a group as `__consumer_offsets` records it (Kafka's GroupMetadataValue).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupRecord {
+    pub protocol_type: Option<String>,
+    pub generation: i32,
+    pub protocol: Option<String>,
+    pub leader: Option<String>,
+    pub state_since_ms: u64,
+    pub members: Vec<RecordedMember>,
+}
+
+/// One member in a [`GroupRecord`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordedMember {
+    pub member_id: String,
+    pub instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub rebalance_timeout_ms: i32,
+    pub session_timeout_ms: i32,
+    /// Its metadata for the chosen protocol.
+    pub subscription: Bytes,
+    pub assignment: Bytes,
+}
+
+#[cfg(test)]
+#[path = "classic_tests.rs"]
+mod tests;

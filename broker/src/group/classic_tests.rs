@@ -1,0 +1,310 @@
+//! The classic group state machine driven by hand, on a clock the test moves.
+
+use super::*;
+
+const SESSION_MS: i32 = 10_000;
+const REBALANCE_MS: i32 = 30_000;
+const DELAY_MS: u64 = 3_000;
+
+fn settings() -> GroupSettings {
+    GroupSettings { initial_rebalance_delay_ms: DELAY_MS as i32, max_size: 5, ..GroupSettings::default() }
+}
+
+fn join_args(member_id: &str, protocols: &[&str]) -> JoinArgs {
+    JoinArgs {
+        member_id: member_id.to_string(),
+        instance_id: None,
+        client_id: "client".to_string(),
+        client_host: "/127.0.0.1".to_string(),
+        session_timeout_ms: SESSION_MS,
+        rebalance_timeout_ms: REBALANCE_MS,
+        protocol_type: "consumer".to_string(),
+        protocols: protocols.iter().map(|p| (p.to_string(), Bytes::from(format!("meta-{p}")))).collect(),
+        require_known_member_id: false,
+    }
+}
+
+fn who(member_id: &str) -> MemberRef {
+    MemberRef { member_id: member_id.to_string(), instance_id: None }
+}
+
+/// The join answers in `effects`, by ticket.
+fn joins(effects: &Effects) -> BTreeMap<Ticket, JoinAnswer> {
+    effects
+        .replies
+        .iter()
+        .filter_map(|r| match r {
+            Reply::Join(t, a) => Some((*t, a.clone())),
+            Reply::Sync(..) => None,
+        })
+        .collect()
+}
+
+fn syncs(effects: &Effects) -> BTreeMap<Ticket, SyncAnswer> {
+    effects
+        .replies
+        .iter()
+        .filter_map(|r| match r {
+            Reply::Sync(t, a) => Some((*t, a.clone())),
+            Reply::Join(..) => None,
+        })
+        .collect()
+}
+
+/// A group with one member `a` joined and synced (generation 1); returns a's member id.
+fn stable_group_of_one(now: &mut u64) -> (Group, String) {
+    let mut group = Group::new("g", settings(), *now);
+    let effects = group.join(join_args("", &["range"]), 1, *now);
+    assert!(effects.replies.is_empty(), "the first join waits for the initial delay");
+    *now += DELAY_MS;
+    let answer = joins(&group.tick(*now)).remove(&1).expect("answered once the delay is over");
+    let a = answer.member_id.clone();
+    let effects = group.sync(&who(&a), 1, (None, None), vec![(a.clone(), Bytes::from_static(b"A"))], 2, *now);
+    assert!(effects.persist);
+    (group, a)
+}
+
+#[test]
+fn first_join_waits_for_the_initial_delay_then_forms_generation_one_led_by_the_member() {
+    let mut now = 1_000;
+    let mut group = Group::new("g", settings(), now);
+    assert!(group.join(join_args("", &["range"]), 1, now).replies.is_empty());
+    assert_eq!(group.state, GroupState::PreparingRebalance);
+    now += DELAY_MS - 1;
+    assert!(group.tick(now).replies.is_empty(), "still within the delay");
+    now += 1;
+    let answer = joins(&group.tick(now)).remove(&1).unwrap();
+    assert_eq!(answer.error, None);
+    assert_eq!(answer.generation, 1);
+    assert_eq!(answer.leader, answer.member_id);
+    assert_eq!(answer.protocol_name.as_deref(), Some("range"));
+    assert_eq!(answer.members.len(), 1);
+    assert_eq!(answer.members[0].metadata, Bytes::from_static(b"meta-range"));
+    assert_eq!(group.state, GroupState::CompletingRebalance);
+}
+
+#[test]
+fn a_new_member_of_a_v4_join_is_given_its_id_with_member_id_required_and_joins_with_it() {
+    let now = 0;
+    let mut group = Group::new("g", settings(), now);
+    let mut args = join_args("", &["range"]);
+    args.require_known_member_id = true;
+    let answer = joins(&group.join(args.clone(), 1, now)).remove(&1).unwrap();
+    assert_eq!(answer.error, Some(ResponseError::MemberIdRequired));
+    assert!(!answer.member_id.is_empty());
+    assert_eq!(group.state, GroupState::Empty, "no member yet");
+    args.member_id = answer.member_id.clone();
+    assert!(group.join(args, 2, now).replies.is_empty());
+    assert!(group.members.contains_key(&answer.member_id));
+    let answer2 = joins(&group.tick(now + DELAY_MS)).remove(&2).unwrap();
+    assert_eq!(answer2.member_id, answer.member_id);
+    assert_eq!(answer2.generation, 1);
+}
+
+#[test]
+fn a_second_member_makes_the_first_rejoin_and_only_the_leader_gets_the_member_list() {
+    let mut now = 0;
+    let (mut group, a) = stable_group_of_one(&mut now);
+    assert_eq!(group.state, GroupState::Stable);
+    now += 100;
+    assert!(group.join(join_args("", &["range"]), 3, now).replies.is_empty(), "b waits for a to rejoin");
+    assert_eq!(group.state, GroupState::PreparingRebalance);
+    assert_eq!(group.heartbeat(&who(&a), 1, now), Some(ResponseError::RebalanceInProgress));
+    let effects = group.join(join_args(&a, &["range"]), 4, now);
+    let answers = joins(&effects);
+    assert_eq!(answers.len(), 2, "both joins answered once a rejoined");
+    let (la, lb) = (&answers[&4], &answers[&3]);
+    assert_eq!((la.generation, lb.generation), (2, 2));
+    assert_eq!(la.leader, a, "the leader stays");
+    assert_eq!(lb.leader, a);
+    assert_eq!(la.members.len(), 2);
+    assert!(lb.members.is_empty());
+    let b = lb.member_id.clone();
+    // b syncs first and waits; a (the leader) gives the assignment; both are answered.
+    assert!(group.sync(&who(&b), 2, (Some("consumer"), Some("range")), vec![], 5, now).replies.is_empty());
+    let assignment = vec![(a.clone(), Bytes::from_static(b"A2")), (b.clone(), Bytes::from_static(b"B2"))];
+    let effects = group.sync(&who(&a), 2, (Some("consumer"), Some("range")), assignment, 6, now);
+    assert!(effects.persist, "the new generation is written before the answers go");
+    let answers = syncs(&effects);
+    assert_eq!(answers[&5].assignment, Bytes::from_static(b"B2"));
+    assert_eq!(answers[&6].assignment, Bytes::from_static(b"A2"));
+    assert_eq!(group.state, GroupState::Stable);
+    assert_eq!(group.heartbeat(&who(&b), 2, now), None);
+}
+
+#[test]
+fn stale_generations_and_unknown_members_are_refused_with_kafkas_errors() {
+    let mut now = 0;
+    let (mut group, a) = stable_group_of_one(&mut now);
+    assert_eq!(group.heartbeat(&who(&a), 0, now), Some(ResponseError::IllegalGeneration));
+    assert_eq!(group.heartbeat(&who("nobody"), 1, now), Some(ResponseError::UnknownMemberId));
+    assert_eq!(group.check_commit(&who(&a), 0, now), Err(ResponseError::IllegalGeneration));
+    assert_eq!(group.check_commit(&who("nobody"), 1, now), Err(ResponseError::UnknownMemberId));
+    assert_eq!(group.check_commit(&who(&a), 1, now), Ok(()));
+    let sync = group.sync(&who(&a), 7, (None, None), vec![], 9, now);
+    assert_eq!(syncs(&sync)[&9].error, Some(ResponseError::IllegalGeneration));
+    let join = group.join(join_args("made-up", &["range"]), 10, now);
+    assert_eq!(joins(&join)[&10].error, Some(ResponseError::UnknownMemberId));
+    // None of this disturbed the member.
+    assert_eq!(group.state, GroupState::Stable);
+    assert_eq!(group.heartbeat(&who(&a), 1, now), None);
+}
+
+#[test]
+fn a_member_silent_past_its_session_timeout_leaves_and_the_rest_rebalance() {
+    let mut now = 0;
+    let (mut group, a) = stable_group_of_one(&mut now);
+    let _ = group.join(join_args("", &["range"]), 3, now);
+    let answers = joins(&group.join(join_args(&a, &["range"]), 4, now));
+    let b = answers[&3].member_id.clone();
+    let assignment = vec![(a.clone(), Bytes::new()), (b.clone(), Bytes::new())];
+    let _ = group.sync(&who(&a), 2, (None, None), assignment, 5, now);
+    let _ = group.sync(&who(&b), 2, (None, None), vec![], 6, now);
+    assert_eq!(group.state, GroupState::Stable);
+    // a keeps heartbeating, b goes silent.
+    for _ in 0..12 {
+        now += 1_000;
+        let _ = group.tick(now);
+        let beat = group.heartbeat(&who(&a), group.generation, now);
+        if beat.is_some() {
+            assert_eq!(beat, Some(ResponseError::RebalanceInProgress));
+            break;
+        }
+    }
+    assert!(!group.members.contains_key(&b), "b expired");
+    let answer = joins(&group.join(join_args(&a, &["range"]), 7, now)).remove(&7).unwrap();
+    assert_eq!(answer.generation, 3);
+    assert_eq!(answer.members.len(), 1);
+}
+
+#[test]
+fn a_member_that_does_not_rejoin_within_the_rebalance_timeout_is_dropped() {
+    let mut now = 0;
+    let (mut group, a) = stable_group_of_one(&mut now);
+    let _ = group.join(join_args("", &["range"]), 3, now);
+    let answers = joins(&group.join(join_args(&a, &["range"]), 4, now));
+    let b = answers[&3].member_id.clone();
+    let _ = group.sync(&who(&a), 2, (None, None), vec![], 5, now);
+    let _ = group.sync(&who(&b), 2, (None, None), vec![], 6, now);
+    // A third member joins; a rejoins, b keeps heartbeating but never rejoins.
+    let _ = group.join(join_args("", &["range"]), 7, now);
+    let _ = group.join(join_args(&a, &["range"]), 8, now);
+    let (mut answered, started) = (BTreeMap::new(), now);
+    while answered.is_empty() {
+        now += 1_000;
+        assert!(now <= started + REBALANCE_MS as u64, "the rebalance completes at its timeout");
+        let _ = group.heartbeat(&who(&b), 2, now);
+        answered = joins(&group.tick(now));
+    }
+    assert_eq!(answered.len(), 2);
+    assert!(!group.members.contains_key(&b));
+    assert_eq!(group.generation, 3);
+}
+
+#[test]
+fn leaving_starts_a_rebalance_and_the_last_member_leaving_empties_the_group() {
+    let mut now = 0;
+    let (mut group, a) = stable_group_of_one(&mut now);
+    let (errors, effects) = group.leave(&[who(&a), who("ghost")], now);
+    assert_eq!(errors, vec![None, Some(ResponseError::UnknownMemberId)]);
+    assert!(effects.persist, "the empty group is recorded");
+    assert_eq!(group.state, GroupState::Empty);
+    assert_eq!(group.generation, 2);
+    // Now a client outside the group may commit (assign() without joining).
+    assert_eq!(group.check_commit(&MemberRef::default(), -1, now), Ok(()));
+    assert_eq!(group.check_delete(), Ok(()));
+}
+
+#[test]
+fn a_commit_without_membership_is_refused_while_the_group_has_members() {
+    let mut now = 0;
+    let (mut group, _a) = stable_group_of_one(&mut now);
+    assert_eq!(group.check_commit(&MemberRef::default(), -1, now), Err(ResponseError::UnknownMemberId));
+    assert_eq!(group.check_delete(), Err(ResponseError::NonEmptyGroup));
+}
+
+#[test]
+fn a_restarted_static_member_takes_its_place_without_a_rebalance_and_fences_the_old_process() {
+    let mut now = 0;
+    let mut group = Group::new("g", settings(), now);
+    let mut args = join_args("", &["range"]);
+    args.instance_id = Some("host-1".into());
+    args.require_known_member_id = true;
+    let _ = group.join(args.clone(), 1, now);
+    now += DELAY_MS;
+    let old = joins(&group.tick(now))[&1].member_id.clone();
+    let old_ref = MemberRef { member_id: old.clone(), instance_id: Some("host-1".into()) };
+    let _ = group.sync(&old_ref, 1, (None, None), vec![(old.clone(), Bytes::from_static(b"A"))], 2, now);
+    assert_eq!(group.state, GroupState::Stable);
+    // The process restarts: same instance id, no member id.
+    let effects = group.join(args, 3, now);
+    assert!(effects.persist, "the new member id is recorded");
+    let answer = joins(&effects).remove(&3).unwrap();
+    assert_eq!(answer.error, None);
+    assert_ne!(answer.member_id, old);
+    assert_eq!(answer.generation, 1, "no rebalance");
+    assert!(answer.skip_assignment, "the leader keeps the assignment it made");
+    assert_eq!(group.state, GroupState::Stable);
+    assert_eq!(group.heartbeat(&old_ref, 1, now), Some(ResponseError::FencedInstanceId));
+    let new_ref = MemberRef { member_id: answer.member_id.clone(), instance_id: Some("host-1".into()) };
+    assert_eq!(group.heartbeat(&new_ref, 1, now), None);
+    let sync = group.sync(&new_ref, 1, (None, None), vec![], 4, now);
+    assert_eq!(syncs(&sync)[&4].assignment, Bytes::from_static(b"A"), "the assignment carried over");
+}
+
+#[test]
+fn joins_that_do_not_fit_the_group_are_refused() {
+    let mut now = 0;
+    let (mut group, _a) = stable_group_of_one(&mut now);
+    let mut other_type = join_args("", &["range"]);
+    other_type.protocol_type = "connect".into();
+    assert_eq!(joins(&group.join(other_type, 3, now))[&3].error, Some(ResponseError::InconsistentGroupProtocol));
+    let no_common = join_args("", &["roundrobin"]);
+    assert_eq!(joins(&group.join(no_common, 4, now))[&4].error, Some(ResponseError::InconsistentGroupProtocol));
+    let mut short = join_args("", &["range"]);
+    short.session_timeout_ms = 10;
+    assert_eq!(joins(&group.join(short, 5, now))[&5].error, Some(ResponseError::InvalidSessionTimeout));
+    assert_eq!(group.state, GroupState::Stable, "refused joins change nothing");
+}
+
+#[test]
+fn the_protocol_most_members_prefer_among_those_all_support_is_chosen() {
+    let now = 0;
+    let mut group = Group::new("g", GroupSettings { initial_rebalance_delay_ms: 0, ..settings() }, now);
+    let joined = group.join(join_args("", &["cooperative-sticky", "range"]), 1, now);
+    let first = joins(&joined)[&1].member_id.clone();
+    let _ = group.sync(&who(&first), 1, (None, None), vec![], 2, now);
+    let _ = group.join(join_args("", &["range", "cooperative-sticky"]), 3, now);
+    let _ = group.join(join_args("", &["range", "cooperative-sticky"]), 4, now);
+    let answers = joins(&group.join(join_args(&first, &["cooperative-sticky", "range"]), 5, now));
+    // Both are supported by all; two of three members put range first.
+    assert_eq!(answers.len(), 3);
+    assert!(answers.values().all(|a| a.protocol_name.as_deref() == Some("range")), "{answers:?}");
+}
+
+#[test]
+fn a_group_holds_at_most_group_max_size_members() {
+    let now = 0;
+    let mut group = Group::new("g", settings(), now);
+    for t in 0..5 {
+        assert!(group.join(join_args("", &["range"]), t, now).replies.is_empty());
+    }
+    let refused = joins(&group.join(join_args("", &["range"]), 9, now)).remove(&9).unwrap();
+    assert_eq!(refused.error, Some(ResponseError::GroupMaxSizeReached));
+    assert_eq!(group.members.len(), 5);
+}
+
+#[test]
+fn a_restored_group_keeps_its_generation_and_assignments_and_gives_members_a_session() {
+    let mut now = 0;
+    let (group, a) = stable_group_of_one(&mut now);
+    let record = group.record();
+    let mut restored = Group::restored("g", settings(), record.clone(), 50_000);
+    assert_eq!(restored.state, GroupState::Stable);
+    assert_eq!(restored.generation, 1);
+    assert_eq!(restored.record(), record);
+    assert_eq!(restored.heartbeat(&who(&a), 1, 50_000 + SESSION_MS as u64 - 1), None);
+    let _ = restored.tick(50_000 + 2 * SESSION_MS as u64);
+    assert!(restored.members.is_empty(), "a member that never comes back expires");
+    assert_eq!(restored.state, GroupState::Empty, "and the group, with nobody left, is empty");
+}

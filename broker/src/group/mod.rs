@@ -3,6 +3,7 @@
 //! and shard) coordinates a group.
 
 pub mod classic;
+pub mod records;
 
 /// The internal topic holding committed offsets and group membership.
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";

@@ -118,6 +118,8 @@ pub struct BrokerConfig {
     pub log: LogConfig,
     /// What each shard may hold for its partitions.
     pub shard_limits: ShardLimits,
+    /// Consumer groups and their offsets topic.
+    pub groups: GroupConfig,
     /// Every row of [`settings::SETTINGS`] with the value in force, in the table's order.
     pub effective: Vec<EffectiveSetting>,
 }
@@ -137,6 +139,21 @@ pub struct ClientLimits {
     pub max_connections: usize,
     /// `max.connections.per.ip`: open client connections from one address.
     pub max_connections_per_ip: usize,
+}
+
+/// Consumer groups: the offsets topic and the group coordinator's bounds and timings (Kafka's settings).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupConfig {
+    /// `offsets.topic.num.partitions`
+    pub offsets_partitions: u32,
+    /// `offsets.topic.replication.factor`: at most the live brokers when the topic is created.
+    pub offsets_replication_factor: u16,
+    /// `offsets.commit.timeout.ms`: the acks=all timeout of the coordinator's writes.
+    pub commit_timeout_ms: i32,
+    /// `offset.metadata.max.bytes`
+    pub offset_metadata_max_bytes: usize,
+    /// Session bounds, the initial rebalance delay and `group.max.size`.
+    pub settings: crate::group::classic::GroupSettings,
 }
 
 /// Per-shard bounds on what partitions hold, and how a shard waits for work (shardlog settings; Kafka has
@@ -423,6 +440,27 @@ impl Reader {
             cache_idle_ms: self.int_set("shard.cache.idle.ms")?,
             idle_poll_us: self.int_set("shard.idle.poll.us")? as u64,
         };
+        let groups = GroupConfig {
+            offsets_partitions: self.int_set("offsets.topic.num.partitions")? as u32,
+            offsets_replication_factor: self.int_set("offsets.topic.replication.factor")? as u16,
+            commit_timeout_ms: self.int_set("offsets.commit.timeout.ms")? as i32,
+            offset_metadata_max_bytes: self.int_set("offset.metadata.max.bytes")? as usize,
+            settings: crate::group::classic::GroupSettings {
+                initial_rebalance_delay_ms: self.int_set("group.initial.rebalance.delay.ms")? as i32,
+                min_session_timeout_ms: self.int_set("group.min.session.timeout.ms")? as i32,
+                max_session_timeout_ms: self.int_set("group.max.session.timeout.ms")? as i32,
+                max_size: self.int_set("group.max.size")? as usize,
+            },
+        };
+        if groups.settings.min_session_timeout_ms > groups.settings.max_session_timeout_ms {
+            return Err(invalid(
+                "group.max.session.timeout.ms",
+                format!(
+                    "{} is below group.min.session.timeout.ms ({})",
+                    groups.settings.max_session_timeout_ms, groups.settings.min_session_timeout_ms
+                ),
+            ));
+        }
         let socket_request_max_bytes = self.int_set("socket.request.max.bytes")? as usize;
         let clients = ClientLimits {
             queued_max_request_bytes: self.int_set("queued.max.request.bytes")? as usize,
@@ -470,6 +508,7 @@ impl Reader {
             compression,
             log,
             shard_limits,
+            groups,
             effective: Vec::new(),
         };
         let mut effective = self.effective;

@@ -22,6 +22,7 @@ pub use producer_ids::{PRODUCER_ID_BLOCK, ProducerIds};
 
 use crate::config::BrokerConfig;
 use crate::disk_space::DiskSpace;
+use crate::group::call::CoordinatorRequest;
 use crate::metadata::image::MetadataImage;
 use crate::metadata::link::QuorumHandle;
 use crate::quorum::state::NodeId;
@@ -32,8 +33,10 @@ use crate::topics::configs::{Compression, TopicDefaults};
 /// Topic changes, applied by shard 0 one at a time.
 #[derive(Debug)]
 pub enum AdminRequest {
+    /// `internal`: from the broker itself, which alone may create internal topics (`__consumer_offsets`).
     CreateTopics {
         request: CreateTopicsRequest,
+        internal: bool,
         reply: flume::Sender<CreateTopicsResponse>,
     },
     DeleteTopics {
@@ -86,6 +89,11 @@ pub struct BrokerContext {
     pub shards: Vec<flume::Sender<PartitionRequest>>,
     /// Shard 0's channel for topic changes.
     pub admin: flume::Sender<AdminRequest>,
+    /// One channel per shard to its group coordinator.
+    pub groups: Vec<flume::Sender<CoordinatorRequest>>,
+    /// Set while this broker is creating `__consumer_offsets`, so that concurrent FindCoordinator
+    /// requests ask for it once.
+    pub creating_offsets_topic: AtomicBool,
     /// Set when the broker is stopping: long polls answer at once.
     pub shutdown: Shutdown,
     /// The data dir's free space: produce is refused below `log.dir.min.free.bytes`.
@@ -94,6 +102,14 @@ pub struct BrokerContext {
     pub producer_ids: ProducerIds,
     /// Per shard: followers' replication connections handed to the shard that owns their partitions.
     pub peer_handoffs: Vec<(flume::Sender<PeerHandoff>, flume::Receiver<PeerHandoff>)>,
+}
+
+/// The channels to every shard's work: partitions, topic changes (shard 0), group coordinators.
+#[derive(Debug)]
+pub struct ContextChannels {
+    pub shards: Vec<flume::Sender<PartitionRequest>>,
+    pub admin: flume::Sender<AdminRequest>,
+    pub groups: Vec<flume::Sender<CoordinatorRequest>>,
 }
 
 /// A follower's replication connection on its way from the shard that accepted it to the shard that owns
@@ -130,11 +146,11 @@ impl BrokerContext {
         config: BrokerConfig,
         apis: SupportedApis,
         quorum: QuorumHandle,
-        shards: Vec<flume::Sender<PartitionRequest>>,
-        admin: flume::Sender<AdminRequest>,
+        channels: ContextChannels,
         shutdown: Shutdown,
         disk: Arc<DiskSpace>,
     ) -> BrokerContext {
+        let ContextChannels { shards, admin, groups } = channels;
         let lowest_voter = config.quorum_voters.iter().map(|v| v.id).min().unwrap_or(config.node_id);
         let shards_count = shards.len();
         BrokerContext {
@@ -146,6 +162,8 @@ impl BrokerContext {
             reconciled: AtomicU64::new(0),
             shards,
             admin,
+            groups,
+            creating_offsets_topic: AtomicBool::new(false),
             shutdown,
             disk,
             producer_ids: ProducerIds::default(),

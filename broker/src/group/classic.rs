@@ -107,7 +107,8 @@ pub struct JoinAnswer {
 }
 
 impl JoinAnswer {
-    fn refused(error: ResponseError, member_id: &str) -> JoinAnswer {
+    /// The answer of a refused JoinGroup.
+    pub fn refused(error: ResponseError, member_id: &str) -> JoinAnswer {
         JoinAnswer {
             error: Some(error),
             generation: -1,
@@ -131,7 +132,8 @@ pub struct SyncAnswer {
 }
 
 impl SyncAnswer {
-    fn refused(error: ResponseError) -> SyncAnswer {
+    /// The answer of a refused SyncGroup.
+    pub fn refused(error: ResponseError) -> SyncAnswer {
         SyncAnswer { error: Some(error), protocol_type: None, protocol_name: None, assignment: Bytes::new() }
     }
 }

@@ -2,7 +2,9 @@
 //! keeps in `__consumer_offsets` ([`records`]), and which partition of that topic (and so which broker
 //! and shard) coordinates a group.
 
+pub mod call;
 pub mod classic;
+pub mod coordinator;
 pub mod records;
 
 /// The internal topic holding committed offsets and group membership.

@@ -319,11 +319,19 @@ mod tests {
             group: "g".into(),
             topic: "t".into(),
             partition: 2,
-            value: Some(CommittedOffset { offset: 1, leader_epoch: -1, metadata: String::new(), commit_timestamp_ms: 2 }),
+            value: Some(CommittedOffset {
+                offset: 1,
+                leader_epoch: -1,
+                metadata: String::new(),
+                commit_timestamp_ms: 2,
+            }),
         }
         .value()
         .unwrap();
-        assert_eq!(&value[..], b"\x00\x03\x00\x00\x00\x00\x00\x00\x00\x01\xff\xff\xff\xff\x00\x00\x00\x00\x00\x00\x00\x00\x00\x02");
+        assert_eq!(
+            &value[..],
+            b"\x00\x03\x00\x00\x00\x00\x00\x00\x00\x01\xff\xff\xff\xff\x00\x00\x00\x00\x00\x00\x00\x00\x00\x02"
+        );
     }
 
     #[test]

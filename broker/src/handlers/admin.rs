@@ -9,13 +9,18 @@ use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use super::*;
 use std::collections::BTreeSet;
 
+use crate::group::OFFSETS_TOPIC;
 use crate::quorum::state::{Command, NodeId};
 use crate::quorum::wire::WireWriteResult;
 use crate::topics::MAX_PARTITIONS;
 
 pub(super) async fn create_topics(ctx: &Arc<BrokerContext>, request: CreateTopicsRequest) -> CreateTopicsResponse {
     let (tx, rx) = flume::bounded(1);
-    if ctx.admin.send_async(AdminRequest::CreateTopics { request: request.clone(), reply: tx }).await.is_ok()
+    if ctx
+        .admin
+        .send_async(AdminRequest::CreateTopics { request: request.clone(), internal: false, reply: tx })
+        .await
+        .is_ok()
         && let Ok(response) = rx.recv_async().await
     {
         return response;
@@ -38,8 +43,8 @@ pub(super) async fn create_topics(ctx: &Arc<BrokerContext>, request: CreateTopic
 pub async fn admin(ctx: Arc<BrokerContext>, requests: flume::Receiver<AdminRequest>) {
     while let Ok(request) = requests.recv_async().await {
         match request {
-            AdminRequest::CreateTopics { request, reply } => {
-                let response = apply_create_topics(&ctx, request).await;
+            AdminRequest::CreateTopics { request, internal, reply } => {
+                let response = apply_create_topics(&ctx, request, internal).await;
                 let _ = reply.send(response);
             }
             AdminRequest::DeleteTopics { names, reply } => {
@@ -102,10 +107,17 @@ fn plan_create(
     ctx: &BrokerContext,
     image: &MetadataImage,
     topic: &CreatableTopic,
+    internal: bool,
 ) -> Result<(Command, CreatableTopicResult), Refusal> {
     let name = topic.name.0.as_str().to_string();
     crate::topics::validate_topic_name(&name)
         .map_err(|e| refusal(ResponseError::InvalidTopicException, e.to_string()))?;
+    if name == OFFSETS_TOPIC && !internal {
+        return Err(refusal(
+            ResponseError::InvalidRequest,
+            format!("{OFFSETS_TOPIC} is internal: the broker creates it when a consumer group first needs it"),
+        ));
+    }
     if image.topic(&name).is_some() {
         return Err(refusal(ResponseError::TopicAlreadyExists, format!("topic {name:?} already exists")));
     }
@@ -225,6 +237,7 @@ fn broker_ids(ids: &[BrokerId]) -> Result<Vec<NodeId>, Refusal> {
 pub(super) async fn apply_create_topics(
     ctx: &Arc<BrokerContext>,
     request: CreateTopicsRequest,
+    internal: bool,
 ) -> CreateTopicsResponse {
     let mut results = Vec::new();
     for topic in &request.topics {
@@ -234,7 +247,7 @@ pub(super) async fn apply_create_topics(
                 .with_error_code(code)
                 .with_error_message(Some(StrBytes::from_string(message)))
         };
-        let (command, created) = match plan_create(ctx, &ctx.image(), topic) {
+        let (command, created) = match plan_create(ctx, &ctx.image(), topic, internal) {
             Ok(planned) => planned,
             Err(refusal) => {
                 results.push(refused(refusal));
@@ -294,6 +307,12 @@ pub(super) async fn apply_delete_topics(
 ) -> Vec<(String, Option<ResponseError>)> {
     let mut outcomes = Vec::new();
     for name in names {
+        if name == OFFSETS_TOPIC {
+            // Every group's committed offsets live there.
+            tracing::info!(topic = %name, "refused to delete an internal topic");
+            outcomes.push((name, Some(ResponseError::InvalidTopicException)));
+            continue;
+        }
         let outcome = match commit(ctx, Command::DeleteTopic { name: name.clone() }).await {
             Ok(()) => {
                 tracing::info!(topic = %name, "deleted topic");
@@ -334,6 +353,14 @@ pub(super) async fn apply_create_partitions(
         let result = CreatePartitionsTopicResult::default().with_name(topic.name.clone());
         let image = ctx.image();
         let checked = check_partition_count(topic.count as i64).and_then(|count| {
+            if name == OFFSETS_TOPIC {
+                return Err(refusal(
+                    ResponseError::InvalidRequest,
+                    format!(
+                        "the partition count of {OFFSETS_TOPIC} decides which partition holds each group's offsets"
+                    ),
+                ));
+            }
             let current = image
                 .topic(&name)
                 .map(|t| (t.partitions.len() as u32, t.partitions.first().map_or(0, |p| p.target_replicas().len())));

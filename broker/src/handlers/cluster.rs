@@ -34,7 +34,8 @@ pub(super) async fn metadata(ctx: &Arc<BrokerContext>, req: &MetadataRequest, ve
         let mut request = CreateTopicsRequest::default();
         request.topics = missing
             .iter()
-            .filter(|n| crate::topics::validate_topic_name(n).is_ok())
+            // The offsets topic is made by the group coordinator, with its own settings.
+            .filter(|n| crate::topics::validate_topic_name(n).is_ok() && n.as_str() != crate::group::OFFSETS_TOPIC)
             .map(|n| {
                 kafka_protocol::messages::create_topics_request::CreatableTopic::default()
                     .with_name(topic_name(n))
@@ -43,7 +44,7 @@ pub(super) async fn metadata(ctx: &Arc<BrokerContext>, req: &MetadataRequest, ve
             })
             .collect();
         let (tx, rx) = flume::bounded(1);
-        if ctx.admin.send_async(AdminRequest::CreateTopics { request, reply: tx }).await.is_ok() {
+        if ctx.admin.send_async(AdminRequest::CreateTopics { request, internal: false, reply: tx }).await.is_ok() {
             let _ = rx.recv_async().await;
         }
         ctx.image()
@@ -60,6 +61,7 @@ pub(super) async fn metadata(ctx: &Arc<BrokerContext>, req: &MetadataRequest, ve
             Some(meta) => MetadataResponseTopic::default()
                 .with_name(Some(topic_name(name)))
                 .with_topic_id(meta.id)
+                .with_is_internal(name == crate::group::OFFSETS_TOPIC)
                 .with_partitions(
                     meta.partitions
                         .iter()

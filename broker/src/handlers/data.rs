@@ -27,6 +27,9 @@ pub fn dispatch_produce(ctx: &Arc<BrokerContext>, req: ProduceRequest) -> Dispat
         for partition in topic.partition_data {
             let outcome = if ![-1, 0, 1].contains(&acks) {
                 Err(ResponseError::InvalidRequiredAcks)
+            } else if name == crate::group::OFFSETS_TOPIC {
+                // Only the group coordinator writes there.
+                Err(ResponseError::InvalidTopicException)
             } else {
                 match (ctx.leader_in(&image, &name, partition.index), partition.records) {
                     // The disk is nearly full: refused before anything is written, retriable.

@@ -4,7 +4,7 @@
 //! handler sees it. Partition work is sent to the owning shard ([`crate::shard`]); topic changes go to
 //! shard 0, which applies them one at a time ([`admin`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -38,6 +38,7 @@ mod admin;
 mod cluster;
 mod data;
 mod elect;
+mod groups;
 mod producers;
 mod reassign;
 
@@ -46,6 +47,7 @@ use admin::*;
 use cluster::*;
 use data::*;
 pub use data::{DispatchedProduce, FETCH_MAX_BYTES, dispatch_produce};
+use groups::*;
 use producers::*;
 
 pub use crate::context::{AdminRequest, BrokerContext, ConfigChange, Led, ask_shard};
@@ -77,13 +79,41 @@ pub fn supported_apis() -> SupportedApis {
         (ApiKey::ListPartitionReassignments, 0, 0),
         // v6 adds two-phase commit transactions.
         (ApiKey::InitProducerId, 0, 5),
+        (ApiKey::FindCoordinator, 0, 6),
+        (ApiKey::JoinGroup, 0, 9),
+        (ApiKey::SyncGroup, 0, 5),
+        (ApiKey::Heartbeat, 0, 4),
+        (ApiKey::LeaveGroup, 0, 5),
+        (ApiKey::OffsetCommit, 2, 9),
+        (ApiKey::OffsetFetch, 1, 9),
+        (ApiKey::ListGroups, 0, 5),
+        (ApiKey::DescribeGroups, 0, 6),
+        (ApiKey::DeleteGroups, 0, 2),
+        (ApiKey::OffsetDelete, 0, 0),
     ])
 }
 
-/// Answers a decoded request; `None` for requests Kafka does not answer (produce with acks=0).
-pub async fn handle(ctx: &Arc<BrokerContext>, request: DecodedRequest) -> Option<ResponseKind> {
+/// Answers a decoded request from the client at `peer` (`IP:PORT`); `None` for requests Kafka does not
+/// answer (produce with acks=0).
+pub async fn handle(ctx: &Arc<BrokerContext>, request: DecodedRequest, peer: &str) -> Option<ResponseKind> {
     let version = request.version;
     Some(match request.body {
+        RequestKind::FindCoordinator(req) => ResponseKind::FindCoordinator(find_coordinator(ctx, req, version).await),
+        RequestKind::JoinGroup(req) => {
+            let client_id = request.header.client_id.as_ref().map_or("", |c| c.as_str());
+            // Kafka shows a member's host as `/IP`.
+            let host = format!("/{}", peer.rsplit_once(':').map_or(peer, |(ip, _)| ip));
+            ResponseKind::JoinGroup(join_group(ctx, req, version, client_id, &host).await)
+        }
+        RequestKind::SyncGroup(req) => ResponseKind::SyncGroup(sync_group(ctx, req).await),
+        RequestKind::Heartbeat(req) => ResponseKind::Heartbeat(heartbeat(ctx, req).await),
+        RequestKind::LeaveGroup(req) => ResponseKind::LeaveGroup(leave_group(ctx, req, version).await),
+        RequestKind::OffsetCommit(req) => ResponseKind::OffsetCommit(offset_commit(ctx, req).await),
+        RequestKind::OffsetFetch(req) => ResponseKind::OffsetFetch(offset_fetch(ctx, req, version).await),
+        RequestKind::ListGroups(req) => ResponseKind::ListGroups(list_groups(ctx, req).await),
+        RequestKind::DescribeGroups(req) => ResponseKind::DescribeGroups(describe_groups(ctx, req, version).await),
+        RequestKind::DeleteGroups(req) => ResponseKind::DeleteGroups(delete_groups(ctx, req).await),
+        RequestKind::OffsetDelete(req) => ResponseKind::OffsetDelete(offset_delete(ctx, req).await),
         RequestKind::ApiVersions(_) => ResponseKind::ApiVersions(ctx.apis.api_versions_response(0)),
         RequestKind::Metadata(req) => ResponseKind::Metadata(metadata(ctx, &req, version).await),
         RequestKind::CreateTopics(req) => ResponseKind::CreateTopics(create_topics(ctx, req).await),

@@ -416,7 +416,7 @@ fn start(
             })
         }
         _ => spawn_handler(async move {
-            let body = handlers::handle(&ctx, request).await;
+            let body = handlers::handle(&ctx, request, &peer).await;
             drop(shared);
             encode(body, correlation_id, api_key, version, &peer)
         }),

@@ -101,6 +101,8 @@ pub fn run(config: BrokerConfig, shutdown: Shutdown) -> Result<()> {
     let shards = config.shards;
     let (senders, receivers): (Vec<_>, Vec<_>) = (0..shards).map(|_| flume::unbounded()).unzip();
     let (admin_tx, admin_rx) = flume::unbounded();
+    let (group_txs, group_rxs): (Vec<_>, Vec<_>) = (0..shards).map(|_| flume::unbounded()).unzip();
+    let mut group_rxs = group_rxs.into_iter();
     let addr = config.listener.socket_addr().with_context(|| format!("resolve listener {}", config.listener))?;
     let mut listeners = bind_listener(addr, shards)?.into_iter();
     let (images_tx, images_rx) = flume::unbounded();
@@ -112,8 +114,7 @@ pub fn run(config: BrokerConfig, shutdown: Shutdown) -> Result<()> {
         config,
         handlers::supported_apis(),
         link.handle(),
-        senders,
-        admin_tx,
+        crate::context::ContextChannels { shards: senders, admin: admin_tx, groups: group_txs },
         shutdown.clone(),
         disk,
     ));
@@ -127,6 +128,7 @@ pub fn run(config: BrokerConfig, shutdown: Shutdown) -> Result<()> {
         let (ctx, shutdown, admin, draining) = (ctx.clone(), shutdown.clone(), admin_rx.take(), draining.clone());
         let clients = clients.clone();
         let listener = listeners.next().expect("one listener descriptor per shard");
+        let groups = group_rxs.next().expect("one group coordinator channel per shard");
         let mut builder = LocalExecutorBuilder::new(placement).name(&format!("shard-{shard}"));
         if ctx.config.shard_limits.idle_poll_us > 0 {
             builder = builder.spin_before_park(Duration::from_micros(ctx.config.shard_limits.idle_poll_us));
@@ -136,7 +138,8 @@ pub fn run(config: BrokerConfig, shutdown: Shutdown) -> Result<()> {
                 // A shard that fails or panics stops the whole broker: the others would serve a
                 // cluster view with its partitions missing.
                 let guard = StopOnFailure(shutdown.clone());
-                let result = run_shard(shard, addr, listener, ctx, clients, requests, admin, shutdown, draining).await;
+                let channels = ShardChannels { requests, groups, admin };
+                let result = run_shard(shard, addr, listener, ctx, clients, channels, shutdown, draining).await;
                 if let Err(e) = &result {
                     tracing::error!(shard, error = %e, "shard failed; stopping the broker");
                     guard.0.trigger();
@@ -338,6 +341,14 @@ fn raise_open_file_limit(wanted: usize) -> usize {
     usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX)
 }
 
+/// What a shard receives work on: its partitions' requests, its group coordinator's, and (shard 0 only)
+/// topic changes and metadata images.
+struct ShardChannels {
+    requests: flume::Receiver<PartitionRequest>,
+    groups: flume::Receiver<crate::group::call::CoordinatorRequest>,
+    admin: Option<(flume::Receiver<AdminRequest>, flume::Receiver<Arc<MetadataImage>>)>,
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn run_shard(
     shard: usize,
@@ -345,11 +356,11 @@ async fn run_shard(
     listener: OwnedFd,
     ctx: Arc<BrokerContext>,
     clients: Arc<Clients>,
-    requests: flume::Receiver<PartitionRequest>,
-    admin: Option<(flume::Receiver<AdminRequest>, flume::Receiver<Arc<MetadataImage>>)>,
+    channels: ShardChannels,
     shutdown: Shutdown,
     draining: Arc<AtomicUsize>,
 ) -> Result<()> {
+    let ShardChannels { requests, groups, admin } = channels;
     // Counts this shard out of the drain however it ends, so a shard that fails to start does not hold
     // the others' shutdown.
     let mut drained = Drained { count: Some(draining), shutdown: shutdown.clone() };
@@ -389,6 +400,7 @@ async fn run_shard(
     let replicating = replication::replicate(ctx.clone(), shard, logs.clone(), replicas.clone(), shutdown.clone());
     glommio::spawn_local(replicating).detach();
     let limits = ctx.config.shard_limits;
+    glommio::spawn_local(crate::group::coordinator::run(ctx.clone(), shard, groups)).detach();
     let upkeep = glommio::spawn_local(shard::upkeep(logs.clone(), replicas, limits, shutdown.clone()));
     if let Some((admin, images)) = admin {
         glommio::spawn_local(handlers::admin(ctx.clone(), admin)).detach();

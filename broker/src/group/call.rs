@@ -1,0 +1,130 @@
+//! What a request handler asks of the group coordinator on the shard that owns a group's
+//! `__consumer_offsets` partition, and what it answers. Plain values and reply channels, so that the
+//! broker's shared context can hold the channels without knowing the coordinator.
+
+use bytes::Bytes;
+use kafka_protocol::ResponseError;
+use shardlog_storage::LeaderEpoch;
+
+use super::classic::{JoinAnswer, JoinArgs, MemberRef, SyncAnswer};
+use super::records::CommittedOffset;
+
+/// A request for one group, to the coordinator of `partition` (which the handler found led here at
+/// `epoch`).
+#[derive(Debug)]
+pub struct GroupCall {
+    pub partition: i32,
+    pub epoch: LeaderEpoch,
+    pub group: String,
+    pub op: GroupOp,
+}
+
+/// One partition's offset in an OffsetCommit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffsetToCommit {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub leader_epoch: i32,
+    pub metadata: String,
+}
+
+/// A committed offset in an OffsetFetch answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchedOffset {
+    pub topic: String,
+    pub partition: i32,
+    /// `None`: nothing committed (the answer says offset -1).
+    pub committed: Option<CommittedOffset>,
+}
+
+/// A group as DescribeGroups shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupDescription {
+    pub state: &'static str,
+    pub protocol_type: String,
+    pub protocol: String,
+    pub members: Vec<DescribedMember>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DescribedMember {
+    pub member_id: String,
+    pub instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub metadata: Bytes,
+    pub assignment: Bytes,
+}
+
+/// A group as ListGroups shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupListing {
+    pub group: String,
+    pub protocol_type: String,
+    pub state: &'static str,
+}
+
+/// A group-level error, or the per-item outcome.
+pub type PerItem = Result<Vec<Option<ResponseError>>, ResponseError>;
+
+#[derive(Debug)]
+pub enum GroupOp {
+    Join {
+        args: JoinArgs,
+        reply: flume::Sender<JoinAnswer>,
+    },
+    Sync {
+        member: MemberRef,
+        generation: i32,
+        protocol_type: Option<String>,
+        protocol_name: Option<String>,
+        assignments: Vec<(String, Bytes)>,
+        reply: flume::Sender<SyncAnswer>,
+    },
+    Heartbeat {
+        member: MemberRef,
+        generation: i32,
+        reply: flume::Sender<Option<ResponseError>>,
+    },
+    /// Per leaving member: its error.
+    Leave {
+        members: Vec<MemberRef>,
+        reply: flume::Sender<PerItem>,
+    },
+    /// Per offset: its error.
+    Commit {
+        member: MemberRef,
+        generation: i32,
+        offsets: Vec<OffsetToCommit>,
+        reply: flume::Sender<PerItem>,
+    },
+    /// `None`: every committed offset of the group.
+    FetchOffsets {
+        partitions: Option<Vec<(String, i32)>>,
+        reply: flume::Sender<Result<Vec<FetchedOffset>, ResponseError>>,
+    },
+    /// `Ok(None)`: no such group.
+    Describe {
+        reply: flume::Sender<Result<Option<GroupDescription>, ResponseError>>,
+    },
+    Delete {
+        reply: flume::Sender<Option<ResponseError>>,
+    },
+    /// OffsetDelete: per partition, its error (GROUP_SUBSCRIBED_TO_TOPIC while the group consumes it).
+    DeleteOffsets {
+        partitions: Vec<(String, i32)>,
+        reply: flume::Sender<PerItem>,
+    },
+}
+
+/// Shard-wide questions to a shard's coordinator.
+#[derive(Debug)]
+pub enum CoordinatorRequest {
+    Group(GroupCall),
+    /// Every group of the offsets partitions this shard coordinates; COORDINATOR_LOAD_IN_PROGRESS while
+    /// one of them is still loading.
+    List {
+        reply: flume::Sender<Result<Vec<GroupListing>, ResponseError>>,
+    },
+}

@@ -1,0 +1,879 @@
+//! The group coordinator of one shard: the adapter between the classic group state machine
+//! ([`super::classic`]) and the shard's `__consumer_offsets` partitions.
+//!
+//! The coordinator of a group is the leader of the group's offsets partition, on the shard that owns
+//! that partition. When this shard's broker becomes leader of one (seen on the coordinator's timer, or
+//! on the first request for it), the partition's log is read from its start to the log end it had then,
+//! and the groups and committed offsets are rebuilt; meanwhile requests are answered
+//! COORDINATOR_LOAD_IN_PROGRESS. When leadership moves away, the groups are dropped and waiting
+//! answers get NOT_COORDINATOR.
+//!
+//! Every change is written to the partition as an acks=all produce through the shard's own partition
+//! channel, and answered only once that write is acknowledged: durable here, and past the high
+//! watermark when the topic is replicated. Writes are sent without an await between deciding a change
+//! and sending its record, so records land in the order the changes were made.
+//!
+//! State lives in `RefCell`s on the shard's thread; no borrow is held across an await.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use futures_lite::future;
+use kafka_protocol::ResponseError;
+use kafka_protocol::records::{
+    Compression, NO_PARTITION_LEADER_EPOCH, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, Record, RecordBatchDecoder,
+    RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+use shardlog_storage::{Clock, LeaderEpoch, SystemClock, TopicPartition};
+
+use super::OFFSETS_TOPIC;
+use super::call::{
+    CoordinatorRequest, DescribedMember, FetchedOffset, GroupCall, GroupDescription, GroupListing, GroupOp,
+    OffsetToCommit,
+};
+use super::classic::{Effects, Group, GroupSettings, GroupState, JoinAnswer, Reply, SyncAnswer, Ticket};
+use super::records::{CommittedOffset, OffsetsRecord};
+use crate::context::{BrokerContext, ask_shard};
+use crate::shard::{OffsetSpec, PartitionRequest};
+
+/// How often groups are checked for expired sessions and rebalance timeouts, and leadership of the
+/// offsets partitions for changes.
+const TICK: Duration = Duration::from_millis(100);
+/// How much of the log one read takes while loading.
+const LOAD_READ_BYTES: usize = 1 << 20;
+/// How long a load waits before reading again when the high watermark has not reached the end yet.
+const LOAD_RETRY: Duration = Duration::from_millis(20);
+
+/// A committed offset and where its record is in the log (a later write of an earlier decision must
+/// not replace it).
+#[derive(Debug, Clone)]
+struct Stored {
+    value: CommittedOffset,
+    at: i64,
+}
+
+/// A group and its committed offsets.
+#[derive(Debug)]
+struct Entry {
+    group: Group,
+    offsets: BTreeMap<(String, i32), Stored>,
+    /// Whether a membership record of it may be in the log (a tombstone is then written when it goes).
+    recorded: bool,
+}
+
+enum Slot {
+    Loading(LeaderEpoch),
+    Loaded { epoch: LeaderEpoch, groups: HashMap<String, Entry> },
+}
+
+enum Waiter {
+    Join(flume::Sender<JoinAnswer>),
+    Sync(flume::Sender<SyncAnswer>),
+}
+
+/// One shard's coordinator.
+struct Coordinator {
+    ctx: Arc<BrokerContext>,
+    shard: usize,
+    settings: GroupSettings,
+    partitions: RefCell<HashMap<i32, Slot>>,
+    waiters: RefCell<HashMap<Ticket, Waiter>>,
+    next_ticket: Cell<Ticket>,
+}
+
+fn now_ms() -> u64 {
+    SystemClock.now_ms().max(0) as u64
+}
+
+/// Runs the shard's coordinator until the broker stops.
+pub async fn run(ctx: Arc<BrokerContext>, shard: usize, requests: flume::Receiver<CoordinatorRequest>) {
+    let me = Rc::new(Coordinator {
+        settings: ctx.config.groups.settings,
+        ctx,
+        shard,
+        partitions: RefCell::new(HashMap::new()),
+        waiters: RefCell::new(HashMap::new()),
+        next_ticket: Cell::new(1),
+    });
+    let ticker = me.clone();
+    glommio::spawn_local(async move {
+        while !ticker.ctx.shutdown.is_triggered() {
+            glommio::timer::sleep(TICK).await;
+            ticker.clone().tick().await;
+        }
+    })
+    .detach();
+    loop {
+        let next = future::or(async { requests.recv_async().await.ok() }, async {
+            me.ctx.shutdown.wait().await;
+            None
+        })
+        .await;
+        let Some(request) = next else { return };
+        // Handled as tasks of their own: a JoinGroup waits for the rebalance, others must not wait behind it.
+        glommio::spawn_local(me.clone().handle(request)).detach();
+    }
+}
+
+impl Coordinator {
+    async fn handle(self: Rc<Self>, request: CoordinatorRequest) {
+        match request {
+            CoordinatorRequest::List { reply } => {
+                let _ = reply.send(self.list());
+            }
+            CoordinatorRequest::Group(call) => self.handle_group(call).await,
+        }
+    }
+
+    fn list(&self) -> Result<Vec<GroupListing>, ResponseError> {
+        let partitions = self.partitions.borrow();
+        let mut out = Vec::new();
+        for slot in partitions.values() {
+            match slot {
+                Slot::Loading(_) => return Err(ResponseError::CoordinatorLoadInProgress),
+                Slot::Loaded { groups, .. } => out.extend(groups.iter().map(|(id, e)| GroupListing {
+                    group: id.clone(),
+                    protocol_type: e.group.protocol_type.clone().unwrap_or_default(),
+                    state: e.group.state.name(),
+                })),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Whether the partition is loaded at `epoch`; starts loading it when this is the first word of a
+    /// newer leadership.
+    fn ready(self: &Rc<Self>, partition: i32, epoch: LeaderEpoch) -> Result<(), ResponseError> {
+        let current = match self.partitions.borrow().get(&partition) {
+            Some(Slot::Loaded { epoch: e, .. }) => Some((*e, true)),
+            Some(Slot::Loading(e)) => Some((*e, false)),
+            None => None,
+        };
+        match current {
+            Some((e, true)) if e == epoch => Ok(()),
+            Some((e, false)) if e == epoch => Err(ResponseError::CoordinatorLoadInProgress),
+            // The handler saw an older leadership than the one loaded: it is no longer the coordinator.
+            Some((e, _)) if e > epoch => Err(ResponseError::NotCoordinator),
+            _ => {
+                self.start_load(partition, epoch);
+                Err(ResponseError::CoordinatorLoadInProgress)
+            }
+        }
+    }
+
+    fn start_load(self: &Rc<Self>, partition: i32, epoch: LeaderEpoch) {
+        let old = self.partitions.borrow_mut().insert(partition, Slot::Loading(epoch));
+        if let Some(Slot::Loaded { groups, .. }) = old {
+            self.abandon(groups);
+        }
+        let me = self.clone();
+        glommio::spawn_local(async move {
+            let loaded = me.read_partition(partition, epoch).await;
+            let mut partitions = me.partitions.borrow_mut();
+            if !matches!(partitions.get(&partition), Some(Slot::Loading(e)) if *e == epoch) {
+                return;
+            }
+            match loaded {
+                Ok(groups) => {
+                    if groups.is_empty() {
+                        tracing::debug!(partition, %epoch, "no consumer groups to load");
+                    } else {
+                        tracing::info!(partition, %epoch, groups = groups.len(), "loaded consumer groups");
+                    }
+                    partitions.insert(partition, Slot::Loaded { epoch, groups });
+                }
+                Err(reason) => {
+                    // Tried again on the next tick while this broker still leads it.
+                    tracing::debug!(partition, %epoch, %reason, "consumer groups not loaded");
+                    partitions.remove(&partition);
+                }
+            }
+        })
+        .detach();
+    }
+
+    /// Answers every waiting request of groups this shard no longer coordinates.
+    fn abandon(&self, groups: HashMap<String, Entry>) {
+        for (_, mut entry) in groups {
+            self.deliver(entry.group.abandon(ResponseError::NotCoordinator), None);
+        }
+    }
+
+    /// Rebuilds the groups of a partition from its log, from the start to the log end it has now.
+    async fn read_partition(&self, partition: i32, epoch: LeaderEpoch) -> Result<HashMap<String, Entry>, String> {
+        let tp = TopicPartition::new(OFFSETS_TOPIC.to_string(), partition as u32);
+        let list = |spec| {
+            let tp = tp.clone();
+            ask_shard(&self.ctx, self.shard, move |reply| PartitionRequest::ListOffsets { tp, spec, reply })
+        };
+        let end = list(OffsetSpec::LogEnd).await.ok_or("shard gone")?;
+        let start = list(OffsetSpec::Earliest).await.ok_or("shard gone")?;
+        if let Some(e) = end.error.or(start.error) {
+            return Err(format!("list offsets: {e:?}"));
+        }
+        let mut replay = Replay::default();
+        let mut next = start.offset;
+        while next < end.offset {
+            if self.ctx.leader_here(OFFSETS_TOPIC, partition).map(|led| led.epoch) != Ok(epoch) {
+                return Err("no longer the leader".into());
+            }
+            let tp = tp.clone();
+            let read = ask_shard(&self.ctx, self.shard, move |reply| PartitionRequest::Fetch {
+                tp,
+                offset: next,
+                max_bytes: LOAD_READ_BYTES,
+                whole_first_batch: true,
+                reply,
+            })
+            .await
+            .ok_or("shard gone")?;
+            match read.error {
+                None if !read.records.is_empty() => next = replay.batches(read.records, next)?,
+                // The high watermark has not reached the log end yet (a new leader's followers catch up).
+                None | Some(ResponseError::OffsetNotAvailable) => glommio::timer::sleep(LOAD_RETRY).await,
+                Some(e) => return Err(format!("read at {next}: {e:?}")),
+            }
+        }
+        Ok(replay.into_groups(self.settings, now_ms()))
+    }
+
+    /// The next ticket, with its waiter.
+    fn wait_for(&self, waiter: Waiter) -> Ticket {
+        let ticket = self.next_ticket.get();
+        self.next_ticket.set(ticket + 1);
+        self.waiters.borrow_mut().insert(ticket, waiter);
+        ticket
+    }
+
+    /// Sends answers to their waiters; with `error`, each is replaced by that refusal.
+    fn deliver(&self, replies: Vec<Reply>, error: Option<ResponseError>) {
+        let mut waiters = self.waiters.borrow_mut();
+        for reply in replies {
+            match reply {
+                Reply::Join(ticket, answer) => {
+                    if let Some(Waiter::Join(tx)) = waiters.remove(&ticket) {
+                        let answer = match error {
+                            Some(e) => JoinAnswer::refused(e, &answer.member_id),
+                            None => answer,
+                        };
+                        let _ = tx.send(answer);
+                    }
+                }
+                Reply::Sync(ticket, answer) => {
+                    if let Some(Waiter::Sync(tx)) = waiters.remove(&ticket) {
+                        let _ = tx.send(error.map_or(answer, SyncAnswer::refused));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Runs `f` on the partition's groups, if it is (still) loaded.
+    fn with_groups<R>(&self, partition: i32, f: impl FnOnce(&mut HashMap<String, Entry>) -> R) -> Option<R> {
+        match self.partitions.borrow_mut().get_mut(&partition) {
+            Some(Slot::Loaded { groups, .. }) => Some(f(groups)),
+            _ => None,
+        }
+    }
+
+    /// Carries out a group's effects: writes its membership record first when asked, then answers.
+    async fn settle(&self, partition: i32, epoch: LeaderEpoch, group: &str, effects: Effects) {
+        if !effects.persist {
+            self.deliver(effects.replies, None);
+            return;
+        }
+        let record = self.with_groups(partition, |groups| {
+            groups.get_mut(group).map(|e| {
+                e.recorded = true;
+                e.group.record()
+            })
+        });
+        let Some(Some(record)) = record else {
+            self.deliver(effects.replies, Some(ResponseError::NotCoordinator));
+            return;
+        };
+        let write =
+            self.write(partition, epoch, &[OffsetsRecord::Group { group: group.to_string(), value: Some(record) }]);
+        match write.await {
+            Ok(_) => self.deliver(effects.replies, None),
+            Err(e) => {
+                let error = coordinator_error(e);
+                tracing::debug!(group, ?e, "group record not written");
+                self.deliver(effects.replies, Some(error));
+                // The generation's assignment was not recorded: the members join again.
+                let more = self
+                    .with_groups(partition, |groups| groups.get_mut(group).map(|e| e.group.persist_failed(now_ms())));
+                if let Some(Some(more)) = more {
+                    self.deliver(more.replies, None);
+                }
+            }
+        }
+    }
+
+    /// Appends records to the partition (acks=all) and returns the offset of the first.
+    fn write(
+        &self,
+        partition: i32,
+        epoch: LeaderEpoch,
+        records: &[OffsetsRecord],
+    ) -> impl Future<Output = Result<i64, ResponseError>> + use<> {
+        let sent = encode_batch(records).and_then(|batch| {
+            let (reply, outcome) = flume::bounded(1);
+            let request = PartitionRequest::Produce {
+                tp: TopicPartition::new(OFFSETS_TOPIC.to_string(), partition as u32),
+                batch,
+                epoch,
+                acks: -1,
+                timeout_ms: self.ctx.config.groups.commit_timeout_ms,
+                reply,
+            };
+            // Sent now, not when the future is first polled: records keep the order of the decisions.
+            self.ctx.shards[self.shard].send(request).map(|()| outcome).map_err(|_| ResponseError::NotCoordinator)
+        });
+        async move {
+            let outcome = sent?.recv_async().await.map_err(|_| ResponseError::NotCoordinator)?;
+            match outcome.error {
+                None => Ok(outcome.base_offset),
+                Some(e) => Err(e),
+            }
+        }
+    }
+
+    async fn handle_group(self: Rc<Self>, call: GroupCall) {
+        let GroupCall { partition, epoch, group, op } = call;
+        if let Err(error) = self.ready(partition, epoch) {
+            refuse(op, error);
+            return;
+        }
+        let now = now_ms();
+        let settings = self.settings;
+        match op {
+            GroupOp::Join { args, reply } => {
+                let ticket = self.wait_for(Waiter::Join(reply));
+                let effects = self.with_groups(partition, |groups| {
+                    let entry = groups.entry(group.clone()).or_insert_with(|| Entry::new(&group, settings, now));
+                    entry.group.join(args, ticket, now)
+                });
+                if let Some(effects) = effects {
+                    self.settle(partition, epoch, &group, effects).await;
+                }
+            }
+            GroupOp::Sync { member, generation, protocol_type, protocol_name, assignments, reply } => {
+                let ticket = self.wait_for(Waiter::Sync(reply));
+                let effects = self.with_groups(partition, |groups| match groups.get_mut(&group) {
+                    Some(entry) => {
+                        let protocol = (protocol_type.as_deref(), protocol_name.as_deref());
+                        entry.group.sync(&member, generation, protocol, assignments, ticket, now)
+                    }
+                    None => Effects {
+                        replies: vec![Reply::Sync(ticket, SyncAnswer::refused(ResponseError::UnknownMemberId))],
+                        persist: false,
+                    },
+                });
+                if let Some(effects) = effects {
+                    self.settle(partition, epoch, &group, effects).await;
+                }
+            }
+            GroupOp::Heartbeat { member, generation, reply } => {
+                let error = self.with_groups(partition, |groups| match groups.get_mut(&group) {
+                    Some(entry) => entry.group.heartbeat(&member, generation, now),
+                    None => Some(ResponseError::UnknownMemberId),
+                });
+                let _ = reply.send(error.unwrap_or(Some(ResponseError::NotCoordinator)));
+            }
+            GroupOp::Leave { members, reply } => {
+                let outcome = self.with_groups(partition, |groups| match groups.get_mut(&group) {
+                    Some(entry) => entry.group.leave(&members, now),
+                    None => (vec![Some(ResponseError::UnknownMemberId); members.len()], Effects::default()),
+                });
+                let Some((errors, effects)) = outcome else {
+                    let _ = reply.send(Err(ResponseError::NotCoordinator));
+                    return;
+                };
+                let _ = reply.send(Ok(errors));
+                self.settle(partition, epoch, &group, effects).await;
+            }
+            GroupOp::Commit { member, generation, offsets, reply } => {
+                let _ = reply.send(self.commit(partition, epoch, &group, member, generation, offsets, now).await);
+            }
+            GroupOp::FetchOffsets { partitions, reply } => {
+                let fetched = self.with_groups(partition, |groups| fetch_offsets(groups.get(&group), partitions));
+                let _ = reply.send(fetched.ok_or(ResponseError::NotCoordinator));
+            }
+            GroupOp::Describe { reply } => {
+                let described = self.with_groups(partition, |groups| groups.get(&group).map(describe));
+                let _ = reply.send(described.ok_or(ResponseError::NotCoordinator));
+            }
+            GroupOp::Delete { reply } => {
+                let _ = reply.send(self.delete(partition, epoch, &group).await);
+            }
+            GroupOp::DeleteOffsets { partitions, reply } => {
+                let _ = reply.send(self.delete_offsets(partition, epoch, &group, partitions).await);
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn commit(
+        &self,
+        partition: i32,
+        epoch: LeaderEpoch,
+        group: &str,
+        member: super::classic::MemberRef,
+        generation: i32,
+        offsets: Vec<OffsetToCommit>,
+        now: u64,
+    ) -> super::call::PerItem {
+        let settings = self.settings;
+        let checked = self.with_groups(partition, |groups| {
+            let entry = match groups.get_mut(group) {
+                Some(entry) => entry,
+                // A client outside any group (assign() and commit) creates an empty group; a member of a
+                // generation the coordinator does not know is from before a move: refused.
+                None if generation < 0 => {
+                    groups.entry(group.to_string()).or_insert_with(|| Entry::new(group, settings, now))
+                }
+                None => return Err(ResponseError::IllegalGeneration),
+            };
+            entry.group.check_commit(&member, generation, now)
+        });
+        checked.ok_or(ResponseError::NotCoordinator)??;
+        let timestamp = SystemClock.now_ms();
+        let records: Vec<OffsetsRecord> = offsets
+            .iter()
+            .map(|o| OffsetsRecord::Offset {
+                group: group.to_string(),
+                topic: o.topic.clone(),
+                partition: o.partition,
+                value: Some(CommittedOffset {
+                    offset: o.offset,
+                    leader_epoch: o.leader_epoch,
+                    metadata: o.metadata.clone(),
+                    commit_timestamp_ms: timestamp,
+                }),
+            })
+            .collect();
+        if records.is_empty() {
+            return Ok(Vec::new());
+        }
+        match self.write(partition, epoch, &records).await {
+            Ok(base) => {
+                self.with_groups(partition, |groups| {
+                    // The entry of an empty group may have been dropped while the write was out.
+                    let entry = groups.entry(group.to_string()).or_insert_with(|| Entry::new(group, settings, now));
+                    for (i, record) in records.into_iter().enumerate() {
+                        if let OffsetsRecord::Offset { topic, partition, value: Some(value), .. } = record {
+                            entry.store((topic, partition), value, base + i as i64);
+                        }
+                    }
+                });
+                Ok(vec![None; offsets.len()])
+            }
+            Err(e) => {
+                tracing::debug!(group, ?e, "offset commit not written");
+                Ok(vec![Some(commit_error(e)); offsets.len()])
+            }
+        }
+    }
+
+    async fn delete(&self, partition: i32, epoch: LeaderEpoch, group: &str) -> Option<ResponseError> {
+        let planned = self.with_groups(partition, |groups| {
+            let entry = groups.get_mut(group).ok_or(ResponseError::GroupIdNotFound)?;
+            entry.group.check_delete()?;
+            let effects = entry.group.mark_dead(now_ms());
+            let mut records: Vec<OffsetsRecord> = entry
+                .offsets
+                .keys()
+                .map(|(topic, p)| OffsetsRecord::Offset {
+                    group: group.to_string(),
+                    topic: topic.clone(),
+                    partition: *p,
+                    value: None,
+                })
+                .collect();
+            records.push(OffsetsRecord::Group { group: group.to_string(), value: None });
+            Ok((records, effects))
+        });
+        let (records, effects) = match planned {
+            None => return Some(ResponseError::NotCoordinator),
+            Some(Err(e)) => return Some(e),
+            Some(Ok(planned)) => planned,
+        };
+        self.deliver(effects.replies, None);
+        let written = self.write(partition, epoch, &records).await;
+        match written {
+            Ok(_) => {
+                self.with_groups(partition, |groups| groups.remove(group));
+                tracing::info!(group, "deleted consumer group");
+                None
+            }
+            Err(e) => {
+                // Not recorded: the group stays, empty, as it was.
+                self.with_groups(partition, |groups| {
+                    if let Some(entry) = groups.get_mut(group) {
+                        entry.group.state = GroupState::Empty;
+                    }
+                });
+                Some(coordinator_error(e))
+            }
+        }
+    }
+
+    async fn delete_offsets(
+        &self,
+        partition: i32,
+        epoch: LeaderEpoch,
+        group: &str,
+        partitions: Vec<(String, i32)>,
+    ) -> super::call::PerItem {
+        let planned = self.with_groups(partition, |groups| {
+            let entry = groups.get(group).ok_or(ResponseError::GroupIdNotFound)?;
+            let subscribed = subscribed_topics(&entry.group);
+            Ok(partitions
+                .iter()
+                .map(|(topic, _)| subscribed.contains(topic).then_some(ResponseError::GroupSubscribedToTopic))
+                .collect::<Vec<_>>())
+        });
+        let errors = planned.ok_or(ResponseError::NotCoordinator)??;
+        let records: Vec<OffsetsRecord> = partitions
+            .iter()
+            .zip(&errors)
+            .filter(|(_, e)| e.is_none())
+            .map(|((topic, p), _)| OffsetsRecord::Offset {
+                group: group.to_string(),
+                topic: topic.clone(),
+                partition: *p,
+                value: None,
+            })
+            .collect();
+        if records.is_empty() {
+            return Ok(errors);
+        }
+        match self.write(partition, epoch, &records).await {
+            Ok(_) => {
+                self.with_groups(partition, |groups| {
+                    if let Some(entry) = groups.get_mut(group) {
+                        for ((topic, p), e) in partitions.iter().zip(&errors) {
+                            if e.is_none() {
+                                entry.offsets.remove(&(topic.clone(), *p));
+                            }
+                        }
+                    }
+                });
+                Ok(errors)
+            }
+            Err(e) => Err(coordinator_error(e)),
+        }
+    }
+
+    /// The coordinator's timer: follows leadership of the offsets partitions, then moves every group's
+    /// clock and forgets empty groups without offsets.
+    async fn tick(self: Rc<Self>) {
+        self.follow_leadership();
+        let now = now_ms();
+        let mut work: Vec<(i32, LeaderEpoch, String, Effects)> = Vec::new();
+        let mut gone: Vec<(i32, LeaderEpoch, String)> = Vec::new();
+        for (partition, slot) in self.partitions.borrow_mut().iter_mut() {
+            let Slot::Loaded { epoch, groups } = slot else { continue };
+            for (id, entry) in groups.iter_mut() {
+                let effects = entry.group.tick(now);
+                if !effects.replies.is_empty() || effects.persist {
+                    work.push((*partition, *epoch, id.clone(), effects));
+                }
+            }
+            groups.retain(|id, entry| {
+                let idle =
+                    matches!(entry.group.state, GroupState::Empty | GroupState::Dead) && entry.offsets.is_empty();
+                if idle && entry.recorded {
+                    gone.push((*partition, *epoch, id.clone()));
+                }
+                !idle
+            });
+        }
+        for (partition, epoch, group, effects) in work {
+            self.settle(partition, epoch, &group, effects).await;
+        }
+        for (partition, epoch, group) in gone {
+            let tombstone = [OffsetsRecord::Group { group: group.clone(), value: None }];
+            if let Err(e) = self.write(partition, epoch, &tombstone).await {
+                tracing::debug!(group, ?e, "tombstone of an empty group not written");
+            }
+        }
+    }
+
+    /// Starts loading the offsets partitions this shard has come to lead and drops those it no longer
+    /// leads.
+    fn follow_leadership(self: &Rc<Self>) {
+        let image = self.ctx.image();
+        let count = image.topic(OFFSETS_TOPIC).map_or(0, |t| t.partitions.len() as i32);
+        let led: BTreeMap<i32, LeaderEpoch> = (0..count)
+            .filter_map(|p| self.ctx.leader_in(&image, OFFSETS_TOPIC, p).ok().map(|led| (p, led)))
+            .filter(|(_, led)| led.shard == self.shard)
+            .map(|(p, led)| (p, led.epoch))
+            .collect();
+        let stale: Vec<i32> = self
+            .partitions
+            .borrow()
+            .iter()
+            .filter(|(p, slot)| {
+                let epoch = match slot {
+                    Slot::Loading(e) | Slot::Loaded { epoch: e, .. } => *e,
+                };
+                led.get(p) != Some(&epoch)
+            })
+            .map(|(p, _)| *p)
+            .collect();
+        for p in stale {
+            if let Some(Slot::Loaded { groups, .. }) = self.partitions.borrow_mut().remove(&p) {
+                tracing::info!(partition = p, groups = groups.len(), "no longer coordinating these consumer groups");
+                self.abandon(groups);
+            }
+        }
+        for (p, epoch) in led {
+            if !self.partitions.borrow().contains_key(&p) {
+                self.start_load(p, epoch);
+            }
+        }
+    }
+}
+
+impl Entry {
+    fn new(id: &str, settings: GroupSettings, now: u64) -> Entry {
+        Entry { group: Group::new(id, settings, now), offsets: BTreeMap::new(), recorded: false }
+    }
+
+    fn store(&mut self, key: (String, i32), value: CommittedOffset, at: i64) {
+        match self.offsets.get(&key) {
+            Some(stored) if stored.at > at => {}
+            _ => {
+                self.offsets.insert(key, Stored { value, at });
+            }
+        }
+    }
+}
+
+/// A group's last membership record and its offsets, as a replay has found them so far.
+type Replayed = (Option<super::classic::GroupRecord>, BTreeMap<(String, i32), Stored>);
+
+/// The partition's records, applied in log order.
+#[derive(Default)]
+struct Replay {
+    groups: BTreeMap<String, Replayed>,
+}
+
+impl Replay {
+    /// Applies the batches read from `from` on; returns the offset after the last one.
+    fn batches(&mut self, mut bytes: Bytes, from: i64) -> Result<i64, String> {
+        let mut next = from;
+        while !bytes.is_empty() {
+            let header = shardlog_storage::batch::BatchHeader::parse(&bytes).map_err(|e| e.to_string())?;
+            let set = RecordBatchDecoder::decode(&mut bytes)
+                .map_err(|e| format!("decode batch at {}: {e}", header.base_offset))?;
+            for record in set.records.iter().filter(|r| r.offset >= from && !r.control) {
+                match OffsetsRecord::decode(record.key.as_deref(), record.value.as_deref()) {
+                    Ok(decoded) => self.apply(decoded, record.offset),
+                    // Written by another version or damaged: skipped, as Kafka skips unknown record types.
+                    Err(e) => {
+                        tracing::warn!(offset = record.offset, error = %e, "skipped an unreadable record in __consumer_offsets")
+                    }
+                }
+            }
+            next = next.max(header.base_offset + header.last_offset_delta as i64 + 1);
+        }
+        Ok(next)
+    }
+
+    fn apply(&mut self, record: OffsetsRecord, at: i64) {
+        match record {
+            OffsetsRecord::Offset { group, topic, partition, value } => {
+                let offsets = &mut self.groups.entry(group).or_default().1;
+                match value {
+                    Some(value) => {
+                        offsets.insert((topic, partition), Stored { value, at });
+                    }
+                    None => {
+                        offsets.remove(&(topic, partition));
+                    }
+                }
+            }
+            OffsetsRecord::Group { group, value } => match value {
+                Some(value) => self.groups.entry(group).or_default().0 = Some(value),
+                None => {
+                    if let Some(entry) = self.groups.get_mut(&group) {
+                        entry.0 = None;
+                    }
+                }
+            },
+        }
+    }
+
+    fn into_groups(self, settings: GroupSettings, now: u64) -> HashMap<String, Entry> {
+        self.groups
+            .into_iter()
+            .filter(|(_, (record, offsets))| record.is_some() || !offsets.is_empty())
+            .map(|(id, (record, offsets))| {
+                let recorded = record.is_some();
+                let group = match record {
+                    Some(record) => Group::restored(&id, settings, record, now),
+                    None => Group::new(&id, settings, now),
+                };
+                (id, Entry { group, offsets, recorded })
+            })
+            .collect()
+    }
+}
+
+/// One uncommpressed batch of the records, without a producer id.
+fn encode_batch(records: &[OffsetsRecord]) -> Result<Bytes, ResponseError> {
+    let timestamp = SystemClock.now_ms();
+    let records: Vec<Record> = records
+        .iter()
+        .enumerate()
+        .map(|(i, r)| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: NO_PARTITION_LEADER_EPOCH,
+            producer_id: NO_PRODUCER_ID,
+            producer_epoch: NO_PRODUCER_EPOCH,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            // The encoder keeps records in one batch while offset - sequence stays the same.
+            sequence: i as i32 - 1,
+            timestamp,
+            key: Some(r.key()),
+            value: r.value(),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut out = BytesMut::new();
+    RecordBatchEncoder::encode(&mut out, &records, &RecordEncodeOptions { version: 2, compression: Compression::None })
+        .map_err(|_| ResponseError::UnknownServerError)?;
+    Ok(out.freeze())
+}
+
+/// A write's error as a group request answers it (Kafka's mapping).
+fn coordinator_error(e: ResponseError) -> ResponseError {
+    match e {
+        ResponseError::UnknownTopicOrPartition
+        | ResponseError::NotEnoughReplicas
+        | ResponseError::NotEnoughReplicasAfterAppend
+        | ResponseError::RequestTimedOut => ResponseError::CoordinatorNotAvailable,
+        ResponseError::NotLeaderOrFollower | ResponseError::KafkaStorageError | ResponseError::FencedLeaderEpoch => {
+            ResponseError::NotCoordinator
+        }
+        ResponseError::MessageTooLarge | ResponseError::RecordListTooLarge => ResponseError::UnknownServerError,
+        other => other,
+    }
+}
+
+/// A write's error as an offset commit answers it.
+fn commit_error(e: ResponseError) -> ResponseError {
+    match e {
+        ResponseError::MessageTooLarge | ResponseError::RecordListTooLarge => ResponseError::InvalidCommitOffsetSize,
+        other => coordinator_error(other),
+    }
+}
+
+fn fetch_offsets(entry: Option<&Entry>, partitions: Option<Vec<(String, i32)>>) -> Vec<FetchedOffset> {
+    match partitions {
+        Some(wanted) => wanted
+            .into_iter()
+            .map(|(topic, partition)| {
+                let committed = entry.and_then(|e| e.offsets.get(&(topic.clone(), partition))).map(|s| s.value.clone());
+                FetchedOffset { topic, partition, committed }
+            })
+            .collect(),
+        None => entry
+            .map(|e| {
+                e.offsets
+                    .iter()
+                    .map(|((topic, partition), s)| FetchedOffset {
+                        topic: topic.clone(),
+                        partition: *partition,
+                        committed: Some(s.value.clone()),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+    }
+}
+
+fn describe(entry: &Entry) -> GroupDescription {
+    let group = &entry.group;
+    let protocol = group.protocol.clone().unwrap_or_default();
+    let stable = group.state == GroupState::Stable;
+    GroupDescription {
+        state: group.state.name(),
+        protocol_type: group.protocol_type.clone().unwrap_or_default(),
+        protocol: protocol.clone(),
+        members: group
+            .members
+            .values()
+            .map(|m| DescribedMember {
+                member_id: m.member_id.clone(),
+                instance_id: m.instance_id.clone(),
+                client_id: m.client_id.clone(),
+                client_host: m.client_host.clone(),
+                metadata: m.metadata(&protocol),
+                // Kafka shows assignments only once the generation is stable.
+                assignment: if stable { m.assignment.clone() } else { Bytes::new() },
+            })
+            .collect(),
+    }
+}
+
+/// The topics a consumer group's members subscribe to (from their `consumer` protocol metadata).
+fn subscribed_topics(group: &Group) -> BTreeSet<String> {
+    use kafka_protocol::messages::ConsumerProtocolSubscription;
+    use kafka_protocol::protocol::Decodable;
+    let mut topics = BTreeSet::new();
+    if group.protocol_type.as_deref() != Some("consumer") || group.state == GroupState::Empty {
+        return topics;
+    }
+    let protocol = group.protocol.clone().unwrap_or_default();
+    for member in group.members.values() {
+        let mut metadata = member.metadata(&protocol);
+        if metadata.len() < 2 {
+            continue;
+        }
+        let version = i16::from_be_bytes([metadata[0], metadata[1]]);
+        bytes::Buf::advance(&mut metadata, 2);
+        // Kafka's newest subscription version is 3; a newer one is read as 3 (fields are only added).
+        if let Ok(sub) = ConsumerProtocolSubscription::decode(&mut metadata, version.clamp(0, 3)) {
+            topics.extend(sub.topics.iter().map(|t| t.to_string()));
+        }
+    }
+    topics
+}
+
+/// Answers a group call with `error`.
+fn refuse(op: GroupOp, error: ResponseError) {
+    match op {
+        GroupOp::Join { args, reply } => {
+            let _ = reply.send(JoinAnswer::refused(error, &args.member_id));
+        }
+        GroupOp::Sync { reply, .. } => {
+            let _ = reply.send(SyncAnswer::refused(error));
+        }
+        GroupOp::Heartbeat { reply, .. } => {
+            let _ = reply.send(Some(error));
+        }
+        GroupOp::Leave { reply, .. } | GroupOp::Commit { reply, .. } | GroupOp::DeleteOffsets { reply, .. } => {
+            let _ = reply.send(Err(error));
+        }
+        GroupOp::FetchOffsets { reply, .. } => {
+            let _ = reply.send(Err(error));
+        }
+        GroupOp::Describe { reply } => {
+            let _ = reply.send(Err(error));
+        }
+        GroupOp::Delete { reply } => {
+            let _ = reply.send(Some(error));
+        }
+    }
+}

@@ -1,0 +1,333 @@
+//! Consumer group APIs over the wire against the real binary: the coordinator found, a member joining,
+//! syncing, heartbeating and committing, Kafka's fencing errors for stale and unknown members and for a
+//! malformed JoinGroup (none of which disturbs the group), commits from outside the group, offsets
+//! listed, described, deleted; the offsets topic internal and out of clients' reach; committed offsets
+//! kept across a SIGKILL of the broker.
+
+mod common;
+
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::requests::{batch, create, name, produce_request};
+use common::{Broker, receive, send};
+use kafka_protocol::ResponseError;
+use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+use kafka_protocol::messages::leave_group_request::MemberIdentity;
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::offset_commit_request::{OffsetCommitRequestPartition, OffsetCommitRequestTopic};
+use kafka_protocol::messages::offset_delete_request::{OffsetDeleteRequestPartition, OffsetDeleteRequestTopic};
+use kafka_protocol::messages::offset_fetch_request::{OffsetFetchRequestGroup, OffsetFetchRequestTopics};
+use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
+use kafka_protocol::messages::{
+    ApiKey, DeleteGroupsRequest, DeleteTopicsRequest, DescribeGroupsRequest, FindCoordinatorRequest, GroupId,
+    HeartbeatRequest, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, ListGroupsRequest, MetadataRequest,
+    OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest, OffsetFetchResponse, ResponseKind, SyncGroupRequest,
+};
+use kafka_protocol::protocol::{Encodable, StrBytes};
+
+const TOPIC: &str = "orders";
+
+fn s(text: &str) -> StrBytes {
+    StrBytes::from_string(text.to_string())
+}
+
+fn gid(text: &str) -> GroupId {
+    GroupId(s(text))
+}
+
+fn call<T: Encodable>(stream: &mut TcpStream, api: ApiKey, version: i16, body: &T) -> ResponseKind {
+    send(stream, api, version, 7, body);
+    receive(stream, api, version).1
+}
+
+/// Retries `attempt` while the coordinator is being created or loaded (errors clients retry).
+fn until_coordinated<T>(mut attempt: impl FnMut() -> (i16, T)) -> (i16, T) {
+    let retriable = [
+        ResponseError::CoordinatorNotAvailable.code(),
+        ResponseError::CoordinatorLoadInProgress.code(),
+        ResponseError::NotCoordinator.code(),
+    ];
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (code, value) = attempt();
+        if !retriable.contains(&code) || Instant::now() > deadline {
+            return (code, value);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// FindCoordinator v3 for `group` until it is answered (the first ask creates the offsets topic).
+fn find_coordinator(stream: &mut TcpStream, group: &str) {
+    let find = FindCoordinatorRequest::default().with_key(s(group));
+    let (code, _) = until_coordinated(|| {
+        let ResponseKind::FindCoordinator(r) = call(stream, ApiKey::FindCoordinator, 3, &find) else {
+            panic!("wrong response")
+        };
+        (r.error_code, ())
+    });
+    assert_eq!(code, 0);
+}
+
+fn join(stream: &mut TcpStream, group: &str, member: &str, protocols: &[(&str, &[u8])]) -> JoinGroupResponse {
+    let request = JoinGroupRequest::default()
+        .with_group_id(gid(group))
+        .with_session_timeout_ms(10_000)
+        .with_rebalance_timeout_ms(10_000)
+        .with_member_id(s(member))
+        .with_protocol_type(s("consumer"))
+        .with_protocols(
+            protocols
+                .iter()
+                .map(|(n, m)| {
+                    JoinGroupRequestProtocol::default().with_name(s(n)).with_metadata(Bytes::copy_from_slice(m))
+                })
+                .collect(),
+        );
+    let ResponseKind::JoinGroup(r) = call(stream, ApiKey::JoinGroup, 5, &request) else { panic!("wrong response") };
+    r
+}
+
+fn heartbeat(stream: &mut TcpStream, group: &str, member: &str, generation: i32) -> i16 {
+    let request =
+        HeartbeatRequest::default().with_group_id(gid(group)).with_member_id(s(member)).with_generation_id(generation);
+    let ResponseKind::Heartbeat(r) = call(stream, ApiKey::Heartbeat, 4, &request) else { panic!("wrong response") };
+    r.error_code
+}
+
+/// Commits `offset` for partitions 0 and 1 of [`TOPIC`]; the error of each.
+fn commit(stream: &mut TcpStream, group: &str, member: &str, generation: i32, offset: i64) -> Vec<i16> {
+    let partitions = (0..2)
+        .map(|p| {
+            OffsetCommitRequestPartition::default()
+                .with_partition_index(p)
+                .with_committed_offset(offset + p as i64)
+                .with_committed_leader_epoch(-1)
+                .with_committed_metadata(Some(s("meta")))
+        })
+        .collect();
+    let request = OffsetCommitRequest::default()
+        .with_group_id(gid(group))
+        .with_generation_id_or_member_epoch(generation)
+        .with_member_id(s(member))
+        .with_topics(vec![OffsetCommitRequestTopic::default().with_name(name(TOPIC)).with_partitions(partitions)]);
+    let ResponseKind::OffsetCommit(r) = call(stream, ApiKey::OffsetCommit, 8, &request) else {
+        panic!("wrong response")
+    };
+    r.topics.iter().flat_map(|t| t.partitions.iter().map(|p| p.error_code)).collect()
+}
+
+/// OffsetFetch v8 for several groups, partitions 0 and 1 of [`TOPIC`].
+fn fetch_offsets(stream: &mut TcpStream, groups: &[&str]) -> OffsetFetchResponse {
+    let request = OffsetFetchRequest::default().with_groups(
+        groups
+            .iter()
+            .map(|g| {
+                OffsetFetchRequestGroup::default().with_group_id(gid(g)).with_topics(Some(vec![
+                    OffsetFetchRequestTopics::default().with_name(name(TOPIC)).with_partition_indexes(vec![0, 1]),
+                ]))
+            })
+            .collect(),
+    );
+    let ResponseKind::OffsetFetch(r) = call(stream, ApiKey::OffsetFetch, 8, &request) else { panic!("wrong response") };
+    r
+}
+
+/// The committed offsets of partitions 0 and 1 of one group in an OffsetFetch v8 answer.
+fn committed(r: &OffsetFetchResponse, group: &str) -> (i16, Vec<i64>) {
+    let g = r.groups.iter().find(|g| g.group_id.0.as_str() == group).expect("the group is answered");
+    (g.error_code, g.topics.iter().flat_map(|t| t.partitions.iter().map(|p| p.committed_offset)).collect())
+}
+
+fn describe(stream: &mut TcpStream, group: &str) -> (i16, String, usize) {
+    let request = DescribeGroupsRequest::default().with_groups(vec![gid(group)]);
+    let ResponseKind::DescribeGroups(r) = call(stream, ApiKey::DescribeGroups, 6, &request) else {
+        panic!("wrong response")
+    };
+    let g = &r.groups[0];
+    (g.error_code, g.group_state.as_str().to_string(), g.members.len())
+}
+
+fn list(stream: &mut TcpStream, states: &[&str]) -> Vec<(String, String)> {
+    let request = ListGroupsRequest::default().with_states_filter(states.iter().map(|x| s(x)).collect());
+    let ResponseKind::ListGroups(r) = call(stream, ApiKey::ListGroups, 4, &request) else { panic!("wrong response") };
+    assert_eq!(r.error_code, 0);
+    r.groups.iter().map(|g| (g.group_id.0.as_str().to_string(), g.group_state.as_str().to_string())).collect()
+}
+
+fn start() -> Broker {
+    Broker::start_with(2, &["--set", "offsets.topic.num.partitions=5", "--set", "group.initial.rebalance.delay.ms=0"])
+}
+
+#[test]
+fn a_member_joins_syncs_commits_and_leaves_and_stale_or_unknown_members_are_fenced() {
+    let broker = start();
+    let mut st = broker.connect();
+    assert_eq!(create(&mut st, TOPIC, 2, 1, &[]), 0);
+
+    // FindCoordinator v4, two keys at once: answered by this broker once the offsets topic exists.
+    let find = FindCoordinatorRequest::default().with_key_type(0).with_coordinator_keys(vec![s("g1"), s("g2")]);
+    let (code, coordinators) = until_coordinated(|| {
+        let ResponseKind::FindCoordinator(r) = call(&mut st, ApiKey::FindCoordinator, 4, &find) else {
+            panic!("wrong response")
+        };
+        (r.coordinators.iter().map(|c| c.error_code).max().unwrap_or(0), r.coordinators)
+    });
+    assert_eq!(code, 0, "{coordinators:?}");
+    assert_eq!(coordinators.len(), 2);
+    assert!(coordinators.iter().all(|c| c.node_id.0 == 1 && c.port == broker.port as i32), "{coordinators:?}");
+
+    // The offsets topic is internal.
+    let metadata = MetadataRequest::default()
+        .with_topics(Some(vec![MetadataRequestTopic::default().with_name(Some(name("__consumer_offsets")))]));
+    let ResponseKind::Metadata(m) = call(&mut st, ApiKey::Metadata, 12, &metadata) else { panic!("wrong response") };
+    assert!(m.topics[0].is_internal, "{:?}", m.topics[0]);
+    assert_eq!(m.topics[0].partitions.len(), 5);
+
+    // Join v5: a new member is given its id first (MEMBER_ID_REQUIRED), then joins with it.
+    let (code, first) = until_coordinated(|| {
+        let r = join(&mut st, "g1", "", &[("range", b"r-meta")]);
+        (r.error_code, r)
+    });
+    assert_eq!(code, ResponseError::MemberIdRequired.code());
+    let member = first.member_id.as_str().to_string();
+    assert!(!member.is_empty());
+    let joined = join(&mut st, "g1", &member, &[("range", b"r-meta")]);
+    assert_eq!(joined.error_code, 0);
+    assert_eq!(joined.generation_id, 1);
+    assert_eq!(joined.leader.as_str(), member);
+    assert_eq!(joined.protocol_name.as_ref().map(|p| p.as_str()), Some("range"));
+    assert_eq!(joined.members.len(), 1);
+    assert_eq!(&joined.members[0].metadata[..], b"r-meta");
+
+    let sync = SyncGroupRequest::default()
+        .with_group_id(gid("g1"))
+        .with_generation_id(1)
+        .with_member_id(s(&member))
+        .with_assignments(vec![
+            SyncGroupRequestAssignment::default()
+                .with_member_id(s(&member))
+                .with_assignment(Bytes::from_static(b"all of it")),
+        ]);
+    let ResponseKind::SyncGroup(synced) = call(&mut st, ApiKey::SyncGroup, 4, &sync) else { panic!("wrong response") };
+    assert_eq!(synced.error_code, 0);
+    assert_eq!(&synced.assignment[..], b"all of it");
+    assert_eq!(heartbeat(&mut st, "g1", &member, 1), 0);
+
+    // Commits: from the member of the current generation; a stale generation and an unknown member are
+    // refused with Kafka's errors.
+    assert_eq!(commit(&mut st, "g1", &member, 1, 40), vec![0, 0]);
+    let stale = ResponseError::IllegalGeneration.code();
+    assert_eq!(commit(&mut st, "g1", &member, 0, 99), vec![stale, stale]);
+    let unknown = ResponseError::UnknownMemberId.code();
+    assert_eq!(commit(&mut st, "g1", "nobody", 1, 99), vec![unknown, unknown]);
+    assert_eq!(heartbeat(&mut st, "g1", "nobody", 1), unknown);
+    assert_eq!(heartbeat(&mut st, "g1", &member, 0), stale);
+
+    // A malformed JoinGroup (the same protocol twice) is refused and changes nothing.
+    let malformed = join(&mut st, "g1", &member, &[("range", b"a"), ("range", b"b")]);
+    assert_eq!(malformed.error_code, ResponseError::InvalidRequest.code());
+    assert_eq!(heartbeat(&mut st, "g1", &member, 1), 0, "the member is undisturbed");
+    assert_eq!(describe(&mut st, "g1"), (0, "Stable".to_string(), 1));
+
+    // OffsetFetch v8: several groups at once; one that never committed gets -1.
+    let fetched = fetch_offsets(&mut st, &["g1", "g-none"]);
+    assert_eq!(committed(&fetched, "g1"), (0, vec![40, 41]), "refused commits changed nothing");
+    assert_eq!(committed(&fetched, "g-none"), (0, vec![-1, -1]));
+
+    // ListGroups with a state filter.
+    assert!(list(&mut st, &["Stable"]).contains(&("g1".to_string(), "Stable".to_string())));
+    assert!(!list(&mut st, &["Empty"]).iter().any(|(g, _)| g == "g1"));
+
+    // A group with members cannot be deleted.
+    let delete = DeleteGroupsRequest::default().with_groups_names(vec![gid("g1")]);
+    let ResponseKind::DeleteGroups(d) = call(&mut st, ApiKey::DeleteGroups, 2, &delete) else {
+        panic!("wrong response")
+    };
+    assert_eq!(d.results[0].error_code, ResponseError::NonEmptyGroup.code());
+
+    // LeaveGroup v3 (batched): the group is empty; then a client outside the group (assign() and commit,
+    // generation -1) may commit.
+    let leave = LeaveGroupRequest::default()
+        .with_group_id(gid("g1"))
+        .with_members(vec![MemberIdentity::default().with_member_id(s(&member))]);
+    let ResponseKind::LeaveGroup(left) = call(&mut st, ApiKey::LeaveGroup, 3, &leave) else { panic!("wrong response") };
+    assert_eq!((left.error_code, left.members[0].error_code), (0, 0));
+    assert_eq!(describe(&mut st, "g1"), (0, "Empty".to_string(), 0));
+    assert_eq!(commit(&mut st, "g1", "", -1, 70), vec![0, 0]);
+    assert_eq!(committed(&fetch_offsets(&mut st, &["g1"]), "g1"), (0, vec![70, 71]));
+
+    // OffsetDelete of partition 0, then DeleteGroups: the group is gone.
+    let offset_delete = OffsetDeleteRequest::default().with_group_id(gid("g1")).with_topics(vec![
+        OffsetDeleteRequestTopic::default()
+            .with_name(name(TOPIC))
+            .with_partitions(vec![OffsetDeleteRequestPartition::default().with_partition_index(0)]),
+    ]);
+    let ResponseKind::OffsetDelete(od) = call(&mut st, ApiKey::OffsetDelete, 0, &offset_delete) else {
+        panic!("wrong response")
+    };
+    assert_eq!((od.error_code, od.topics[0].partitions[0].error_code), (0, 0));
+    assert_eq!(committed(&fetch_offsets(&mut st, &["g1"]), "g1"), (0, vec![-1, 71]));
+    let ResponseKind::DeleteGroups(d) = call(&mut st, ApiKey::DeleteGroups, 2, &delete) else {
+        panic!("wrong response")
+    };
+    assert_eq!(d.results[0].error_code, 0);
+    assert_eq!(describe(&mut st, "g1").0, ResponseError::GroupIdNotFound.code());
+    assert_eq!(committed(&fetch_offsets(&mut st, &["g1"]), "g1"), (0, vec![-1, -1]));
+}
+
+#[test]
+fn the_offsets_topic_is_out_of_reach_of_client_produce_create_and_delete() {
+    let broker = start();
+    let mut st = broker.connect();
+    assert_eq!(create(&mut st, TOPIC, 2, 1, &[]), 0);
+    // A commit from outside any group, once the coordinator is known.
+    find_coordinator(&mut st, "g");
+    let (code, _) = until_coordinated(|| {
+        let errors = commit(&mut st, "g", "", -1, 5);
+        (errors[0], errors)
+    });
+    assert_eq!(code, 0);
+
+    let produce = produce_request("__consumer_offsets", 0, &batch(1, 1, 0), -1);
+    let ResponseKind::Produce(p) = call(&mut st, ApiKey::Produce, 9, &produce) else { panic!("wrong response") };
+    assert_eq!(p.responses[0].partition_responses[0].error_code, ResponseError::InvalidTopicException.code());
+
+    assert_eq!(create(&mut st, "__consumer_offsets", 3, 1, &[]), ResponseError::InvalidRequest.code());
+
+    let delete =
+        DeleteTopicsRequest::default().with_topic_names(vec![name("__consumer_offsets")]).with_timeout_ms(5000);
+    let ResponseKind::DeleteTopics(d) = call(&mut st, ApiKey::DeleteTopics, 4, &delete) else {
+        panic!("wrong response")
+    };
+    assert_eq!(d.responses[0].error_code, ResponseError::InvalidTopicException.code());
+    // Still there, offsets and all.
+    assert_eq!(committed(&fetch_offsets(&mut st, &["g"]), "g"), (0, vec![5, 6]));
+}
+
+#[test]
+fn committed_offsets_survive_a_sigkill_of_the_broker() {
+    let data = tempfile::tempdir().unwrap();
+    let extra = ["--set", "offsets.topic.num.partitions=5", "--set", "group.initial.rebalance.delay.ms=0"];
+    let broker = Broker::start_in(data.path(), 2, &extra);
+    let port = broker.port;
+    let mut st = broker.connect();
+    assert_eq!(create(&mut st, TOPIC, 2, 1, &[]), 0);
+    find_coordinator(&mut st, "survivor");
+    let (code, _) = until_coordinated(|| {
+        let errors = commit(&mut st, "survivor", "", -1, 1234);
+        (errors[0], errors)
+    });
+    assert_eq!(code, 0);
+    broker.kill();
+
+    let broker = Broker::start_at(data.path(), port, 2, &extra, None);
+    let mut st = broker.connect();
+    let (code, offsets) = until_coordinated(|| {
+        let r = fetch_offsets(&mut st, &["survivor"]);
+        committed(&r, "survivor")
+    });
+    assert_eq!((code, offsets), (0, vec![1234, 1235]));
+}

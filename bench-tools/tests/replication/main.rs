@@ -8,6 +8,7 @@
 //! - [`assignment`]: explicit replica assignment in CreateTopics and CreatePartitions;
 //! - [`elect`]: ElectLeaders, preferred and unclean, and `auto.leader.rebalance.enable`;
 //! - [`reassign`]: AlterPartitionReassignments and ListPartitionReassignments, through the CLI too;
+//! - [`groups`]: a consumer group keeps its offsets when its coordinator's broker is killed;
 //! - [`peer`]: bytes that are not the peer protocol close only their own connection.
 
 mod assignment;
@@ -15,5 +16,6 @@ mod common;
 mod elect;
 mod failover;
 mod faults;
+mod groups;
 mod peer;
 mod reassign;

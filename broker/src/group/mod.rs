@@ -1,6 +1,7 @@
-//! Consumer groups: the classic group protocol's state machine ([`classic`], no I/O), the records it
-//! keeps in `__consumer_offsets` ([`records`]), and which partition of that topic (and so which broker
-//! and shard) coordinates a group.
+//! Consumer groups: the classic protocol's state machine ([`classic`], no I/O), the records it keeps in
+//! `__consumer_offsets` ([`records`]), the coordinator on each shard that adapts it to that topic's
+//! partitions ([`coordinator`]) and the calls handlers make to it ([`call`]), and which partition of the
+//! offsets topic (and so which broker and shard) coordinates a group.
 
 pub mod call;
 pub mod classic;

@@ -16,26 +16,24 @@
 //! State lives in `RefCell`s on the shard's thread; no borrow is held across an await.
 
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
 use futures_lite::future;
 use kafka_protocol::ResponseError;
-use kafka_protocol::records::{
-    Compression, NO_PARTITION_LEADER_EPOCH, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, Record, RecordBatchDecoder,
-    RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
 use shardlog_storage::{Clock, LeaderEpoch, SystemClock, TopicPartition};
 
+mod answers;
+mod state;
+
+use answers::{commit_error, coordinator_error, describe, fetch_offsets, refuse, subscribed_topics};
+use state::{Entry, Replay, encode_batch};
+
 use super::OFFSETS_TOPIC;
-use super::call::{
-    CoordinatorRequest, DescribedMember, FetchedOffset, GroupCall, GroupDescription, GroupListing, GroupOp,
-    OffsetToCommit,
-};
-use super::classic::{Effects, Group, GroupSettings, GroupState, JoinAnswer, Reply, SyncAnswer, Ticket};
+use super::call::{CoordinatorRequest, GroupCall, GroupListing, GroupOp, OffsetToCommit};
+use super::classic::{Effects, GroupSettings, GroupState, JoinAnswer, Reply, SyncAnswer, Ticket};
 use super::records::{CommittedOffset, OffsetsRecord};
 use crate::context::{BrokerContext, ask_shard};
 use crate::shard::{OffsetSpec, PartitionRequest};
@@ -47,23 +45,6 @@ const TICK: Duration = Duration::from_millis(100);
 const LOAD_READ_BYTES: usize = 1 << 20;
 /// How long a load waits before reading again when the high watermark has not reached the end yet.
 const LOAD_RETRY: Duration = Duration::from_millis(20);
-
-/// A committed offset and where its record is in the log (a later write of an earlier decision must
-/// not replace it).
-#[derive(Debug, Clone)]
-struct Stored {
-    value: CommittedOffset,
-    at: i64,
-}
-
-/// A group and its committed offsets.
-#[derive(Debug)]
-struct Entry {
-    group: Group,
-    offsets: BTreeMap<(String, i32), Stored>,
-    /// Whether a membership record of it may be in the log (a tombstone is then written when it goes).
-    recorded: bool,
-}
 
 enum Slot {
     Loading(LeaderEpoch),
@@ -637,243 +618,6 @@ impl Coordinator {
             if !self.partitions.borrow().contains_key(&p) {
                 self.start_load(p, epoch);
             }
-        }
-    }
-}
-
-impl Entry {
-    fn new(id: &str, settings: GroupSettings, now: u64) -> Entry {
-        Entry { group: Group::new(id, settings, now), offsets: BTreeMap::new(), recorded: false }
-    }
-
-    fn store(&mut self, key: (String, i32), value: CommittedOffset, at: i64) {
-        match self.offsets.get(&key) {
-            Some(stored) if stored.at > at => {}
-            _ => {
-                self.offsets.insert(key, Stored { value, at });
-            }
-        }
-    }
-}
-
-/// A group's last membership record and its offsets, as a replay has found them so far.
-type Replayed = (Option<super::classic::GroupRecord>, BTreeMap<(String, i32), Stored>);
-
-/// The partition's records, applied in log order.
-#[derive(Default)]
-struct Replay {
-    groups: BTreeMap<String, Replayed>,
-}
-
-impl Replay {
-    /// Applies the batches read from `from` on; returns the offset after the last one.
-    fn batches(&mut self, mut bytes: Bytes, from: i64) -> Result<i64, String> {
-        let mut next = from;
-        while !bytes.is_empty() {
-            let header = shardlog_storage::batch::BatchHeader::parse(&bytes).map_err(|e| e.to_string())?;
-            let set = RecordBatchDecoder::decode(&mut bytes)
-                .map_err(|e| format!("decode batch at {}: {e}", header.base_offset))?;
-            for record in set.records.iter().filter(|r| r.offset >= from && !r.control) {
-                match OffsetsRecord::decode(record.key.as_deref(), record.value.as_deref()) {
-                    Ok(decoded) => self.apply(decoded, record.offset),
-                    // Written by another version or damaged: skipped, as Kafka skips unknown record types.
-                    Err(e) => {
-                        tracing::warn!(offset = record.offset, error = %e, "skipped an unreadable record in __consumer_offsets")
-                    }
-                }
-            }
-            next = next.max(header.base_offset + header.last_offset_delta as i64 + 1);
-        }
-        Ok(next)
-    }
-
-    fn apply(&mut self, record: OffsetsRecord, at: i64) {
-        match record {
-            OffsetsRecord::Offset { group, topic, partition, value } => {
-                let offsets = &mut self.groups.entry(group).or_default().1;
-                match value {
-                    Some(value) => {
-                        offsets.insert((topic, partition), Stored { value, at });
-                    }
-                    None => {
-                        offsets.remove(&(topic, partition));
-                    }
-                }
-            }
-            OffsetsRecord::Group { group, value } => match value {
-                Some(value) => self.groups.entry(group).or_default().0 = Some(value),
-                None => {
-                    if let Some(entry) = self.groups.get_mut(&group) {
-                        entry.0 = None;
-                    }
-                }
-            },
-        }
-    }
-
-    fn into_groups(self, settings: GroupSettings, now: u64) -> HashMap<String, Entry> {
-        self.groups
-            .into_iter()
-            .filter(|(_, (record, offsets))| record.is_some() || !offsets.is_empty())
-            .map(|(id, (record, offsets))| {
-                let recorded = record.is_some();
-                let group = match record {
-                    Some(record) => Group::restored(&id, settings, record, now),
-                    None => Group::new(&id, settings, now),
-                };
-                (id, Entry { group, offsets, recorded })
-            })
-            .collect()
-    }
-}
-
-/// One uncommpressed batch of the records, without a producer id.
-fn encode_batch(records: &[OffsetsRecord]) -> Result<Bytes, ResponseError> {
-    let timestamp = SystemClock.now_ms();
-    let records: Vec<Record> = records
-        .iter()
-        .enumerate()
-        .map(|(i, r)| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: NO_PARTITION_LEADER_EPOCH,
-            producer_id: NO_PRODUCER_ID,
-            producer_epoch: NO_PRODUCER_EPOCH,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            // The encoder keeps records in one batch while offset - sequence stays the same.
-            sequence: i as i32 - 1,
-            timestamp,
-            key: Some(r.key()),
-            value: r.value(),
-            headers: Default::default(),
-        })
-        .collect();
-    let mut out = BytesMut::new();
-    RecordBatchEncoder::encode(&mut out, &records, &RecordEncodeOptions { version: 2, compression: Compression::None })
-        .map_err(|_| ResponseError::UnknownServerError)?;
-    Ok(out.freeze())
-}
-
-/// A write's error as a group request answers it (Kafka's mapping).
-fn coordinator_error(e: ResponseError) -> ResponseError {
-    match e {
-        ResponseError::UnknownTopicOrPartition
-        | ResponseError::NotEnoughReplicas
-        | ResponseError::NotEnoughReplicasAfterAppend
-        | ResponseError::RequestTimedOut => ResponseError::CoordinatorNotAvailable,
-        ResponseError::NotLeaderOrFollower | ResponseError::KafkaStorageError | ResponseError::FencedLeaderEpoch => {
-            ResponseError::NotCoordinator
-        }
-        ResponseError::MessageTooLarge | ResponseError::RecordListTooLarge => ResponseError::UnknownServerError,
-        other => other,
-    }
-}
-
-/// A write's error as an offset commit answers it.
-fn commit_error(e: ResponseError) -> ResponseError {
-    match e {
-        ResponseError::MessageTooLarge | ResponseError::RecordListTooLarge => ResponseError::InvalidCommitOffsetSize,
-        other => coordinator_error(other),
-    }
-}
-
-fn fetch_offsets(entry: Option<&Entry>, partitions: Option<Vec<(String, i32)>>) -> Vec<FetchedOffset> {
-    match partitions {
-        Some(wanted) => wanted
-            .into_iter()
-            .map(|(topic, partition)| {
-                let committed = entry.and_then(|e| e.offsets.get(&(topic.clone(), partition))).map(|s| s.value.clone());
-                FetchedOffset { topic, partition, committed }
-            })
-            .collect(),
-        None => entry
-            .map(|e| {
-                e.offsets
-                    .iter()
-                    .map(|((topic, partition), s)| FetchedOffset {
-                        topic: topic.clone(),
-                        partition: *partition,
-                        committed: Some(s.value.clone()),
-                    })
-                    .collect()
-            })
-            .unwrap_or_default(),
-    }
-}
-
-fn describe(entry: &Entry) -> GroupDescription {
-    let group = &entry.group;
-    let protocol = group.protocol.clone().unwrap_or_default();
-    let stable = group.state == GroupState::Stable;
-    GroupDescription {
-        state: group.state.name(),
-        protocol_type: group.protocol_type.clone().unwrap_or_default(),
-        protocol: protocol.clone(),
-        members: group
-            .members
-            .values()
-            .map(|m| DescribedMember {
-                member_id: m.member_id.clone(),
-                instance_id: m.instance_id.clone(),
-                client_id: m.client_id.clone(),
-                client_host: m.client_host.clone(),
-                metadata: m.metadata(&protocol),
-                // Kafka shows assignments only once the generation is stable.
-                assignment: if stable { m.assignment.clone() } else { Bytes::new() },
-            })
-            .collect(),
-    }
-}
-
-/// The topics a consumer group's members subscribe to (from their `consumer` protocol metadata).
-fn subscribed_topics(group: &Group) -> BTreeSet<String> {
-    use kafka_protocol::messages::ConsumerProtocolSubscription;
-    use kafka_protocol::protocol::Decodable;
-    let mut topics = BTreeSet::new();
-    if group.protocol_type.as_deref() != Some("consumer") || group.state == GroupState::Empty {
-        return topics;
-    }
-    let protocol = group.protocol.clone().unwrap_or_default();
-    for member in group.members.values() {
-        let mut metadata = member.metadata(&protocol);
-        if metadata.len() < 2 {
-            continue;
-        }
-        let version = i16::from_be_bytes([metadata[0], metadata[1]]);
-        bytes::Buf::advance(&mut metadata, 2);
-        // Kafka's newest subscription version is 3; a newer one is read as 3 (fields are only added).
-        if let Ok(sub) = ConsumerProtocolSubscription::decode(&mut metadata, version.clamp(0, 3)) {
-            topics.extend(sub.topics.iter().map(|t| t.to_string()));
-        }
-    }
-    topics
-}
-
-/// Answers a group call with `error`.
-fn refuse(op: GroupOp, error: ResponseError) {
-    match op {
-        GroupOp::Join { args, reply } => {
-            let _ = reply.send(JoinAnswer::refused(error, &args.member_id));
-        }
-        GroupOp::Sync { reply, .. } => {
-            let _ = reply.send(SyncAnswer::refused(error));
-        }
-        GroupOp::Heartbeat { reply, .. } => {
-            let _ = reply.send(Some(error));
-        }
-        GroupOp::Leave { reply, .. } | GroupOp::Commit { reply, .. } | GroupOp::DeleteOffsets { reply, .. } => {
-            let _ = reply.send(Err(error));
-        }
-        GroupOp::FetchOffsets { reply, .. } => {
-            let _ = reply.send(Err(error));
-        }
-        GroupOp::Describe { reply } => {
-            let _ = reply.send(Err(error));
-        }
-        GroupOp::Delete { reply } => {
-            let _ = reply.send(Some(error));
         }
     }
 }

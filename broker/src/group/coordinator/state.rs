@@ -1,0 +1,148 @@
+//! What a coordinator keeps of a group (its state machine, its committed offsets) and how that is
+//! written to and rebuilt from the offsets partition: records batched for a write, and the partition's
+//! records replayed in log order when this shard becomes its leader.
+
+use std::collections::{BTreeMap, HashMap};
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::ResponseError;
+use kafka_protocol::records::{
+    Compression, NO_PARTITION_LEADER_EPOCH, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, Record, RecordBatchDecoder,
+    RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+use shardlog_storage::{Clock, SystemClock};
+
+use crate::group::classic::{Group, GroupRecord, GroupSettings};
+use crate::group::records::{CommittedOffset, OffsetsRecord};
+
+/// A committed offset and where its record is in the log (a later write of an earlier decision must
+/// not replace it).
+#[derive(Debug, Clone)]
+pub(super) struct Stored {
+    pub(super) value: CommittedOffset,
+    pub(super) at: i64,
+}
+
+/// A group and its committed offsets.
+#[derive(Debug)]
+pub(super) struct Entry {
+    pub(super) group: Group,
+    pub(super) offsets: BTreeMap<(String, i32), Stored>,
+    /// Whether a membership record of it may be in the log (a tombstone is then written when it goes).
+    pub(super) recorded: bool,
+}
+
+impl Entry {
+    pub(super) fn new(id: &str, settings: GroupSettings, now: u64) -> Entry {
+        Entry { group: Group::new(id, settings, now), offsets: BTreeMap::new(), recorded: false }
+    }
+
+    pub(super) fn store(&mut self, key: (String, i32), value: CommittedOffset, at: i64) {
+        match self.offsets.get(&key) {
+            Some(stored) if stored.at > at => {}
+            _ => {
+                self.offsets.insert(key, Stored { value, at });
+            }
+        }
+    }
+}
+
+/// A group's last membership record and its offsets, as a replay has found them so far.
+type Replayed = (Option<GroupRecord>, BTreeMap<(String, i32), Stored>);
+
+/// The partition's records, applied in log order.
+#[derive(Default)]
+pub(super) struct Replay {
+    groups: BTreeMap<String, Replayed>,
+}
+
+impl Replay {
+    /// Applies the batches read from `from` on; returns the offset after the last one.
+    pub(super) fn batches(&mut self, mut bytes: Bytes, from: i64) -> Result<i64, String> {
+        let mut next = from;
+        while !bytes.is_empty() {
+            let header = shardlog_storage::batch::BatchHeader::parse(&bytes).map_err(|e| e.to_string())?;
+            let set = RecordBatchDecoder::decode(&mut bytes)
+                .map_err(|e| format!("decode batch at {}: {e}", header.base_offset))?;
+            for record in set.records.iter().filter(|r| r.offset >= from && !r.control) {
+                match OffsetsRecord::decode(record.key.as_deref(), record.value.as_deref()) {
+                    Ok(decoded) => self.apply(decoded, record.offset),
+                    // Written by another version or damaged: skipped, as Kafka skips unknown record types.
+                    Err(e) => {
+                        tracing::warn!(offset = record.offset, error = %e, "skipped an unreadable record in __consumer_offsets")
+                    }
+                }
+            }
+            next = next.max(header.base_offset + header.last_offset_delta as i64 + 1);
+        }
+        Ok(next)
+    }
+
+    fn apply(&mut self, record: OffsetsRecord, at: i64) {
+        match record {
+            OffsetsRecord::Offset { group, topic, partition, value } => {
+                let offsets = &mut self.groups.entry(group).or_default().1;
+                match value {
+                    Some(value) => {
+                        offsets.insert((topic, partition), Stored { value, at });
+                    }
+                    None => {
+                        offsets.remove(&(topic, partition));
+                    }
+                }
+            }
+            OffsetsRecord::Group { group, value } => match value {
+                Some(value) => self.groups.entry(group).or_default().0 = Some(value),
+                None => {
+                    if let Some(entry) = self.groups.get_mut(&group) {
+                        entry.0 = None;
+                    }
+                }
+            },
+        }
+    }
+
+    pub(super) fn into_groups(self, settings: GroupSettings, now: u64) -> HashMap<String, Entry> {
+        self.groups
+            .into_iter()
+            .filter(|(_, (record, offsets))| record.is_some() || !offsets.is_empty())
+            .map(|(id, (record, offsets))| {
+                let recorded = record.is_some();
+                let group = match record {
+                    Some(record) => Group::restored(&id, settings, record, now),
+                    None => Group::new(&id, settings, now),
+                };
+                (id, Entry { group, offsets, recorded })
+            })
+            .collect()
+    }
+}
+
+/// One uncompressed batch of the records, without a producer id.
+pub(super) fn encode_batch(records: &[OffsetsRecord]) -> Result<Bytes, ResponseError> {
+    let timestamp = SystemClock.now_ms();
+    let records: Vec<Record> = records
+        .iter()
+        .enumerate()
+        .map(|(i, r)| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: NO_PARTITION_LEADER_EPOCH,
+            producer_id: NO_PRODUCER_ID,
+            producer_epoch: NO_PRODUCER_EPOCH,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            // The encoder keeps records in one batch while offset - sequence stays the same.
+            sequence: i as i32 - 1,
+            timestamp,
+            key: Some(r.key()),
+            value: r.value(),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut out = BytesMut::new();
+    RecordBatchEncoder::encode(&mut out, &records, &RecordEncodeOptions { version: 2, compression: Compression::None })
+        .map_err(|_| ResponseError::UnknownServerError)?;
+    Ok(out.freeze())
+}

@@ -32,6 +32,12 @@ enum Command {
         #[command(subcommand)]
         command: TopicCommand,
     },
+    /// Manage consumer groups over the Kafka protocol: list, describe (lag per partition), delete,
+    /// reset offsets.
+    Group {
+        #[command(subcommand)]
+        command: GroupCommand,
+    },
     /// The broker's settings.
     Config {
         #[command(subcommand)]
@@ -113,6 +119,53 @@ enum TopicCommand {
         #[command(flatten)]
         bootstrap: Bootstrap,
     },
+}
+
+#[derive(Debug, Subcommand)]
+enum GroupCommand {
+    /// List the groups, NAME and STATE per line.
+    List {
+        #[command(flatten)]
+        bootstrap: Bootstrap,
+    },
+    /// Show a group's state, members and assignments, and per partition its committed offset, the log
+    /// end offset and the lag.
+    Describe {
+        name: String,
+        #[command(flatten)]
+        bootstrap: Bootstrap,
+    },
+    /// Delete a group without members, with its committed offsets.
+    Delete {
+        name: String,
+        #[command(flatten)]
+        bootstrap: Bootstrap,
+    },
+    /// Set a group's committed offsets on every partition of a topic (the group must have no members).
+    ResetOffsets {
+        name: String,
+        #[arg(long)]
+        topic: String,
+        #[command(flatten)]
+        to: ResetTarget,
+        #[command(flatten)]
+        bootstrap: Bootstrap,
+    },
+}
+
+/// Where `group reset-offsets` moves the offsets: one of the three.
+#[derive(Debug, Args)]
+#[group(required = true, multiple = false)]
+struct ResetTarget {
+    /// To each partition's earliest offset.
+    #[arg(long)]
+    to_earliest: bool,
+    /// To each partition's latest offset (its high watermark).
+    #[arg(long)]
+    to_latest: bool,
+    /// To this offset, clamped to each partition's earliest and latest.
+    #[arg(long, value_name = "OFFSET")]
+    to_offset: Option<i64>,
 }
 
 /// Where the cluster is: any of its brokers.
@@ -223,6 +276,7 @@ fn main() -> Result<()> {
         Command::Start(args) => start(args),
         Command::Quorum(args) => quorum(args),
         Command::Topic { command } => topic(command),
+        Command::Group { command } => group(command),
         Command::Config { command: ConfigCommand::List } => {
             print!("{}", shardlog_broker::config::settings::render());
             Ok(())
@@ -318,6 +372,28 @@ fn quorum(args: QuorumArgs) -> Result<()> {
     }
     voter.stop();
     tracing::info!("stopped");
+    Ok(())
+}
+
+fn group(command: GroupCommand) -> Result<()> {
+    use shardlog_broker::admin_cli::groups::{self, ResetTo};
+    match command {
+        GroupCommand::List { bootstrap } => print!("{}", groups::list(&mut bootstrap.connect()?)?),
+        GroupCommand::Describe { name, bootstrap } => print!("{}", groups::describe(&mut bootstrap.connect()?, &name)?),
+        GroupCommand::Delete { name, bootstrap } => {
+            bootstrap.connect()?.delete_group(&name)?;
+            println!("Deleted group {name}.");
+        }
+        GroupCommand::ResetOffsets { name, topic, to, bootstrap } => {
+            let to = match (to.to_earliest, to.to_latest, to.to_offset) {
+                (true, _, _) => ResetTo::Earliest,
+                (_, true, _) => ResetTo::Latest,
+                (_, _, Some(offset)) => ResetTo::Offset(offset),
+                _ => unreachable!("clap asks for one of --to-earliest, --to-latest, --to-offset"),
+            };
+            print!("{}", groups::reset_offsets(&mut bootstrap.connect()?, &name, &topic, to)?);
+        }
+    }
     Ok(())
 }
 

@@ -135,3 +135,109 @@ fn an_rdkafka_group_consumes_commits_and_a_new_member_resumes_at_the_commits() {
     all.dedup();
     assert_eq!(all.len(), 400, "every record once");
 }
+
+fn shardlog(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_shardlog")).args(args).output().unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+}
+
+/// The rows of `group describe`'s partition table: (topic, partition) -> (current, log end, lag, member).
+fn partition_rows(describe: &str) -> BTreeMap<(String, i32), [String; 4]> {
+    describe
+        .lines()
+        .skip_while(|l| !l.starts_with("TOPIC\t"))
+        .skip(1)
+        .map(|l| {
+            let f: Vec<&str> = l.split('\t').collect();
+            ((f[0].to_string(), f[1].parse().unwrap()), [f[2], f[3], f[4], f[5]].map(String::from))
+        })
+        .collect()
+}
+
+#[test]
+fn group_cli_lists_describes_with_lag_resets_offsets_and_deletes() {
+    let broker = Broker::start_with(2, &SETTINGS);
+    let bootstrap = format!("127.0.0.1:{}", broker.port);
+    let b = bootstrap.as_str();
+    assert!(
+        shardlog(&["topic", "create", "cli-t", "--partitions", "2", "--replication-factor", "1", "--bootstrap", b]).0
+    );
+    let producer: BaseProducer = ClientConfig::new().set("bootstrap.servers", b).create().unwrap();
+    for i in 0..100 {
+        let value = i.to_string();
+        producer.send(BaseRecord::<(), _>::to("cli-t").payload(&value).partition(i % 2)).unwrap();
+    }
+    producer.flush(Duration::from_secs(30)).unwrap();
+
+    // A member consumes 60 of the 100 records and commits.
+    let member = rdkafka_consumer(b, "cli-group");
+    member.subscribe(&["cli-t"]).unwrap();
+    let (_, seen) = consume(&member, 60);
+    member.commit_consumer_state(CommitMode::Sync).expect("commit");
+    let mut committed: BTreeMap<i32, i64> = BTreeMap::new();
+    for (p, o) in &seen {
+        committed.insert(*p, (*committed.get(p).unwrap_or(&0)).max(o + 1));
+    }
+
+    let (ok, out, err) = shardlog(&["group", "list", "--bootstrap", b]);
+    assert!(ok, "{err}");
+    assert_eq!(out, "cli-group\tStable\n");
+    let (ok, out, err) = shardlog(&["group", "describe", "cli-group", "--bootstrap", b]);
+    assert!(ok, "{err}");
+    assert!(
+        out.starts_with("Group: cli-group\tState: Stable\tProtocolType: consumer\tProtocol: range\tMembers: 1\n"),
+        "{out}"
+    );
+    let member_id = member.client().fetch_group_list(Some("cli-group"), Duration::from_secs(5)).unwrap().groups()[0]
+        .members()[0]
+        .id()
+        .to_string();
+    let rows = partition_rows(&out);
+    assert_eq!(rows.len(), 2, "{out}");
+    for p in 0..2 {
+        let current = committed.get(&p).copied().unwrap_or(0);
+        let row = &rows[&("cli-t".to_string(), p)];
+        assert_eq!(row[1], "50", "log end of partition {p}: {out}");
+        if committed.contains_key(&p) {
+            assert_eq!((row[0].as_str(), row[2].clone()), (current.to_string().as_str(), (50 - current).to_string()));
+        }
+        assert_eq!(row[3], member_id, "partition {p} is consumed by the one member");
+    }
+
+    // Offsets are reset only while no member could overwrite them.
+    let (ok, _, err) =
+        shardlog(&["group", "reset-offsets", "cli-group", "--topic", "cli-t", "--to-earliest", "--bootstrap", b]);
+    assert!(!ok && err.contains("member"), "{err}");
+    let (ok, _, err) = shardlog(&["group", "delete", "cli-group", "--bootstrap", b]);
+    assert!(!ok && err.contains("NonEmptyGroup"), "{err}");
+    drop(member);
+
+    let (ok, out, err) =
+        shardlog(&["group", "reset-offsets", "cli-group", "--topic", "cli-t", "--to-offset", "7", "--bootstrap", b]);
+    assert!(ok, "{err}");
+    assert_eq!(out, "TOPIC\tPARTITION\tNEW-OFFSET\ncli-t\t0\t7\ncli-t\t1\t7\n");
+    let (_, out, _) = shardlog(&["group", "describe", "cli-group", "--bootstrap", b]);
+    assert!(out.starts_with("Group: cli-group\tState: Empty"), "{out}");
+    let rows = partition_rows(&out);
+    assert!(rows.values().all(|r| r[0] == "7" && r[2] == "43" && r[3] == "-"), "{out}");
+    let (ok, out, _) =
+        shardlog(&["group", "reset-offsets", "cli-group", "--topic", "cli-t", "--to-latest", "--bootstrap", b]);
+    assert!(ok);
+    assert_eq!(out, "TOPIC\tPARTITION\tNEW-OFFSET\ncli-t\t0\t50\ncli-t\t1\t50\n");
+
+    // A consumer of the group starts where the reset put it: the first record it gets is one produced now.
+    producer.send(BaseRecord::<(), _>::to("cli-t").payload("after").partition(0)).unwrap();
+    producer.flush(Duration::from_secs(30)).unwrap();
+    let resumed = rdkafka_consumer(b, "cli-group");
+    resumed.subscribe(&["cli-t"]).unwrap();
+    let (firsts, _) = consume(&resumed, 1);
+    assert_eq!(firsts, BTreeMap::from([(0, 50)]));
+    drop(resumed);
+
+    let (ok, out, err) = shardlog(&["group", "delete", "cli-group", "--bootstrap", b]);
+    assert!(ok, "{err}");
+    assert_eq!(out, "Deleted group cli-group.\n");
+    assert_eq!(shardlog(&["group", "list", "--bootstrap", b]).1, "");
+    let (ok, _, err) = shardlog(&["group", "describe", "cli-group", "--bootstrap", b]);
+    assert!(!ok && err.contains("does not exist"), "{err}");
+}

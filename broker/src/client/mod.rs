@@ -6,6 +6,7 @@
 //! for up to [`KafkaClient::retry_for`].
 
 mod connection;
+mod groups;
 mod reassign;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -26,6 +27,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{Encodable, StrBytes};
 
 pub use connection::{Connection, READ_TIMEOUT, Receiver, Sender};
+pub use groups::{DescribedGroup, GroupMember, ListedGroup};
 pub use reassign::{Ongoing, Refused};
 
 /// The environment variable a `--bootstrap` list defaults to.

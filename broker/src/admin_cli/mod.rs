@@ -2,6 +2,8 @@
 //! Kafka-compatible broker or cluster, through [`KafkaClient`] (any broker for the cluster's view, each
 //! partition's leader for its offsets, each replica's broker for that replica's log end).
 
+pub mod groups;
+
 use std::collections::BTreeMap;
 
 use anyhow::{Context, Result};

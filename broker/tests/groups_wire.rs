@@ -331,3 +331,50 @@ fn committed_offsets_survive_a_sigkill_of_the_broker() {
     });
     assert_eq!((code, offsets), (0, vec![1234, 1235]));
 }
+
+#[test]
+fn offsets_of_a_group_without_members_expire_after_offsets_retention_minutes_and_stay_gone_after_a_restart() {
+    let data = tempfile::tempdir().unwrap();
+    let extra = [
+        "--set",
+        "offsets.topic.num.partitions=5",
+        "--set",
+        "offsets.retention.minutes=1",
+        "--set",
+        "offsets.retention.check.interval.ms=500",
+    ];
+    let broker = Broker::start_in(data.path(), 2, &extra);
+    let port = broker.port;
+    let mut st = broker.connect();
+    assert_eq!(create(&mut st, TOPIC, 2, 1, &[]), 0);
+    find_coordinator(&mut st, "fleeting");
+    let (code, _) = until_coordinated(|| {
+        let errors = commit(&mut st, "fleeting", "", -1, 3);
+        (errors[0], errors)
+    });
+    assert_eq!(code, 0);
+    let committed_at = Instant::now();
+    assert!(list(&mut st, &[]).iter().any(|(g, _)| g == "fleeting"));
+    // Kept for the minute, gone soon after.
+    loop {
+        let offsets = committed(&fetch_offsets(&mut st, &["fleeting"]), "fleeting");
+        if offsets == (0, vec![-1, -1]) {
+            break;
+        }
+        assert_eq!(offsets, (0, vec![3, 4]));
+        assert!(committed_at.elapsed() < Duration::from_secs(90), "the offsets expire after a minute");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert!(committed_at.elapsed() >= Duration::from_secs(60), "not before the minute is up");
+    // The group, left with nothing, goes too; after a restart it is still gone.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while list(&mut st, &[]).iter().any(|(g, _)| g == "fleeting") {
+        assert!(Instant::now() < deadline, "the empty group is removed");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    broker.kill();
+    let broker = Broker::start_at(data.path(), port, 2, &extra, None);
+    let mut st = broker.connect();
+    let (code, offsets) = until_coordinated(|| committed(&fetch_offsets(&mut st, &["fleeting"]), "fleeting"));
+    assert_eq!((code, offsets), (0, vec![-1, -1]));
+}

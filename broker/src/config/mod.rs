@@ -152,6 +152,10 @@ pub struct GroupConfig {
     pub commit_timeout_ms: i32,
     /// `offset.metadata.max.bytes`
     pub offset_metadata_max_bytes: usize,
+    /// `offsets.retention.minutes`, in ms: how long a group without members keeps its offsets.
+    pub offsets_retention_ms: u64,
+    /// `offsets.retention.check.interval.ms`
+    pub retention_check_interval_ms: u64,
     /// Session bounds, the initial rebalance delay and `group.max.size`.
     pub settings: crate::group::classic::GroupSettings,
 }
@@ -445,6 +449,8 @@ impl Reader {
             offsets_replication_factor: self.int_set("offsets.topic.replication.factor")? as u16,
             commit_timeout_ms: self.int_set("offsets.commit.timeout.ms")? as i32,
             offset_metadata_max_bytes: self.int_set("offset.metadata.max.bytes")? as usize,
+            offsets_retention_ms: self.int_set("offsets.retention.minutes")? as u64 * 60_000,
+            retention_check_interval_ms: self.int_set("offsets.retention.check.interval.ms")? as u64,
             settings: crate::group::classic::GroupSettings {
                 initial_rebalance_delay_ms: self.int_set("group.initial.rebalance.delay.ms")? as i32,
                 min_session_timeout_ms: self.int_set("group.min.session.timeout.ms")? as i32,

@@ -33,7 +33,7 @@ pub struct Setting {
     pub key: &'static str,
     pub kind: Kind,
     pub default: Default,
-    /// `ms`, `us`, `s`, `bytes`, or empty for counts, ids, flags, percentages and addresses.
+    /// `ms`, `us`, `s`, `min`, `bytes`, or empty for counts, ids, flags, percentages and addresses.
     pub unit: &'static str,
     /// One line.
     pub meaning: &'static str,
@@ -356,6 +356,22 @@ pub const SETTINGS: &[Setting] = &[
         unit: "bytes",
         meaning: "the longest metadata string an offset commit may carry (OFFSET_METADATA_TOO_LARGE beyond)",
         example: "1024",
+    },
+    Setting {
+        key: "offsets.retention.minutes",
+        kind: int(1, I32),
+        default: Default::Value("10080"),
+        unit: "min",
+        meaning: "how long a group without members keeps its committed offsets (from the later of each commit and the group becoming empty)",
+        example: "1440",
+    },
+    Setting {
+        key: "offsets.retention.check.interval.ms",
+        kind: int(1, I32),
+        default: Default::Value("600000"),
+        unit: "ms",
+        meaning: "how often committed offsets are checked against offsets.retention.minutes",
+        example: "60000",
     },
     Setting {
         key: "group.initial.rebalance.delay.ms",

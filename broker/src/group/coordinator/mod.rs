@@ -64,6 +64,8 @@ struct Coordinator {
     partitions: RefCell<HashMap<i32, Slot>>,
     waiters: RefCell<HashMap<Ticket, Waiter>>,
     next_ticket: Cell<Ticket>,
+    /// When offsets were last checked for expiry (wall ms).
+    last_expiry: Cell<u64>,
 }
 
 fn now_ms() -> u64 {
@@ -79,6 +81,7 @@ pub async fn run(ctx: Arc<BrokerContext>, shard: usize, requests: flume::Receive
         partitions: RefCell::new(HashMap::new()),
         waiters: RefCell::new(HashMap::new()),
         next_ticket: Cell::new(1),
+        last_expiry: Cell::new(now_ms()),
     });
     let ticker = me.clone();
     glommio::spawn_local(async move {
@@ -556,6 +559,11 @@ impl Coordinator {
     async fn tick(self: Rc<Self>) {
         self.follow_leadership();
         let now = now_ms();
+        let interval = self.ctx.config.groups.retention_check_interval_ms;
+        if now.saturating_sub(self.last_expiry.get()) >= interval {
+            self.last_expiry.set(now);
+            self.expire_offsets(now).await;
+        }
         let mut work: Vec<(i32, LeaderEpoch, String, Effects)> = Vec::new();
         let mut gone: Vec<(i32, LeaderEpoch, String)> = Vec::new();
         for (partition, slot) in self.partitions.borrow_mut().iter_mut() {
@@ -582,6 +590,53 @@ impl Coordinator {
             let tombstone = [OffsetsRecord::Group { group: group.clone(), value: None }];
             if let Err(e) = self.write(partition, epoch, &tombstone).await {
                 tracing::debug!(group, ?e, "tombstone of an empty group not written");
+            }
+        }
+    }
+
+    /// Deletes the offsets of groups without members that have outlived `offsets.retention.minutes`
+    /// (tombstones, then forgotten here); a group left with neither members nor offsets goes at the
+    /// next tick.
+    async fn expire_offsets(&self, now: u64) {
+        let retention = self.ctx.config.groups.offsets_retention_ms;
+        // (offsets partition, its epoch, group, the (topic, partition) keys that expired)
+        type Expired = (i32, LeaderEpoch, String, Vec<(String, i32)>);
+        let mut expired: Vec<Expired> = Vec::new();
+        for (partition, slot) in self.partitions.borrow().iter() {
+            let Slot::Loaded { epoch, groups } = slot else { continue };
+            for (id, entry) in groups {
+                let keys = entry.expired_offsets(now, retention);
+                if !keys.is_empty() {
+                    expired.push((*partition, *epoch, id.clone(), keys));
+                }
+            }
+        }
+        for (partition, epoch, group, keys) in expired {
+            let tombstones: Vec<OffsetsRecord> = keys
+                .iter()
+                .map(|(topic, p)| OffsetsRecord::Offset {
+                    group: group.clone(),
+                    topic: topic.clone(),
+                    partition: *p,
+                    value: None,
+                })
+                .collect();
+            match self.write(partition, epoch, &tombstones).await {
+                Ok(base) => {
+                    self.with_groups(partition, |groups| {
+                        if let Some(entry) = groups.get_mut(&group) {
+                            for (i, key) in keys.iter().enumerate() {
+                                entry.forget(key, base + i as i64);
+                            }
+                        }
+                    });
+                    tracing::info!(
+                        group,
+                        offsets = keys.len(),
+                        "expired committed offsets (offsets.retention.minutes)"
+                    );
+                }
+                Err(e) => tracing::debug!(group, ?e, "tombstones of expired offsets not written"),
             }
         }
     }

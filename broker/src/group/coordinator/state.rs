@@ -12,7 +12,7 @@ use kafka_protocol::records::{
 };
 use shardlog_storage::{Clock, SystemClock};
 
-use crate::group::classic::{Group, GroupRecord, GroupSettings};
+use crate::group::classic::{Group, GroupRecord, GroupSettings, GroupState};
 use crate::group::records::{CommittedOffset, OffsetsRecord};
 
 /// A committed offset and where its record is in the log (a later write of an earlier decision must
@@ -35,6 +35,31 @@ pub(super) struct Entry {
 impl Entry {
     pub(super) fn new(id: &str, settings: GroupSettings, now: u64) -> Entry {
         Entry { group: Group::new(id, settings, now), offsets: BTreeMap::new(), recorded: false }
+    }
+
+    /// The offsets that have outlived `retention_ms` at wall time `now_ms`: only a group without members
+    /// loses offsets, each counted from its commit or from when the group last became empty, whichever
+    /// is later (Kafka's rule since KIP-211).
+    pub(super) fn expired_offsets(&self, now_ms: u64, retention_ms: u64) -> Vec<(String, i32)> {
+        if self.group.state != GroupState::Empty {
+            return Vec::new();
+        }
+        let empty_since = self.group.state_since_ms;
+        self.offsets
+            .iter()
+            .filter(|(_, s)| {
+                let since = empty_since.max(s.value.commit_timestamp_ms.max(0) as u64);
+                now_ms.saturating_sub(since) > retention_ms
+            })
+            .map(|(key, _)| key.clone())
+            .collect()
+    }
+
+    /// Forgets an offset a tombstone at log offset `at` removed, unless a later commit replaced it.
+    pub(super) fn forget(&mut self, key: &(String, i32), at: i64) {
+        if self.offsets.get(key).is_some_and(|s| s.at < at) {
+            self.offsets.remove(key);
+        }
     }
 
     pub(super) fn store(&mut self, key: (String, i32), value: CommittedOffset, at: i64) {
@@ -145,4 +170,78 @@ pub(super) fn encode_batch(records: &[OffsetsRecord]) -> Result<Bytes, ResponseE
     RecordBatchEncoder::encode(&mut out, &records, &RecordEncodeOptions { version: 2, compression: Compression::None })
         .map_err(|_| ResponseError::UnknownServerError)?;
     Ok(out.freeze())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINUTE: u64 = 60_000;
+
+    fn committed_at(ms: i64) -> CommittedOffset {
+        CommittedOffset { offset: 1, leader_epoch: -1, metadata: String::new(), commit_timestamp_ms: ms }
+    }
+
+    #[test]
+    fn offsets_expire_only_without_members_counted_from_the_later_of_commit_and_emptiness() {
+        let settings = GroupSettings::default();
+        // Commits from outside the group (assign()): each offset counts from its own commit.
+        let mut standalone = Entry::new("g", settings, 0);
+        standalone.store(("t".into(), 0), committed_at(0), 1);
+        standalone.store(("t".into(), 1), committed_at(30 * MINUTE as i64), 2);
+        assert!(standalone.expired_offsets(60 * MINUTE, 60 * MINUTE).is_empty(), "exactly at the limit: kept");
+        assert_eq!(standalone.expired_offsets(60 * MINUTE + 1, 60 * MINUTE), vec![("t".to_string(), 0)]);
+        assert_eq!(standalone.expired_offsets(91 * MINUTE, 60 * MINUTE).len(), 2);
+
+        // A group that became empty after its commits: counted from then.
+        let record = GroupRecord {
+            protocol_type: Some("consumer".into()),
+            generation: 3,
+            protocol: Some("range".into()),
+            leader: None,
+            state_since_ms: 100 * MINUTE,
+            members: Vec::new(),
+        };
+        let mut emptied = Entry {
+            group: Group::restored("g", settings, record, 100 * MINUTE),
+            offsets: BTreeMap::new(),
+            recorded: true,
+        };
+        emptied.store(("t".into(), 0), committed_at(0), 1);
+        assert!(emptied.expired_offsets(150 * MINUTE, 60 * MINUTE).is_empty());
+        assert_eq!(emptied.expired_offsets(161 * MINUTE, 60 * MINUTE).len(), 1);
+
+        // A tombstone does not remove a commit written after it.
+        emptied.store(("t".into(), 0), committed_at(0), 9);
+        emptied.forget(&("t".into(), 0), 5);
+        assert_eq!(emptied.offsets.len(), 1);
+        emptied.forget(&("t".into(), 0), 10);
+        assert!(emptied.offsets.is_empty());
+    }
+
+    #[test]
+    fn a_group_with_members_keeps_its_offsets() {
+        let settings = GroupSettings::default();
+        let record = GroupRecord {
+            protocol_type: Some("consumer".into()),
+            generation: 1,
+            protocol: Some("range".into()),
+            leader: Some("m".into()),
+            state_since_ms: 0,
+            members: vec![crate::group::classic::RecordedMember {
+                member_id: "m".into(),
+                instance_id: None,
+                client_id: "c".into(),
+                client_host: "/h".into(),
+                rebalance_timeout_ms: 1000,
+                session_timeout_ms: 1000,
+                subscription: Bytes::new(),
+                assignment: Bytes::new(),
+            }],
+        };
+        let mut stable =
+            Entry { group: Group::restored("g", settings, record, 0), offsets: BTreeMap::new(), recorded: true };
+        stable.store(("t".into(), 0), committed_at(0), 1);
+        assert!(stable.expired_offsets(1_000 * MINUTE, MINUTE).is_empty());
+    }
 }

@@ -8,6 +8,7 @@ mod campaign;
 use shardlog_bench::cluster;
 mod consume;
 mod faults_chart;
+mod groups_bench;
 mod loopback;
 mod payload;
 mod probe;
@@ -51,6 +52,9 @@ enum Command {
     /// A fault campaign: a local cluster under producers and a consumer while a seeded nemesis kills,
     /// tears and pauses its brokers; then every acknowledged record is checked. Exits non-zero on a loss.
     Faults(campaign::FaultsArgs),
+    /// Consumer groups: offset commits per second from the members of one group, and how long a group
+    /// takes to settle (and its members pause) when a member joins.
+    Groups(groups_bench::GroupsArgs),
     /// What a hostile client can make a broker hold: partial frames, slowloris, large requests; the
     /// broker's memory and an ordinary client's answers meanwhile.
     Probe(probe::ProbeArgs),
@@ -78,6 +82,7 @@ fn main() -> anyhow::Result<()> {
         Command::Loopback(args) => loopback::run(&args)?,
         Command::Quorum(args) => quorum_bench::run(&args)?,
         Command::Probe(args) => probe::run(&args)?,
+        Command::Groups(args) => print!("{}", groups_bench::run(&args)?.render()),
         Command::Faults(args) => {
             let outcome = campaign::run(&args)?;
             println!("report: {}", outcome.report.display());

@@ -192,6 +192,8 @@ fn a_member_joins_syncs_commits_and_leaves_and_stale_or_unknown_members_are_fenc
         (r.error_code, r)
     });
     assert_eq!(code, ResponseError::MemberIdRequired.code());
+    // Before v7 the protocol name is not nullable: a refusal says "" (Java clients reject a null).
+    assert_eq!(first.protocol_name.as_ref().map(|p| p.as_str()), Some(""));
     let member = first.member_id.as_str().to_string();
     assert!(!member.is_empty());
     let joined = join(&mut st, "g1", &member, &[("range", b"r-meta")]);

@@ -192,7 +192,8 @@ def three_consumers(bootstrap):
             victim_committed = dict(members.committed.get("a", {}))
             os.kill(members.procs["a"].pid, signal.SIGKILL)
         members.procs["a"].wait()
-        check(set(victim_committed) == victim_partitions, f"the member killed committed on each of its partitions: {victim_committed}")
+        check(victim_partitions <= set(victim_committed),
+              f"the member killed committed on each of its partitions {victim_partitions}: {victim_committed}")
 
         produce(bootstrap, topic, partitions, per_partition, first=2 * per_partition)
         members.wait("the survivors took over every partition and consumed every new record",

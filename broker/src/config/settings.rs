@@ -351,7 +351,8 @@ pub const SETTINGS: &[Setting] = &[
     },
     Setting {
         key: "offset.metadata.max.bytes",
-        kind: int(0, I32),
+        // The offsets topic's records count a string's bytes in an int16.
+        kind: int(0, I16),
         default: Default::Value("4096"),
         unit: "bytes",
         meaning: "the longest metadata string an offset commit may carry (OFFSET_METADATA_TOO_LARGE beyond)",

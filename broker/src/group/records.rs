@@ -159,8 +159,8 @@ fn decode_group_value(mut v: &[u8]) -> Result<GroupRecord, RecordError> {
     if count < 0 {
         return Err(RecordError::NegativeLength(count));
     }
-    // Each member takes at least 24 bytes: a count larger than that allows is damage.
-    if count as usize > v.len() / 24 + 1 {
+    // Each member takes at least 18 bytes (version 0's): a count larger than that allows is damage.
+    if count as usize > v.len() / 18 + 1 {
         return Err(RecordError::Truncated);
     }
     let mut members = Vec::with_capacity(count as usize);

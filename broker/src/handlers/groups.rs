@@ -199,6 +199,7 @@ pub(super) async fn join_group(
                 protocol_type: text(&req.protocol_type),
                 protocols: req.protocols.iter().map(|p| (text(&p.name), p.metadata.clone())).collect(),
                 require_known_member_id: version >= 4,
+                supports_skip_assignment: version >= 9,
             };
             let member_id = args.member_id.clone();
             ask(ctx, &group, |reply| GroupOp::Join { args, reply })
@@ -210,7 +211,11 @@ pub(super) async fn join_group(
         .with_error_code(code(answer.error))
         .with_generation_id(answer.generation)
         .with_protocol_type(answer.protocol_type.map(str_bytes))
-        .with_protocol_name(answer.protocol_name.map(str_bytes))
+        // Nullable only from v7: an answer without a protocol says "" before that.
+        .with_protocol_name(match answer.protocol_name {
+            None if version < 7 => Some(StrBytes::from_static_str("")),
+            name => name.map(str_bytes),
+        })
         .with_leader(str_bytes(answer.leader))
         .with_skip_assignment(answer.skip_assignment)
         .with_member_id(str_bytes(answer.member_id))
@@ -231,7 +236,8 @@ pub(super) async fn join_group(
 /// A JoinGroup that cannot be right whatever the group's state: INVALID_GROUP_ID, INVALID_REQUEST.
 fn check_join(req: &JoinGroupRequest, version: i16, group: &str) -> Result<(), ResponseError> {
     check_group_id(group, true)?;
-    if req.group_instance_id.as_ref().is_some_and(|i| i.is_empty()) {
+    // Kafka's rules for group.instance.id are its rules for topic names.
+    if req.group_instance_id.as_ref().is_some_and(|i| crate::topics::validate_topic_name(i.as_str()).is_err()) {
         return Err(ResponseError::InvalidRequest);
     }
     if version >= 1 && req.rebalance_timeout_ms < 0 {

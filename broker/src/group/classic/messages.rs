@@ -71,6 +71,8 @@ pub struct JoinArgs {
     pub protocols: Vec<(String, Bytes)>,
     /// JoinGroup v4+: a new member is first given its id with MEMBER_ID_REQUIRED and joins again with it.
     pub require_known_member_id: bool,
+    /// JoinGroup v9+: the answer can tell a restarted static leader to keep the assignment it made.
+    pub supports_skip_assignment: bool,
 }
 
 /// A member as the group leader sees it in its JoinGroup answer.

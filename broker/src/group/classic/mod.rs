@@ -18,6 +18,9 @@ mod messages;
 
 pub use messages::*;
 
+/// How much of a client id starts the member ids given to its members.
+const MEMBER_ID_PREFIX_BYTES: usize = 200;
+
 /// A member of the group.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Member {
@@ -75,6 +78,8 @@ pub struct Group {
     rebalance_started_ms: u64,
     /// CompletingRebalance: when members that have not synced are removed.
     sync_deadline_ms: u64,
+    /// CompletingRebalance: the leader's assignment is being written; the group becomes stable once it is.
+    assignment_recording: bool,
     settings: GroupSettings,
 }
 
@@ -94,6 +99,7 @@ impl Group {
             initial_delay_until_ms: None,
             rebalance_started_ms: 0,
             sync_deadline_ms: 0,
+            assignment_recording: false,
             settings,
         }
     }
@@ -169,11 +175,14 @@ impl Group {
 
     /// Checks that `who` is a member: UNKNOWN_MEMBER_ID, or FENCED_INSTANCE_ID when its instance id is
     /// bound to another member id (a newer process of the same static member took over).
+    /// A static member's instance id bound to no member is UNKNOWN_MEMBER_ID too.
     fn check_member(&self, who: &MemberRef) -> Result<(), ResponseError> {
-        if let Some(instance) = &who.instance_id
-            && let Some(bound) = self.member_of_instance(instance)
-        {
-            return if bound.member_id == who.member_id { Ok(()) } else { Err(ResponseError::FencedInstanceId) };
+        if let Some(instance) = &who.instance_id {
+            return match self.member_of_instance(instance) {
+                Some(bound) if bound.member_id == who.member_id => Ok(()),
+                Some(_) => Err(ResponseError::FencedInstanceId),
+                None => Err(ResponseError::UnknownMemberId),
+            };
         }
         if self.members.contains_key(&who.member_id) { Ok(()) } else { Err(ResponseError::UnknownMemberId) }
     }
@@ -231,7 +240,10 @@ impl Group {
         let refuse =
             |error| Effects { replies: vec![Reply::Join(ticket, JoinAnswer::refused(error, ""))], persist: false };
         let prefix = args.instance_id.as_deref().unwrap_or(&args.client_id);
-        let new_id = format!("{prefix}-{}", uuid::Uuid::new_v4());
+        // Kafka's member ids start with the client id; a long one is cut (at a character boundary).
+        let cut =
+            (0..=prefix.len().min(MEMBER_ID_PREFIX_BYTES)).rev().find(|i| prefix.is_char_boundary(*i)).unwrap_or(0);
+        let new_id = format!("{}-{}", &prefix[..cut], uuid::Uuid::new_v4());
         if let Some(instance) = args.instance_id.clone()
             && let Some(old) = self.member_of_instance(&instance).map(|m| m.member_id.clone())
         {
@@ -283,8 +295,9 @@ impl Group {
         let unchanged = member.protocols == args.protocols;
         match self.state {
             GroupState::PreparingRebalance => {
-                self.update_member(&id, args, ticket);
-                self.try_complete_join(now_ms)
+                let mut effects = self.update_member(&id, args, ticket);
+                effects.merge(self.try_complete_join(now_ms));
+                effects
             }
             GroupState::CompletingRebalance | GroupState::Stable if unchanged && self.leader.as_ref() != Some(&id) => {
                 // A join answer it lost: the current generation again.
@@ -297,8 +310,8 @@ impl Group {
             }
             _ => {
                 // The leader rejoining (its subscription may have changed) or new protocols: rebalance.
-                self.update_member(&id, args, ticket);
-                let mut effects = self.prepare_rebalance(now_ms);
+                let mut effects = self.update_member(&id, args, ticket);
+                effects.merge(self.prepare_rebalance(now_ms));
                 effects.merge(self.try_complete_join(now_ms));
                 effects
             }
@@ -325,26 +338,42 @@ impl Group {
         }
         member.member_id = new_id.clone();
         member.last_seen_ms = now_ms;
-        let unchanged = member.protocols == args.protocols;
         self.members.insert(new_id.clone(), member);
+        let previous_leader = self.leader.clone();
         if self.leader.as_deref() == Some(old) {
             self.leader = Some(new_id.clone());
         }
+        let supports_skip = args.supports_skip_assignment;
+        effects.merge(self.update_member(&new_id, args, ticket));
+        // The new process's subscription bytes differ from the old one's (owned partitions, generation),
+        // but what counts is whether the group would choose another protocol.
+        let same_protocol = self.select_protocol() == self.protocol;
         match self.state {
-            GroupState::Stable if unchanged => {
+            GroupState::Stable if same_protocol => {
                 // Nothing about the group changes: no rebalance. The new id is recorded first.
-                let leader = self.leader.as_deref() == Some(new_id.as_str());
-                effects.replies.push(Reply::Join(ticket, self.join_answer(&new_id, leader)));
+                let member = self.members.get_mut(&new_id).expect("just inserted");
+                let ticket = member.joining.take().expect("just set");
+                let is_leader = self.leader.as_deref() == Some(new_id.as_str());
+                let mut answer = self.join_answer(&new_id, true);
+                if !supports_skip {
+                    // Before JoinGroup v9 there is no "skip assignment": the answer names the leader as it
+                    // was, so a restarted leader does not take itself for the leader and reassign a
+                    // stable group (Kafka does the same).
+                    answer.leader = previous_leader.unwrap_or_default();
+                    answer.members.clear();
+                    answer.skip_assignment = false;
+                } else if !is_leader {
+                    answer.skip_assignment = false;
+                }
+                effects.replies.push(Reply::Join(ticket, answer));
                 effects.persist = true;
                 effects
             }
             GroupState::PreparingRebalance => {
-                self.update_member(&new_id, args, ticket);
                 effects.merge(self.try_complete_join(now_ms));
                 effects
             }
             _ => {
-                self.update_member(&new_id, args, ticket);
                 effects.merge(self.prepare_rebalance(now_ms));
                 effects.merge(self.try_complete_join(now_ms));
                 effects
@@ -394,14 +423,21 @@ impl Group {
         effects
     }
 
-    fn update_member(&mut self, member_id: &str, args: JoinArgs, ticket: Ticket) {
+    /// A member's join with new settings; a JoinGroup of it still waiting (the client gave up on it
+    /// and sent another) is answered REBALANCE_IN_PROGRESS, so no answer is left waiting forever.
+    fn update_member(&mut self, member_id: &str, args: JoinArgs, ticket: Ticket) -> Effects {
         let member = self.members.get_mut(member_id).expect("a member");
         member.client_id = args.client_id;
         member.client_host = args.client_host;
         member.session_timeout_ms = args.session_timeout_ms;
         member.rebalance_timeout_ms = args.rebalance_timeout_ms;
         member.protocols = args.protocols;
-        member.joining = Some(ticket);
+        let mut effects = Effects::none();
+        if let Some(old) = member.joining.replace(ticket) {
+            let refused = JoinAnswer::refused(ResponseError::RebalanceInProgress, member_id);
+            effects.replies.push(Reply::Join(old, refused));
+        }
+        effects
     }
 
     fn max_rebalance_timeout_ms(&self) -> u64 {
@@ -411,6 +447,7 @@ impl Group {
     /// Starts a rebalance: every member must join again. SyncGroups waiting are answered
     /// REBALANCE_IN_PROGRESS.
     fn prepare_rebalance(&mut self, now_ms: u64) -> Effects {
+        self.assignment_recording = false;
         let mut effects = Effects::none();
         for member in self.members.values_mut() {
             if let Some(t) = member.syncing.take() {
@@ -556,27 +593,46 @@ impl Group {
                 Effects { replies: vec![Reply::Sync(ticket, self.sync_answer(&who.member_id))], persist: false }
             }
             GroupState::CompletingRebalance => {
-                member.syncing = Some(ticket);
-                if self.leader.as_deref() != Some(who.member_id.as_str()) {
-                    return Effects::none();
+                let mut effects = Effects::none();
+                if let Some(old) = member.syncing.replace(ticket) {
+                    // A SyncGroup the client gave up on: answered, not left waiting.
+                    effects.replies.push(Reply::Sync(old, SyncAnswer::refused(ResponseError::RebalanceInProgress)));
+                }
+                if self.leader.as_deref() != Some(who.member_id.as_str()) || self.assignment_recording {
+                    return effects;
                 }
                 for (id, assignment) in assignments {
                     if let Some(m) = self.members.get_mut(&id) {
                         m.assignment = assignment;
                     }
                 }
-                self.set_state(GroupState::Stable, now_ms);
-                let mut effects = Effects { replies: Vec::new(), persist: true };
-                let ids: Vec<String> = self.members.keys().cloned().collect();
-                for id in ids {
-                    if let Some(t) = self.members.get_mut(&id).and_then(|m| m.syncing.take()) {
-                        effects.replies.push(Reply::Sync(t, self.sync_answer(&id)));
-                    }
-                }
+                // The generation becomes stable, and the members get their assignments, only once its
+                // record is written (`record_written`).
+                self.assignment_recording = true;
+                effects.persist = true;
                 effects
             }
             GroupState::Dead => unreachable!("refused above"),
         }
+    }
+
+    /// The group's record of `generation` is written: a generation whose assignment was being recorded
+    /// becomes stable, and every member waiting in SyncGroup gets its assignment.
+    pub fn record_written(&mut self, generation: i32, now_ms: u64) -> Effects {
+        let recorded = self.assignment_recording && self.state == GroupState::CompletingRebalance;
+        if !recorded || generation != self.generation {
+            return Effects::none();
+        }
+        self.assignment_recording = false;
+        self.set_state(GroupState::Stable, now_ms);
+        let mut effects = Effects::none();
+        let ids: Vec<String> = self.members.keys().cloned().collect();
+        for id in ids {
+            if let Some(t) = self.members.get_mut(&id).and_then(|m| m.syncing.take()) {
+                effects.replies.push(Reply::Sync(t, self.sync_answer(&id)));
+            }
+        }
+        effects
     }
 
     fn sync_answer(&self, member_id: &str) -> SyncAnswer {
@@ -588,18 +644,28 @@ impl Group {
         }
     }
 
-    /// Writing the record of a completed sync failed: the generation's assignment is lost; members
-    /// join again. The waiting answers were already given the write's error by the adapter.
-    pub fn persist_failed(&mut self, now_ms: u64) -> Effects {
-        if matches!(self.state, GroupState::Stable | GroupState::CompletingRebalance) {
-            for member in self.members.values_mut() {
-                member.assignment = Bytes::new();
-            }
-            let mut effects = self.prepare_rebalance(now_ms);
-            effects.merge(self.try_complete_join(now_ms));
-            return effects;
+    /// Writing the group's record of `generation` failed with `error`: an assignment being recorded is
+    /// lost (the members waiting in SyncGroup get the error) and the members join again; so do they
+    /// when a stable group's record (a static member's new id) could not be written. A failure reported
+    /// for an older generation changes nothing.
+    pub fn record_failed(&mut self, generation: i32, error: ResponseError, now_ms: u64) -> Effects {
+        if generation != self.generation {
+            return Effects::none();
         }
-        Effects::none()
+        let recording = self.assignment_recording && self.state == GroupState::CompletingRebalance;
+        if !recording && self.state != GroupState::Stable {
+            return Effects::none();
+        }
+        let mut effects = Effects::none();
+        for member in self.members.values_mut() {
+            member.assignment = Bytes::new();
+            if let Some(t) = member.syncing.take() {
+                effects.replies.push(Reply::Sync(t, SyncAnswer::refused(error)));
+            }
+        }
+        effects.merge(self.prepare_rebalance(now_ms));
+        effects.merge(self.try_complete_join(now_ms));
+        effects
     }
 
     /// Heartbeat: NONE while the generation is current and stable or completing, REBALANCE_IN_PROGRESS
@@ -715,7 +781,8 @@ impl Group {
         if self.state == GroupState::Dead {
             return Err(ResponseError::CoordinatorNotAvailable);
         }
-        if generation < 0 && who.member_id.is_empty() && self.state == GroupState::Empty {
+        if generation < 0 && self.state == GroupState::Empty {
+            // A client outside the group (assign() and commit), as Kafka accepts it.
             return Ok(());
         }
         self.check_member(who)?;
@@ -727,6 +794,11 @@ impl Group {
         }
         self.members.get_mut(&who.member_id).expect("checked").last_seen_ms = now_ms;
         Ok(())
+    }
+
+    /// Whether the group holds nothing: no members and no member id given out and still to be used.
+    pub fn is_idle(&self) -> bool {
+        matches!(self.state, GroupState::Empty | GroupState::Dead) && self.pending.is_empty()
     }
 
     /// DeleteGroups: only a group without members may go.

@@ -21,6 +21,7 @@ fn join_args(member_id: &str, protocols: &[&str]) -> JoinArgs {
         protocol_type: "consumer".to_string(),
         protocols: protocols.iter().map(|p| (p.to_string(), Bytes::from(format!("meta-{p}")))).collect(),
         require_known_member_id: false,
+        supports_skip_assignment: true,
     }
 }
 
@@ -51,6 +52,25 @@ fn syncs(effects: &Effects) -> BTreeMap<Ticket, SyncAnswer> {
         .collect()
 }
 
+/// SyncGroup, and when the leader's assignment is to be recorded, the record written: the answers of
+/// both steps.
+fn sync(
+    group: &mut Group,
+    who: &MemberRef,
+    generation: i32,
+    assignments: Vec<(String, Bytes)>,
+    ticket: Ticket,
+    now: u64,
+) -> Effects {
+    let mut effects = group.sync(who, generation, (None, None), assignments, ticket, now);
+    if effects.persist {
+        assert_eq!(group.state, GroupState::CompletingRebalance, "not stable before the record is written");
+        let written = group.record_written(group.generation, now);
+        effects.replies.extend(written.replies);
+    }
+    effects
+}
+
 /// A group with one member `a` joined and synced (generation 1); returns a's member id.
 fn stable_group_of_one(now: &mut u64) -> (Group, String) {
     let mut group = Group::new("g", settings(), *now);
@@ -59,7 +79,7 @@ fn stable_group_of_one(now: &mut u64) -> (Group, String) {
     *now += DELAY_MS;
     let answer = joins(&group.tick(*now)).remove(&1).expect("answered once the delay is over");
     let a = answer.member_id.clone();
-    let effects = group.sync(&who(&a), 1, (None, None), vec![(a.clone(), Bytes::from_static(b"A"))], 2, *now);
+    let effects = sync(&mut group, &who(&a), 1, vec![(a.clone(), Bytes::from_static(b"A"))], 2, *now);
     assert!(effects.persist);
     (group, a)
 }
@@ -125,6 +145,10 @@ fn a_second_member_makes_the_first_rejoin_and_only_the_leader_gets_the_member_li
     let assignment = vec![(a.clone(), Bytes::from_static(b"A2")), (b.clone(), Bytes::from_static(b"B2"))];
     let effects = group.sync(&who(&a), 2, (Some("consumer"), Some("range")), assignment, 6, now);
     assert!(effects.persist, "the new generation is written before the answers go");
+    assert!(effects.replies.is_empty());
+    assert_eq!(group.state, GroupState::CompletingRebalance);
+    assert_eq!(group.heartbeat(&who(&b), 2, now), None, "heartbeats are fine meanwhile");
+    let effects = group.record_written(2, now);
     let answers = syncs(&effects);
     assert_eq!(answers[&5].assignment, Bytes::from_static(b"B2"));
     assert_eq!(answers[&6].assignment, Bytes::from_static(b"A2"));
@@ -158,8 +182,8 @@ fn a_member_silent_past_its_session_timeout_leaves_and_the_rest_rebalance() {
     let answers = joins(&group.join(join_args(&a, &["range"]), 4, now));
     let b = answers[&3].member_id.clone();
     let assignment = vec![(a.clone(), Bytes::new()), (b.clone(), Bytes::new())];
-    let _ = group.sync(&who(&a), 2, (None, None), assignment, 5, now);
-    let _ = group.sync(&who(&b), 2, (None, None), vec![], 6, now);
+    let _ = sync(&mut group, &who(&a), 2, assignment, 5, now);
+    let _ = sync(&mut group, &who(&b), 2, vec![], 6, now);
     assert_eq!(group.state, GroupState::Stable);
     // a keeps heartbeating, b goes silent.
     for _ in 0..12 {
@@ -184,8 +208,8 @@ fn a_member_that_does_not_rejoin_within_the_rebalance_timeout_is_dropped() {
     let _ = group.join(join_args("", &["range"]), 3, now);
     let answers = joins(&group.join(join_args(&a, &["range"]), 4, now));
     let b = answers[&3].member_id.clone();
-    let _ = group.sync(&who(&a), 2, (None, None), vec![], 5, now);
-    let _ = group.sync(&who(&b), 2, (None, None), vec![], 6, now);
+    let _ = sync(&mut group, &who(&a), 2, vec![], 5, now);
+    let _ = sync(&mut group, &who(&b), 2, vec![], 6, now);
     // A third member joins; a rejoins, b keeps heartbeating but never rejoins.
     let _ = group.join(join_args("", &["range"]), 7, now);
     let _ = group.join(join_args(&a, &["range"]), 8, now);
@@ -234,7 +258,7 @@ fn a_restarted_static_member_takes_its_place_without_a_rebalance_and_fences_the_
     now += DELAY_MS;
     let old = joins(&group.tick(now))[&1].member_id.clone();
     let old_ref = MemberRef { member_id: old.clone(), instance_id: Some("host-1".into()) };
-    let _ = group.sync(&old_ref, 1, (None, None), vec![(old.clone(), Bytes::from_static(b"A"))], 2, now);
+    let _ = sync(&mut group, &old_ref, 1, vec![(old.clone(), Bytes::from_static(b"A"))], 2, now);
     assert_eq!(group.state, GroupState::Stable);
     // The process restarts: same instance id, no member id.
     let effects = group.join(args, 3, now);
@@ -273,7 +297,7 @@ fn the_protocol_most_members_prefer_among_those_all_support_is_chosen() {
     let mut group = Group::new("g", GroupSettings { initial_rebalance_delay_ms: 0, ..settings() }, now);
     let joined = group.join(join_args("", &["cooperative-sticky", "range"]), 1, now);
     let first = joins(&joined)[&1].member_id.clone();
-    let _ = group.sync(&who(&first), 1, (None, None), vec![], 2, now);
+    let _ = sync(&mut group, &who(&first), 1, vec![], 2, now);
     let _ = group.join(join_args("", &["range", "cooperative-sticky"]), 3, now);
     let _ = group.join(join_args("", &["range", "cooperative-sticky"]), 4, now);
     let answers = joins(&group.join(join_args(&first, &["cooperative-sticky", "range"]), 5, now));
@@ -307,4 +331,85 @@ fn a_restored_group_keeps_its_generation_and_assignments_and_gives_members_a_ses
     let _ = restored.tick(50_000 + 2 * SESSION_MS as u64);
     assert!(restored.members.is_empty(), "a member that never comes back expires");
     assert_eq!(restored.state, GroupState::Empty, "and the group, with nobody left, is empty");
+}
+
+/// A stable group of one static member (`host-1`) led by it; returns its member id.
+fn stable_static_group(now: &mut u64) -> (Group, String, JoinArgs) {
+    let mut group = Group::new("g", settings(), *now);
+    let mut args = join_args("", &["range"]);
+    args.instance_id = Some("host-1".into());
+    let _ = group.join(args.clone(), 1, *now);
+    *now += DELAY_MS;
+    let id = joins(&group.tick(*now))[&1].member_id.clone();
+    let member = MemberRef { member_id: id.clone(), instance_id: Some("host-1".into()) };
+    let _ = sync(&mut group, &member, 1, vec![(id.clone(), Bytes::from_static(b"A"))], 2, *now);
+    assert_eq!(group.state, GroupState::Stable);
+    (group, id, args)
+}
+
+#[test]
+fn a_restarted_static_leader_on_join_group_before_v9_is_not_told_it_leads() {
+    let mut now = 0;
+    let (mut group, old, mut args) = stable_static_group(&mut now);
+    args.supports_skip_assignment = false;
+    // The new process's subscription bytes differ (owned partitions): still the same protocol.
+    args.protocols = vec![("range".into(), Bytes::from_static(b"other bytes"))];
+    let effects = group.join(args, 3, now);
+    let answer = joins(&effects).remove(&3).unwrap();
+    assert_eq!(answer.error, None);
+    assert_eq!(answer.leader, old, "the leader as it was, not the new id: no reassignment");
+    assert_ne!(answer.member_id, old);
+    assert!(answer.members.is_empty() && !answer.skip_assignment);
+    assert_eq!((group.state, group.generation), (GroupState::Stable, 1), "no rebalance");
+}
+
+#[test]
+fn a_join_or_sync_sent_again_answers_the_one_it_replaces() {
+    let mut now = 0;
+    let (mut group, a) = stable_group_of_one(&mut now);
+    let _ = group.join(join_args("", &["range"]), 3, now);
+    assert!(group.join(join_args(&a, &["range"]), 4, now).replies.len() >= 2, "b's and a's joins answered");
+    // b's client times out waiting in SyncGroup and sends it again.
+    let b = group.members.keys().find(|id| **id != a).unwrap().clone();
+    assert!(group.sync(&who(&b), 2, (None, None), vec![], 5, now).replies.is_empty());
+    let again = group.sync(&who(&b), 2, (None, None), vec![], 6, now);
+    assert_eq!(syncs(&again)[&5].error, Some(ResponseError::RebalanceInProgress), "the first one is not left waiting");
+    // The same for JoinGroup during a rebalance.
+    let _ = group.join(join_args("", &["range"]), 7, now);
+    assert!(group.join(join_args(&b, &["range"]), 8, now).replies.is_empty());
+    let again = group.join(join_args(&b, &["range"]), 9, now);
+    assert_eq!(joins(&again)[&8].error, Some(ResponseError::RebalanceInProgress));
+}
+
+#[test]
+fn a_failed_record_of_the_assignment_makes_the_members_join_again_but_a_stale_failure_changes_nothing() {
+    let mut now = 0;
+    let (mut group, a) = stable_group_of_one(&mut now);
+    let _ = group.join(join_args("", &["range"]), 3, now);
+    let answers = joins(&group.join(join_args(&a, &["range"]), 4, now));
+    let b = answers[&3].member_id.clone();
+    let _ = group.sync(&who(&b), 2, (None, None), vec![], 5, now);
+    let effects = group.sync(&who(&a), 2, (None, None), vec![], 6, now);
+    assert!(effects.persist);
+    assert!(group.record_failed(1, ResponseError::NotCoordinator, now).replies.is_empty(), "an older generation's");
+    assert_eq!(group.state, GroupState::CompletingRebalance);
+    let failed = group.record_failed(2, ResponseError::CoordinatorNotAvailable, now);
+    let answers = syncs(&failed);
+    assert_eq!(answers[&5].error, Some(ResponseError::CoordinatorNotAvailable));
+    assert_eq!(answers[&6].error, Some(ResponseError::CoordinatorNotAvailable));
+    assert_eq!(group.state, GroupState::PreparingRebalance);
+}
+
+#[test]
+fn a_member_id_given_out_keeps_a_new_group_and_unbound_instance_ids_are_unknown() {
+    let now = 0;
+    let mut group = Group::new("g", settings(), now);
+    let mut args = join_args("", &["range"]);
+    args.require_known_member_id = true;
+    let _ = group.join(args, 1, now);
+    assert!(!group.is_idle(), "the member id given out is still to be used");
+    let stranger = MemberRef { member_id: "x".into(), instance_id: Some("nobody".into()) };
+    assert_eq!(group.heartbeat(&stranger, 0, now), Some(ResponseError::UnknownMemberId));
+    // A commit from outside the group with a member id is accepted while it is empty, as Kafka does.
+    assert_eq!(group.check_commit(&who("some-client"), -1, now), Ok(()));
 }

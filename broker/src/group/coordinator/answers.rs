@@ -83,26 +83,45 @@ pub(super) fn describe(entry: &Entry) -> GroupDescription {
 
 /// The topics a consumer group's members subscribe to (from their `consumer` protocol metadata).
 pub(super) fn subscribed_topics(group: &Group) -> BTreeSet<String> {
-    use kafka_protocol::messages::ConsumerProtocolSubscription;
-    use kafka_protocol::protocol::Decodable;
     let mut topics = BTreeSet::new();
     if group.protocol_type.as_deref() != Some("consumer") || group.state == GroupState::Empty {
         return topics;
     }
     let protocol = group.protocol.clone().unwrap_or_default();
     for member in group.members.values() {
-        let mut metadata = member.metadata(&protocol);
-        if metadata.len() < 2 {
-            continue;
-        }
-        let version = i16::from_be_bytes([metadata[0], metadata[1]]);
-        bytes::Buf::advance(&mut metadata, 2);
-        // Kafka's newest subscription version is 3; a newer one is read as 3 (fields are only added).
-        if let Ok(sub) = ConsumerProtocolSubscription::decode(&mut metadata, version.clamp(0, 3)) {
-            topics.extend(sub.topics.iter().map(|t| t.to_string()));
-        }
+        topics.extend(subscription_topics(&member.metadata(&protocol)));
     }
     topics
+}
+
+/// The topic list at the start of a `consumer` protocol subscription (every version begins with it):
+/// version (int16), count (int32), then each name (int16 length, UTF-8). Read here with every length
+/// checked against what is left, since the bytes come from a client; what does not read gives none.
+fn subscription_topics(metadata: &[u8]) -> Vec<String> {
+    fn take<'a>(b: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
+        if b.len() < n {
+            return None;
+        }
+        let (head, rest) = b.split_at(n);
+        *b = rest;
+        Some(head)
+    }
+    let read = |mut b: &[u8]| -> Option<Vec<String>> {
+        take(&mut b, 2)?;
+        let count = i32::from_be_bytes(take(&mut b, 4)?.try_into().ok()?);
+        // Each name takes at least its two length bytes.
+        if count < 0 || count as usize > b.len() / 2 {
+            return None;
+        }
+        let mut names = Vec::with_capacity(count as usize);
+        for _ in 0..count {
+            let len = i16::from_be_bytes(take(&mut b, 2)?.try_into().ok()?);
+            let name = take(&mut b, usize::try_from(len).ok()?)?;
+            names.push(String::from_utf8(name.to_vec()).ok()?);
+        }
+        Some(names)
+    };
+    read(metadata).unwrap_or_default()
 }
 
 /// Answers a group call with `error`.
@@ -129,5 +148,29 @@ pub(super) fn refuse(op: GroupOp, error: ResponseError) {
         GroupOp::Delete { reply } => {
             let _ = reply.send(Some(error));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subscribed_topics_are_read_with_every_length_bounded() {
+        use kafka_protocol::messages::ConsumerProtocolSubscription;
+        use kafka_protocol::protocol::{Encodable, StrBytes};
+        let sub = ConsumerProtocolSubscription::default()
+            .with_topics(vec![StrBytes::from_static_str("orders"), StrBytes::from_static_str("payments")]);
+        for version in 0..=3 {
+            let mut bytes = bytes::BytesMut::new();
+            bytes::BufMut::put_i16(&mut bytes, version);
+            sub.encode(&mut bytes, version).unwrap();
+            assert_eq!(subscription_topics(&bytes), vec!["orders".to_string(), "payments".to_string()]);
+            for cut in 0..8 + 6 {
+                assert!(subscription_topics(&bytes[..cut]).len() < 2, "cut at {cut}");
+            }
+        }
+        // A count claiming billions of names allocates nothing.
+        assert!(subscription_topics(&[0, 0, 0x7f, 0xff, 0xff, 0xff, 0, 1, b'a']).is_empty());
     }
 }

@@ -64,8 +64,9 @@ struct Coordinator {
     partitions: RefCell<HashMap<i32, Slot>>,
     waiters: RefCell<HashMap<Ticket, Waiter>>,
     next_ticket: Cell<Ticket>,
-    /// When offsets were last checked for expiry (wall ms).
+    /// When offsets were last checked for expiry (wall ms), and whether a check is under way.
     last_expiry: Cell<u64>,
+    expiring: Cell<bool>,
 }
 
 fn now_ms() -> u64 {
@@ -82,6 +83,7 @@ pub async fn run(ctx: Arc<BrokerContext>, shard: usize, requests: flume::Receive
         waiters: RefCell::new(HashMap::new()),
         next_ticket: Cell::new(1),
         last_expiry: Cell::new(now_ms()),
+        expiring: Cell::new(false),
     });
     let ticker = me.clone();
     glommio::spawn_local(async move {
@@ -256,46 +258,56 @@ impl Coordinator {
         }
     }
 
-    /// Runs `f` on the partition's groups, if it is (still) loaded.
-    fn with_groups<R>(&self, partition: i32, f: impl FnOnce(&mut HashMap<String, Entry>) -> R) -> Option<R> {
+    /// Runs `f` on the partition's groups, if it is (still) loaded at `epoch`: what was decided under
+    /// one leadership never touches the groups rebuilt under the next.
+    fn with_groups<R>(
+        &self,
+        partition: i32,
+        epoch: LeaderEpoch,
+        f: impl FnOnce(&mut HashMap<String, Entry>) -> R,
+    ) -> Option<R> {
         match self.partitions.borrow_mut().get_mut(&partition) {
-            Some(Slot::Loaded { groups, .. }) => Some(f(groups)),
+            Some(Slot::Loaded { epoch: loaded, groups }) if *loaded == epoch => Some(f(groups)),
             _ => None,
         }
     }
 
-    /// Carries out a group's effects: writes its membership record first when asked, then answers.
-    async fn settle(&self, partition: i32, epoch: LeaderEpoch, group: &str, effects: Effects) {
-        if !effects.persist {
-            self.deliver(effects.replies, None);
-            return;
-        }
-        let record = self.with_groups(partition, |groups| {
-            groups.get_mut(group).map(|e| {
-                e.recorded = true;
-                e.group.record()
-            })
-        });
-        let Some(Some(record)) = record else {
-            self.deliver(effects.replies, Some(ResponseError::NotCoordinator));
-            return;
-        };
-        let write =
-            self.write(partition, epoch, &[OffsetsRecord::Group { group: group.to_string(), value: Some(record) }]);
-        match write.await {
-            Ok(_) => self.deliver(effects.replies, None),
-            Err(e) => {
-                let error = coordinator_error(e);
-                tracing::debug!(group, ?e, "group record not written");
-                self.deliver(effects.replies, Some(error));
-                // The generation's assignment was not recorded: the members join again.
-                let more = self
-                    .with_groups(partition, |groups| groups.get_mut(group).map(|e| e.group.persist_failed(now_ms())));
-                if let Some(Some(more)) = more {
-                    self.deliver(more.replies, None);
+    /// Carries out a group's effects: writes its membership record first when asked, then answers, then
+    /// tells the group how the write went (which may make it stable, or make its members join again).
+    async fn settle(&self, partition: i32, epoch: LeaderEpoch, group: &str, mut effects: Effects) {
+        while effects.persist {
+            let record = self.with_groups(partition, epoch, |groups| {
+                groups.get_mut(group).map(|e| {
+                    e.recorded = true;
+                    e.group.record()
+                })
+            });
+            let Some(Some(record)) = record else {
+                self.deliver(effects.replies, Some(ResponseError::NotCoordinator));
+                return;
+            };
+            let generation = record.generation;
+            let write =
+                self.write(partition, epoch, &[OffsetsRecord::Group { group: group.to_string(), value: Some(record) }]);
+            let next = match write.await {
+                Ok(_) => {
+                    self.deliver(effects.replies, None);
+                    self.with_groups(partition, epoch, |groups| {
+                        groups.get_mut(group).map(|e| e.group.record_written(generation, now_ms()))
+                    })
                 }
-            }
+                Err(e) => {
+                    let error = coordinator_error(e);
+                    tracing::debug!(group, ?e, "group record not written");
+                    self.deliver(effects.replies, Some(error));
+                    self.with_groups(partition, epoch, |groups| {
+                        groups.get_mut(group).map(|e| e.group.record_failed(generation, error, now_ms()))
+                    })
+                }
+            };
+            effects = next.flatten().unwrap_or_default();
         }
+        self.deliver(effects.replies, None);
     }
 
     /// Appends records to the partition (acks=all) and returns the offset of the first.
@@ -338,7 +350,7 @@ impl Coordinator {
         match op {
             GroupOp::Join { args, reply } => {
                 let ticket = self.wait_for(Waiter::Join(reply));
-                let effects = self.with_groups(partition, |groups| {
+                let effects = self.with_groups(partition, epoch, |groups| {
                     let entry = groups.entry(group.clone()).or_insert_with(|| Entry::new(&group, settings, now));
                     entry.group.join(args, ticket, now)
                 });
@@ -348,7 +360,7 @@ impl Coordinator {
             }
             GroupOp::Sync { member, generation, protocol_type, protocol_name, assignments, reply } => {
                 let ticket = self.wait_for(Waiter::Sync(reply));
-                let effects = self.with_groups(partition, |groups| match groups.get_mut(&group) {
+                let effects = self.with_groups(partition, epoch, |groups| match groups.get_mut(&group) {
                     Some(entry) => {
                         let protocol = (protocol_type.as_deref(), protocol_name.as_deref());
                         entry.group.sync(&member, generation, protocol, assignments, ticket, now)
@@ -363,20 +375,28 @@ impl Coordinator {
                 }
             }
             GroupOp::Heartbeat { member, generation, reply } => {
-                let error = self.with_groups(partition, |groups| match groups.get_mut(&group) {
+                let error = self.with_groups(partition, epoch, |groups| match groups.get_mut(&group) {
                     Some(entry) => entry.group.heartbeat(&member, generation, now),
                     None => Some(ResponseError::UnknownMemberId),
                 });
                 let _ = reply.send(error.unwrap_or(Some(ResponseError::NotCoordinator)));
             }
             GroupOp::Leave { members, reply } => {
-                let outcome = self.with_groups(partition, |groups| match groups.get_mut(&group) {
-                    Some(entry) => entry.group.leave(&members, now),
-                    None => (vec![Some(ResponseError::UnknownMemberId); members.len()], Effects::default()),
+                let outcome = self.with_groups(partition, epoch, |groups| match groups.get_mut(&group) {
+                    Some(entry) if entry.group.state == GroupState::Dead => Err(ResponseError::CoordinatorNotAvailable),
+                    Some(entry) => Ok(entry.group.leave(&members, now)),
+                    None => Ok((vec![Some(ResponseError::UnknownMemberId); members.len()], Effects::default())),
                 });
-                let Some((errors, effects)) = outcome else {
-                    let _ = reply.send(Err(ResponseError::NotCoordinator));
-                    return;
+                let (errors, effects) = match outcome {
+                    Some(Ok(outcome)) => outcome,
+                    Some(Err(error)) => {
+                        let _ = reply.send(Err(error));
+                        return;
+                    }
+                    None => {
+                        let _ = reply.send(Err(ResponseError::NotCoordinator));
+                        return;
+                    }
                 };
                 let _ = reply.send(Ok(errors));
                 self.settle(partition, epoch, &group, effects).await;
@@ -385,11 +405,12 @@ impl Coordinator {
                 let _ = reply.send(self.commit(partition, epoch, &group, member, generation, offsets, now).await);
             }
             GroupOp::FetchOffsets { partitions, reply } => {
-                let fetched = self.with_groups(partition, |groups| fetch_offsets(groups.get(&group), partitions));
+                let fetched =
+                    self.with_groups(partition, epoch, |groups| fetch_offsets(groups.get(&group), partitions));
                 let _ = reply.send(fetched.ok_or(ResponseError::NotCoordinator));
             }
             GroupOp::Describe { reply } => {
-                let described = self.with_groups(partition, |groups| groups.get(&group).map(describe));
+                let described = self.with_groups(partition, epoch, |groups| groups.get(&group).map(describe));
                 let _ = reply.send(described.ok_or(ResponseError::NotCoordinator));
             }
             GroupOp::Delete { reply } => {
@@ -413,7 +434,8 @@ impl Coordinator {
         now: u64,
     ) -> super::call::PerItem {
         let settings = self.settings;
-        let checked = self.with_groups(partition, |groups| {
+        let keys: Vec<(String, i32)> = offsets.iter().map(|o| (o.topic.clone(), o.partition)).collect();
+        let checked = self.with_groups(partition, epoch, |groups| {
             let entry = match groups.get_mut(group) {
                 Some(entry) => entry,
                 // A client outside any group (assign() and commit) creates an empty group; a member of a
@@ -423,7 +445,11 @@ impl Coordinator {
                 }
                 None => return Err(ResponseError::IllegalGeneration),
             };
-            entry.group.check_commit(&member, generation, now)
+            entry.group.check_commit(&member, generation, now)?;
+            // Counted until the write is answered: the group is not dropped meanwhile, and a delete
+            // writes tombstones for these keys too.
+            entry.commits_started(&keys);
+            Ok(())
         });
         checked.ok_or(ResponseError::NotCoordinator)??;
         let timestamp = SystemClock.now_ms();
@@ -441,22 +467,22 @@ impl Coordinator {
                 }),
             })
             .collect();
-        if records.is_empty() {
-            return Ok(Vec::new());
-        }
-        match self.write(partition, epoch, &records).await {
-            Ok(base) => {
-                self.with_groups(partition, |groups| {
-                    // The entry of an empty group may have been dropped while the write was out.
-                    let entry = groups.entry(group.to_string()).or_insert_with(|| Entry::new(group, settings, now));
+        let written = if records.is_empty() { Ok(0) } else { self.write(partition, epoch, &records).await };
+        self.with_groups(partition, epoch, |groups| {
+            // Gone only if deleted meanwhile, and then its tombstones covered these keys.
+            if let Some(entry) = groups.get_mut(group) {
+                entry.commits_done(&keys);
+                if let Ok(base) = written {
                     for (i, record) in records.into_iter().enumerate() {
                         if let OffsetsRecord::Offset { topic, partition, value: Some(value), .. } = record {
                             entry.store((topic, partition), value, base + i as i64);
                         }
                     }
-                });
-                Ok(vec![None; offsets.len()])
+                }
             }
+        });
+        match written {
+            Ok(_) => Ok(vec![None; offsets.len()]),
             Err(e) => {
                 tracing::debug!(group, ?e, "offset commit not written");
                 Ok(vec![Some(commit_error(e)); offsets.len()])
@@ -465,13 +491,14 @@ impl Coordinator {
     }
 
     async fn delete(&self, partition: i32, epoch: LeaderEpoch, group: &str) -> Option<ResponseError> {
-        let planned = self.with_groups(partition, |groups| {
+        let planned = self.with_groups(partition, epoch, |groups| {
             let entry = groups.get_mut(group).ok_or(ResponseError::GroupIdNotFound)?;
             entry.group.check_delete()?;
             let effects = entry.group.mark_dead(now_ms());
             let mut records: Vec<OffsetsRecord> = entry
                 .offsets
                 .keys()
+                .chain(entry.pending_commits.keys().filter(|k| !entry.offsets.contains_key(*k)))
                 .map(|(topic, p)| OffsetsRecord::Offset {
                     group: group.to_string(),
                     topic: topic.clone(),
@@ -491,13 +518,17 @@ impl Coordinator {
         let written = self.write(partition, epoch, &records).await;
         match written {
             Ok(_) => {
-                self.with_groups(partition, |groups| groups.remove(group));
+                self.with_groups(partition, epoch, |groups| {
+                    if groups.get(group).is_some_and(|e| e.group.state == GroupState::Dead) {
+                        groups.remove(group);
+                    }
+                });
                 tracing::info!(group, "deleted consumer group");
                 None
             }
             Err(e) => {
                 // Not recorded: the group stays, empty, as it was.
-                self.with_groups(partition, |groups| {
+                self.with_groups(partition, epoch, |groups| {
                     if let Some(entry) = groups.get_mut(group) {
                         entry.group.state = GroupState::Empty;
                     }
@@ -514,8 +545,16 @@ impl Coordinator {
         group: &str,
         partitions: Vec<(String, i32)>,
     ) -> super::call::PerItem {
-        let planned = self.with_groups(partition, |groups| {
-            let entry = groups.get(group).ok_or(ResponseError::GroupIdNotFound)?;
+        let planned = self.with_groups(partition, epoch, |groups| {
+            let entry = groups
+                .get(group)
+                .filter(|e| e.group.state != GroupState::Dead)
+                .ok_or(ResponseError::GroupIdNotFound)?;
+            let consumer = entry.group.protocol_type.as_deref() == Some("consumer");
+            if !consumer && entry.group.state != GroupState::Empty {
+                // Which topics a non-consumer group uses is not known: only an empty one loses offsets.
+                return Err(ResponseError::NonEmptyGroup);
+            }
             let subscribed = subscribed_topics(&entry.group);
             Ok(partitions
                 .iter()
@@ -539,7 +578,7 @@ impl Coordinator {
         }
         match self.write(partition, epoch, &records).await {
             Ok(_) => {
-                self.with_groups(partition, |groups| {
+                self.with_groups(partition, epoch, |groups| {
                     if let Some(entry) = groups.get_mut(group) {
                         for ((topic, p), e) in partitions.iter().zip(&errors) {
                             if e.is_none() {
@@ -560,9 +599,14 @@ impl Coordinator {
         self.follow_leadership();
         let now = now_ms();
         let interval = self.ctx.config.groups.retention_check_interval_ms;
-        if now.saturating_sub(self.last_expiry.get()) >= interval {
+        if now.saturating_sub(self.last_expiry.get()) >= interval && !self.expiring.replace(true) {
             self.last_expiry.set(now);
-            self.expire_offsets(now).await;
+            let me = self.clone();
+            glommio::spawn_local(async move {
+                me.expire_offsets(now).await;
+                me.expiring.set(false);
+            })
+            .detach();
         }
         let mut work: Vec<(i32, LeaderEpoch, String, Effects)> = Vec::new();
         let mut gone: Vec<(i32, LeaderEpoch, String)> = Vec::new();
@@ -575,22 +619,28 @@ impl Coordinator {
                 }
             }
             groups.retain(|id, entry| {
-                let idle =
-                    matches!(entry.group.state, GroupState::Empty | GroupState::Dead) && entry.offsets.is_empty();
+                let idle = entry.is_idle();
                 if idle && entry.recorded {
                     gone.push((*partition, *epoch, id.clone()));
                 }
                 !idle
             });
         }
+        // Each write on a task of its own: a slow one must not hold up the next tick (sessions,
+        // rebalance deadlines, leadership).
         for (partition, epoch, group, effects) in work {
-            self.settle(partition, epoch, &group, effects).await;
+            let me = self.clone();
+            glommio::spawn_local(async move { me.settle(partition, epoch, &group, effects).await }).detach();
         }
         for (partition, epoch, group) in gone {
             let tombstone = [OffsetsRecord::Group { group: group.clone(), value: None }];
-            if let Err(e) = self.write(partition, epoch, &tombstone).await {
-                tracing::debug!(group, ?e, "tombstone of an empty group not written");
-            }
+            let write = self.write(partition, epoch, &tombstone);
+            glommio::spawn_local(async move {
+                if let Err(e) = write.await {
+                    tracing::debug!(group, ?e, "tombstone of an empty group not written");
+                }
+            })
+            .detach();
         }
     }
 
@@ -623,7 +673,7 @@ impl Coordinator {
                 .collect();
             match self.write(partition, epoch, &tombstones).await {
                 Ok(base) => {
-                    self.with_groups(partition, |groups| {
+                    self.with_groups(partition, epoch, |groups| {
                         if let Some(entry) = groups.get_mut(&group) {
                             for (i, key) in keys.iter().enumerate() {
                                 entry.forget(key, base + i as i64);
@@ -646,10 +696,16 @@ impl Coordinator {
     fn follow_leadership(self: &Rc<Self>) {
         let image = self.ctx.image();
         let count = image.topic(OFFSETS_TOPIC).map_or(0, |t| t.partitions.len() as i32);
+        // By the metadata alone: a moment without a quorum session (requests are answered NOT_COORDINATOR
+        // meanwhile) does not throw the groups away; only another leader or epoch does.
+        let me = crate::quorum::state::NodeId(self.ctx.config.node_id);
         let led: BTreeMap<i32, LeaderEpoch> = (0..count)
-            .filter_map(|p| self.ctx.leader_in(&image, OFFSETS_TOPIC, p).ok().map(|led| (p, led)))
-            .filter(|(_, led)| led.shard == self.shard)
-            .map(|(p, led)| (p, led.epoch))
+            .filter_map(|p| image.partition(OFFSETS_TOPIC, p).map(|record| (p, record)))
+            .filter(|(_, record)| record.leader == Some(me))
+            .filter(|(p, _)| {
+                self.ctx.shard_of(&TopicPartition::new(OFFSETS_TOPIC.to_string(), *p as u32)) == self.shard
+            })
+            .map(|(p, record)| (p, record.leader_epoch))
             .collect();
         let stale: Vec<i32> = self
             .partitions

@@ -30,11 +30,40 @@ pub(super) struct Entry {
     pub(super) offsets: BTreeMap<(String, i32), Stored>,
     /// Whether a membership record of it may be in the log (a tombstone is then written when it goes).
     pub(super) recorded: bool,
+    /// Offset commits whose writes are out, by key: how many.
+    pub(super) pending_commits: BTreeMap<(String, i32), u32>,
 }
 
 impl Entry {
     pub(super) fn new(id: &str, settings: GroupSettings, now: u64) -> Entry {
-        Entry { group: Group::new(id, settings, now), offsets: BTreeMap::new(), recorded: false }
+        Entry {
+            group: Group::new(id, settings, now),
+            offsets: BTreeMap::new(),
+            recorded: false,
+            pending_commits: BTreeMap::new(),
+        }
+    }
+
+    /// Holds nothing worth keeping: no members, no member id to be used, no offsets, no commit out.
+    pub(super) fn is_idle(&self) -> bool {
+        self.group.is_idle() && self.offsets.is_empty() && self.pending_commits.is_empty()
+    }
+
+    pub(super) fn commits_started(&mut self, keys: &[(String, i32)]) {
+        for key in keys {
+            *self.pending_commits.entry(key.clone()).or_default() += 1;
+        }
+    }
+
+    pub(super) fn commits_done(&mut self, keys: &[(String, i32)]) {
+        for key in keys {
+            if let Some(n) = self.pending_commits.get_mut(key) {
+                *n -= 1;
+                if *n == 0 {
+                    self.pending_commits.remove(key);
+                }
+            }
+        }
     }
 
     /// The offsets that have outlived `retention_ms` at wall time `now_ms`: only a group without members
@@ -137,7 +166,7 @@ impl Replay {
                     Some(record) => Group::restored(&id, settings, record, now),
                     None => Group::new(&id, settings, now),
                 };
-                (id, Entry { group, offsets, recorded })
+                (id, Entry { group, offsets, recorded, pending_commits: BTreeMap::new() })
             })
             .collect()
     }
@@ -206,6 +235,7 @@ mod tests {
             group: Group::restored("g", settings, record, 100 * MINUTE),
             offsets: BTreeMap::new(),
             recorded: true,
+            pending_commits: BTreeMap::new(),
         };
         emptied.store(("t".into(), 0), committed_at(0), 1);
         assert!(emptied.expired_offsets(150 * MINUTE, 60 * MINUTE).is_empty());
@@ -239,8 +269,12 @@ mod tests {
                 assignment: Bytes::new(),
             }],
         };
-        let mut stable =
-            Entry { group: Group::restored("g", settings, record, 0), offsets: BTreeMap::new(), recorded: true };
+        let mut stable = Entry {
+            group: Group::restored("g", settings, record, 0),
+            offsets: BTreeMap::new(),
+            recorded: true,
+            pending_commits: BTreeMap::new(),
+        };
         stable.store(("t".into(), 0), committed_at(0), 1);
         assert!(stable.expired_offsets(1_000 * MINUTE, MINUTE).is_empty());
     }

@@ -435,12 +435,21 @@ fn stable_member(
         member.join()?;
         settle(&mut member, &generations, me)?;
         settled.fetch_add(1, Ordering::SeqCst);
+        // Real members' heartbeats are not in step: each one's fall at its own point of the interval
+        // (here spread evenly), so the first to hear of a rebalance waits for the last, as it would.
+        let members = generations.lock().expect("not poisoned").len() as u32;
+        let phase = heartbeat * (me as u32 + 1) / members.max(1);
+        let mut next_beat = Instant::now() + phase;
         while !stop2.load(Ordering::SeqCst) {
-            thread::sleep(heartbeat);
+            thread::sleep(next_beat.saturating_duration_since(Instant::now()));
+            next_beat += heartbeat;
             if member.heartbeat()? {
                 let told = Instant::now();
                 member.join()?;
-                pauses2.lock().expect("not poisoned").push((told, Instant::now()));
+                let done = Instant::now();
+                pauses2.lock().expect("not poisoned").push((told, done));
+                // Out of step again after the rejoin, as members of a real group are.
+                next_beat = done + phase;
             }
         }
         member.leave()

@@ -152,7 +152,7 @@ pub struct Effects {
     /// Answers to deliver now, or, when `persist` is set, once the group's record is written.
     pub replies: Vec<Reply>,
     /// The group's membership record changed and must be written to `__consumer_offsets` (see
-    /// [`Group::record`]) before the replies go out.
+    /// [`super::Group::record`]) before the replies go out.
     pub persist: bool,
 }
 

@@ -7,8 +7,8 @@
 //! States (Kafka's names): `Empty` (no members), `PreparingRebalance` (members are (re)joining; JoinGroup
 //! answers wait), `CompletingRebalance` (the generation is formed; SyncGroup answers wait for the leader's
 //! assignment and its record), `Stable`, and `Dead` (deleted). Member metadata and assignments are opaque
-//! bytes: the assignor runs in the group leader's client. JoinGroup's paths are in [`join`]; the inputs and
-//! outputs in [`messages`].
+//! bytes: the assignor runs in the group leader's client. JoinGroup's paths are in `join.rs`; the inputs and
+//! outputs in `messages.rs`.
 
 use std::collections::BTreeMap;
 

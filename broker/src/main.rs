@@ -316,9 +316,7 @@ fn repair(args: &RepairArgs) -> Result<()> {
 fn start(args: StartArgs) -> Result<()> {
     let config = BrokerConfig::load(&args.sources()).context("invalid settings")?;
     let shutdown = Shutdown::default();
-    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        signal_hook::flag::register(signal, shutdown.flag()).context("install signal handler")?;
-    }
+    shutdown.on_signals().context("install signal handler")?;
     tracing::info!(node = config.node_id, listener = %config.listener, shards = config.shards, "starting");
     runtime::run(config, shutdown)?;
     tracing::info!("stopped");
@@ -355,9 +353,7 @@ fn quorum(args: QuorumArgs) -> Result<()> {
         anyhow::bail!("--node-id {} is not one of the voters", args.node_id);
     }
     let shutdown = Shutdown::default();
-    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        signal_hook::flag::register(signal, shutdown.flag()).context("install signal handler")?;
-    }
+    shutdown.on_signals().context("install signal handler")?;
     let mut settings = VoterSettings::new(args.node_id as u64, args.data_dir, listen, voters);
     settings.snapshot_after_entries = args.snapshot_after_entries.max(1);
     settings.session_timeout_ms = args.broker_session_timeout_ms.clamp(1, i64::MAX as u64) as i64;

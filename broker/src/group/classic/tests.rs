@@ -413,3 +413,178 @@ fn a_member_id_given_out_keeps_a_new_group_and_unbound_instance_ids_are_unknown(
     // A commit from outside the group with a member id is accepted while it is empty, as Kafka does.
     assert_eq!(group.check_commit(&who("some-client"), -1, now), Ok(()));
 }
+
+/// Random schedules of joins, syncs, leaves, ticks and record outcomes (written or failed, in any
+/// order): every JoinGroup and SyncGroup is answered exactly once, or is still held by its member; once
+/// every write is settled and time has passed every deadline, none is held.
+mod random_schedules {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    /// xorshift64: a seed replays a schedule.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+    }
+
+    struct World {
+        group: Group,
+        issued: BTreeSet<Ticket>,
+        answered: BTreeSet<Ticket>,
+        next: Ticket,
+        writes: Vec<i32>,
+        now: u64,
+        ids: Vec<String>,
+    }
+
+    impl World {
+        fn ticket(&mut self) -> Ticket {
+            self.next += 1;
+            self.issued.insert(self.next);
+            self.next
+        }
+        fn apply(&mut self, e: Effects) {
+            for r in &e.replies {
+                let t = match r {
+                    Reply::Join(t, a) => {
+                        if !a.member_id.is_empty() && !self.ids.contains(&a.member_id) {
+                            self.ids.push(a.member_id.clone());
+                        }
+                        *t
+                    }
+                    Reply::Sync(t, _) => *t,
+                };
+                assert!(self.issued.contains(&t), "unknown ticket {t}");
+                assert!(self.answered.insert(t), "ticket {t} answered twice");
+            }
+            if e.persist {
+                self.writes.push(self.group.generation);
+            }
+        }
+        fn held(&self) -> BTreeSet<Ticket> {
+            let mut h = BTreeSet::new();
+            for m in self.group.members.values() {
+                if let Some(t) = m.joining {
+                    assert!(h.insert(t));
+                }
+                if let Some(t) = m.syncing {
+                    assert!(h.insert(t));
+                }
+            }
+            h
+        }
+        fn check(&self) {
+            let held = self.held();
+            for t in &self.issued {
+                assert!(
+                    self.answered.contains(t) || held.contains(t),
+                    "ticket {t} neither answered nor held: {:?}",
+                    self.group.state
+                );
+            }
+            for t in &held {
+                assert!(!self.answered.contains(t), "ticket {t} held but answered");
+            }
+        }
+    }
+
+    #[test]
+    fn no_join_or_sync_answer_is_lost_or_given_twice_in_random_schedules() {
+        for seed in 1..1000u64 {
+            let mut rng = Rng(seed.wrapping_mul(0x9E3779B97F4A7C15) | 1);
+            let mut w = World {
+                group: Group::new("g", settings(), 0),
+                issued: BTreeSet::new(),
+                answered: BTreeSet::new(),
+                next: 0,
+                writes: Vec::new(),
+                now: 0,
+                ids: Vec::new(),
+            };
+            for _ in 0..200 {
+                let op = rng.below(10);
+                let id = if w.ids.is_empty() || rng.below(4) == 0 {
+                    String::new()
+                } else {
+                    w.ids[rng.below(w.ids.len() as u64) as usize].clone()
+                };
+                match op {
+                    0 | 1 => {
+                        let t = w.ticket();
+                        let mut args = join_args(&id, if rng.below(5) == 0 { &["range", "rr"] } else { &["range"] });
+                        if rng.below(3) == 0 {
+                            args.instance_id = Some(format!("i{}", rng.below(3)));
+                        }
+                        args.require_known_member_id = rng.below(2) == 0;
+                        let e = w.group.join(args, t, w.now);
+                        w.apply(e);
+                    }
+                    2 | 3 => {
+                        let t = w.ticket();
+                        let leader = w.group.leader.clone();
+                        let who_id = if rng.below(2) == 0 { leader.unwrap_or(id) } else { id };
+                        let inst = w.group.members.get(&who_id).and_then(|m| m.instance_id.clone());
+                        let generation = w.group.generation;
+                        let e = w.group.sync(
+                            &MemberRef { member_id: who_id, instance_id: inst },
+                            generation,
+                            (None, None),
+                            vec![],
+                            t,
+                            w.now,
+                        );
+                        w.apply(e);
+                    }
+                    4 => {
+                        let inst = w.group.members.get(&id).and_then(|m| m.instance_id.clone());
+                        let (_, e) = w.group.leave(&[MemberRef { member_id: id, instance_id: inst }], w.now);
+                        w.apply(e);
+                    }
+                    5 | 6 => {
+                        w.now += rng.below(15_000);
+                        let e = w.group.tick(w.now);
+                        w.apply(e);
+                    }
+                    _ => {
+                        if !w.writes.is_empty() {
+                            let i = rng.below(w.writes.len() as u64) as usize;
+                            let g = w.writes.remove(i);
+                            let e = if rng.below(3) == 0 {
+                                w.group.record_failed(g, ResponseError::CoordinatorNotAvailable, w.now)
+                            } else {
+                                w.group.record_written(g, w.now)
+                            };
+                            w.apply(e);
+                        }
+                    }
+                }
+                w.check();
+            }
+            // Quiesce: every write answered, time moves on past every deadline.
+            for _ in 0..50 {
+                while let Some(g) = w.writes.pop() {
+                    let e = w.group.record_written(g, w.now);
+                    w.apply(e);
+                }
+                w.now += 40_000;
+                let e = w.group.tick(w.now);
+                w.apply(e);
+                w.check();
+            }
+            assert!(
+                w.held().is_empty(),
+                "seed {seed}: tickets still held at quiescence: {:?} {:?}",
+                w.held(),
+                w.group.state
+            );
+        }
+    }
+}

@@ -354,9 +354,12 @@ impl Coordinator {
                     let entry = groups.entry(group.clone()).or_insert_with(|| Entry::new(&group, settings, now));
                     entry.group.join(args, ticket, now)
                 });
-                if let Some(effects) = effects {
-                    self.settle(partition, epoch, &group, effects).await;
-                }
+                // (`ready` just found the partition loaded at this epoch, with no await since.)
+                let effects = effects.unwrap_or_else(|| Effects {
+                    replies: vec![Reply::Join(ticket, JoinAnswer::refused(ResponseError::NotCoordinator, ""))],
+                    persist: false,
+                });
+                self.settle(partition, epoch, &group, effects).await;
             }
             GroupOp::Sync { member, generation, protocol_type, protocol_name, assignments, reply } => {
                 let ticket = self.wait_for(Waiter::Sync(reply));
@@ -370,9 +373,11 @@ impl Coordinator {
                         persist: false,
                     },
                 });
-                if let Some(effects) = effects {
-                    self.settle(partition, epoch, &group, effects).await;
-                }
+                let effects = effects.unwrap_or_else(|| Effects {
+                    replies: vec![Reply::Sync(ticket, SyncAnswer::refused(ResponseError::NotCoordinator))],
+                    persist: false,
+                });
+                self.settle(partition, epoch, &group, effects).await;
             }
             GroupOp::Heartbeat { member, generation, reply } => {
                 let error = self.with_groups(partition, epoch, |groups| match groups.get_mut(&group) {
@@ -527,9 +532,12 @@ impl Coordinator {
                 None
             }
             Err(e) => {
-                // Not recorded: the group stays, empty, as it was.
+                // Not recorded: the group stays, empty, as it was (unless a new group of that name
+                // has taken its place meanwhile).
                 self.with_groups(partition, epoch, |groups| {
-                    if let Some(entry) = groups.get_mut(group) {
+                    if let Some(entry) = groups.get_mut(group)
+                        && entry.group.state == GroupState::Dead
+                    {
                         entry.group.state = GroupState::Empty;
                     }
                 });
@@ -577,13 +585,12 @@ impl Coordinator {
             return Ok(errors);
         }
         match self.write(partition, epoch, &records).await {
-            Ok(_) => {
+            Ok(base) => {
                 self.with_groups(partition, epoch, |groups| {
                     if let Some(entry) = groups.get_mut(group) {
-                        for ((topic, p), e) in partitions.iter().zip(&errors) {
-                            if e.is_none() {
-                                entry.offsets.remove(&(topic.clone(), *p));
-                            }
+                        let deleted = partitions.iter().zip(&errors).filter(|(_, e)| e.is_none());
+                        for (i, ((topic, p), _)) in deleted.enumerate() {
+                            entry.forget(&(topic.clone(), *p), base + i as i64);
                         }
                     }
                 });
@@ -649,19 +656,29 @@ impl Coordinator {
     /// next tick.
     async fn expire_offsets(&self, now: u64) {
         let retention = self.ctx.config.groups.offsets_retention_ms;
-        // (offsets partition, its epoch, group, the (topic, partition) keys that expired)
-        type Expired = (i32, LeaderEpoch, String, Vec<(String, i32)>);
-        let mut expired: Vec<Expired> = Vec::new();
-        for (partition, slot) in self.partitions.borrow().iter() {
-            let Slot::Loaded { epoch, groups } = slot else { continue };
-            for (id, entry) in groups {
-                let keys = entry.expired_offsets(now, retention);
-                if !keys.is_empty() {
-                    expired.push((*partition, *epoch, id.clone(), keys));
-                }
-            }
-        }
-        for (partition, epoch, group, keys) in expired {
+        let candidates: Vec<(i32, LeaderEpoch, String)> = self
+            .partitions
+            .borrow()
+            .iter()
+            .filter_map(|(partition, slot)| match slot {
+                Slot::Loaded { epoch, groups } => Some((partition, epoch, groups)),
+                Slot::Loading(_) => None,
+            })
+            .flat_map(|(partition, epoch, groups)| groups.keys().map(move |id| (*partition, *epoch, id.clone())))
+            .collect();
+        for (partition, epoch, group) in candidates {
+            // Decided just before the tombstones are sent (no await between): the group is still empty,
+            // and keys with a commit in flight are left for the next pass (a later commit outlives them).
+            let decided = self.with_groups(partition, epoch, |groups| {
+                let entry = groups.get(&group)?;
+                let keys: Vec<(String, i32)> = entry
+                    .expired_offsets(now, retention)
+                    .into_iter()
+                    .filter(|key| !entry.pending_commits.contains_key(key))
+                    .collect();
+                (!keys.is_empty()).then_some(keys)
+            });
+            let Some(Some(keys)) = decided else { continue };
             let tombstones: Vec<OffsetsRecord> = keys
                 .iter()
                 .map(|(topic, p)| OffsetsRecord::Offset {

@@ -9,7 +9,6 @@ use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use super::*;
 use std::collections::BTreeSet;
 
-use crate::group::OFFSETS_TOPIC;
 use crate::quorum::state::{Command, NodeId};
 use crate::quorum::wire::WireWriteResult;
 use crate::topics::MAX_PARTITIONS;
@@ -112,10 +111,10 @@ fn plan_create(
     let name = topic.name.0.as_str().to_string();
     crate::topics::validate_topic_name(&name)
         .map_err(|e| refusal(ResponseError::InvalidTopicException, e.to_string()))?;
-    if name == OFFSETS_TOPIC && !internal {
+    if crate::topics::is_internal(&name) && !internal {
         return Err(refusal(
             ResponseError::InvalidRequest,
-            format!("{OFFSETS_TOPIC} is internal: the broker creates it when a consumer group first needs it"),
+            format!("{name} is internal: the broker creates it when a consumer group first needs it"),
         ));
     }
     if image.topic(&name).is_some() {
@@ -307,7 +306,7 @@ pub(super) async fn apply_delete_topics(
 ) -> Vec<(String, Option<ResponseError>)> {
     let mut outcomes = Vec::new();
     for name in names {
-        if name == OFFSETS_TOPIC {
+        if crate::topics::is_internal(&name) {
             // Every group's committed offsets live there.
             tracing::info!(topic = %name, "refused to delete an internal topic");
             outcomes.push((name, Some(ResponseError::InvalidTopicException)));
@@ -353,12 +352,10 @@ pub(super) async fn apply_create_partitions(
         let result = CreatePartitionsTopicResult::default().with_name(topic.name.clone());
         let image = ctx.image();
         let checked = check_partition_count(topic.count as i64).and_then(|count| {
-            if name == OFFSETS_TOPIC {
+            if crate::topics::is_internal(&name) {
                 return Err(refusal(
                     ResponseError::InvalidRequest,
-                    format!(
-                        "the partition count of {OFFSETS_TOPIC} decides which partition holds each group's offsets"
-                    ),
+                    format!("the partition count of {name} decides which partition holds each group's offsets"),
                 ));
             }
             let current = image

@@ -34,8 +34,8 @@ pub(super) async fn metadata(ctx: &Arc<BrokerContext>, req: &MetadataRequest, ve
         let mut request = CreateTopicsRequest::default();
         request.topics = missing
             .iter()
-            // The offsets topic is made by the group coordinator, with its own settings.
-            .filter(|n| crate::topics::validate_topic_name(n).is_ok() && n.as_str() != crate::group::OFFSETS_TOPIC)
+            // Internal topics are made by the broker, with their own settings.
+            .filter(|n| crate::topics::validate_topic_name(n).is_ok() && !crate::topics::is_internal(n))
             .map(|n| {
                 kafka_protocol::messages::create_topics_request::CreatableTopic::default()
                     .with_name(topic_name(n))
@@ -61,7 +61,7 @@ pub(super) async fn metadata(ctx: &Arc<BrokerContext>, req: &MetadataRequest, ve
             Some(meta) => MetadataResponseTopic::default()
                 .with_name(Some(topic_name(name)))
                 .with_topic_id(meta.id)
-                .with_is_internal(name == crate::group::OFFSETS_TOPIC)
+                .with_is_internal(crate::topics::is_internal(name))
                 .with_partitions(
                     meta.partitions
                         .iter()

@@ -27,8 +27,8 @@ pub fn dispatch_produce(ctx: &Arc<BrokerContext>, req: ProduceRequest) -> Dispat
         for partition in topic.partition_data {
             let outcome = if ![-1, 0, 1].contains(&acks) {
                 Err(ResponseError::InvalidRequiredAcks)
-            } else if name == crate::group::OFFSETS_TOPIC {
-                // Only the group coordinator writes there.
+            } else if crate::topics::is_internal(&name) {
+                // Only the broker writes there (the group coordinator).
                 Err(ResponseError::InvalidTopicException)
             } else {
                 match (ctx.leader_in(&image, &name, partition.index), partition.records) {

@@ -342,7 +342,7 @@ pub(super) async fn offset_commit(ctx: &Arc<BrokerContext>, req: OffsetCommitReq
         let name = text(&topic.name.0);
         for p in &topic.partitions {
             let metadata = p.committed_metadata.as_ref().map(text).unwrap_or_default();
-            let error = if image.partition(&name, p.partition_index).is_none() || name == OFFSETS_TOPIC {
+            let error = if image.partition(&name, p.partition_index).is_none() || crate::topics::is_internal(&name) {
                 Some(ResponseError::UnknownTopicOrPartition)
             } else if metadata.len() > max_metadata {
                 Some(ResponseError::OffsetMetadataTooLarge)
@@ -369,22 +369,45 @@ pub(super) async fn offset_commit(ctx: &Arc<BrokerContext>, req: OffsetCommitReq
             ask(ctx, &group, |reply| GroupOp::Commit { member, generation, offsets, reply }).await.and_then(|r| r)
         }
     };
-    let mut results = match outcome {
-        Ok(errors) => errors.into_iter(),
-        Err(e) => vec![Some(e); sent].into_iter(),
+    let results = match outcome {
+        Ok(errors) => errors,
+        Err(e) => vec![Some(e); sent],
     };
-    let mut topics: Vec<OffsetCommitResponseTopic> = Vec::new();
+    let topics = by_topic_outcome(checked, results)
+        .into_iter()
+        .map(|(name, partitions)| {
+            OffsetCommitResponseTopic::default().with_name(topic_name(&name)).with_partitions(
+                partitions
+                    .into_iter()
+                    .map(|(p, e)| {
+                        OffsetCommitResponsePartition::default().with_partition_index(p).with_error_code(code(e))
+                    })
+                    .collect(),
+            )
+        })
+        .collect();
+    OffsetCommitResponse::default().with_topics(topics)
+}
+
+/// A topic's partitions with their outcomes.
+type TopicOutcome = (String, Vec<(i32, Option<ResponseError>)>);
+
+/// Each partition's outcome, grouped by topic in request order: refused here (`checked`'s own error),
+/// or the next of the coordinator's `results` (one per partition sent to it, in order).
+fn by_topic_outcome(
+    checked: Vec<(String, i32, Option<ResponseError>)>,
+    results: Vec<Option<ResponseError>>,
+) -> Vec<TopicOutcome> {
+    let mut results = results.into_iter();
+    let mut topics: Vec<TopicOutcome> = Vec::new();
     for (name, partition, refused) in checked {
         let error = refused.or_else(|| results.next().flatten());
-        let answer =
-            OffsetCommitResponsePartition::default().with_partition_index(partition).with_error_code(code(error));
-        match topics.last_mut().filter(|t| t.name.0.as_str() == name) {
-            Some(t) => t.partitions.push(answer),
-            None => topics
-                .push(OffsetCommitResponseTopic::default().with_name(topic_name(&name)).with_partitions(vec![answer])),
+        match topics.last_mut().filter(|(t, _)| *t == name) {
+            Some((_, partitions)) => partitions.push((partition, error)),
+            None => topics.push((name, vec![(partition, error)])),
         }
     }
-    OffsetCommitResponse::default().with_topics(topics)
+    topics
 }
 
 /// The committed offsets of one group: the partitions asked for (`None`: all it has).
@@ -605,20 +628,22 @@ pub(super) async fn offset_delete(ctx: &Arc<BrokerContext>, req: OffsetDeleteReq
         Err(e) => Err(e),
         Ok(()) => ask(ctx, &group, |reply| GroupOp::DeleteOffsets { partitions, reply }).await.and_then(|r| r),
     };
-    let mut results = match outcome {
-        Ok(errors) => errors.into_iter(),
+    let results = match outcome {
+        Ok(errors) => errors,
         Err(e) => return OffsetDeleteResponse::default().with_error_code(e.code()),
     };
-    let mut topics: Vec<OffsetDeleteResponseTopic> = Vec::new();
-    for (name, partition, refused) in checked {
-        let error = refused.or_else(|| results.next().flatten());
-        let answer =
-            OffsetDeleteResponsePartition::default().with_partition_index(partition).with_error_code(code(error));
-        match topics.last_mut().filter(|t| t.name.0.as_str() == name) {
-            Some(t) => t.partitions.push(answer),
-            None => topics
-                .push(OffsetDeleteResponseTopic::default().with_name(topic_name(&name)).with_partitions(vec![answer])),
-        }
-    }
+    let topics = by_topic_outcome(checked, results)
+        .into_iter()
+        .map(|(name, partitions)| {
+            OffsetDeleteResponseTopic::default().with_name(topic_name(&name)).with_partitions(
+                partitions
+                    .into_iter()
+                    .map(|(p, e)| {
+                        OffsetDeleteResponsePartition::default().with_partition_index(p).with_error_code(code(e))
+                    })
+                    .collect(),
+            )
+        })
+        .collect();
     OffsetDeleteResponse::default().with_topics(topics)
 }

@@ -39,6 +39,12 @@ pub fn validate_topic_name(name: &str) -> Result<(), InvalidTopicName> {
     Ok(())
 }
 
+/// Whether the broker keeps `name` for itself (`__consumer_offsets`): Metadata marks it internal, and
+/// clients may not produce to it, create it, delete it, add partitions to it or commit offsets of it.
+pub fn is_internal(name: &str) -> bool {
+    name == crate::group::OFFSETS_TOPIC
+}
+
 /// The shard a new partition goes to: partitions of a topic spread over consecutive shards from a
 /// starting shard chosen by the topic's name, so different topics start on different shards.
 pub fn assign_shard(topic: &str, partition: u32, shards: usize) -> usize {

@@ -207,7 +207,6 @@ impl Group {
             client_host: args.client_host.clone(),
             session_timeout_ms: args.session_timeout_ms,
             rebalance_timeout_ms: args.rebalance_timeout_ms,
-            protocol_type: args.protocol_type.clone(),
             protocols: args.protocols.clone(),
             assignment: Bytes::new(),
             last_seen_ms: now_ms,

@@ -32,7 +32,6 @@ pub struct Member {
     pub client_host: String,
     pub session_timeout_ms: i32,
     pub rebalance_timeout_ms: i32,
-    pub protocol_type: String,
     pub protocols: Vec<(String, Bytes)>,
     /// The assignment the leader gave it in this generation.
     pub assignment: Bytes,
@@ -126,7 +125,6 @@ impl Group {
                     client_host: m.client_host,
                     session_timeout_ms: m.session_timeout_ms,
                     rebalance_timeout_ms: m.rebalance_timeout_ms,
-                    protocol_type: group.protocol_type.clone().unwrap_or_default(),
                     protocols,
                     assignment: m.assignment,
                     last_seen_ms: now_ms,

@@ -141,6 +141,27 @@ pub fn compute_crc(bytes: &[u8]) -> u32 {
 /// Validates one complete batch as a producer sent it: exactly `bytes` long, v2, CRC correct, record count
 /// consistent, no larger than `max_batch_bytes`. Nothing is trusted before its bounds are checked.
 pub fn validate(bytes: &[u8], max_batch_bytes: usize) -> Result<BatchHeader, BatchError> {
+    let header = validate_stored(bytes, max_batch_bytes)?;
+    if header.record_count == 0 || header.last_offset_delta != header.record_count - 1 {
+        return Err(BatchError::BadRecordCount {
+            count: header.record_count,
+            last_offset_delta: header.last_offset_delta,
+        });
+    }
+    Ok(header)
+}
+
+/// Whether a stored batch's record count fits its offsets. A batch rewritten by compaction keeps its base
+/// and last offset but may hold fewer records than offsets, or none (Kafka keeps an idempotent producer's
+/// last batch even when compaction empties it); a producer's batch holds exactly one record per offset.
+pub fn stored_count_fits(header: &BatchHeader) -> bool {
+    header.last_offset_delta >= 0 && header.record_count >= 0 && header.record_count <= header.last_offset_delta + 1
+}
+
+/// Validates one complete batch as the log may store it: like [`validate`], but a batch compaction
+/// rewrote (fewer records than offsets, or none) is accepted. For a follower's appends, which copy the
+/// leader's log.
+pub fn validate_stored(bytes: &[u8], max_batch_bytes: usize) -> Result<BatchHeader, BatchError> {
     let header = BatchHeader::parse(bytes)?;
     let claimed = LOG_OVERHEAD as i64 + header.batch_length as i64;
     if claimed != bytes.len() as i64 {
@@ -159,7 +180,7 @@ pub fn validate(bytes: &[u8], max_batch_bytes: usize) -> Result<BatchHeader, Bat
     if computed != header.crc {
         return Err(BatchError::BadCrc { stored: header.crc, computed });
     }
-    if header.record_count <= 0 || header.last_offset_delta != header.record_count - 1 {
+    if !stored_count_fits(&header) {
         return Err(BatchError::BadRecordCount {
             count: header.record_count,
             last_offset_delta: header.last_offset_delta,

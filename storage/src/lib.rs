@@ -21,6 +21,9 @@ pub mod segment;
 pub mod types;
 
 pub use error::{Result, StorageError};
-pub use log::{AppendInfo, FlushPolicy, LogConfig, LogRead, OpenReport, PartitionLog, Recovery};
+pub use log::{
+    AppendInfo, CleanedSegment, ClosedSegment, CompactionConfig, FlushPolicy, LogConfig, LogRead, OpenReport,
+    PartitionLog, Recovery,
+};
 pub use log_dir::{LogDir, LogDirScope};
 pub use types::{Clock, LeaderEpoch, Offset, SystemClock, TopicPartition};

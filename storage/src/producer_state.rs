@@ -141,6 +141,12 @@ impl ProducerStates {
         self.producers.is_empty()
     }
 
+    /// Each remembered producer's id and the last offset of its latest batch (the batch compaction keeps,
+    /// so that the state can be rebuilt from the log).
+    pub fn last_batches(&self) -> impl Iterator<Item = (i64, Offset)> + '_ {
+        self.producers.iter().filter_map(|(id, e)| e.batches.back().map(|b| (*id, b.last_offset)))
+    }
+
     pub fn get(&self, producer_id: i64) -> Option<&ProducerEntry> {
         self.producers.get(&producer_id)
     }

@@ -96,7 +96,9 @@ fn a_batch_with_a_wrong_base_offset_in_a_trusted_segment_takes_the_partition_off
         block_on(LogDir::open(fs.clone(), ManualClock::new(0), Path::new(DATA), |_| small_config())).unwrap();
     assert!(reports.is_empty(), "no log opened");
     let damage = dir.offline(&tp).expect("offline");
-    assert!(damage.contains("base offset 99"), "{damage}");
+    // Offsets may skip ahead (compaction's gaps), so the batch is taken at 99, and the segment then runs
+    // past the next one's base: damage all the same.
+    assert!(damage.contains("ends at offset 101 but the next one starts at 10"), "{damage}");
     assert_eq!(fs.contents(first).unwrap(), bytes, "kept as found");
 }
 

@@ -46,6 +46,32 @@ pub struct LogConfig {
     /// `producer.id.expiration.ms`: an idempotent producer whose last batch is this old is forgotten by
     /// the partition. Default 1 day (Kafka's).
     pub producer_id_expiration_ms: i64,
+    /// `cleanup.policy` holds `compact`: the settings the broker's cleaner compacts the log by. The log
+    /// itself only keeps what compaction rewrites consistent (see `log::compaction`).
+    pub compaction: Option<CompactionConfig>,
+}
+
+/// How a compacted log is cleaned (Kafka's topic settings of the same names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompactionConfig {
+    /// `delete.retention.ms`: how long a tombstone (a record with a key and no value) is kept once it is
+    /// the latest record of its key. Default 1 day.
+    pub delete_retention_ms: i64,
+    /// `min.cleanable.dirty.ratio`, in millionths: the log is cleaned once the bytes written since the last
+    /// cleaning are at least this share of the cleanable bytes. Default 0.5.
+    pub min_cleanable_dirty_ratio_ppm: u32,
+    /// `min.compaction.lag.ms`: a record stays uncompacted at least this long. Default 0.
+    pub min_compaction_lag_ms: i64,
+}
+
+impl Default for CompactionConfig {
+    fn default() -> Self {
+        CompactionConfig {
+            delete_retention_ms: 86_400_000,
+            min_cleanable_dirty_ratio_ppm: 500_000,
+            min_compaction_lag_ms: 0,
+        }
+    }
 }
 
 impl Default for LogConfig {
@@ -63,6 +89,7 @@ impl Default for LogConfig {
             preallocate_bytes: 32 << 20,
             preallocate_with_zeros: false,
             producer_id_expiration_ms: crate::producer_state::DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+            compaction: None,
         }
     }
 }

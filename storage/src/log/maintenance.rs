@@ -107,11 +107,11 @@ impl<F: Fs> PartitionLog<F> {
     }
 
     /// Rolls the active segment if a `batch_len`-byte append still needs a new one.
-    pub(super) async fn roll_if_needed(&self, batch_len: u64) -> Result<()> {
+    pub(super) async fn roll_if_needed(&self, batch_len: u64, batch_last: Offset) -> Result<()> {
         let _io = self.io.lock().await;
         self.check_open()?;
         let now = self.clock.now_ms();
-        if self.inner.borrow().needs_roll(batch_len, now) {
+        if self.inner.borrow().needs_roll(batch_len, batch_last, now) {
             let _pause = AppendPause::new(self);
             self.roll_locked(now).await?;
         }

@@ -16,6 +16,7 @@
 //! a whole block; the partial last block is rewritten with more bytes by the next write-out. Under the
 //! interval flush policy a write-out instead puts exactly the unwritten bytes into the page cache.
 
+pub mod compaction;
 pub mod config;
 mod durability;
 mod index_files;
@@ -42,7 +43,8 @@ use crate::segment::Segment;
 use crate::segment::index::BatchMeta;
 use crate::types::{Clock, LeaderEpoch, Offset};
 
-pub use config::{FlushPolicy, LogConfig};
+pub use compaction::{CleanedSegment, ClosedSegment};
+pub use config::{CompactionConfig, FlushPolicy, LogConfig};
 pub use open::{OpenHints, OpenReport, Recovery};
 pub use producer_snapshots::{list_snapshots, snapshot_path};
 
@@ -154,6 +156,8 @@ struct Inner<F: Fs> {
     generation: u64,
     /// Bumped when the end of the log is cut, so a sync under way does not claim the cut offsets.
     end_cuts: u64,
+    /// Compaction last cleaned the log below this offset (see `compaction`).
+    cleaned_upto: Offset,
     closed: bool,
     /// Set when a read met damage in durable data: the log is offline (appends and reads refused).
     damaged: Option<String>,
@@ -236,15 +240,18 @@ impl<F: Fs> Inner<F> {
         self.config.preallocate_bytes > 0 && align_up(active.size + batch_len) > active.allocated
     }
 
-    fn needs_roll(&self, batch_len: u64, now_ms: i64) -> bool {
+    /// Whether the active segment must be rolled before a `batch_len`-byte batch ending at `batch_last`
+    /// (the log end for a leader's append, where the batch gets its offsets) is appended.
+    fn needs_roll(&self, batch_len: u64, batch_last: Offset, now_ms: i64) -> bool {
         let active = self.active();
         if active.is_empty() {
             return false;
         }
         let too_big = active.size + batch_len > self.config.segment_bytes;
         let too_old = now_ms.saturating_sub(active.created_ms) >= self.config.segment_ms;
-        // Relative offsets in the index are u32.
-        let offsets_full = active.next_offset.0 - active.base.0 >= u32::MAX as u64 / 2;
+        // Relative offsets in the index are u32. (A follower's batch may start past a compaction gap; no
+        // gap in a leader's log spans more than half the range, see `compaction`.)
+        let offsets_full = active.next_offset.max(batch_last).0 - active.base.0 >= u32::MAX as u64 / 2;
         too_big || too_old || offsets_full
     }
 
@@ -440,17 +447,21 @@ impl<F: Fs> PartitionLog<F> {
                 self.fresh_producers_locked().await?;
                 continue;
             }
-            let (roll, write, reserve) = {
+            let (roll, write, reserve, batch_last) = {
                 let mut inner = self.inner.borrow_mut();
                 if let Some(latest) = inner.epochs.latest()
                     && epoch < latest.epoch
                 {
                     return Err(StorageError::StaleEpoch { epoch: epoch.0, latest: latest.epoch.0 });
                 }
-                let roll = inner.needs_roll(batch.len() as u64, now);
+                let batch_last = match leader_epoch {
+                    Some(_) => inner.log_end(),
+                    None => Offset(header.base_offset as u64).plus(header.last_offset_delta as u64),
+                };
+                let roll = inner.needs_roll(batch.len() as u64, batch_last, now);
                 let write = inner.unwritten_bytes() >= inner.config.max_unwritten_bytes as u64;
                 let reserve = inner.needs_reserve(batch.len() as u64);
-                if leader_epoch.is_none() && header.base_offset != inner.log_end().as_i64() {
+                if leader_epoch.is_none() && header.base_offset < inner.log_end().as_i64() {
                     return Err(StorageError::NotAtLogEnd { expected: inner.log_end(), got: header.base_offset });
                 }
                 // The producer's sequence is judged in the same borrow that assigns the offsets: nothing can
@@ -467,12 +478,17 @@ impl<F: Fs> PartitionLog<F> {
                 }
                 if !roll && !write && !reserve {
                     inner.last_used_ms = now;
-                    return Ok(self.append_in_memory(&mut inner, batch, &header, epoch));
+                    // A follower keeps the leader's offsets, gaps from compaction included.
+                    let base = match leader_epoch {
+                        Some(_) => inner.log_end(),
+                        None => Offset(header.base_offset as u64),
+                    };
+                    return Ok(self.append_in_memory(&mut inner, batch, &header, base, epoch));
                 }
-                (roll, write, reserve)
+                (roll, write, reserve, batch_last)
             };
             if roll {
-                self.roll_if_needed(batch.len() as u64).await?;
+                self.roll_if_needed(batch.len() as u64, batch_last).await?;
             } else if reserve {
                 // The batch goes only where blocks are reserved for it: a full disk refuses it here, before
                 // it has offsets, rather than failing its write later.
@@ -500,9 +516,9 @@ impl<F: Fs> PartitionLog<F> {
         inner: &mut Inner<F>,
         batch: &[u8],
         header: &BatchHeader,
+        base: Offset,
         epoch: LeaderEpoch,
     ) -> AppendInfo {
-        let base = inner.log_end();
         let info = AppendInfo {
             base_offset: base,
             last_offset: base.plus(header.last_offset_delta as u64),

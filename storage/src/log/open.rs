@@ -28,6 +28,7 @@ use crate::segment::index::{BatchMeta, OFFSET_ENTRY_BYTES, SegmentIndex, TIME_EN
 use crate::segment::{self, ScanStop, Segment};
 use crate::types::{Clock, LeaderEpoch, Offset};
 
+use super::compaction;
 use super::maintenance::{create_segment, write_index_files};
 use super::{Inner, LEADER_EPOCH_FILE, LogConfig, LogStats, PartitionLog, Tail};
 
@@ -109,6 +110,12 @@ impl<F: Fs> PartitionLog<F> {
             fs.create_dir_all(dir).await.map_err(|e| StorageError::io("create directory", dir, e))?;
             durable::sync_parent(&fs, dir).await;
         }
+        // A cleaned segment swapped in part-way is swapped in whole; one not yet committed is dropped.
+        for name in fs.list_dir(dir).map_err(|e| StorageError::io("list", dir, e))? {
+            if let Some(base) = segment::parse_file_name(&name, compaction::SWAP_SUFFIX) {
+                compaction::finish_swap(&fs, dir, base).await?;
+            }
+        }
         let names = fs.list_dir(dir).map_err(|e| StorageError::io("list", dir, e))?;
         let mut bases: Vec<Offset> =
             names.iter().filter_map(|n| segment::parse_file_name(n, segment::LOG_SUFFIX)).collect();
@@ -118,7 +125,7 @@ impl<F: Fs> PartitionLog<F> {
             let orphan_index = [segment::INDEX_SUFFIX, segment::TIME_INDEX_SUFFIX]
                 .iter()
                 .any(|suffix| segment::parse_file_name(name, suffix).is_some_and(|b| !bases.contains(&b)));
-            if name.ends_with(".tmp") || orphan_index {
+            if name.ends_with(".tmp") || name.ends_with(compaction::CLEANED_SUFFIX) || orphan_index {
                 let path = dir.join(name);
                 if let Err(e) = fs.remove(&path).await {
                     fatal::disk_failure("remove", &path, &e);
@@ -300,6 +307,13 @@ impl<F: Fs> PartitionLog<F> {
             });
         }
         let tail = Tail { start: tail_start, bytes: tail_bytes, written: active.size };
+        let cleaner_path = dir.join(compaction::CLEANER_CHECKPOINT_FILE);
+        // Only the cleaner's dirty ratio depends on it: unreadable, the whole log counts as dirty.
+        let cleaned_upto = durable::read_file(&fs, &cleaner_path, 64)
+            .await?
+            .and_then(|b| std::str::from_utf8(&b).ok().and_then(|t| t.trim().parse::<u64>().ok()))
+            .map_or(log_start, Offset)
+            .min(log_end);
         if report.damage.is_some() || report.removed_segments > 0 {
             tracing::warn!(dir = %dir.display(), ?report, "recovered a damaged log");
         } else if report.scanned_bytes > 0 {
@@ -326,6 +340,7 @@ impl<F: Fs> PartitionLog<F> {
             last_used_ms: now,
             generation: 0,
             end_cuts: 0,
+            cleaned_upto,
             closed: false,
             damaged: None,
             stats: LogStats::default(),

@@ -9,8 +9,8 @@ use super::{AppendInfo, PartitionLog};
 
 impl<F: Fs> PartitionLog<F> {
     /// A follower's append: `bytes` are whole batches as the leader stores them, with the leader's base
-    /// offsets and leader epochs, which are kept. The first must start at the log end offset and each
-    /// follow the one before; each batch's epoch goes into the epoch cache and its producer fields into the
+    /// offsets and leader epochs, which are kept. The first must start at or after the log end offset and
+    /// each after the one before (a compacted leader log has gaps where whole batches were removed); each batch's epoch goes into the epoch cache and its producer fields into the
     /// producer state (without the sequence checks: the leader made them). Every batch is validated (CRC
     /// included) before any is appended, so a refused call leaves the log unchanged. Returns the offsets
     /// the batches took; `None` for no bytes.
@@ -22,11 +22,11 @@ impl<F: Fs> PartitionLog<F> {
                 .filter(|c| *c >= HEADER_BYTES as i64 && *c as usize <= bytes.len() - at)
                 .ok_or(StorageError::InvalidBatch(batch::BatchError::TooShort { len: bytes.len() - at }))?;
             let range = at..at + claimed as usize;
-            let header = batch::validate(&bytes[range.clone()], i32::MAX as usize)?;
+            let header = batch::validate_stored(&bytes[range.clone()], i32::MAX as usize)?;
             if let Some((_, previous)) = batches.last() {
                 let previous: &BatchHeader = previous;
                 let expected = previous.base_offset.saturating_add(previous.last_offset_delta as i64 + 1);
-                if header.base_offset != expected {
+                if header.base_offset < expected {
                     return Err(StorageError::NotAtLogEnd {
                         expected: Offset(expected as u64),
                         got: header.base_offset,

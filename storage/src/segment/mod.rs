@@ -127,7 +127,8 @@ async fn streamed_crc<F: SegmentFile>(file: &F, path: &Path, pos: u64, total: u6
 }
 
 /// Reads batches from `start` (a batch boundary at offset `start_offset`) until `end` or the first invalid
-/// batch, checking length bounds before reading a batch, then its magic, CRC32C and offset contiguity.
+/// batch, checking length bounds before reading a batch, then its magic, CRC32C and that offsets only go up
+/// (contiguous but for the gaps compaction leaves).
 ///
 /// A batch whose length field is zero at a block boundary is padding after the last batch, not damage, but
 /// it ends the scan all the same; the caller distinguishes only "clean" from "everything after is invalid".
@@ -206,17 +207,19 @@ pub async fn scan<F: SegmentFile>(
         if crc != header.crc {
             break ScanStop::Invalid(format!("CRC32C {crc:#010x} != stored {:#010x}", header.crc));
         }
-        if header.base_offset != next.as_i64() {
-            break ScanStop::Invalid(format!("base offset {} where {next} was expected", header.base_offset));
+        // Offsets only go up. Compaction leaves gaps where it removed whole batches.
+        if header.base_offset < next.as_i64() {
+            break ScanStop::Invalid(format!("base offset {} where {next} or later was expected", header.base_offset));
         }
-        if header.record_count <= 0 || header.last_offset_delta != header.record_count - 1 {
+        if !batch::stored_count_fits(&header) {
             break ScanStop::Invalid("record count inconsistent with last offset delta".into());
         }
+        let base_offset = Offset(header.base_offset as u64);
         let meta = BatchMeta {
             position: pos,
             size: total as u64,
-            base_offset: next,
-            last_offset: next.plus(header.last_offset_delta as u64),
+            base_offset,
+            last_offset: base_offset.plus(header.last_offset_delta as u64),
             max_timestamp: header.max_timestamp,
             epoch: header.partition_leader_epoch,
         };

@@ -18,6 +18,7 @@ pub const VERSION: &str = concat!(
 
 pub mod admin_cli;
 pub mod client;
+pub mod compaction;
 pub mod config;
 pub mod context;
 pub mod disk_space;

@@ -468,6 +468,24 @@ fn alter_configs_and_incremental_alter_configs_apply_to_live_logs() {
     assert_eq!(incremental(&mut s, "tuned", &[("retention.hours", 0, Some("1"))]), 40, "INVALID_CONFIG");
     assert_eq!(incremental(&mut s, "missing", &[("retention.ms", 0, Some("1"))]), 3);
 
+    // cleanup.policy is a list: APPEND to the default `delete`, SUBTRACT back; not for other settings.
+    assert_eq!(incremental(&mut s, "tuned", &[("cleanup.policy", 2, Some("compact"))]), 0);
+    assert_eq!(describe(&mut s)["cleanup.policy"], ("compact,delete".to_string(), 1));
+    assert_eq!(incremental(&mut s, "tuned", &[("cleanup.policy", 2, Some("compact"))]), 0, "present already");
+    assert_eq!(describe(&mut s)["cleanup.policy"].0, "compact,delete");
+    // Compacted now: a record without a key is refused.
+    assert_eq!(produce(&mut s, "tuned", 1, &batch(1, 1, 0), -1, 1), Some((87, -1)), "INVALID_RECORD");
+    assert_eq!(incremental(&mut s, "tuned", &[("cleanup.policy", 3, Some("delete"))]), 0);
+    assert_eq!(describe(&mut s)["cleanup.policy"].0, "compact");
+    assert_eq!(
+        incremental(&mut s, "tuned", &[("cleanup.policy", 3, Some("compact"))]),
+        40,
+        "an empty list is no policy"
+    );
+    assert_eq!(incremental(&mut s, "tuned", &[("retention.ms", 2, Some("1"))]), 40, "not a list");
+    assert_eq!(incremental(&mut s, "tuned", &[("cleanup.policy", 1, None)]), 0);
+    assert_eq!(describe(&mut s)["cleanup.policy"], ("delete".to_string(), 5));
+
     // AlterConfigs replaces the whole set.
     let req = AlterConfigsRequest::default().with_resources(vec![
         AlterConfigsResource::default()

@@ -148,6 +148,8 @@ pub struct GroupConfig {
     pub offsets_partitions: u32,
     /// `offsets.topic.replication.factor`: at most the live brokers when the topic is created.
     pub offsets_replication_factor: u16,
+    /// `offsets.topic.segment.bytes`
+    pub offsets_segment_bytes: u32,
     /// `offsets.commit.timeout.ms`: the acks=all timeout of the coordinator's writes.
     pub commit_timeout_ms: i32,
     /// `offset.metadata.max.bytes`
@@ -183,6 +185,8 @@ pub struct ShardLimits {
     /// other work; 50-200 lowers the latency of one-at-a-time requests on dedicated hosts. Only shards
     /// pinned to their own core poll.
     pub idle_poll_us: u64,
+    /// `log.cleaner.backoff.ms` and `log.cleaner.dedupe.buffer.size` (Kafka's; the buffer is per shard).
+    pub cleaner: crate::compaction::CleanerSettings,
 }
 
 /// Everything that goes into the settings, in increasing precedence: the file, then command-line
@@ -443,10 +447,15 @@ impl Reader {
             cache_max_bytes: self.int_set("shard.cache.max.bytes")? as usize,
             cache_idle_ms: self.int_set("shard.cache.idle.ms")?,
             idle_poll_us: self.int_set("shard.idle.poll.us")? as u64,
+            cleaner: crate::compaction::CleanerSettings {
+                backoff_ms: self.int_set("log.cleaner.backoff.ms")? as u64,
+                dedupe_buffer_bytes: self.int_set("log.cleaner.dedupe.buffer.size")? as usize,
+            },
         };
         let groups = GroupConfig {
             offsets_partitions: self.int_set("offsets.topic.num.partitions")? as u32,
             offsets_replication_factor: self.int_set("offsets.topic.replication.factor")? as u16,
+            offsets_segment_bytes: self.int_set("offsets.topic.segment.bytes")? as u32,
             commit_timeout_ms: self.int_set("offsets.commit.timeout.ms")? as i32,
             offset_metadata_max_bytes: self.int_set("offset.metadata.max.bytes")? as usize,
             offsets_retention_ms: self.int_set("offsets.retention.minutes")? as u64 * 60_000,

@@ -342,6 +342,14 @@ pub const SETTINGS: &[Setting] = &[
         example: "1",
     },
     Setting {
+        key: "offsets.topic.segment.bytes",
+        kind: int(61, I32),
+        default: Default::Value("104857600"),
+        unit: "bytes",
+        meaning: "segment.bytes of __consumer_offsets (compaction cleans closed segments only)",
+        example: "1048576",
+    },
+    Setting {
         key: "offsets.commit.timeout.ms",
         kind: int(1, I32),
         default: Default::Value("5000"),
@@ -438,6 +446,23 @@ pub const SETTINGS: &[Setting] = &[
         unit: "bytes",
         meaning: "memory a shard's partitions may hold in their caches of recent data",
         example: "67108864",
+    },
+    Setting {
+        key: "log.cleaner.backoff.ms",
+        kind: int(1, FOREVER),
+        default: Default::Value("15000"),
+        unit: "ms",
+        meaning: "how often each shard looks for compacted partitions (cleanup.policy=compact) dirty enough to clean",
+        example: "1000",
+    },
+    Setting {
+        key: "log.cleaner.dedupe.buffer.size",
+        kind: int(1024, FOREVER),
+        default: Default::Value("134217728"),
+        unit: "bytes",
+        meaning: "memory one shard's cleaning pass may take for its map of keys (a pass cleans as many segments \
+                  as their keys fit)",
+        example: "33554432",
     },
     Setting {
         key: "shard.cache.idle.ms",

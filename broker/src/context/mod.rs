@@ -64,11 +64,23 @@ pub enum ConfigChange {
         topic: String,
         configs: BTreeMap<String, String>,
     },
-    /// (key, Some(value)) sets, (key, None) deletes back to the default.
+    /// IncrementalAlterConfigs' operations, key by key.
     Edit {
         topic: String,
-        edits: Vec<(String, Option<String>)>,
+        edits: Vec<(String, ConfigEdit)>,
     },
+}
+
+/// One key's change in an IncrementalAlterConfigs request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigEdit {
+    Set(String),
+    /// Back to the default.
+    Delete,
+    /// A list-valued setting (`cleanup.policy`) gains these comma-separated items (those it lacks).
+    Append(String),
+    /// A list-valued setting loses these items.
+    Subtract(String),
 }
 
 /// What every handler on every shard shares.
@@ -227,6 +239,15 @@ impl BrokerContext {
             .and_then(|t| t.configs.get("compression.type"))
             .and_then(|v| Compression::parse(v).ok())
             .unwrap_or(self.config.compression)
+    }
+
+    /// Whether a topic is compacted (`cleanup.policy` holds `compact`): its records must have keys.
+    pub fn compacted(&self, image: &MetadataImage, topic: &str) -> bool {
+        image
+            .topic(topic)
+            .and_then(|t| t.configs.get("cleanup.policy"))
+            .and_then(|v| crate::topics::configs::parse_cleanup_policy(v).ok())
+            .is_some_and(|(compact, _)| compact)
     }
 
     /// Records that the image at `applied` is now what the shards serve.

@@ -9,9 +9,11 @@ use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use super::*;
 use std::collections::BTreeSet;
 
+use crate::context::ConfigEdit;
 use crate::quorum::state::{Command, NodeId};
 use crate::quorum::wire::WireWriteResult;
 use crate::topics::MAX_PARTITIONS;
+use crate::topics::configs::TOPIC_SETTINGS;
 
 pub(super) async fn create_topics(ctx: &Arc<BrokerContext>, request: CreateTopicsRequest) -> CreateTopicsResponse {
     let (tx, rx) = flume::bounded(1);
@@ -477,23 +479,33 @@ pub(super) async fn incremental_alter_configs(
             let mut edits = Vec::new();
             for c in &r.configs {
                 let key = c.name.as_str().to_string();
-                match (c.config_operation, &c.value) {
-                    (0, Some(v)) => edits.push((key, Some(v.as_str().to_string()))),
-                    (0, None) => {
+                let value = c.value.as_ref().map(|v| v.as_str().to_string());
+                let list = LIST_SETTINGS.contains(&key.as_str());
+                let edit = match (c.config_operation, value) {
+                    (0, Some(v)) => ConfigEdit::Set(v),
+                    (1, _) => ConfigEdit::Delete,
+                    (2, Some(v)) if list => ConfigEdit::Append(v),
+                    (3, Some(v)) if list => ConfigEdit::Subtract(v),
+                    (0 | 2 | 3, None) => {
                         return ConfigChange::Refused(
                             ResponseError::InvalidConfig,
-                            format!("SET {key} without a value"),
+                            format!("operation {} on {key} without a value", c.config_operation),
                         );
                     }
-                    (1, _) => edits.push((key, None)),
-                    // APPEND and SUBTRACT are for list-valued settings; none of the topic settings is one.
+                    (2 | 3, Some(_)) => {
+                        return ConfigChange::Refused(
+                            ResponseError::InvalidConfig,
+                            format!("{key} is not a list: APPEND and SUBTRACT apply to {}", LIST_SETTINGS.join(", ")),
+                        );
+                    }
                     (op, _) => {
                         return ConfigChange::Refused(
-                            ResponseError::InvalidConfig,
-                            format!("operation {op} does not apply to {key}"),
+                            ResponseError::InvalidRequest,
+                            format!("unknown config operation {op} on {key}"),
                         );
                     }
-                }
+                };
+                edits.push((key, edit));
             }
             ConfigChange::Edit { topic: r.resource_name.as_str().to_string(), edits }
         })
@@ -514,6 +526,31 @@ pub(super) async fn incremental_alter_configs(
         })
         .collect();
     IncrementalAlterConfigsResponse::default().with_responses(responses)
+}
+
+/// The topic settings whose values are comma-separated lists, which IncrementalAlterConfigs may APPEND
+/// to and SUBTRACT from (as Kafka).
+const LIST_SETTINGS: &[&str] = &["cleanup.policy"];
+
+/// A list setting's value when the topic does not set it.
+fn list_default(key: &str) -> &'static str {
+    TOPIC_SETTINGS.iter().find(|s| s.key == key).map_or("", |s| s.fixed_default)
+}
+
+/// `current` with `items` appended (those it lacks, in order) or subtracted.
+fn edit_list(current: &str, items: &str, append: bool) -> String {
+    let split = |text: &str| -> Vec<String> {
+        text.split(',').map(str::trim).filter(|i| !i.is_empty()).map(str::to_string).collect()
+    };
+    let mut list = split(current);
+    for item in split(items) {
+        if append && !list.contains(&item) {
+            list.push(item);
+        } else if !append {
+            list.retain(|i| *i != item);
+        }
+    }
+    list.join(",")
 }
 
 pub(super) async fn alter(
@@ -552,7 +589,16 @@ pub(super) async fn apply_alter_configs(
                 let planned = image.topic(&topic).map(|t| {
                     let mut result = t.configs.clone();
                     let (mut set, mut delete) = (BTreeMap::new(), Vec::new());
-                    for (key, value) in edits {
+                    let current = |configs: &BTreeMap<String, String>, key: &str| {
+                        configs.get(key).cloned().unwrap_or_else(|| list_default(key).to_string())
+                    };
+                    for (key, edit) in edits {
+                        let value = match edit {
+                            ConfigEdit::Set(v) => Some(v),
+                            ConfigEdit::Delete => None,
+                            ConfigEdit::Append(items) => Some(edit_list(&current(&result, &key), &items, true)),
+                            ConfigEdit::Subtract(items) => Some(edit_list(&current(&result, &key), &items, false)),
+                        };
                         match value {
                             Some(v) => {
                                 result.insert(key.clone(), v.clone());

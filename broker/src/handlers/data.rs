@@ -4,6 +4,7 @@
 use super::*;
 use crate::topics::configs::Compression;
 use crate::topics::recompress::{RecompressError, recompress};
+use crate::topics::records::every_record_keyed;
 use bytes::Bytes;
 use shardlog_storage::batch::BatchError;
 
@@ -24,6 +25,7 @@ pub fn dispatch_produce(ctx: &Arc<BrokerContext>, req: ProduceRequest) -> Dispat
     for topic in req.topic_data {
         let name = topic.name.0.as_str().to_string();
         let compression = ctx.compression(&image, &name);
+        let compacted = ctx.compacted(&image, &name);
         for partition in topic.partition_data {
             let outcome = if ![-1, 0, 1].contains(&acks) {
                 Err(ResponseError::InvalidRequiredAcks)
@@ -34,7 +36,7 @@ pub fn dispatch_produce(ctx: &Arc<BrokerContext>, req: ProduceRequest) -> Dispat
                 match (ctx.leader_in(&image, &name, partition.index), partition.records) {
                     // The disk is nearly full: refused before anything is written, retriable.
                     (Ok(_), Some(_)) if ctx.disk.below_floor() => Err(ResponseError::KafkaStorageError),
-                    (Ok(led), Some(batch)) => stored_form(batch, compression).and_then(|batch| {
+                    (Ok(led), Some(batch)) => stored_form(batch, compression, compacted).and_then(|batch| {
                         let (reply, outcome) = flume::bounded(1);
                         let request = PartitionRequest::Produce {
                             tp: TopicPartition::new(name.clone(), partition.index as u32),
@@ -90,8 +92,19 @@ impl DispatchedProduce {
     }
 }
 
-/// The batch as the topic stores it: as sent, or recompressed into the topic's `compression.type`.
-fn stored_form(batch: Bytes, compression: Compression) -> Result<Bytes, ResponseError> {
+/// The batch as the topic stores it: as sent, or recompressed into the topic's `compression.type`. A
+/// compacted topic refuses a batch with a record without a key (INVALID_RECORD, as Kafka).
+fn stored_form(batch: Bytes, compression: Compression, compacted: bool) -> Result<Bytes, ResponseError> {
+    if compacted {
+        match every_record_keyed(&batch) {
+            Ok(true) => {}
+            Ok(false) => return Err(ResponseError::InvalidRecord),
+            // The log's own checks name what is wrong with it (a bad CRC, a wrong count).
+            Err(RecompressError::Invalid(_)) => {}
+            Err(RecompressError::TooLarge) => return Err(ResponseError::MessageTooLarge),
+            Err(_) => return Err(ResponseError::CorruptMessage),
+        }
+    }
     let Compression::Codec(target) = compression else { return Ok(batch) };
     match recompress(&batch, target) {
         Ok(None) => Ok(batch),

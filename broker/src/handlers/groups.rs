@@ -136,21 +136,20 @@ fn create_offsets_topic(ctx: &Arc<BrokerContext>) {
     let live = ctx.image().state.live().len().max(1);
     let settings = ctx.config.groups;
     let replication = (settings.offsets_replication_factor as usize).min(live) as i16;
-    let config = |name: &'static str, value: &'static str| {
+    let config = |name: &'static str, value: String| {
         CreatableTopicConfig::default()
             .with_name(StrBytes::from_static_str(name))
-            .with_value(Some(StrBytes::from_static_str(value)))
+            .with_value(Some(StrBytes::from_string(value)))
     };
     let topic = CreatableTopic::default()
         .with_name(topic_name(OFFSETS_TOPIC))
         .with_num_partitions(settings.offsets_partitions as i32)
         .with_replication_factor(replication)
-        // Offsets are kept until compaction or deletion replaces them, never dropped by age or size;
-        // segments of Kafka's offsets.topic.segment.bytes.
+        // Compacted: the latest record of each offset and group is kept, tombstones remove deleted groups
+        // and expired offsets; nothing goes by age or size.
         .with_configs(vec![
-            config("retention.ms", "-1"),
-            config("retention.bytes", "-1"),
-            config("segment.bytes", "104857600"),
+            config("cleanup.policy", "compact".into()),
+            config("segment.bytes", settings.offsets_segment_bytes.to_string()),
         ]);
     let request = CreateTopicsRequest::default().with_topics(vec![topic]).with_timeout_ms(30_000);
     let ctx = ctx.clone();

@@ -401,6 +401,7 @@ async fn run_shard(
     glommio::spawn_local(replicating).detach();
     let limits = ctx.config.shard_limits;
     glommio::spawn_local(crate::group::coordinator::run(ctx.clone(), shard, groups)).detach();
+    let cleaner = glommio::spawn_local(crate::compaction::run(logs.clone(), limits.cleaner, shutdown.clone()));
     let upkeep = glommio::spawn_local(shard::upkeep(logs.clone(), replicas, limits, shutdown.clone()));
     if let Some((admin, images)) = admin {
         glommio::spawn_local(handlers::admin(ctx.clone(), admin)).detach();
@@ -419,6 +420,7 @@ async fn run_shard(
         glommio::timer::sleep(Duration::from_millis(10)).await;
     }
     upkeep.await;
+    cleaner.await;
     logs.close().await.with_context(|| format!("shard {shard}: close logs"))?;
     tracing::info!(shard, "logs closed");
     served

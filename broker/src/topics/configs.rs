@@ -98,6 +98,40 @@ pub const TOPIC_SETTINGS: &[TopicSetting] = &[
         "2",
     ),
     TopicSetting {
+        key: "cleanup.policy",
+        broker_key: None,
+        fixed_default: "delete",
+        unit: "",
+        meaning: "delete (old segments by retention.ms/retention.bytes), compact (the latest record of each key \
+                  kept), or both: compact,delete",
+        example: "compact",
+    },
+    TopicSetting {
+        key: "delete.retention.ms",
+        broker_key: None,
+        fixed_default: "86400000",
+        unit: "ms",
+        meaning: "on a compacted topic, how long a tombstone (a key with a null value) is kept, by its timestamp",
+        example: "60000",
+    },
+    TopicSetting {
+        key: "min.cleanable.dirty.ratio",
+        broker_key: None,
+        fixed_default: "0.5",
+        unit: "",
+        meaning: "a compacted partition is cleaned once this share of its cleanable bytes was written since \
+                  the last cleaning",
+        example: "0.1",
+    },
+    TopicSetting {
+        key: "min.compaction.lag.ms",
+        broker_key: None,
+        fixed_default: "0",
+        unit: "ms",
+        meaning: "on a compacted topic, a record stays uncompacted at least this long",
+        example: "60000",
+    },
+    TopicSetting {
         key: "unclean.leader.election.enable",
         broker_key: None,
         fixed_default: "false",
@@ -188,6 +222,9 @@ pub struct TopicConfig {
     pub min_insync_replicas: u16,
     pub unclean_leader_election: bool,
     pub compression: Compression,
+    /// `delete.retention.ms`, `min.cleanable.dirty.ratio`, `min.compaction.lag.ms`: kept whatever the
+    /// policy, in effect (as `log.compaction`) while `cleanup.policy` holds `compact`.
+    pub compaction: shardlog_storage::CompactionConfig,
 }
 
 /// The broker-wide defaults a topic starts from.
@@ -207,6 +244,31 @@ fn parse_i64(key: &str, value: &str, min: i64) -> Result<i64, TopicConfigError> 
     Ok(v)
 }
 
+/// `cleanup.policy`'s value: a comma-separated list of `delete` and `compact` (Kafka treats it as a
+/// list). Returns (compact, delete).
+pub fn parse_cleanup_policy(value: &str) -> Result<(bool, bool), String> {
+    let (mut compact, mut delete) = (false, false);
+    for item in value.split(',').map(str::trim) {
+        match item {
+            "compact" => compact = true,
+            "delete" => delete = true,
+            other => return Err(format!("{other:?}: use delete, compact, or compact,delete")),
+        }
+    }
+    Ok((compact, delete))
+}
+
+/// `min.cleanable.dirty.ratio` in millionths: a number in [0, 1].
+fn parse_ratio(key: &str, value: &str) -> Result<u32, TopicConfigError> {
+    let invalid =
+        |reason: &str| TopicConfigError::Invalid { key: key.into(), value: value.into(), reason: reason.into() };
+    let v: f64 = value.trim().parse().map_err(|_| invalid("not a number"))?;
+    if !(0.0..=1.0).contains(&v) {
+        return Err(invalid("must be between 0 and 1"));
+    }
+    Ok((v * 1_000_000.0).round() as u32)
+}
+
 impl TopicConfig {
     /// Resolves `overrides` (Kafka names) against `defaults`, refusing unknown keys and bad values.
     pub fn resolve(
@@ -217,6 +279,8 @@ impl TopicConfig {
         let mut min_insync_replicas = defaults.min_insync_replicas;
         let mut unclean_leader_election = false;
         let mut compression = defaults.compression;
+        let (mut compact, mut delete) = (false, true);
+        let mut compaction = shardlog_storage::CompactionConfig::default();
         let (mut flush_messages, mut flush_ms) = match defaults.log.flush {
             FlushPolicy::Always => (None, None),
             FlushPolicy::Interval { messages, ms } => (Some(messages), Some(ms)),
@@ -246,6 +310,16 @@ impl TopicConfig {
                 "min.insync.replicas" => {
                     min_insync_replicas = parse_i64(key, value, 1)?.min(i16::MAX as i64) as u16;
                 }
+                "cleanup.policy" => {
+                    (compact, delete) = parse_cleanup_policy(value).map_err(|reason| TopicConfigError::Invalid {
+                        key: key.clone(),
+                        value: value.clone(),
+                        reason,
+                    })?
+                }
+                "delete.retention.ms" => compaction.delete_retention_ms = parse_i64(key, value, 0)?,
+                "min.cleanable.dirty.ratio" => compaction.min_cleanable_dirty_ratio_ppm = parse_ratio(key, value)?,
+                "min.compaction.lag.ms" => compaction.min_compaction_lag_ms = parse_i64(key, value, 0)?,
                 "unclean.leader.election.enable" => {
                     unclean_leader_election = match value.trim() {
                         "true" => true,
@@ -268,12 +342,35 @@ impl TopicConfig {
                 FlushPolicy::Interval { messages: messages.unwrap_or(u64::MAX), ms: ms.unwrap_or(u64::MAX) }
             }
         };
+        log.compaction = compact.then_some(compaction);
+        if !delete {
+            // Without `delete` nothing is removed by age or size (Kafka's compact-only topics).
+            log.retention_ms = None;
+            log.retention_bytes = None;
+        }
         log.validate().map_err(|e| TopicConfigError::Invalid {
             key: "topic configs".into(),
             value: format!("{overrides:?}"),
             reason: e.to_string(),
         })?;
-        Ok(TopicConfig { overrides: overrides.clone(), log, min_insync_replicas, unclean_leader_election, compression })
+        Ok(TopicConfig {
+            overrides: overrides.clone(),
+            log,
+            min_insync_replicas,
+            unclean_leader_election,
+            compression,
+            compaction,
+        })
+    }
+
+    /// `cleanup.policy` as Kafka spells it.
+    pub fn cleanup_policy(&self) -> &'static str {
+        let policy = self.overrides.get("cleanup.policy").and_then(|v| parse_cleanup_policy(v).ok());
+        match policy.unwrap_or((false, true)) {
+            (true, true) => "compact,delete",
+            (true, false) => "compact",
+            _ => "delete",
+        }
     }
 
     /// Every implemented key with its effective value, for DescribeConfigs: (key, value, set on the topic).
@@ -283,6 +380,7 @@ impl TopicConfig {
             FlushPolicy::Always => (None, None),
             FlushPolicy::Interval { messages, ms } => (Some(messages), Some(ms)),
         };
+        let compaction = self.compaction;
         let or_max =
             |v: Option<u64>| v.filter(|v| *v < i64::MAX as u64).map_or(i64::MAX.to_string(), |v| v.to_string());
         TOPIC_SETTINGS
@@ -300,6 +398,12 @@ impl TopicConfig {
                     "flush.ms" => or_max(flush_ms),
                     "min.insync.replicas" => self.min_insync_replicas.to_string(),
                     "unclean.leader.election.enable" => self.unclean_leader_election.to_string(),
+                    "cleanup.policy" => self.cleanup_policy().to_string(),
+                    "delete.retention.ms" => compaction.delete_retention_ms.to_string(),
+                    "min.cleanable.dirty.ratio" => {
+                        (compaction.min_cleanable_dirty_ratio_ppm as f64 / 1_000_000.0).to_string()
+                    }
+                    "min.compaction.lag.ms" => compaction.min_compaction_lag_ms.to_string(),
                     other => unreachable!("{other} listed without a value"),
                 };
                 (key, value, self.overrides.contains_key(key))
@@ -361,6 +465,31 @@ mod tests {
     }
 
     #[test]
+    fn cleanup_policy_is_a_list_and_compact_alone_keeps_everything_by_age_and_size() {
+        let with =
+            |v: &str| TopicConfig::resolve(&defaults(), &set(&[("cleanup.policy", v), ("retention.bytes", "1000")]));
+        let compact = with("compact").unwrap();
+        assert!(compact.log.compaction.is_some());
+        assert_eq!((compact.log.retention_ms, compact.log.retention_bytes), (None, None));
+        assert_eq!(compact.cleanup_policy(), "compact");
+        for both in ["compact,delete", "delete, compact"] {
+            let c = with(both).unwrap();
+            assert!(c.log.compaction.is_some(), "{both}");
+            assert_eq!(c.log.retention_bytes, Some(1000), "{both}");
+            assert_eq!(c.cleanup_policy(), "compact,delete");
+        }
+        let delete = with("delete").unwrap();
+        assert_eq!((delete.log.compaction, delete.cleanup_policy()), (None, "delete"));
+        let ratio = TopicConfig::resolve(
+            &defaults(),
+            &set(&[("cleanup.policy", "compact"), ("min.cleanable.dirty.ratio", "0.01")]),
+        )
+        .unwrap();
+        assert_eq!(ratio.log.compaction.unwrap().min_cleanable_dirty_ratio_ppm, 10_000);
+        assert!(ratio.describe().contains(&("min.cleanable.dirty.ratio", "0.01".to_string(), true)));
+    }
+
+    #[test]
     fn unknown_keys_and_bad_values_are_refused_by_name() {
         assert_eq!(
             TopicConfig::resolve(&defaults(), &set(&[("retention.hours", "5")])),
@@ -372,6 +501,9 @@ mod tests {
             ("unclean.leader.election.enable", "yes"),
             ("min.insync.replicas", "0"),
             ("compression.type", "brotli"),
+            ("cleanup.policy", "compact,forever"),
+            ("min.cleanable.dirty.ratio", "1.5"),
+            ("delete.retention.ms", "-1"),
         ] {
             match TopicConfig::resolve(&defaults(), &set(&[(key, value)])) {
                 Err(TopicConfigError::Invalid { key: k, .. }) => assert_eq!(k, key),

@@ -7,6 +7,7 @@
 
 pub mod configs;
 pub mod recompress;
+pub mod records;
 
 /// Kafka's longest topic name.
 pub const MAX_TOPIC_NAME_LEN: usize = 249;

@@ -18,6 +18,7 @@ use kafka_protocol::compression::{self as codecs, Compressor};
 use shardlog_storage::batch::{self, BatchError, HEADER_BYTES, LOG_OVERHEAD};
 
 use super::configs::Codec;
+use super::records::varint;
 
 /// The most bytes one batch's records may decompress to. Recompression runs on the shard's thread
 /// without pausing, so this bounds what one shard holds for it at any moment.
@@ -69,7 +70,7 @@ pub fn recompress(batch: &[u8], target: Codec) -> Result<Option<Bytes>, Recompre
 }
 
 /// Decompresses a records section, never holding more than [`DECOMPRESSED_MAX_BYTES`].
-fn decompress(codec: Codec, body: &[u8]) -> Result<Vec<u8>, RecompressError> {
+pub(crate) fn decompress(codec: Codec, body: &[u8]) -> Result<Vec<u8>, RecompressError> {
     let undecodable = |e: std::io::Error| RecompressError::Undecodable(e.to_string());
     match codec {
         Codec::None => Ok(body.to_vec()),
@@ -127,7 +128,7 @@ fn snappy(body: &[u8]) -> Result<Vec<u8>, RecompressError> {
     Ok(out)
 }
 
-fn compress(codec: Codec, records: &[u8], out: &mut BytesMut) -> Result<(), RecompressError> {
+pub(crate) fn compress(codec: Codec, records: &[u8], out: &mut BytesMut) -> Result<(), RecompressError> {
     let write = |buf: &mut BytesMut| {
         buf.put_slice(records);
         Ok(())
@@ -162,18 +163,6 @@ fn check_framing(records: &[u8], count: i32) -> Result<(), RecompressError> {
         return Err(RecompressError::BadRecords("the record count does not match the header"));
     }
     Ok(())
-}
-
-/// A zigzag varint (Kafka's record framing): the value and the bytes it took.
-fn varint(bytes: &[u8]) -> Option<(i64, usize)> {
-    let mut raw: u64 = 0;
-    for (i, &b) in bytes.iter().enumerate().take(10) {
-        raw |= ((b & 0x7f) as u64) << (7 * i);
-        if b & 0x80 == 0 {
-            return Some(((raw >> 1) as i64 ^ -((raw & 1) as i64), i + 1));
-        }
-    }
-    None
 }
 
 #[cfg(test)]

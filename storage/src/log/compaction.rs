@@ -127,7 +127,7 @@ impl<F: Fs> CleanedSegment<F> {
     }
 
     /// Gives up on the cleaned segment: its file is removed.
-    pub async fn abandon(self, fs: &F) {
+    async fn abandon(self, fs: &F) {
         drop(self.file);
         if let Err(e) = fs.remove(&self.path).await {
             fatal::disk_failure("remove", &self.path, &e);
@@ -223,6 +223,11 @@ impl<F: Fs> PartitionLog<F> {
         let inner = self.inner.borrow();
         let n = inner.segments.len();
         inner.segments[..n - 1].iter().position(|s| s.base == base).map(|i| (i, inner.segments[i].size))
+    }
+
+    /// Gives up on a cleaned segment: its file is removed.
+    pub async fn abandon_cleaned(&self, cleaned: CleanedSegment<F>) {
+        cleaned.abandon(&self.fs).await
     }
 
     /// Starts a cleaned segment with base offset `base` (the base of the first segment it replaces).

@@ -94,6 +94,12 @@ fn a_cleaned_segment_replaces_a_run_of_segments_and_survives_restart_and_crash()
     assert_eq!(log.segment_count(), segments - 2, "three segments became one");
     assert_eq!(log.log_end_offset(), end, "offsets are never reused");
     assert_eq!(log.cleaned_upto(), group[2].next_offset);
+    // Producer-state snapshots are kept at segment bases: none is left at the bases that went.
+    let names = shardlog_storage::fs::Fs::list_dir(&fs, &Path::new(DATA).join("t-0")).unwrap();
+    for gone in &group[1..] {
+        assert!(!names.contains(&format!("{:020}.snapshot", gone.base.0)), "{names:?}");
+    }
+    assert!(names.contains(&format!("{:020}.snapshot", group[2].next_offset.0)), "{names:?}");
 
     // The log is the cleaned batches, then the untouched rest.
     let cut = split_batches(&before).iter().position(|(base, _, _)| *base >= group[2].next_offset.0).unwrap();

@@ -342,6 +342,8 @@ impl<F: Fs> PartitionLog<F> {
         };
         write_index_files(&self.fs, &index, &index_path, &time_index_path).await?;
         self.inner.borrow_mut().segments[start].persisted_index = Some(index.entry_count());
+        // Snapshots are kept at segment bases; those of the replaced segments go (as with retention).
+        self.prune_producer_snapshots_locked().await?;
         let upto = cleaned_upto.min(last.next_offset);
         durable::replace_file(&self.fs, &self.dir.join(CLEANER_CHECKPOINT_FILE), upto.0.to_string().as_bytes()).await?;
         self.inner.borrow_mut().cleaned_upto = upto;

@@ -280,6 +280,118 @@ fn a_member_joins_syncs_commits_and_leaves_and_stale_or_unknown_members_are_fenc
     assert_eq!(committed(&fetch_offsets(&mut st, &["g1"]), "g1"), (0, vec![-1, -1]));
 }
 
+/// The Java client (3.x and 4.x, classic protocol) negotiates each API's newest version: a group's life at
+/// exactly those versions (FindCoordinator v6, JoinGroup v9, SyncGroup v5, Heartbeat v4, OffsetCommit v9,
+/// OffsetFetch v9, LeaveGroup v5 with a reason, DescribeGroups v6, ListGroups v5). The Java client itself
+/// cannot be run here (no Maven registry is reachable), so its requests are made by hand.
+#[test]
+fn a_group_lives_through_the_newest_versions_the_java_client_sends() {
+    use kafka_protocol::messages::{DescribeGroupsResponse, JoinGroupResponse, SyncGroupResponse};
+    let broker = start();
+    let mut st = broker.connect();
+    assert_eq!(create(&mut st, TOPIC, 2, 1, &[]), 0);
+    let find = FindCoordinatorRequest::default().with_key_type(0).with_coordinator_keys(vec![s("java")]);
+    let (code, _) = until_coordinated(|| {
+        let ResponseKind::FindCoordinator(r) = call(&mut st, ApiKey::FindCoordinator, 6, &find) else { panic!() };
+        (r.coordinators[0].error_code, ())
+    });
+    assert_eq!(code, 0);
+
+    let join = |st: &mut TcpStream, member: &str| -> JoinGroupResponse {
+        let request = JoinGroupRequest::default()
+            .with_group_id(gid("java"))
+            .with_session_timeout_ms(45_000)
+            .with_rebalance_timeout_ms(300_000)
+            .with_member_id(s(member))
+            .with_protocol_type(s("consumer"))
+            .with_reason(Some(s("rebalance failed due to MemberIdRequiredException")))
+            .with_protocols(vec![
+                JoinGroupRequestProtocol::default().with_name(s("range")).with_metadata(Bytes::from_static(b"r")),
+                JoinGroupRequestProtocol::default()
+                    .with_name(s("cooperative-sticky"))
+                    .with_metadata(Bytes::from_static(b"c")),
+            ]);
+        let ResponseKind::JoinGroup(r) = call(st, ApiKey::JoinGroup, 9, &request) else { panic!() };
+        r
+    };
+    let (code, first) = until_coordinated(|| {
+        let r = join(&mut st, "");
+        (r.error_code, r)
+    });
+    assert_eq!(code, ResponseError::MemberIdRequired.code());
+    let member = first.member_id.as_str().to_string();
+    let joined = join(&mut st, &member);
+    assert_eq!(joined.error_code, 0);
+    assert_eq!(joined.protocol_type.as_ref().map(|p| p.as_str()), Some("consumer"), "v7+ names the type");
+    assert_eq!(joined.protocol_name.as_ref().map(|p| p.as_str()), Some("range"), "the first protocol listed");
+    assert!(!joined.skip_assignment, "v9: the leader assigns");
+    assert_eq!(joined.leader.as_str(), member);
+
+    let sync = SyncGroupRequest::default()
+        .with_group_id(gid("java"))
+        .with_generation_id(joined.generation_id)
+        .with_member_id(s(&member))
+        .with_protocol_type(Some(s("consumer")))
+        .with_protocol_name(Some(s("range")))
+        .with_assignments(vec![
+            SyncGroupRequestAssignment::default().with_member_id(s(&member)).with_assignment(Bytes::from_static(b"a")),
+        ]);
+    let ResponseKind::SyncGroup(synced) = call(&mut st, ApiKey::SyncGroup, 5, &sync) else { panic!() };
+    let synced: SyncGroupResponse = synced;
+    assert_eq!(synced.error_code, 0);
+    assert_eq!((synced.protocol_type.as_deref(), synced.protocol_name.as_deref()), (Some("consumer"), Some("range")));
+    assert_eq!(&synced.assignment[..], b"a");
+    assert_eq!(heartbeat(&mut st, "java", &member, joined.generation_id), 0);
+
+    let commit = OffsetCommitRequest::default()
+        .with_group_id(gid("java"))
+        .with_generation_id_or_member_epoch(joined.generation_id)
+        .with_member_id(s(&member))
+        .with_topics(vec![OffsetCommitRequestTopic::default().with_name(name(TOPIC)).with_partitions(vec![
+            OffsetCommitRequestPartition::default()
+                .with_partition_index(1)
+                .with_committed_offset(17)
+                .with_committed_leader_epoch(0)
+                .with_committed_metadata(Some(s(""))),
+        ])]);
+    let ResponseKind::OffsetCommit(c) = call(&mut st, ApiKey::OffsetCommit, 9, &commit) else { panic!() };
+    assert_eq!(c.topics[0].partitions[0].error_code, 0);
+    let fetch = OffsetFetchRequest::default().with_require_stable(true).with_groups(vec![
+        OffsetFetchRequestGroup::default()
+            .with_group_id(gid("java"))
+            .with_member_id(Some(s(&member)))
+            .with_member_epoch(-1)
+            .with_topics(Some(vec![
+                OffsetFetchRequestTopics::default().with_name(name(TOPIC)).with_partition_indexes(vec![0, 1]),
+            ])),
+    ]);
+    let ResponseKind::OffsetFetch(f) = call(&mut st, ApiKey::OffsetFetch, 9, &fetch) else { panic!() };
+    let offsets: Vec<(i64, i32)> =
+        f.groups[0].topics[0].partitions.iter().map(|p| (p.committed_offset, p.committed_leader_epoch)).collect();
+    assert_eq!((f.groups[0].error_code, offsets), (0, vec![(-1, -1), (17, 0)]));
+
+    let describe =
+        DescribeGroupsRequest::default().with_groups(vec![gid("java")]).with_include_authorized_operations(true);
+    let ResponseKind::DescribeGroups(d) = call(&mut st, ApiKey::DescribeGroups, 6, &describe) else { panic!() };
+    let d: DescribeGroupsResponse = d;
+    assert_eq!((d.groups[0].error_code, d.groups[0].group_state.as_str()), (0, "Stable"));
+    assert_eq!(d.groups[0].members[0].member_id.as_str(), member);
+    let listed = ListGroupsRequest::default().with_types_filter(vec![s("classic")]);
+    let ResponseKind::ListGroups(l) = call(&mut st, ApiKey::ListGroups, 5, &listed) else { panic!() };
+    assert!(l.groups.iter().any(|g| g.group_id.0.as_str() == "java" && g.group_type.as_str() == "classic"), "{l:?}");
+
+    let leave = LeaveGroupRequest::default().with_group_id(gid("java")).with_members(vec![
+        MemberIdentity::default().with_member_id(s(&member)).with_reason(Some(s("the consumer is being closed"))),
+    ]);
+    let ResponseKind::LeaveGroup(left) = call(&mut st, ApiKey::LeaveGroup, 5, &leave) else { panic!() };
+    assert_eq!((left.error_code, left.members[0].error_code), (0, 0));
+    assert_eq!(describe_state(&mut st, "java"), "Empty");
+}
+
+fn describe_state(stream: &mut TcpStream, group: &str) -> String {
+    describe(stream, group).1
+}
+
 #[test]
 fn the_offsets_topic_is_out_of_reach_of_client_produce_create_and_delete() {
     let broker = start();

@@ -78,7 +78,7 @@ fn clean_first(log: &PartitionLog<SimFs>, n: usize) -> (Vec<ClosedSegment>, Vec<
         kept.push(keep);
     }
     let upto = group.last().unwrap().next_offset;
-    assert!(block_on(log.swap_in_cleaned(cleaned, &group, upto)).unwrap(), "swapped in");
+    assert!(block_on(log.swap_in_cleaned(cleaned, &group, upto, log.end_cuts())).unwrap(), "swapped in");
     (group, kept)
 }
 
@@ -222,8 +222,57 @@ fn a_swap_whose_segments_changed_meanwhile_is_refused_and_leaves_nothing_behind(
     block_on(log.delete_records(group[0].next_offset)).unwrap();
     assert_eq!(block_on(log.read_closed_segment(group[0].base, 0, 100)).unwrap(), None, "gone");
     let before = everything(&log);
-    assert!(!block_on(log.swap_in_cleaned(cleaned, &group[..1], group[0].next_offset)).unwrap());
+    assert!(!block_on(log.swap_in_cleaned(cleaned, &group[..1], group[0].next_offset, log.end_cuts())).unwrap());
     assert_eq!(everything(&log), before);
     let left = shardlog_storage::fs::Fs::list_dir(&fs, &Path::new(DATA).join("t-0")).unwrap();
     assert!(!left.iter().any(|n| n.ends_with(".cleaned") || n.ends_with(".swap")), "{left:?}");
+}
+
+#[test]
+fn a_truncation_into_a_gap_ends_the_log_where_the_batch_before_it_ends() {
+    let fs = SimFs::new();
+    let dir = open_dir(&fs);
+    let follower = block_on(dir.get_or_create(&TopicPartition::new("f", 0), small_config())).unwrap();
+    // A leader's compacted log: offsets 0..=9, then a gap, then 20..=29.
+    let at = |base: u64| {
+        let mut b = make_batch(base, 10, 50, 1_700_000_000_000);
+        batch::stamp(&mut b, Offset(base), LeaderEpoch(1));
+        block_on(follower.append_replicated(&b)).unwrap();
+    };
+    at(0);
+    at(20);
+    assert_eq!(follower.log_end_offset(), Offset(30));
+    assert_eq!(block_on(follower.truncate_to(Offset(25))).unwrap(), Offset(10), "the batch holding 25 goes");
+    // The log goes on from there: a roll, then the leader's batches again.
+    block_on(follower.roll()).unwrap();
+    let mut b = make_batch(20, 10, 50, 1_700_000_000_000);
+    batch::stamp(&mut b, Offset(20), LeaderEpoch(2));
+    block_on(follower.append_replicated(&b)).unwrap();
+    block_on(follower.flush()).unwrap();
+    let before = everything(&follower);
+    block_on(dir.checkpoint()).unwrap();
+    drop((follower, dir));
+    let dir = open_dir(&fs.crash(&mut SimRng::new(11)));
+    let follower = dir.get(&TopicPartition::new("f", 0)).expect("open, not offline");
+    assert_eq!(everything(&follower), before);
+    assert_eq!(follower.log_end_offset(), Offset(30));
+}
+
+#[test]
+fn a_log_deleted_while_it_is_cleaned_leaves_the_cleaner_nothing_to_do() {
+    let fs = SimFs::new();
+    let tp = TopicPartition::new("t", 0);
+    let dir = open_dir(&fs);
+    let log = filled(&dir, &tp);
+    let group: Vec<ClosedSegment> = log.closed_segments().into_iter().take(1).collect();
+    let end_cuts = log.end_cuts();
+    let mut cleaned = block_on(log.start_cleaned(group[0].base)).unwrap();
+    let chunk = block_on(log.read_closed_segment(group[0].base, 0, 1 << 20)).unwrap().unwrap();
+    for (_, _, b) in split_batches(&chunk) {
+        block_on(cleaned.push(&b)).unwrap();
+    }
+    block_on(dir.delete(&tp)).unwrap();
+    assert!(block_on(log.read_closed_segment(group[0].base, 0, 100)).is_err(), "closed");
+    assert!(!block_on(log.swap_in_cleaned(cleaned, &group, group[0].next_offset, end_cuts)).unwrap());
+    assert!(!shardlog_storage::fs::Fs::exists(&fs, &Path::new(DATA).join("t-0")));
 }

@@ -164,12 +164,14 @@ fn a_pass_leaves_the_latest_record_of_each_key_and_tombstones_until_they_expire(
     for seed in 0..20 {
         let fs = SimFs::new();
         let (dir, log) = open(&fs);
+        let mut horizons = Horizons::default();
         let (written, producer_last) = write_history(&log, seed, 15);
         let end = log.log_end_offset();
         let segments = log.segment_count();
 
-        let stats =
-            block_on(clean(&log, config().compaction.unwrap(), T0, 1 << 30, || false)).unwrap().expect("cleaned");
+        let stats = block_on(clean(&log, config().compaction.unwrap(), T0, 1 << 30, &mut horizons, || false))
+            .unwrap()
+            .expect("cleaned");
         let upto = log.cleaned_upto();
         assert_eq!(upto, stats.cleaned_upto);
         assert!(upto.0 > 0 && upto <= end, "seed {seed}: {stats:?}");
@@ -185,7 +187,7 @@ fn a_pass_leaves_the_latest_record_of_each_key_and_tombstones_until_they_expire(
         block_on(log.verify_indexes()).unwrap();
 
         // Past delete.retention.ms the tombstones go too.
-        let again = block_on(clean(&log, config().compaction.unwrap(), T0 + 5_000, 1 << 30, || false))
+        let again = block_on(clean(&log, config().compaction.unwrap(), T0 + 5_000, 1 << 30, &mut horizons, || false))
             .unwrap()
             .expect("cleaned");
         // The first pass shrank the segments; the second merges them.
@@ -206,14 +208,17 @@ fn a_pass_leaves_the_latest_record_of_each_key_and_tombstones_until_they_expire(
 fn a_small_key_map_cleans_a_prefix_and_the_rest_waits() {
     let fs = SimFs::new();
     let (_dir, log) = open(&fs);
+    let mut horizons = Horizons::default();
     let (written, _) = write_history(&log, 99, 1000);
     let closed = log.closed_segments();
     // Room for the keys of a few segments only (a key takes its ~7 bytes and 48 more).
-    let stats = block_on(clean(&log, config().compaction.unwrap(), T0, 6_000, || false)).unwrap().expect("cleaned");
+    let stats = block_on(clean(&log, config().compaction.unwrap(), T0, 6_000, &mut horizons, || false))
+        .unwrap()
+        .expect("cleaned");
     assert!(stats.cleaned_upto > Offset(0) && stats.cleaned_upto < closed.last().unwrap().next_offset, "{stats:?}");
     assert_eq!(records(&log), expected(&written, stats.cleaned_upto.0, false));
     assert!(matches!(
-        block_on(clean(&log, config().compaction.unwrap(), T0, 10, || false)),
+        block_on(clean(&log, config().compaction.unwrap(), T0, 10, &mut horizons, || false)),
         Err(CleanError::MapFull(10))
     ));
 }
@@ -222,15 +227,16 @@ fn a_small_key_map_cleans_a_prefix_and_the_rest_waits() {
 fn a_log_not_dirty_enough_is_left_alone() {
     let fs = SimFs::new();
     let (_dir, log) = open(&fs);
+    let mut horizons = Horizons::default();
     write_history(&log, 5, 15);
     let half = CompactionConfig { min_cleanable_dirty_ratio_ppm: 500_000, ..config().compaction.unwrap() };
-    block_on(clean(&log, half, T0, 1 << 30, || false)).unwrap().expect("all dirty at first");
+    block_on(clean(&log, half, T0, 1 << 30, &mut horizons, || false)).unwrap().expect("all dirty at first");
     let before = records(&log);
-    assert_eq!(block_on(clean(&log, half, T0, 1 << 30, || false)).unwrap(), None, "nothing new since");
+    assert_eq!(block_on(clean(&log, half, T0, 1 << 30, &mut horizons, || false)).unwrap(), None, "nothing new since");
     assert_eq!(records(&log), before);
     // min.compaction.lag.ms longer than the records' age: nothing is cleanable.
     let lagging = CompactionConfig { min_compaction_lag_ms: 60_000, ..config().compaction.unwrap() };
-    assert_eq!(block_on(clean(&log, lagging, T0 + 1_000, 1 << 30, || false)).unwrap(), None);
+    assert_eq!(block_on(clean(&log, lagging, T0 + 1_000, 1 << 30, &mut horizons, || false)).unwrap(), None);
 }
 
 #[test]
@@ -240,4 +246,55 @@ fn a_batch_with_a_keyless_record_is_told_apart() {
         batch(&[(Some(b"k".to_vec()), Some(b"v".to_vec())), (None, Some(b"v".to_vec()))], Compression::None, None);
     assert!(every_record_keyed(&keyed).unwrap());
     assert!(!every_record_keyed(&keyless).unwrap());
+}
+
+#[test]
+fn a_tombstone_stays_delete_retention_ms_from_its_first_cleaning_whatever_its_timestamp() {
+    let fs = SimFs::new();
+    let (_dir, log) = open(&fs);
+    let mut horizons = Horizons::default();
+    let (written, _) = write_history(&log, 3, 15);
+    let compaction = config().compaction.unwrap();
+    // The records' timestamps are 10 s old, ten times delete.retention.ms: the first pass keeps the
+    // tombstones all the same, and so does one within delete.retention.ms of it.
+    let first = T0 + 10_000;
+    let stats = block_on(clean(&log, compaction, first, 1 << 30, &mut horizons, || false)).unwrap().unwrap();
+    let upto = stats.cleaned_upto.0;
+    let with_tombstones = expected(&written, upto, false);
+    assert!(with_tombstones.iter().any(|(o, _, v)| *o < upto && v.is_none()), "the history has tombstones");
+    assert_eq!(records(&log), with_tombstones);
+    block_on(clean(&log, compaction, first + 900, 1 << 30, &mut horizons, || false)).unwrap();
+    assert_eq!(records(&log), with_tombstones);
+    block_on(clean(&log, compaction, first + 1_100, 1 << 30, &mut horizons, || false)).unwrap();
+    assert_eq!(records(&log), expected(&written, upto, true));
+}
+
+#[test]
+fn passes_with_a_small_key_map_get_through_the_whole_log() {
+    let fs = SimFs::new();
+    let (_dir, log) = open(&fs);
+    let mut horizons = Horizons::default();
+    let (written, _) = write_history(&log, 42, 1000);
+    let end = log.closed_segments().last().unwrap().next_offset;
+    // Each pass maps only what the last one left dirty, so a map too small for the whole log still gets
+    // through it, a few segments a pass.
+    let mut passes = 0;
+    while log.cleaned_upto() < end {
+        passes += 1;
+        assert!(passes < 50, "no progress: cleaned up to {}", log.cleaned_upto());
+        block_on(clean(&log, config().compaction.unwrap(), T0, 6_000, &mut horizons, || false)).unwrap();
+    }
+    assert!(passes > 2, "{passes} passes");
+    assert_eq!(records(&log), expected(&written, end.0, false));
+}
+
+#[test]
+fn a_record_whose_offset_delta_lies_outside_its_batch_is_refused() {
+    let mut b = batch(&[(Some(b"k".to_vec()), Some(b"v".to_vec()))], Compression::None, None);
+    // The record after the 61-byte header: length, attributes, timestamp delta 0, offset delta 0.
+    assert_eq!(&b[63..65], &[0, 0]);
+    b[64] = 1; // zigzag -1
+    let crc = shardlog_storage::batch::compute_crc(&b);
+    b[17..21].copy_from_slice(&crc.to_be_bytes());
+    assert!(every_record_keyed(&b).is_err());
 }

@@ -111,7 +111,8 @@ pub const TOPIC_SETTINGS: &[TopicSetting] = &[
         broker_key: None,
         fixed_default: "86400000",
         unit: "ms",
-        meaning: "on a compacted topic, how long a tombstone (a key with a null value) is kept, by its timestamp",
+        meaning: "on a compacted topic, how long a tombstone (a key with a null value) is kept once compaction first \
+                  reached it",
         example: "60000",
     },
     TopicSetting {

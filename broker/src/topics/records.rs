@@ -71,7 +71,10 @@ impl OpenBatch {
                 .ok_or(bad("a record longer than what is left"))?;
             let mut field = Fields { bytes: &bytes[..end], at: at + used + 1 };
             field.next()?; // timestamp delta
-            let offset_delta = i32::try_from(field.next()?).map_err(|_| bad("an offset delta out of range"))?;
+            let offset_delta = i32::try_from(field.next()?)
+                .ok()
+                .filter(|d| (0..=self.header.last_offset_delta).contains(d))
+                .ok_or(bad("an offset delta outside the batch's offsets"))?;
             let key = field.blob()?;
             let tombstone = field.blob()?.is_none();
             out.push(RecordView { offset_delta, key, tombstone, bytes: start..end });
@@ -81,6 +84,11 @@ impl OpenBatch {
             return Err(bad("the record count does not match the header"));
         }
         Ok(out)
+    }
+
+    /// The offset of one of [`Self::records`] (their deltas are checked to lie within the batch).
+    pub fn offset_of(&self, record: &RecordView) -> u64 {
+        self.header.base_offset as u64 + record.offset_delta as u64
     }
 
     /// The batch with only `kept` of its records (in order), in its own codec; header fields but the

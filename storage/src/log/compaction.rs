@@ -126,10 +126,13 @@ impl<F: Fs> CleanedSegment<F> {
         Ok(())
     }
 
-    /// Gives up on the cleaned segment: its file is removed.
+    /// Gives up on the cleaned segment: its file is removed. Already gone is fine: the log was deleted
+    /// or set aside meanwhile, its directory with it.
     async fn abandon(self, fs: &F) {
         drop(self.file);
-        if let Err(e) = fs.remove(&self.path).await {
+        if let Err(e) = fs.remove(&self.path).await
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
             fatal::disk_failure("remove", &self.path, &e);
         }
     }
@@ -153,6 +156,12 @@ impl<F: Fs> PartitionLog<F> {
             .collect()
     }
 
+    /// How many times the end of the log was cut (truncations, deletion): a cleaning pass that began
+    /// before a cut must not swap in what it made of the bytes that were there.
+    pub fn end_cuts(&self) -> u64 {
+        self.inner.borrow().end_cuts
+    }
+
     /// The offset below which the log was last cleaned (its log start if it never was).
     pub fn cleaned_upto(&self) -> Offset {
         let inner = self.inner.borrow();
@@ -170,12 +179,29 @@ impl<F: Fs> PartitionLog<F> {
     /// end; `None` when the segment is no longer the log's (retention or a cut removed it, or another
     /// cleaning replaced it).
     pub async fn read_closed_segment(&self, base: Offset, pos: u64, max_bytes: usize) -> Result<Option<Bytes>> {
+        self.check_open()?;
         let generation = self.inner.borrow().generation;
         let Some((seg_idx, size)) = self.closed_segment_index(base) else { return Ok(None) };
         if pos >= size {
             return Ok(Some(Bytes::new()));
         }
         let want = (max_bytes.max(HEADER_BYTES) as u64).min(size - pos);
+        let read = self.read_closed_chunk(seg_idx, pos, want, size).await;
+        if self.inner.borrow().generation != generation {
+            // Bytes were removed (or segments swapped) while this read waited: what it got, or failed on,
+            // may be stale.
+            return Ok(None);
+        }
+        match read {
+            Err(StorageError::Damaged { path, position, offset, reason }) => {
+                Err(self.damaged_at(path, position, offset, reason).await)
+            }
+            other => other.map(Some),
+        }
+    }
+
+    /// Whole batches of segment `seg_idx` (`size` bytes) from `pos`, about `want` bytes, CRC-checked.
+    async fn read_closed_chunk(&self, seg_idx: usize, pos: u64, want: u64, size: u64) -> Result<Bytes> {
         let mut chunk = self.read_segment_range(seg_idx, pos, want).await?;
         let mut taken = 0usize;
         loop {
@@ -185,14 +211,12 @@ impl<F: Fs> PartitionLog<F> {
             let header = BatchHeader::parse(&chunk[taken..]).expect("a whole header");
             let total = header.total_bytes();
             if total < HEADER_BYTES || pos + (taken + total) as u64 > size {
-                return Err(self
-                    .damaged_at(
-                        self.segment_path(seg_idx),
-                        pos + taken as u64,
-                        Offset(0),
-                        format!("stored batch claims {total} bytes"),
-                    )
-                    .await);
+                return Err(StorageError::Damaged {
+                    path: self.segment_path(seg_idx),
+                    position: pos + taken as u64,
+                    offset: Offset(header.base_offset.max(0) as u64),
+                    reason: format!("stored batch claims {total} bytes"),
+                });
             }
             if chunk.len() - taken < total {
                 if taken > 0 {
@@ -203,19 +227,16 @@ impl<F: Fs> PartitionLog<F> {
                 continue;
             }
             if batch::compute_crc(&chunk[taken..taken + total]) != header.crc {
-                let offset = Offset(header.base_offset.max(0) as u64);
-                let path = self.segment_path(seg_idx);
-                return Err(self
-                    .damaged_at(path, pos + taken as u64, offset, "CRC32C does not match the batch".into())
-                    .await);
+                return Err(StorageError::Damaged {
+                    path: self.segment_path(seg_idx),
+                    position: pos + taken as u64,
+                    offset: Offset(header.base_offset.max(0) as u64),
+                    reason: "CRC32C does not match the batch".into(),
+                });
             }
             taken += total;
         }
-        if self.inner.borrow().generation != generation {
-            // Bytes were removed (or segments swapped) while this read waited: positions may be stale.
-            return Ok(None);
-        }
-        Ok(Some(chunk.slice(..taken)))
+        Ok(chunk.slice(..taken))
     }
 
     /// The index and size of the closed segment at `base`, if it is one.
@@ -254,13 +275,15 @@ impl<F: Fs> PartitionLog<F> {
 
     /// Replaces the closed segments `replaced` (consecutive, as [`Self::closed_segments`] gave them, the
     /// first at the cleaned segment's base) with `cleaned`, durably, and records that the log is cleaned
-    /// up to `cleaned_upto`. Returns false, and removes the cleaned file, when the segments changed
-    /// meanwhile (retention, a cut, or another cleaning got to them first).
+    /// up to `cleaned_upto`. `end_cuts`: [`Self::end_cuts`] when the pass began. Returns false, and
+    /// removes the cleaned file, when the segments changed meanwhile (retention, a cut, or another
+    /// cleaning got to them first).
     pub async fn swap_in_cleaned(
         &self,
         mut cleaned: CleanedSegment<F>,
         replaced: &[ClosedSegment],
         cleaned_upto: Offset,
+        end_cuts: u64,
     ) -> Result<bool> {
         let (Some(first), Some(last)) = (replaced.first(), replaced.last()) else {
             cleaned.abandon(&self.fs).await;
@@ -274,21 +297,26 @@ impl<F: Fs> PartitionLog<F> {
             cleaned.abandon(&self.fs).await;
             return Err(StorageError::CorruptFile { path: self.dir.clone(), detail });
         }
-        cleaned.finish().await?;
+        if let Err(e) = cleaned.finish().await {
+            cleaned.abandon(&self.fs).await;
+            return Err(e);
+        }
         let _io = self.io.lock().await;
         let start = {
             let inner = self.inner.borrow();
             let n = inner.segments.len();
             let start = inner.segments.iter().position(|s| s.base == first.base);
             start.filter(|&i| {
-                i + replaced.len() < n
+                !inner.closed
+                    && inner.end_cuts == end_cuts
+                    && i + replaced.len() < n
                     && replaced
                         .iter()
                         .zip(&inner.segments[i..])
                         .all(|(r, s)| r.base == s.base && r.size == s.size && r.next_offset == s.next_offset)
             })
         };
-        let Some(start) = start.filter(|_| !self.inner.borrow().closed) else {
+        let Some(start) = start else {
             cleaned.abandon(&self.fs).await;
             return Ok(false);
         };
@@ -297,7 +325,32 @@ impl<F: Fs> PartitionLog<F> {
             fatal::disk_failure("rename", &cleaned.path, &e);
         }
         durable::sync_dir(&self.fs, &self.dir).await;
-        // Committed: from here a crash finishes the swap at the next open.
+        // Committed: from here a crash finishes the swap at the next open. The log serves the cleaned
+        // segment at once, before any old file goes: reads do not take the `io` lock, and one that finds
+        // an old segment's file gone, or (reopening it by name) the new file where the old one was, must
+        // already see the generation changed, and read again, rather than take that for damage. The new
+        // file stays open (pinned) until it has its final name, so it is never reopened by name before.
+        let log_path = self.dir.join(segment::file_name(first.base, segment::LOG_SUFFIX));
+        let mut index = std::mem::replace(&mut cleaned.index, SegmentIndex::new(first.base));
+        index.seal();
+        let handle = self.files.adopt(log_path.clone(), cleaned.file);
+        let pinned = self.open_file(&handle).await?;
+        let segment = Segment {
+            base: first.base,
+            dir: self.dir.clone(),
+            file: handle,
+            size: cleaned.size,
+            allocated: cleaned.size,
+            next_offset: last.next_offset,
+            persisted_index: None,
+            created_ms: self.inner.borrow().segments[start].created_ms,
+            index: index.clone(),
+        };
+        {
+            let mut inner = self.inner.borrow_mut();
+            inner.segments.splice(start..start + replaced.len(), [segment]);
+            inner.generation += 1;
+        }
         for (i, r) in replaced.iter().enumerate() {
             for suffix in [segment::INDEX_SUFFIX, segment::TIME_INDEX_SUFFIX, segment::LOG_SUFFIX] {
                 if i == 0 && suffix == segment::LOG_SUFFIX {
@@ -312,30 +365,11 @@ impl<F: Fs> PartitionLog<F> {
             }
         }
         durable::sync_dir(&self.fs, &self.dir).await;
-        let log_path = self.dir.join(segment::file_name(first.base, segment::LOG_SUFFIX));
         if let Err(e) = self.fs.rename(&swap, &log_path).await {
             fatal::disk_failure("rename", &swap, &e);
         }
         durable::sync_dir(&self.fs, &self.dir).await;
-        let mut index = std::mem::replace(&mut cleaned.index, SegmentIndex::new(first.base));
-        index.seal();
-        let segment = Segment {
-            base: first.base,
-            dir: self.dir.clone(),
-            file: self.files.adopt(log_path, cleaned.file),
-            size: cleaned.size,
-            allocated: cleaned.size,
-            next_offset: last.next_offset,
-            persisted_index: None,
-            created_ms: self.inner.borrow().segments[start].created_ms,
-            index: index.clone(),
-        };
-        {
-            let mut inner = self.inner.borrow_mut();
-            inner.segments.splice(start..start + replaced.len(), [segment]);
-            // Reads that started before the swap may hold positions in the old files: they read again.
-            inner.generation += 1;
-        }
+        drop(pinned);
         let (index_path, time_index_path) = {
             let inner = self.inner.borrow();
             (inner.segments[start].index_path(), inner.segments[start].time_index_path())

@@ -277,6 +277,7 @@ impl<F: Fs> PartitionLog<F> {
             inner.durable = inner.durable.min(cut_offset);
             inner.sync_covering = inner.sync_covering.min(cut_offset);
             inner.high_watermark = inner.high_watermark.min(cut_offset);
+            inner.cleaned_upto = inner.cleaned_upto.min(cut_offset);
             inner.log_start = inner.log_start.min(cut_offset);
             if inner.epochs.truncate_from_end(cut_offset) {
                 inner.epochs_version += 1;
@@ -292,18 +293,26 @@ impl<F: Fs> PartitionLog<F> {
         Ok(cut_offset)
     }
 
-    /// The position and base offset of the batch holding `offset` in the active segment (or the segment's
-    /// end when `offset` is at it).
+    /// The position of the batch holding `offset` in the active segment (or the segment's end when
+    /// `offset` is at it), and the log end offset once it is cut there: the end of the batch before it,
+    /// which is the batch's base offset unless compaction left a gap between them.
     async fn find_batch_start_locked(&self, offset: Offset, seg_base: Offset, seg_size: u64) -> Result<(u64, Offset)> {
-        let from = self.inner.borrow().active().index.position_for(offset);
+        // Start at an indexed batch wholly below `offset`, so the batch before the one holding it is seen.
+        let from = match offset.0.checked_sub(1) {
+            Some(below) if offset > seg_base => self.inner.borrow().active().index.position_for(Offset(below)),
+            _ => 0,
+        };
         let mut found = None;
+        let mut end_before = seg_base;
         let end = self
             .scan_active_headers_locked(from, seg_size, |pos, h| {
                 let base = Offset(h.base_offset as u64);
-                if base.plus(h.last_offset_delta as u64) >= offset {
-                    found = Some((pos, base));
+                let last = base.plus(h.last_offset_delta as u64);
+                if last >= offset {
+                    found = Some((pos, end_before));
                     return false;
                 }
+                end_before = last.plus(1);
                 true
             })
             .await?;
@@ -384,6 +393,7 @@ impl<F: Fs> PartitionLog<F> {
             inner.segments = vec![segment];
             inner.tail = Tail::default();
             inner.log_start = offset;
+            inner.cleaned_upto = offset;
             inner.durable = offset;
             inner.sync_covering = offset;
             inner.high_watermark = offset;

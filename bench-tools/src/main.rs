@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 
 mod audit;
 mod campaign;
+mod compaction_bench;
 use shardlog_bench::cluster;
 mod consume;
 mod faults_chart;
@@ -55,6 +56,8 @@ enum Command {
     /// Consumer groups: offset commits per second from the members of one group, and how long a group
     /// takes to settle (and its members pause) when a member joins.
     Groups(groups_bench::GroupsArgs),
+    /// Produce latency to a compacted topic while its cleaner works, beside a topic that is not compacted.
+    Compaction(compaction_bench::CompactionArgs),
     /// What a hostile client can make a broker hold: partial frames, slowloris, large requests; the
     /// broker's memory and an ordinary client's answers meanwhile.
     Probe(probe::ProbeArgs),
@@ -83,6 +86,7 @@ fn main() -> anyhow::Result<()> {
         Command::Quorum(args) => quorum_bench::run(&args)?,
         Command::Probe(args) => probe::run(&args)?,
         Command::Groups(args) => print!("{}", groups_bench::run(&args)?.render()),
+        Command::Compaction(args) => print!("{}", compaction_bench::run(&args)?.render()),
         Command::Faults(args) => {
             let outcome = campaign::run(&args)?;
             println!("report: {}", outcome.report.display());

@@ -107,10 +107,23 @@ pub fn batch(
     compression: Compression,
     producer: Option<Idempotent>,
 ) -> Result<Bytes> {
-    let records: Vec<Record> = values
-        .iter()
+    encode(values.iter().map(|v| (None, v.clone())), timestamp_ms, compression, producer)
+}
+
+/// A batch of `(key, value)` records (for compacted topics, which refuse records without a key).
+pub fn keyed_batch(records: &[(Bytes, Bytes)], timestamp_ms: i64, compression: Compression) -> Result<Bytes> {
+    encode(records.iter().map(|(k, v)| (Some(k.clone()), v.clone())), timestamp_ms, compression, None)
+}
+
+fn encode(
+    records: impl Iterator<Item = (Option<Bytes>, Bytes)>,
+    timestamp_ms: i64,
+    compression: Compression,
+    producer: Option<Idempotent>,
+) -> Result<Bytes> {
+    let records: Vec<Record> = records
         .enumerate()
-        .map(|(i, v)| Record {
+        .map(|(i, (key, v))| Record {
             transactional: false,
             control: false,
             delete_horizon: false,
@@ -126,8 +139,8 @@ pub fn batch(
                 None => i as i32 - 1,
             },
             timestamp: timestamp_ms,
-            key: None,
-            value: Some(v.clone()),
+            key,
+            value: Some(v),
             headers: IndexMap::new(),
         })
         .collect();

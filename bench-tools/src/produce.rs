@@ -379,7 +379,7 @@ pub fn run(args: &ProduceArgs) -> Result<ProduceResult> {
     })
 }
 
-fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 

@@ -79,6 +79,7 @@ fn clean_first(log: &PartitionLog<SimFs>, n: usize) -> (Vec<ClosedSegment>, Vec<
     }
     let upto = group.last().unwrap().next_offset;
     assert!(block_on(log.swap_in_cleaned(cleaned, &group, upto, log.end_cuts())).unwrap(), "swapped in");
+    block_on(log.checkpoint_cleaned()).unwrap();
     (group, kept)
 }
 

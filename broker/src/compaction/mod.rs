@@ -226,6 +226,9 @@ pub async fn clean<F: Fs>(
     if stats.cleaned_upto == mapped_end {
         horizons.note(mapped_end, now_ms, config.delete_retention_ms);
     }
+    if stats.cleaned_upto > Offset::ZERO {
+        log.checkpoint_cleaned().await?;
+    }
     Ok(Some(finish(log, stats)))
 }
 

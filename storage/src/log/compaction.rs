@@ -112,8 +112,9 @@ impl<F: Fs> CleanedSegment<F> {
         StorageError::CorruptFile { path: self.path.clone(), detail: format!("cleaned segment: {what}") }
     }
 
-    /// Writes what is pending, cuts the file to its batches and syncs it.
-    async fn finish(&mut self) -> Result<()> {
+    /// Writes what is pending, cuts the file to its batches and syncs it, and writes its index files
+    /// beside it (`<base>.index.cleaned`, `<base>.timeindex.cleaned`), so the swap only renames them.
+    async fn finish(&mut self, fs: &F) -> Result<()> {
         durable::write_blocks(&self.file, &self.path, self.flushed, &self.pending).await?;
         self.flushed += self.pending.len() as u64;
         self.pending = Vec::new();
@@ -123,17 +124,29 @@ impl<F: Fs> CleanedSegment<F> {
         if let Err(e) = self.file.fdatasync().await {
             fatal::disk_failure("fdatasync", &self.path, &e);
         }
-        Ok(())
+        self.index.seal();
+        let [offsets, times] = self.index_paths();
+        write_index_files(fs, &self.index, &offsets, &times).await
+    }
+
+    /// Where [`Self::finish`] writes the index files.
+    fn index_paths(&self) -> [PathBuf; 2] {
+        [segment::INDEX_SUFFIX, segment::TIME_INDEX_SUFFIX].map(|suffix| {
+            self.path.with_file_name(format!("{}{CLEANED_SUFFIX}", segment::file_name(self.base, suffix)))
+        })
     }
 
     /// Gives up on the cleaned segment: its file is removed. Already gone is fine: the log was deleted
     /// or set aside meanwhile, its directory with it.
     async fn abandon(self, fs: &F) {
+        let paths = self.index_paths();
         drop(self.file);
-        if let Err(e) = fs.remove(&self.path).await
-            && e.kind() != std::io::ErrorKind::NotFound
-        {
-            fatal::disk_failure("remove", &self.path, &e);
+        for path in [self.path].iter().chain(&paths) {
+            if let Err(e) = fs.remove(path).await
+                && e.kind() != std::io::ErrorKind::NotFound
+            {
+                fatal::disk_failure("remove", path, &e);
+            }
         }
     }
 }
@@ -172,6 +185,15 @@ impl<F: Fs> PartitionLog<F> {
     /// keeps that batch (emptied if need be), since the producer's state is rebuilt from it.
     pub fn producer_last_offsets(&self) -> HashMap<i64, Offset> {
         self.inner.borrow().producers.last_batches().collect()
+    }
+
+    /// Writes the offset the log is cleaned up to into [`CLEANER_CHECKPOINT_FILE`] (after a pass: it
+    /// only spares the next process a pass that finds the whole log dirty).
+    pub async fn checkpoint_cleaned(&self) -> Result<()> {
+        let _maintenance = self.maintenance.lock().await;
+        self.check_open()?;
+        let upto = self.inner.borrow().cleaned_upto;
+        durable::replace_file(&self.fs, &self.dir.join(CLEANER_CHECKPOINT_FILE), upto.0.to_string().as_bytes()).await
     }
 
     /// Whole stored batches of the closed segment starting at `base`, from byte `pos` on, about
@@ -274,8 +296,8 @@ impl<F: Fs> PartitionLog<F> {
     }
 
     /// Replaces the closed segments `replaced` (consecutive, as [`Self::closed_segments`] gave them, the
-    /// first at the cleaned segment's base) with `cleaned`, durably, and records that the log is cleaned
-    /// up to `cleaned_upto`. `end_cuts`: [`Self::end_cuts`] when the pass began. Returns false, and
+    /// first at the cleaned segment's base) with `cleaned`, durably, and records (in memory: see
+    /// [`Self::checkpoint_cleaned`]) that the log is cleaned up to `cleaned_upto`. `end_cuts`: [`Self::end_cuts`] when the pass began. Returns false, and
     /// removes the cleaned file, when the segments changed meanwhile (retention, a cut, or another
     /// cleaning got to them first).
     pub async fn swap_in_cleaned(
@@ -297,11 +319,15 @@ impl<F: Fs> PartitionLog<F> {
             cleaned.abandon(&self.fs).await;
             return Err(StorageError::CorruptFile { path: self.dir.clone(), detail });
         }
-        if let Err(e) = cleaned.finish().await {
+        if let Err(e) = cleaned.finish(&self.fs).await {
             cleaned.abandon(&self.fs).await;
-            return Err(e);
+            // Deleted or set aside meanwhile: its directory went with what was written.
+            return if self.inner.borrow().closed { Ok(false) } else { Err(e) };
         }
-        let _io = self.io.lock().await;
+        // The `maintenance` lock, not `io`: the swap touches closed segments only, so appends' write-outs
+        // and syncs (which take `io`) go on while it renames and syncs the directory; every operation that
+        // removes segments or files (retention, truncation, DeleteRecords, close, deletion) waits.
+        let _maintenance = self.maintenance.lock().await;
         let start = {
             let inner = self.inner.borrow();
             let n = inner.segments.len();
@@ -331,8 +357,8 @@ impl<F: Fs> PartitionLog<F> {
         // already see the generation changed, and read again, rather than take that for damage. The new
         // file stays open (pinned) until it has its final name, so it is never reopened by name before.
         let log_path = self.dir.join(segment::file_name(first.base, segment::LOG_SUFFIX));
-        let mut index = std::mem::replace(&mut cleaned.index, SegmentIndex::new(first.base));
-        index.seal();
+        let index = cleaned.index.clone();
+        let index_files = cleaned.index_paths();
         let handle = self.files.adopt(log_path.clone(), cleaned.file);
         let pinned = self.open_file(&handle).await?;
         let segment = Segment {
@@ -364,23 +390,24 @@ impl<F: Fs> PartitionLog<F> {
                 }
             }
         }
+        for (from, suffix) in index_files.iter().zip([segment::INDEX_SUFFIX, segment::TIME_INDEX_SUFFIX]) {
+            let to = self.dir.join(segment::file_name(first.base, suffix));
+            if let Err(e) = self.fs.rename(from, &to).await {
+                fatal::disk_failure("rename", from, &e);
+            }
+        }
+        // The old files are gone and the index files in place (an open that finds the swap file still
+        // there removes them again and rebuilds the index) before the new log file takes its name.
         durable::sync_dir(&self.fs, &self.dir).await;
         if let Err(e) = self.fs.rename(&swap, &log_path).await {
             fatal::disk_failure("rename", &swap, &e);
         }
         durable::sync_dir(&self.fs, &self.dir).await;
         drop(pinned);
-        let (index_path, time_index_path) = {
-            let inner = self.inner.borrow();
-            (inner.segments[start].index_path(), inner.segments[start].time_index_path())
-        };
-        write_index_files(&self.fs, &index, &index_path, &time_index_path).await?;
         self.inner.borrow_mut().segments[start].persisted_index = Some(index.entry_count());
         // Snapshots are kept at segment bases; those of the replaced segments go (as with retention).
         self.prune_producer_snapshots_locked().await?;
-        let upto = cleaned_upto.min(last.next_offset);
-        durable::replace_file(&self.fs, &self.dir.join(CLEANER_CHECKPOINT_FILE), upto.0.to_string().as_bytes()).await?;
-        self.inner.borrow_mut().cleaned_upto = upto;
+        self.inner.borrow_mut().cleaned_upto = cleaned_upto.min(last.next_offset);
         tracing::debug!(dir = %self.dir.display(), base = %first.base, replaced = replaced.len(), bytes = cleaned.size, "swapped in a cleaned segment");
         Ok(true)
     }

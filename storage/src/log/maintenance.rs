@@ -195,6 +195,7 @@ impl<F: Fs> PartitionLog<F> {
     /// Removes every batch from `offset` on, durably. A batch holding `offset` is removed whole, so the
     /// new log end offset is that batch's base offset. Returns the new log end offset.
     pub async fn truncate_to(&self, offset: Offset) -> Result<Offset> {
+        let _maintenance = self.maintenance.lock().await;
         let _io = self.io.lock().await;
         self.check_open()?;
         let (log_start, log_end) = {
@@ -369,6 +370,7 @@ impl<F: Fs> PartitionLog<F> {
     /// Removes every segment and starts the log empty at `offset` (a follower whose log is entirely
     /// behind the leader's log start).
     pub async fn truncate_fully_and_start_at(&self, offset: Offset) -> Result<()> {
+        let _maintenance = self.maintenance.lock().await;
         let _io = self.io.lock().await;
         self.check_open()?;
         let _pause = AppendPause::new(self);
@@ -408,6 +410,7 @@ impl<F: Fs> PartitionLog<F> {
     /// Deletes old segments by `retention.ms` and `retention.bytes` (only those wholly below the high
     /// watermark), and segments wholly below the log start offset. The active segment is never deleted. Returns how many segments were deleted.
     pub async fn apply_retention(&self) -> Result<usize> {
+        let _maintenance = self.maintenance.lock().await;
         let _io = self.io.lock().await;
         self.check_open()?;
         let now = self.clock.now_ms();
@@ -438,6 +441,7 @@ impl<F: Fs> PartitionLog<F> {
     /// Kafka's DeleteRecords: moves the log start offset up to `offset` (at most the log end offset) and
     /// deletes the segments wholly below it. Returns the new log start offset.
     pub async fn delete_records(&self, offset: Offset) -> Result<Offset> {
+        let _maintenance = self.maintenance.lock().await;
         let _io = self.io.lock().await;
         self.check_open()?;
         let count = {
@@ -490,6 +494,7 @@ impl<F: Fs> PartitionLog<F> {
     /// Writes everything out, seals the active segment (cut to size, synced, indexes written) and refuses
     /// further operations. After `close` the directory needs no recovery scan.
     pub async fn close(&self) -> Result<()> {
+        let _maintenance = self.maintenance.lock().await;
         let _io = self.io.lock().await;
         if self.inner.borrow().closed {
             return Ok(());
@@ -515,6 +520,7 @@ impl<F: Fs> PartitionLog<F> {
     /// the rename made durable), so a crash part-way never leaves a partial partition that looks live;
     /// opening the data dir finishes the removal.
     pub async fn delete(&self) -> Result<()> {
+        let _maintenance = self.maintenance.lock().await;
         let _io = self.io.lock().await;
         {
             let mut inner = self.inner.borrow_mut();
@@ -538,6 +544,7 @@ impl<F: Fs> PartitionLog<F> {
     /// broker no longer serves but will not destroy (an operator decides). `to` must not be a name the
     /// data dir would open as a partition.
     pub async fn set_aside(&self, to: &Path) -> Result<()> {
+        let _maintenance = self.maintenance.lock().await;
         let _io = self.io.lock().await;
         {
             let mut inner = self.inner.borrow_mut();

@@ -191,6 +191,10 @@ pub struct PartitionLog<F: Fs> {
     clock: Rc<dyn Clock>,
     inner: RefCell<Inner<F>>,
     io: Mutex<()>,
+    /// Held by whatever removes or replaces segments (retention, truncation, DeleteRecords, compaction's
+    /// swap, close, deletion), before `io` when both are taken: a swap, which needs only this one, never
+    /// holds appends' syncs back.
+    maintenance: Mutex<()>,
     /// Notified whenever a write-out or a sync completes.
     progress: event_listener::Event,
     /// How many producer ids the owner's logs remember together (see [`ProducerBudget`]).

@@ -352,6 +352,7 @@ impl<F: Fs> PartitionLog<F> {
             clock,
             inner: RefCell::new(inner),
             io: Mutex::new(()),
+            maintenance: Mutex::new(()),
             progress: event_listener::Event::new(),
             producer_budget,
         };

@@ -126,6 +126,11 @@ pub fn truncate_at(partition_dir: &Path, offset: Offset) -> Result<RepairReport,
             fs::remove_file(&path).map_err(io(&path))?;
         }
     }
+    // Compaction's checkpoint may lie above the cut: without it the whole log counts as not yet cleaned.
+    let cleaned = partition_dir.join(crate::log::compaction::CLEANER_CHECKPOINT_FILE);
+    if cleaned.exists() {
+        fs::remove_file(&cleaned).map_err(io(&cleaned))?;
+    }
     // Repaired: the broker serves the partition again.
     let marker = partition_dir.join(crate::log::DAMAGED_FILE);
     if marker.exists() {

@@ -24,7 +24,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 use std::time::Duration;
 
 use futures_lite::future;
@@ -88,9 +88,27 @@ pub enum CleanError {
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Horizons {
     marks: Vec<(Offset, i64)>,
+    /// The log's count of end cuts when the marks were last brought up to date.
+    end_cuts: Option<u64>,
 }
 
 impl Horizons {
+    /// After a cut of the log's end (a truncation), what was written again above the cleaner's
+    /// checkpoint has not been cleaned: the marks stop at it.
+    fn follow_cuts(&mut self, end_cuts: u64, cleaned_upto: Offset) {
+        if self.end_cuts.is_some_and(|seen| seen != end_cuts)
+            && let Some(i) = self.marks.iter().position(|(upto, _)| *upto > cleaned_upto)
+        {
+            let at = self.marks[i].1;
+            let below = i.checked_sub(1).map_or(Offset::ZERO, |p| self.marks[p].0);
+            self.marks.truncate(i);
+            if below < cleaned_upto {
+                self.marks.push((cleaned_upto, at));
+            }
+        }
+        self.end_cuts = Some(end_cuts);
+    }
+
     /// When the record at `offset` was first cleaned, if it was.
     fn first_cleaned(&self, offset: Offset) -> Option<i64> {
         let i = self.marks.partition_point(|(upto, _)| *upto <= offset);
@@ -112,7 +130,9 @@ impl Horizons {
 
 /// Runs the shard's cleaner until shutdown.
 pub async fn run<F: Fs>(logs: Rc<LogDir<F>>, settings: CleanerSettings, shutdown: Shutdown) {
-    let mut horizons: HashMap<PathBuf, Horizons> = HashMap::new();
+    // Per log, keyed by its directory and kept only for the same log (a topic deleted and created again
+    // gets a new one).
+    let mut horizons: HashMap<PathBuf, (Weak<PartitionLog<F>>, Horizons)> = HashMap::new();
     loop {
         let stop = future::or(
             async {
@@ -129,11 +149,16 @@ pub async fn run<F: Fs>(logs: Rc<LogDir<F>>, settings: CleanerSettings, shutdown
             return;
         }
         let logs = logs.logs();
-        horizons.retain(|dir, _| logs.iter().any(|l| l.dir() == dir.as_path()));
+        horizons.retain(|_, (log, _)| log.strong_count() > 0);
         for log in logs {
             let Some(config) = log.config().compaction else { continue };
             let stop = || shutdown.is_triggered();
-            let marks = horizons.entry(log.dir().to_path_buf()).or_default();
+            let this = Rc::downgrade(&log);
+            let entry = horizons.entry(log.dir().to_path_buf()).or_insert_with(|| (this.clone(), Horizons::default()));
+            if !entry.0.ptr_eq(&this) {
+                *entry = (this, Horizons::default());
+            }
+            let marks = &mut entry.1;
             match clean(&log, config, SystemClock.now_ms(), settings.dedupe_buffer_bytes, marks, stop).await {
                 Ok(Some(stats)) => tracing::debug!(log = %log.dir().display(), ?stats, "compacted"),
                 Ok(None) => {}
@@ -173,6 +198,7 @@ pub async fn clean<F: Fs>(
     if total == 0 || (dirty_bytes as u128) * 1_000_000 < ratio * (total as u128) {
         return Ok(None);
     }
+    horizons.follow_cuts(log.end_cuts(), cleaned_upto);
     if horizons.marks.is_empty() && cleaned_upto > log.log_start_offset() {
         // Cleaned before this process began, at a time not known: from now, then.
         horizons.note(cleaned_upto, now_ms, config.delete_retention_ms);

@@ -298,3 +298,64 @@ fn a_record_whose_offset_delta_lies_outside_its_batch_is_refused() {
     b[17..21].copy_from_slice(&crc.to_be_bytes());
     assert!(every_record_keyed(&b).is_err());
 }
+
+/// `n` batches of one record each over seven keys `<tag>-<i>`.
+fn filler(log: &PartitionLog<SimFs>, n: usize, tag: &str) {
+    let epoch = log.latest_epoch().unwrap_or(LeaderEpoch(1));
+    for i in 0..n {
+        let record = [(Some(format!("{tag}-{}", i % 7).into_bytes()), Some(vec![b'x'; 60]))];
+        block_on(log.append(&batch(&record, Compression::None, None), epoch)).unwrap();
+    }
+}
+
+fn key_records(log: &PartitionLog<SimFs>, key: &[u8]) -> Vec<(u64, Key, Value)> {
+    records(log).into_iter().filter(|(_, k, _)| k.as_deref() == Some(key)).collect()
+}
+
+/// A cleaned log truncated well below where it was cleaned (a follower after an unclean election), then
+/// written again: key K gets a value and its tombstone there. Returns the offset it was cleaned up to.
+fn truncated_below_the_cleaning(log: &PartitionLog<SimFs>, horizons: &mut Horizons) -> Offset {
+    filler(log, 200, "f");
+    block_on(log.flush()).unwrap();
+    log.set_high_watermark(log.log_end_offset());
+    block_on(clean(log, config().compaction.unwrap(), T0, 1 << 30, horizons, || false)).unwrap().unwrap();
+    let cleaned = log.cleaned_upto();
+    block_on(log.truncate_to(Offset(cleaned.0 / 3))).unwrap();
+    let k = |value: Option<&[u8]>| batch(&[(Some(b"K".to_vec()), value.map(<[u8]>::to_vec))], Compression::None, None);
+    block_on(log.append(&k(Some(b"old")), LeaderEpoch(2))).unwrap();
+    let tombstone = block_on(log.append(&k(None), LeaderEpoch(2))).unwrap();
+    assert!(tombstone.base_offset < cleaned, "written again below the old cleaning");
+    filler(log, 300, "g");
+    block_on(log.flush()).unwrap();
+    log.set_high_watermark(log.log_end_offset());
+    cleaned
+}
+
+#[test]
+fn what_a_truncation_wrote_again_below_the_cleaning_counts_as_not_cleaned_across_a_restart() {
+    let fs = SimFs::new();
+    let (dir, log) = open(&fs);
+    truncated_below_the_cleaning(&log, &mut Horizons::default());
+    block_on(dir.close()).unwrap();
+    drop((log, dir));
+    let (_dir, log) = open(&fs);
+    let mut horizons = Horizons::default();
+    let compaction = config().compaction.unwrap();
+    block_on(clean(&log, compaction, T0 + 10_000, 1 << 30, &mut horizons, || false)).unwrap();
+    block_on(clean(&log, compaction, T0 + 20_000, 1 << 30, &mut horizons, || false)).unwrap();
+    let k = key_records(&log, b"K");
+    assert!(k.is_empty(), "the value is gone with its tombstone, not brought back: {k:?}");
+}
+
+#[test]
+fn a_tombstone_written_again_after_a_truncation_is_not_taken_for_one_cleaned_before_it() {
+    let fs = SimFs::new();
+    let (_dir, log) = open(&fs);
+    let mut horizons = Horizons::default();
+    truncated_below_the_cleaning(&log, &mut horizons);
+    // The first pass to reach the tombstone, 5 s after the pass before the truncation: it stays.
+    block_on(clean(&log, config().compaction.unwrap(), T0 + 5_000, 1 << 30, &mut horizons, || false)).unwrap();
+    let k = key_records(&log, b"K");
+    assert_eq!(k.len(), 1, "{k:?}");
+    assert_eq!(k[0].2, None, "the tombstone, the value before it gone");
+}

@@ -96,6 +96,15 @@ impl<F: Fs> OpenFiles<F> {
         handle
     }
 
+    /// Like [`Self::adopt`], also returning the file: while the caller holds it, it is never closed
+    /// (and so never reopened by path).
+    pub fn adopt_pinned(&self, path: PathBuf, file: F::File) -> (FileHandle<F>, Rc<F::File>) {
+        let handle = self.handle(path);
+        let file = Rc::new(file);
+        self.install(&handle, file.clone());
+        (handle, file)
+    }
+
     /// The handle's file, opened if it is not.
     pub async fn get(&self, handle: &FileHandle<F>) -> io::Result<Rc<F::File>> {
         handle.0.last_used.set(self.tick());

@@ -359,8 +359,7 @@ impl<F: Fs> PartitionLog<F> {
         let log_path = self.dir.join(segment::file_name(first.base, segment::LOG_SUFFIX));
         let index = cleaned.index.clone();
         let index_files = cleaned.index_paths();
-        let handle = self.files.adopt(log_path.clone(), cleaned.file);
-        let pinned = self.open_file(&handle).await?;
+        let (handle, pinned) = self.files.adopt_pinned(log_path.clone(), cleaned.file);
         let segment = Segment {
             base: first.base,
             dir: self.dir.clone(),

@@ -108,6 +108,8 @@ impl<F: Fs> PartitionLog<F> {
 
     /// Rolls the active segment if a `batch_len`-byte append still needs a new one.
     pub(super) async fn roll_if_needed(&self, batch_len: u64, batch_last: Offset) -> Result<()> {
+        // A roll may rebuild the producers' state, which walks the segments: `maintenance` first.
+        let _maintenance = self.maintenance.lock().await;
         let _io = self.io.lock().await;
         self.check_open()?;
         let now = self.clock.now_ms();
@@ -120,6 +122,7 @@ impl<F: Fs> PartitionLog<F> {
 
     /// Rolls now (for tests and tools), unless the active segment is empty.
     pub async fn roll(&self) -> Result<()> {
+        let _maintenance = self.maintenance.lock().await;
         let _io = self.io.lock().await;
         self.check_open()?;
         if !self.inner.borrow().active().is_empty() {
@@ -192,6 +195,17 @@ impl<F: Fs> PartitionLog<F> {
         durable::replace_file(&self.fs, &self.dir.join(super::TRUNCATED_TO_FILE), offset.0.to_string().as_bytes()).await
     }
 
+    /// Lowers compaction's checkpoint to `offset`, durably and before anything is cut: what is written
+    /// again above it must count as not cleaned, after a restart too.
+    async fn lower_cleaned_upto_locked(&self, offset: Offset) -> Result<()> {
+        if self.inner.borrow().cleaned_upto <= offset {
+            return Ok(());
+        }
+        self.inner.borrow_mut().cleaned_upto = offset;
+        let path = self.dir.join(super::compaction::CLEANER_CHECKPOINT_FILE);
+        durable::replace_file(&self.fs, &path, offset.0.to_string().as_bytes()).await
+    }
+
     /// Removes every batch from `offset` on, durably. A batch holding `offset` is removed whole, so the
     /// new log end offset is that batch's base offset. Returns the new log end offset.
     pub async fn truncate_to(&self, offset: Offset) -> Result<Offset> {
@@ -213,6 +227,7 @@ impl<F: Fs> PartitionLog<F> {
         let keep = self.inner.borrow().segment_for(offset);
         let keep_base = self.inner.borrow().segments[keep].base;
         self.record_truncation_locked(keep_base).await?;
+        self.lower_cleaned_upto_locked(keep_base).await?;
         // Everything below the cut must be in the file before the file is cut.
         self.write_out_locked().await?;
         let doomed: Vec<Offset> = self.inner.borrow().segments[keep + 1..].iter().map(|s| s.base).collect();
@@ -376,6 +391,7 @@ impl<F: Fs> PartitionLog<F> {
         let _pause = AppendPause::new(self);
         let log_start = self.inner.borrow().log_start;
         self.record_truncation_locked(offset.min(log_start)).await?;
+        self.lower_cleaned_upto_locked(offset.min(log_start)).await?;
         let doomed: Vec<Offset> = self.inner.borrow().segments.iter().map(|s| s.base).collect();
         {
             let mut inner = self.inner.borrow_mut();

@@ -447,6 +447,8 @@ impl<F: Fs> PartitionLog<F> {
                 continue;
             }
             if self.inner.borrow().producers_stale {
+                // Rebuilding walks the segments: nothing may replace them meanwhile.
+                let _maintenance = self.maintenance.lock().await;
                 let _io = self.io.lock().await;
                 self.fresh_producers_locked().await?;
                 continue;

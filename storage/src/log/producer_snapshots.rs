@@ -40,8 +40,10 @@ pub fn list_snapshots<F: Fs>(fs: &F, dir: &Path) -> Result<Vec<Offset>> {
 }
 
 async fn remove<F: Fs>(fs: &F, path: &Path) {
+    // Gone already is fine: a roll and compaction's swap may prune the same snapshot at once.
     if fs.exists(path)
         && let Err(e) = fs.remove(path).await
+        && e.kind() != std::io::ErrorKind::NotFound
     {
         fatal::disk_failure("remove", path, &e);
     }

@@ -112,6 +112,9 @@ pub struct BrokerConfig {
     pub replica_lag_time_max_ms: u64,
     /// `test.acks.all.before.replication`: acks=all broken on purpose, for fault campaigns' own tests.
     pub test_acks_all_before_replication: bool,
+    /// `test.stall.shard`: a shard whose thread blocks for good a second after it serves (the watchdog's
+    /// test).
+    pub test_stall_shard: Option<usize>,
     /// Default `compression.type` of topics.
     pub compression: Compression,
     /// Defaults for each topic's log settings.
@@ -520,6 +523,7 @@ impl Reader {
             min_insync_replicas: self.int_set("min.insync.replicas")? as u16,
             replica_lag_time_max_ms: self.int_set("replica.lag.time.max.ms")? as u64,
             test_acks_all_before_replication: self.bool("test.acks.all.before.replication"),
+            test_stall_shard: usize::try_from(self.int_set("test.stall.shard")?).ok(),
             compression,
             log,
             shard_limits,

@@ -481,6 +481,15 @@ pub const SETTINGS: &[Setting] = &[
         example: "true",
     },
     Setting {
+        key: "test.stall.shard",
+        kind: int(-1, 1023),
+        default: Default::Value("-1"),
+        unit: "",
+        meaning: "FOR TESTS ONLY, stalls the broker: a second after it serves, this shard's thread blocks for good \
+                  (the systemd watchdog test); -1: none",
+        example: "0",
+    },
+    Setting {
         key: "shard.idle.poll.us",
         kind: int(0, 1_000_000),
         default: Default::Value("0"),

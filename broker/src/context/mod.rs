@@ -95,6 +95,8 @@ pub struct BrokerContext {
     pub quorum: QuorumHandle,
     /// Set once the broker is registered and has applied the metadata up to its registration.
     pub ready: AtomicBool,
+    /// What the shards tell systemd's notifications (started, serving, still running).
+    pub liveness: crate::notify::Liveness,
     /// One more than the index of the last image applied to the shards (0: none yet).
     reconciled: AtomicU64,
     /// One channel per shard for partition work.
@@ -171,6 +173,7 @@ impl BrokerContext {
             metadata: RwLock::new(Arc::new(MetadataImage::default())),
             quorum,
             ready: AtomicBool::new(false),
+            liveness: crate::notify::Liveness::new(shards_count),
             reconciled: AtomicU64::new(0),
             shards,
             admin,

@@ -118,6 +118,7 @@ pub fn run(config: BrokerConfig, shutdown: Shutdown) -> Result<()> {
         shutdown.clone(),
         disk,
     ));
+    let notifier = crate::notify::spawn(ctx.clone());
     let draining = Arc::new(AtomicUsize::new(shards));
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut admin_rx = Some((admin_rx, images_rx));
@@ -161,6 +162,9 @@ pub fn run(config: BrokerConfig, shutdown: Shutdown) -> Result<()> {
     // stops with it, after the shards.
     shutdown.trigger();
     shutdown.mark_clients_done();
+    if let Some(notifier) = notifier {
+        let _ = notifier.join();
+    }
     if !link.stop() {
         // Its voter may still write to the data dir: the dir stays taken until the process ends.
         std::mem::forget(lock);
@@ -361,6 +365,7 @@ async fn run_shard(
     draining: Arc<AtomicUsize>,
 ) -> Result<()> {
     let ShardChannels { requests, groups, admin } = channels;
+    glommio::spawn_local(crate::notify::beat(ctx.clone(), shard)).detach();
     // Counts this shard out of the drain however it ends, so a shard that fails to start does not hold
     // the others' shutdown.
     let mut drained = Drained { count: Some(draining), shutdown: shutdown.clone() };
@@ -386,6 +391,7 @@ async fn run_shard(
             tracing::info!(shard, partition = %tp, ?report, "recovered partition");
         }
     }
+    ctx.liveness.recovered();
     let logs = Rc::new(logs);
     let quorum = ctx.quorum.clone();
     // Notified when a partition led here gets records or a new high watermark: follower fetches this
@@ -445,6 +451,17 @@ async fn serve(
     // moves into the listener, which closes it when dropped.
     let listener = unsafe { TcpListener::from_raw_fd(listener.into_raw_fd()) };
     tracing::info!(shard, %addr, "accepting connections");
+    ctx.liveness.accepting();
+    if ctx.config.test_stall_shard == Some(shard) {
+        tracing::warn!(shard, "test.stall.shard: this shard's thread blocks for good in a second");
+        glommio::spawn_local(async {
+            glommio::timer::sleep(Duration::from_secs(1)).await;
+            loop {
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        })
+        .detach();
+    }
     let open_connections = Rc::new(Cell::new(0usize));
     let (mut refusals, mut accept_failures) = (Throttle::new(LOG_INTERVAL), Throttle::new(LOG_INTERVAL));
     loop {

@@ -66,6 +66,8 @@ struct RepairArgs {
 enum ConfigCommand {
     /// Every broker and topic setting with its default, unit and meaning.
     List,
+    /// A settings file for --config with every broker setting commented out at its default.
+    Sample,
 }
 
 #[derive(Debug, Subcommand)]
@@ -279,6 +281,10 @@ fn main() -> Result<()> {
         Command::Group { command } => group(command),
         Command::Config { command: ConfigCommand::List } => {
             print!("{}", shardlog_broker::config::settings::render());
+            Ok(())
+        }
+        Command::Config { command: ConfigCommand::Sample } => {
+            print!("{}", shardlog_broker::config::settings::sample());
             Ok(())
         }
         Command::Repair(args) => repair(&args),

@@ -25,15 +25,38 @@ pub fn filter_directives(rust_log: Option<&str>) -> String {
     if base.contains("openraft") { base.to_string() } else { format!("{base},openraft=warn") }
 }
 
-/// Installs the log on stderr for the whole process.
-pub fn init() -> anyhow::Result<()> {
+/// How log lines are written (`--log-format`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// One line per event for a person to read.
+    #[default]
+    Human,
+    /// One JSON object per line (timestamp, level, target, fields, span), for log collectors.
+    Json,
+}
+
+/// Lines the log may hold in memory for the writer thread; beyond them lines are dropped (and counted)
+/// rather than making a shard wait for stderr.
+const BUFFERED_LINES: usize = 128 * 1024;
+
+/// Installs the log on stderr for the whole process. Lines go through a writer thread, so a slow
+/// stderr (a full pipe, a stalled journald) never blocks a shard; the returned guard flushes what is
+/// buffered when it is dropped, at the end of `main`.
+pub fn init(format: LogFormat) -> anyhow::Result<tracing_appender::non_blocking::WorkerGuard> {
     let directives = filter_directives(std::env::var("RUST_LOG").ok().as_deref());
     let filter = tracing_subscriber::EnvFilter::try_new(&directives)
         .map_err(|e| anyhow::anyhow!("RUST_LOG {directives:?}: {e}"))?;
-    let format = tracing_subscriber::fmt::layer()
+    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .buffered_lines_limit(BUFFERED_LINES)
+        .lossy(true)
+        .thread_name("log-writer")
+        .finish(std::io::stderr());
+    let layer = tracing_subscriber::fmt::layer().with_writer(writer);
+    let format: Box<dyn Layer<_> + Send + Sync> = match format {
         // Colour codes only for a person at a terminal, not in journald or a log file.
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr);
+        LogFormat::Human => Box::new(layer.with_ansi(std::io::stderr().is_terminal())),
+        LogFormat::Json => Box::new(layer.json().with_current_span(true).with_span_list(false)),
+    };
     let repeats = RepeatLimit::default();
     tracing_subscriber::registry().with(filter).with(repeats.clone()).with(QuietOpenraft).with(format).try_init()?;
     std::thread::Builder::new().name("log-repeats".into()).spawn(move || {
@@ -42,7 +65,7 @@ pub fn init() -> anyhow::Result<()> {
             repeats.report_dropped();
         }
     })?;
-    Ok(())
+    Ok(guard)
 }
 
 /// Lines of one WARN or ERROR call site let through per [`REPEAT_WINDOW`]; the rest are counted.

@@ -247,6 +247,10 @@ struct StartArgs {
     /// Any setting, KEY=VALUE (repeatable); wins over the file and the flags above.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
+    /// How log lines are written to stderr: `human`, or `json` (one object per line). RUST_LOG filters
+    /// them by module, as `info,shardlog_broker::group=debug`.
+    #[arg(long, value_enum, default_value_t = LogFormat::Human)]
+    log_format: LogFormat,
 }
 
 impl StartArgs {
@@ -270,10 +274,16 @@ impl StartArgs {
     }
 }
 
+use shardlog_broker::logging::LogFormat;
+
 fn main() -> Result<()> {
     shardlog_net::alloc::keep_request_buffers_in_the_heap();
-    shardlog_broker::logging::init()?;
     let cli = Cli::parse();
+    let format = match &cli.command {
+        Command::Start(args) => args.log_format,
+        _ => LogFormat::Human,
+    };
+    let _log = shardlog_broker::logging::init(format)?;
     match cli.command {
         Command::Start(args) => start(args),
         Command::Quorum(args) => quorum(args),

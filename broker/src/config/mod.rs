@@ -136,6 +136,8 @@ pub struct ClientLimits {
     pub queued_max_request_bytes: usize,
     /// `socket.request.timeout.ms`: how long a frame may take to arrive once its first byte has.
     pub socket_request_timeout_ms: u64,
+    /// `log.slow.request.ms`: requests answered later are logged.
+    pub slow_request_ms: u64,
     /// `connections.max.idle.ms`: how long a connection may sit with nothing in hand and nothing moving.
     pub connections_max_idle_ms: u64,
     /// `max.connections`: open client connections, all addresses together.
@@ -483,6 +485,7 @@ impl Reader {
         let clients = ClientLimits {
             queued_max_request_bytes: self.int_set("queued.max.request.bytes")? as usize,
             socket_request_timeout_ms: self.int_set("socket.request.timeout.ms")? as u64,
+            slow_request_ms: self.int_set("log.slow.request.ms")? as u64,
             connections_max_idle_ms: self.int_set("connections.max.idle.ms")? as u64,
             max_connections: self.int_set("max.connections")? as usize,
             max_connections_per_ip: self.int_set("max.connections.per.ip")? as usize,

@@ -206,6 +206,16 @@ pub const SETTINGS: &[Setting] = &[
         example: "10000",
     },
     Setting {
+        key: "log.slow.request.ms",
+        kind: int(0, FOREVER),
+        default: Default::Value("5000"),
+        unit: "ms",
+        meaning: "a request answered later than this is logged (INFO) with its API, partitions and where the time \
+                  went (JoinGroup and SyncGroup, which wait for the group, and a Fetch's max.wait.ms are left \
+                  out); 0 logs every request",
+        example: "1000",
+    },
+    Setting {
         key: "connections.max.idle.ms",
         kind: int(1, FOREVER),
         default: Default::Value("600000"),

@@ -229,6 +229,7 @@ async fn read_requests(
             // counting from the next read.
             activity.frame_due.set(None);
             let frame_bytes = frame.len();
+            let received = Instant::now();
             // A frame that came whole in one read takes its share now (a read is at most 64 KiB).
             let shared = match held.take() {
                 Some(permit) => permit,
@@ -241,7 +242,7 @@ async fn read_requests(
                 Ok(request) => {
                     let units = budget_units(&request, frame_bytes);
                     let Ok(permit) = budget.clone().acquire_static_permit(units).await else { return };
-                    start(ctx, request, peer, permit, shared)
+                    start(ctx, request, peer, permit, shared, received)
                 }
                 Err(answer) => Pending::Ready(answer),
             };
@@ -402,8 +403,10 @@ fn start(
     peer: &str,
     permit: StaticPermit,
     shared: BudgetPermit,
+    received: Instant,
 ) -> Pending {
     let (api_key, version, correlation_id) = (request.api_key, request.version, request.header.correlation_id);
+    let slow = SlowRequest::new(ctx.config.clients.slow_request_ms, &request.body, received);
     let (ctx, peer) = (ctx.clone(), peer.to_string());
     let answer = match request.body {
         // Dispatched here, before the next frame is read, so appends keep the connection's order.
@@ -412,16 +415,73 @@ fn start(
             spawn_handler(async move {
                 let body = produce.answer().await.map(ResponseKind::Produce);
                 drop(shared);
+                slow.report(api_key, &peer);
                 encode(body, correlation_id, api_key, version, &peer)
             })
         }
         _ => spawn_handler(async move {
             let body = handlers::handle(&ctx, request, &peer).await;
             drop(shared);
+            slow.report(api_key, &peer);
             encode(body, correlation_id, api_key, version, &peer)
         }),
     };
     Pending::Running(answer, permit)
+}
+
+/// `log.slow.request.ms`: what is known of a request to say where its time went, if it was slow.
+struct SlowRequest {
+    threshold: Option<Duration>,
+    received: Instant,
+    /// When its handler began: before it, the request waited for the connection's and the broker's
+    /// budget of bytes in flight.
+    started: Instant,
+    partitions: usize,
+    /// A wait the request asked for (a Fetch's max.wait.ms), not counted as slowness.
+    asked_wait: Duration,
+}
+
+impl SlowRequest {
+    fn new(threshold_ms: u64, body: &RequestKind, received: Instant) -> SlowRequest {
+        let (partitions, asked_wait, waits_for_group) = match body {
+            RequestKind::Produce(r) => (r.topic_data.iter().map(|t| t.partition_data.len()).sum(), 0, false),
+            RequestKind::Fetch(r) => {
+                (r.topics.iter().map(|t| t.partitions.len()).sum(), r.max_wait_ms.clamp(0, 60_000) as u64, false)
+            }
+            RequestKind::ListOffsets(r) => (r.topics.iter().map(|t| t.partitions.len()).sum(), 0, false),
+            RequestKind::OffsetCommit(r) => (r.topics.iter().map(|t| t.partitions.len()).sum(), 0, false),
+            RequestKind::DeleteRecords(r) => (r.topics.iter().map(|t| t.partitions.len()).sum(), 0, false),
+            RequestKind::JoinGroup(_) | RequestKind::SyncGroup(_) => (0, 0, true),
+            _ => (0, 0, false),
+        };
+        SlowRequest {
+            threshold: (!waits_for_group).then(|| Duration::from_millis(threshold_ms)),
+            received,
+            started: Instant::now(),
+            partitions,
+            asked_wait: Duration::from_millis(asked_wait),
+        }
+    }
+
+    /// Logs the request if it took longer than the threshold (beyond the wait it asked for).
+    fn report(&self, api: ApiKey, peer: &str) {
+        let Some(threshold) = self.threshold else { return };
+        let now = Instant::now();
+        let total = now.duration_since(self.received);
+        if total.saturating_sub(self.asked_wait) < threshold {
+            return;
+        }
+        tracing::info!(
+            api = ?api,
+            %peer,
+            partitions = self.partitions,
+            total_us = total.as_micros() as u64,
+            queued_us = self.started.duration_since(self.received).as_micros() as u64,
+            handled_us = now.duration_since(self.started).as_micros() as u64,
+            asked_wait_ms = self.asked_wait.as_millis() as u64,
+            "slow request"
+        );
+    }
 }
 
 /// Runs a handler as a task of its own; its answer comes back through the returned channel, and

@@ -42,6 +42,22 @@ impl Shutdown {
         }
     }
 
+    /// Sleeps for `duration` on the shard's timer, or less if shutdown is triggered meanwhile. Returns
+    /// whether it was (the loop calling it stops).
+    pub async fn sleep(&self, duration: std::time::Duration) -> bool {
+        futures_lite::future::or(
+            async {
+                glommio::timer::sleep(duration).await;
+                false
+            },
+            async {
+                self.wait().await;
+                true
+            },
+        )
+        .await
+    }
+
     /// Triggers on SIGTERM and SIGINT, from a thread of its own that waits for them.
     pub fn on_signals(&self) -> std::io::Result<()> {
         use signal_hook::consts::{SIGINT, SIGTERM};

@@ -134,18 +134,7 @@ pub async fn run<F: Fs>(logs: Rc<LogDir<F>>, settings: CleanerSettings, shutdown
     // gets a new one).
     let mut horizons: HashMap<PathBuf, (Weak<PartitionLog<F>>, Horizons)> = HashMap::new();
     loop {
-        let stop = future::or(
-            async {
-                glommio::timer::sleep(Duration::from_millis(settings.backoff_ms)).await;
-                false
-            },
-            async {
-                shutdown.wait().await;
-                true
-            },
-        )
-        .await;
-        if stop {
+        if shutdown.sleep(Duration::from_millis(settings.backoff_ms)).await {
             return;
         }
         let logs = logs.logs();

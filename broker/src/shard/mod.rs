@@ -203,18 +203,7 @@ pub async fn upkeep(logs: Rc<LogDir<DmaFs>>, replicas: Rc<ShardReplicas>, limits
     let mut since_retention = Duration::ZERO;
     let mut since_checkpoint = Duration::ZERO;
     loop {
-        let stop = future::or(
-            async {
-                glommio::timer::sleep(FLUSH_CHECK_INTERVAL).await;
-                false
-            },
-            async {
-                shutdown.wait().await;
-                true
-            },
-        )
-        .await;
-        if stop {
+        if shutdown.sleep(FLUSH_CHECK_INTERVAL).await {
             return;
         }
         since_retention += FLUSH_CHECK_INTERVAL;

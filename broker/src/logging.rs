@@ -35,23 +35,12 @@ pub enum LogFormat {
     Json,
 }
 
-/// Lines the log may hold in memory for the writer thread; beyond them lines are dropped (and counted)
-/// rather than making a shard wait for stderr.
-const BUFFERED_LINES: usize = 128 * 1024;
-
-/// Installs the log on stderr for the whole process. Lines go through a writer thread, so a slow
-/// stderr (a full pipe, a stalled journald) never blocks a shard; the returned guard flushes what is
-/// buffered when it is dropped, at the end of `main`.
-pub fn init(format: LogFormat) -> anyhow::Result<tracing_appender::non_blocking::WorkerGuard> {
+/// Installs the log on stderr for the whole process.
+pub fn init(format: LogFormat) -> anyhow::Result<()> {
     let directives = filter_directives(std::env::var("RUST_LOG").ok().as_deref());
     let filter = tracing_subscriber::EnvFilter::try_new(&directives)
         .map_err(|e| anyhow::anyhow!("RUST_LOG {directives:?}: {e}"))?;
-    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
-        .buffered_lines_limit(BUFFERED_LINES)
-        .lossy(true)
-        .thread_name("log-writer")
-        .finish(std::io::stderr());
-    let layer = tracing_subscriber::fmt::layer().with_writer(writer);
+    let layer = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     let format: Box<dyn Layer<_> + Send + Sync> = match format {
         // Colour codes only for a person at a terminal, not in journald or a log file.
         LogFormat::Human => Box::new(layer.with_ansi(std::io::stderr().is_terminal())),
@@ -65,7 +54,7 @@ pub fn init(format: LogFormat) -> anyhow::Result<tracing_appender::non_blocking:
             repeats.report_dropped();
         }
     })?;
-    Ok(guard)
+    Ok(())
 }
 
 /// Lines of one WARN or ERROR call site let through per [`REPEAT_WINDOW`]; the rest are counted.

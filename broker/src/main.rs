@@ -283,7 +283,7 @@ fn main() -> Result<()> {
         Command::Start(args) => args.log_format,
         _ => LogFormat::Human,
     };
-    let _log = shardlog_broker::logging::init(format)?;
+    shardlog_broker::logging::init(format)?;
     match cli.command {
         Command::Start(args) => start(args),
         Command::Quorum(args) => quorum(args),

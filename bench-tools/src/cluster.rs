@@ -26,6 +26,10 @@ pub struct ClusterArgs {
     /// the quorum remembers its voters' addresses. (A single broker is its own quorum, without a port.)
     #[arg(long)]
     pub quorum_base_port: Option<u16>,
+    /// The brokers' metrics endpoints (`metrics.listen`): the first one's port, the others following.
+    /// Default: `--base-port` + 200 (9292, 9293, ...), or a free port for each with `--base-port 0`.
+    #[arg(long)]
+    pub metrics_base_port: Option<u16>,
     /// Each broker's data goes to `<data-dir>/broker-<id>`.
     #[arg(long, default_value = "bench-cluster")]
     pub data_dir: PathBuf,
@@ -52,6 +56,8 @@ pub struct ClusterArgs {
 struct BrokerProcess {
     id: usize,
     addr: String,
+    /// Its metrics endpoint, HOST:PORT.
+    metrics: String,
     log: PathBuf,
     command: Vec<std::ffi::OsString>,
     /// The network namespace it runs in (its file under /run/netns), if not the campaign's own.
@@ -178,6 +184,8 @@ impl Cluster {
             (base, false) => Ok(base),
         };
         let kafka_ports = (0..args.brokers).map(|i| port(i, args.base_port)).collect::<Result<Vec<_>>>()?;
+        let metrics_base = args.metrics_base_port.unwrap_or(if args.base_port == 0 { 0 } else { args.base_port + 200 });
+        let metrics_ports = (0..args.brokers).map(|i| port(i, metrics_base)).collect::<Result<Vec<_>>>()?;
         let voters = if args.brokers > 1 { Some(voter_list(args, port, host)?) } else { None };
         let binary = shardlog_binary(args.shardlog.as_deref());
         let mut cluster = Cluster { binary, brokers: Vec::new(), bootstrap: String::new() };
@@ -186,8 +194,12 @@ impl Cluster {
             let addr = format!("{}:{kafka_port}", host(i));
             let data = args.data_dir.join(format!("broker-{id}"));
             std::fs::create_dir_all(&data).with_context(|| format!("create {}", data.display()))?;
+            let metrics = format!("{}:{}", host(i), metrics_ports[i]);
             let mut command: Vec<std::ffi::OsString> =
-                ["start", "--node-id", &id.to_string(), "--listen", &addr].iter().map(Into::into).collect();
+                ["start", "--node-id", &id.to_string(), "--listen", &addr, "--metrics-listen", &metrics]
+                    .iter()
+                    .map(Into::into)
+                    .collect();
             command.push("--data-dir".into());
             command.push(data.clone().into());
             if let Some(voters) = &voters {
@@ -203,7 +215,7 @@ impl Cluster {
             let log =
                 args.log_dir.as_ref().map_or_else(|| data.join("broker.log"), |d| d.join(format!("broker-{id}.log")));
             let die_with_parent = args.die_with_parent;
-            let mut broker = BrokerProcess { id, addr, log, command, netns, die_with_parent, child: None };
+            let mut broker = BrokerProcess { id, addr, metrics, log, command, netns, die_with_parent, child: None };
             broker.spawn(&cluster.binary)?;
             cluster.brokers.push(broker);
         }
@@ -217,6 +229,11 @@ impl Cluster {
     /// The Kafka address of broker `id` (1-based).
     pub fn addr(&self, id: usize) -> &str {
         &self.brokers[id - 1].addr
+    }
+
+    /// The metrics endpoint of broker `id` (1-based), HOST:PORT.
+    pub fn metrics_addr(&self, id: usize) -> &str {
+        &self.brokers[id - 1].metrics
     }
 
     /// SIGKILL to broker `id` (1-based); returns once it is gone.
@@ -354,7 +371,8 @@ pub fn run(args: &ClusterArgs) -> Result<()> {
     signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
     let mut cluster = Cluster::start(args)?;
     println!("{}", cluster.bootstrap);
-    eprintln!("{} broker(s) running; Ctrl-C stops them", args.brokers);
+    let metrics: Vec<String> = cluster.brokers.iter().map(|b| format!("http://{}/metrics", b.metrics)).collect();
+    eprintln!("{} broker(s) running (metrics: {}); Ctrl-C stops them", args.brokers, metrics.join(" "));
     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(100));
     }

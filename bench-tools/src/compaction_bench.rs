@@ -114,6 +114,7 @@ pub fn run(args: &CompactionArgs) -> Result<CompactionReport> {
         brokers: 1,
         base_port: 0,
         quorum_base_port: None,
+        metrics_base_port: None,
         data_dir: args.data_dir.clone(),
         shards: None,
         shardlog: None,

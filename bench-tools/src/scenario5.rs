@@ -143,6 +143,7 @@ fn measure(row: &Row, duration: Duration, shardlog: Option<&Path>, data: &Path) 
         brokers: BROKERS,
         base_port: 0,
         quorum_base_port: None,
+        metrics_base_port: None,
         data_dir: data.to_path_buf(),
         shards: None,
         shardlog: shardlog.map(PathBuf::from),

@@ -166,6 +166,7 @@ pub fn run(args: &TpsArgs) -> Result<PathBuf> {
                 brokers: largest.unwrap_or(1),
                 base_port: 0,
                 quorum_base_port: None,
+                metrics_base_port: None,
                 data_dir: out.join("cluster"),
                 shards: args.shards,
                 shardlog: args.shardlog.clone(),

@@ -120,6 +120,7 @@ fn three_brokers(dir: &std::path::Path, shards: usize, settings: &[&str]) -> Clu
         brokers: 3,
         base_port: 0,
         quorum_base_port: None,
+        metrics_base_port: None,
         data_dir: dir.to_path_buf(),
         shards: Some(shards),
         shardlog: None,
@@ -241,6 +242,7 @@ fn three_brokers_start_restart_and_stop_without_a_warning() {
         brokers: 3,
         base_port: 0,
         quorum_base_port: None,
+        metrics_base_port: None,
         data_dir: dir.path().to_path_buf(),
         shards: Some(1),
         shardlog: None,
@@ -257,6 +259,18 @@ fn three_brokers_start_restart_and_stop_without_a_warning() {
         }
         let led = |leaders: BTreeMap<i32, i32>| leaders.len() == 6 && leaders.values().all(|l| *l > 0);
         wait_for("every partition to have a leader", || led(leaders_of(cluster.addr(3), "calm")));
+        // Each broker has its own metrics endpoint: one of them leads the quorum, together they lead
+        // the topic's six partitions, and none counts a partition offline.
+        let gauge = |id: usize, name: &str| scraped_gauge(cluster.metrics_addr(id), name);
+        wait_for("the metrics to show one quorum leader and six led partitions", || {
+            let leaders: f64 = (1..=3).map(|id| gauge(id, "shardlog_quorum_leader")).sum();
+            let led: f64 = (1..=3).map(|id| gauge(id, "shardlog_partitions_led")).sum();
+            leaders == 1.0 && led >= 6.0
+        });
+        for id in 1..=3 {
+            assert_eq!(gauge(id, "shardlog_ready"), 1.0, "broker {id}");
+            assert_eq!(gauge(id, "shardlog_partitions_offline"), 0.0, "broker {id}");
+        }
         // Idempotent producers get ids from whichever broker they ask: never the same id twice, across
         // brokers and restarts.
         for id in 1..=3 {
@@ -283,6 +297,19 @@ fn three_brokers_start_restart_and_stop_without_a_warning() {
         let alarms: Vec<&str> = log.lines().filter(|l| l.contains(" WARN ") || l.contains(" ERROR ")).collect();
         assert_eq!(alarms, Vec::<&str>::new(), "broker {id}");
     }
+}
+
+/// The value of the unlabelled gauge `name` in a scrape of the metrics endpoint at `addr`.
+fn scraped_gauge(addr: &str, name: &str) -> f64 {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let line = answer.lines().find(|l| l.split(' ').next() == Some(name)).unwrap_or_else(|| panic!("{name}: {answer}"));
+    line.split(' ').nth(1).unwrap().parse().unwrap()
 }
 
 /// The value of `name` in a `topic describe` partition line (`Name: value` fields split by tabs).

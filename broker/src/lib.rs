@@ -26,6 +26,7 @@ pub mod group;
 pub mod handlers;
 pub mod logging;
 pub mod metadata;
+pub mod metrics;
 pub mod notify;
 pub mod quorum;
 pub mod replication;

@@ -241,8 +241,8 @@ struct StartArgs {
     /// `controller.quorum.voters`, ID@HOST:PORT,...
     #[arg(long)]
     quorum_voters: Option<String>,
-    /// `metrics.listen`: refused until the metrics endpoint exists (kept so the refusal says why).
-    #[arg(long, hide = true)]
+    /// `metrics.listen`, HOST:PORT: the Prometheus endpoint (GET /metrics, /health, /ready)
+    #[arg(long)]
     metrics_listen: Option<String>,
     /// Any setting, KEY=VALUE (repeatable); wins over the file and the flags above.
     #[arg(long = "set", value_name = "KEY=VALUE")]

@@ -63,6 +63,36 @@ impl Liveness {
     }
 }
 
+/// What the broker still waits for before it serves, or `None` once every shard accepts connections.
+fn starting(ctx: &BrokerContext) -> Option<String> {
+    let shards = ctx.liveness.beats.len();
+    let recovered = ctx.liveness.recovered.load(Ordering::SeqCst);
+    if recovered < shards {
+        Some(format!("recovering partition logs ({recovered} of {shards} shards done)"))
+    } else if !ctx.ready.load(Ordering::SeqCst) {
+        Some("waiting for the metadata quorum (the other voters of a new cluster, or the controller)".to_string())
+    } else if ctx.liveness.accepting.load(Ordering::SeqCst) < shards {
+        Some("caught up with the metadata; starting the Kafka listener".to_string())
+    } else {
+        None
+    }
+}
+
+/// Whether the broker serves now, or why not: starting (what it waits for), stopping, or a shard that
+/// has not run for `stall_limit` (the `/health` and `/ready` answers of the metrics endpoint).
+pub fn readiness(ctx: &BrokerContext, stall_limit: Duration) -> Result<(), String> {
+    if ctx.shutdown.is_triggered() {
+        return Err("stopping: finishing connections, closing logs".to_string());
+    }
+    if let Some(waiting) = starting(ctx) {
+        return Err(waiting);
+    }
+    match ctx.liveness.stalled(stall_limit) {
+        Some((shard, age)) => Err(format!("shard {shard} has not run for {age} ms")),
+        None => Ok(()),
+    }
+}
+
 /// Notes that `shard` runs, every [`BEAT_INTERVAL`], until shutdown.
 pub async fn beat(ctx: Arc<BrokerContext>, shard: usize) {
     while !ctx.shutdown.is_triggered() {
@@ -92,7 +122,6 @@ fn send(states: &[NotifyState]) {
 }
 
 fn notify(ctx: &BrokerContext) {
-    let shards = ctx.liveness.beats.len();
     let watchdog = sd_notify::watchdog_enabled();
     let mut status = String::new();
     let mut ready = false;
@@ -104,22 +133,17 @@ fn notify(ctx: &BrokerContext) {
             return;
         }
         if !ready {
-            let recovered = ctx.liveness.recovered.load(Ordering::SeqCst);
-            let now = if recovered < shards {
-                format!("recovering partition logs ({recovered} of {shards} shards done)")
-            } else if !ctx.ready.load(Ordering::SeqCst) {
-                "waiting for the metadata quorum (the other voters of a new cluster, or the controller)".to_string()
-            } else if ctx.liveness.accepting.load(Ordering::SeqCst) < shards {
-                "caught up with the metadata; starting the Kafka listener".to_string()
-            } else {
-                ready = true;
-                let serving = format!("serving Kafka on {}", ctx.config.listener);
-                send(&[NotifyState::Ready, NotifyState::Status(&serving)]);
-                String::new()
-            };
-            if !ready && now != status {
-                send(&[NotifyState::Status(&now)]);
-                status = now;
+            match starting(ctx) {
+                Some(now) if now != status => {
+                    send(&[NotifyState::Status(&now)]);
+                    status = now;
+                }
+                Some(_) => {}
+                None => {
+                    ready = true;
+                    let serving = format!("serving Kafka on {}", ctx.config.listener);
+                    send(&[NotifyState::Ready, NotifyState::Status(&serving)]);
+                }
             }
         }
         if let Some(interval) = watchdog.filter(|_| ready)

@@ -157,12 +157,19 @@ fn every_setting_in_the_table_is_reported_and_changes_the_broker_config_when_set
 
 #[test]
 fn settings_kafka_has_but_shardlog_does_not_implement_are_refused_with_the_reason() {
-    let err = BrokerConfig::load(&overrides(&["metrics.listen=127.0.0.1:9100".into()])).unwrap_err();
-    assert!(matches!(&err, ConfigError::Unsupported { key, .. } if key == "metrics.listen"), "{err}");
-    assert!(err.to_string().contains("not built yet"), "{err}");
     let err = BrokerConfig::from_toml("unclean.leader.election.enable = true").unwrap_err();
     assert!(matches!(&err, ConfigError::Unsupported { key, .. } if key == "unclean.leader.election.enable"));
     assert!(err.to_string().contains("per topic"), "{err}");
+}
+
+#[test]
+fn the_metrics_endpoint_takes_host_and_port() {
+    let config = BrokerConfig::load(&overrides(&["metrics.listen=0.0.0.0:9100".into()])).unwrap();
+    assert_eq!((config.metrics_listen.host.as_str(), config.metrics_listen.port), ("0.0.0.0", 9100));
+    let default = BrokerConfig::load(&overrides(&[])).unwrap();
+    assert_eq!(default.metrics_listen.to_string(), "127.0.0.1:9644");
+    let err = BrokerConfig::load(&overrides(&["metrics.listen=9100".into()])).unwrap_err();
+    assert!(matches!(&err, ConfigError::Invalid { key, .. } if key == "metrics.listen"), "{err}");
 }
 
 #[test]

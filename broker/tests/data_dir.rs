@@ -17,7 +17,8 @@ use common::requests::{batch, create, fetch_all, produce_one, stored};
 fn refused_start(data: &Path, extra: &[&str]) -> String {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let out = Command::new(env!("CARGO_BIN_EXE_shardlog"))
-        .args(["start", "--listen", &format!("127.0.0.1:{port}"), "--shards", "1", "--data-dir"])
+        .args(["start", "--listen", &format!("127.0.0.1:{port}"), "--metrics-listen", "127.0.0.1:0"])
+        .args(["--shards", "1", "--data-dir"])
         .arg(data)
         .args(extra)
         .stdout(Stdio::null())

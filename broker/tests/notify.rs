@@ -18,7 +18,8 @@ fn start(dir: &std::path::Path, extra: &[&str]) -> (Child, UnixDatagram, u16) {
     socket.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let child = Command::new(env!("CARGO_BIN_EXE_shardlog"))
-        .args(["start", "--listen", &format!("127.0.0.1:{port}"), "--shards", "2", "--data-dir"])
+        .args(["start", "--listen", &format!("127.0.0.1:{port}"), "--metrics-listen", "127.0.0.1:0"])
+        .args(["--shards", "2", "--data-dir"])
         .arg(dir.join("data"))
         .args(extra)
         .env("NOTIFY_SOCKET", &socket_path)

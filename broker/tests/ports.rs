@@ -49,7 +49,8 @@ fn two_brokers_started_at_once_on_one_port_leave_one_serving_and_one_refused() {
     let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
     let listen = format!("127.0.0.1:{}", free_port());
     let start = |dir: &tempfile::TempDir| {
-        spawn(&["start", "--listen", &listen, "--shards", "2", "--data-dir", dir.path().to_str().unwrap()])
+        let data = dir.path().to_str().unwrap();
+        spawn(&["start", "--listen", &listen, "--metrics-listen", "127.0.0.1:0", "--shards", "2", "--data-dir", data])
     };
     let (a, b) = (start(&dirs[0]), start(&dirs[1]));
     let (survivor, status, stderr) = one_wins(a, b);
@@ -70,7 +71,8 @@ fn a_broker_started_on_a_port_in_use_is_refused() {
     let port = free_port();
     let taken = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_shardlog"))
-        .args(["start", "--listen", &format!("127.0.0.1:{port}"), "--data-dir", dir.path().to_str().unwrap()])
+        .args(["start", "--listen", &format!("127.0.0.1:{port}"), "--metrics-listen", "127.0.0.1:0"])
+        .args(["--data-dir", dir.path().to_str().unwrap()])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);

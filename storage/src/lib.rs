@@ -15,6 +15,7 @@ pub mod fatal;
 pub mod fs;
 pub mod log;
 pub mod log_dir;
+pub mod metrics;
 pub mod producer_state;
 pub mod repair;
 pub mod segment;

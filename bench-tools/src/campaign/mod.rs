@@ -222,6 +222,7 @@ pub fn run(args: &FaultsArgs) -> Result<Outcome> {
             brokers: args.brokers,
             base_port: if hosts.is_empty() { 0 } else { 9092 },
             quorum_base_port: None,
+            metrics_base_port: None,
             data_dir: data.clone(),
             shards: None,
             shardlog: args.shardlog.clone(),

@@ -47,6 +47,7 @@ pub fn cluster(dir: &Path, brokers: usize, shards: usize, settings: &[&str]) -> 
         brokers,
         base_port: 0,
         quorum_base_port: None,
+        metrics_base_port: None,
         data_dir: dir.to_path_buf(),
         shards: Some(shards),
         shardlog: None,

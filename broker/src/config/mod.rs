@@ -92,6 +92,8 @@ pub struct BrokerConfig {
     pub data_dir: PathBuf,
     pub listener: Endpoint,
     pub advertised_listener: Endpoint,
+    /// `metrics.listen`: the Prometheus endpoint (port 0: any free port, logged at start).
+    pub metrics_listen: Endpoint,
     pub shards: usize,
     /// Empty: the broker is its own one-voter quorum, reachable only from its own process.
     pub quorum_voters: Vec<Voter>,
@@ -392,6 +394,7 @@ impl Reader {
         if advertised_listener.port == 0 {
             return Err(invalid("advertised.listeners", "port 0 cannot be advertised"));
         }
+        let metrics_listen = endpoint("metrics.listen", &self.text("metrics.listen").expect("a default"))?;
         let shards = match self.int("shards")? {
             Some(n) => n as usize,
             None => {
@@ -505,6 +508,7 @@ impl Reader {
             data_dir,
             listener,
             advertised_listener,
+            metrics_listen,
             shards,
             quorum_voters,
             broker_session_timeout_ms,

@@ -94,6 +94,14 @@ pub const SETTINGS: &[Setting] = &[
         example: "PLAINTEXT://127.0.0.1:9192",
     },
     Setting {
+        key: "metrics.listen",
+        kind: Kind::Text,
+        default: Default::Value("127.0.0.1:9644"),
+        unit: "",
+        meaning: "the Prometheus endpoint, HOST:PORT: GET /metrics, /health, /ready (port 0: any free port, logged)",
+        example: "0.0.0.0:9644",
+    },
+    Setting {
         key: "advertised.listeners",
         kind: Kind::Text,
         default: Default::Derived("the listener"),
@@ -511,14 +519,11 @@ pub const SETTINGS: &[Setting] = &[
 
 /// Keys Kafka users may reach for that shardlog knows but does not implement, refused with the reason
 /// rather than accepted and ignored.
-pub const UNSUPPORTED: &[(&str, &str)] = &[
-    ("metrics.listen", "the Prometheus metrics endpoint is not built yet; remove the setting"),
-    (
-        "unclean.leader.election.enable",
-        "leaders are elected by the quorum from each topic's own setting: set it per topic \
+pub const UNSUPPORTED: &[(&str, &str)] = &[(
+    "unclean.leader.election.enable",
+    "leaders are elected by the quorum from each topic's own setting: set it per topic \
          (shardlog topic create ... --config unclean.leader.election.enable=true)",
-    ),
-];
+)];
 
 /// The row for `key`.
 pub fn setting(key: &str) -> Option<&'static Setting> {

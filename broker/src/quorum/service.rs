@@ -302,6 +302,7 @@ async fn run(
     };
     let server = listener.map(|listener| tokio::spawn(network::serve(listener, served.clone())));
     let fencing = tokio::spawn(fence_expired_sessions(served.clone()));
+    let reporting = tokio::spawn(report_raft_metrics(raft.clone()));
     let rebalancing = settings.leader_rebalance.map(|r| tokio::spawn(rebalance_leaders(served.clone(), r)));
     let members: BTreeMap<u64, BasicNode> =
         settings.voters.iter().map(|(id, addr)| (*id, BasicNode { addr: addr.clone() })).collect();
@@ -342,11 +343,56 @@ async fn run(
         server.abort();
     }
     fencing.abort();
+    reporting.abort();
     if let Some(rebalancing) = rebalancing {
         rebalancing.abort();
     }
     if let Err(e) = raft.shutdown().await {
         tracing::warn!(node = settings.node_id, error = %e, "quorum shutdown");
+    }
+}
+
+/// Sets the quorum's gauges from Raft's own metrics every second: this voter's role and term, the last
+/// log index, the index applied, and counts changes of leader it sees.
+async fn report_raft_metrics(raft: Raft<super::wire::QuorumConfig>) {
+    metrics::describe_gauge!("shardlog_quorum_leader", "1 while this node's voter leads the metadata quorum");
+    metrics::describe_gauge!(
+        "shardlog_quorum_role",
+        "this voter's Raft role: 0 follower, 1 candidate, 2 leader, 3 learner"
+    );
+    metrics::describe_gauge!("shardlog_quorum_term", "this voter's Raft term");
+    metrics::describe_gauge!("shardlog_quorum_last_log_index", "the last index in this voter's Raft log");
+    metrics::describe_gauge!("shardlog_quorum_applied_index", "the last Raft index this voter applied (committed)");
+    metrics::describe_counter!("shardlog_quorum_leader_changes_total", "changes of the quorum's leader seen here");
+    let (leader, role, term) = (
+        metrics::gauge!("shardlog_quorum_leader"),
+        metrics::gauge!("shardlog_quorum_role"),
+        metrics::gauge!("shardlog_quorum_term"),
+    );
+    let (last_log, applied) =
+        (metrics::gauge!("shardlog_quorum_last_log_index"), metrics::gauge!("shardlog_quorum_applied_index"));
+    let changes = metrics::counter!("shardlog_quorum_leader_changes_total");
+    let mut known_leader = None;
+    loop {
+        let now = raft.metrics().borrow().clone();
+        let state = match now.state {
+            openraft::ServerState::Follower => 0.0,
+            openraft::ServerState::Candidate => 1.0,
+            openraft::ServerState::Leader => 2.0,
+            openraft::ServerState::Learner | openraft::ServerState::Shutdown => 3.0,
+        };
+        role.set(state);
+        leader.set(if now.state == openraft::ServerState::Leader { 1.0 } else { 0.0 });
+        term.set(now.current_term as f64);
+        last_log.set(now.last_log_index.map_or(-1.0, |i| i as f64));
+        applied.set(now.last_applied.map_or(-1.0, |l| l.index as f64));
+        if now.current_leader.is_some() && now.current_leader != known_leader {
+            if known_leader.is_some() {
+                changes.increment(1);
+            }
+            known_leader = now.current_leader;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }
 

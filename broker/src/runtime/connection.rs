@@ -415,6 +415,7 @@ fn start(
             spawn_handler(async move {
                 let body = produce.answer().await.map(ResponseKind::Produce);
                 drop(shared);
+                crate::metrics::observe_request(api_key, received.elapsed(), body.as_ref());
                 slow.report(api_key, &peer);
                 encode(body, correlation_id, api_key, version, &peer)
             })
@@ -422,6 +423,7 @@ fn start(
         _ => spawn_handler(async move {
             let body = handlers::handle(&ctx, request, &peer).await;
             drop(shared);
+            crate::metrics::observe_request(api_key, received.elapsed(), body.as_ref());
             slow.report(api_key, &peer);
             encode(body, correlation_id, api_key, version, &peer)
         }),

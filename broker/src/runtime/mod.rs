@@ -105,6 +105,9 @@ pub fn run(config: BrokerConfig, shutdown: Shutdown) -> Result<()> {
     let mut group_rxs = group_rxs.into_iter();
     let addr = config.listener.socket_addr().with_context(|| format!("resolve listener {}", config.listener))?;
     let mut listeners = bind_listener(addr, shards)?.into_iter();
+    let metrics_listener = crate::metrics::endpoint::bind(&config.metrics_listen)?;
+    // Before anything registers a metric: handles registered earlier would record nothing.
+    crate::metrics::install();
     let (images_tx, images_rx) = flume::unbounded();
     let link =
         QuorumLink::start(link_settings(&config), images_tx, shutdown.clone()).context("start the quorum link")?;
@@ -119,6 +122,7 @@ pub fn run(config: BrokerConfig, shutdown: Shutdown) -> Result<()> {
         disk,
     ));
     let notifier = crate::notify::spawn(ctx.clone());
+    let metrics = crate::metrics::endpoint::Endpoint::start(metrics_listener, ctx.clone(), clients.clone())?;
     let draining = Arc::new(AtomicUsize::new(shards));
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut admin_rx = Some((admin_rx, images_rx));
@@ -165,6 +169,7 @@ pub fn run(config: BrokerConfig, shutdown: Shutdown) -> Result<()> {
     if let Some(notifier) = notifier {
         let _ = notifier.join();
     }
+    metrics.stop();
     if !link.stop() {
         // Its voter may still write to the data dir: the dir stays taken until the process ends.
         std::mem::forget(lock);
@@ -365,6 +370,7 @@ async fn run_shard(
     draining: Arc<AtomicUsize>,
 ) -> Result<()> {
     let ShardChannels { requests, groups, admin } = channels;
+    crate::metrics::register_shard(shard);
     glommio::spawn_local(crate::notify::beat(ctx.clone(), shard)).detach();
     // Counts this shard out of the drain however it ends, so a shard that fails to start does not hold
     // the others' shutdown.
@@ -408,6 +414,8 @@ async fn run_shard(
     let limits = ctx.config.shard_limits;
     glommio::spawn_local(crate::group::coordinator::run(ctx.clone(), shard, groups)).detach();
     let cleaner = glommio::spawn_local(crate::compaction::run(logs.clone(), limits.cleaner, shutdown.clone()));
+    let sampling = crate::metrics::sample_shard(shard, logs.clone(), replicas.clone(), shutdown.clone());
+    glommio::spawn_local(sampling).detach();
     let upkeep = glommio::spawn_local(shard::upkeep(logs.clone(), replicas, limits, shutdown.clone()));
     if let Some((admin, images)) = admin {
         glommio::spawn_local(handlers::admin(ctx.clone(), admin)).detach();

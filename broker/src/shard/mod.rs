@@ -497,6 +497,9 @@ async fn produce(
             return failed(error);
         }
     }
+    if !info.duplicate {
+        crate::metrics::produced(info.next_offset().0 - info.base_offset.0, batch.len() as u64);
+    }
     ProduceOutcome {
         error: None,
         base_offset: info.base_offset.as_i64(),
@@ -549,7 +552,10 @@ async fn fetch(
         log.read_until_at_most(offset, max_bytes, hw).await
     };
     match read {
-        Ok(read) => outcome(None, read.bytes),
+        Ok(read) => {
+            crate::metrics::fetched(&read.bytes);
+            outcome(None, read.bytes)
+        }
         Err(e) => outcome(Some(kafka_error(&e)), Bytes::new()),
     }
 }

@@ -57,6 +57,7 @@ impl Broker {
         };
         let child = command
             .args(["start", "--listen", &format!("127.0.0.1:{port}"), "--shards", &shards.to_string()])
+            .args(["--metrics-listen", "127.0.0.1:0"])
             .arg("--data-dir")
             .arg(data)
             .args(extra)

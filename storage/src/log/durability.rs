@@ -76,20 +76,24 @@ impl<F: Fs> PartitionLog<F> {
     /// One sync: write out under the `io` lock, then fdatasync outside it so the next sync's write can
     /// overlap this one's fdatasync.
     pub(super) async fn sync_turn(&self) -> Result<()> {
-        let (file, path, covered, end_cuts) = {
+        let (file, path, covered, end_cuts, batches) = {
             let _io = self.io.lock().await;
             let covered = self.write_out_locked().await?;
             // The epochs of the data are on disk before the durable offset covers it.
             self.persist_epochs_locked().await?;
             let mut inner = self.inner.borrow_mut();
             inner.sync_covering = inner.sync_covering.max(covered);
+            let batches = inner.stats.appends - inner.appends_at_sync;
+            inner.appends_at_sync = inner.stats.appends;
             let active = inner.active();
-            (active.file.clone(), active.log_path(), covered, inner.end_cuts)
+            (active.file.clone(), active.log_path(), covered, inner.end_cuts, batches)
         };
         let file = self.open_file(&file).await?;
+        let started = std::time::Instant::now();
         if let Err(e) = file.fdatasync().await {
             fatal::disk_failure("fdatasync", &path, &e);
         }
+        crate::metrics::synced(started.elapsed(), batches);
         let mut inner = self.inner.borrow_mut();
         inner.stats.fsyncs += 1;
         inner.last_sync_ms = self.clock.now_ms();

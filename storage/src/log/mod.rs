@@ -133,6 +133,9 @@ struct Inner<F: Fs> {
     /// Syncs under way (see `wait_durable`), and the largest offset the latest of them covers.
     syncs_in_flight: u32,
     sync_covering: Offset,
+    /// `stats.appends` when a sync last wrote the tail out: the batches the next one makes durable are
+    /// those appended since.
+    appends_at_sync: u64,
     high_watermark: Offset,
     epochs: LeaderEpochCache,
     /// Idempotent producers' state as of the log end (see [`crate::producer_state`]).
@@ -416,9 +419,12 @@ impl<F: Fs> PartitionLog<F> {
     ///
     /// A batch that fails validation, or an epoch older than the latest recorded, leaves the log unchanged.
     pub async fn append(&self, batch: &[u8], epoch: LeaderEpoch) -> Result<AppendInfo> {
+        let started = std::time::Instant::now();
         let max = self.inner.borrow().config.max_message_bytes;
         let header = batch::validate(batch, max)?;
-        self.append_validated(batch, &header, Some(epoch)).await
+        let appended = self.append_validated(batch, &header, Some(epoch)).await;
+        crate::metrics::appended(started.elapsed());
+        appended
     }
 
     /// Appends a validated batch: as the leader at `leader_epoch` (the producer's sequence is checked,

@@ -38,7 +38,10 @@ impl<F: Fs> PartitionLog<F> {
         }
         let mut appended: Option<AppendInfo> = None;
         for (range, header) in batches {
-            let info = self.append_validated(&bytes[range], &header, None).await?;
+            let started = std::time::Instant::now();
+            let info = self.append_validated(&bytes[range], &header, None).await;
+            crate::metrics::appended(started.elapsed());
+            let info = info?;
             appended = Some(match appended {
                 None => info,
                 Some(first) => AppendInfo {

@@ -41,6 +41,8 @@ use crate::shard::{OffsetSpec, PartitionRequest};
 /// How often groups are checked for expired sessions and rebalance timeouts, and leadership of the
 /// offsets partitions for changes.
 const TICK: Duration = Duration::from_millis(100);
+/// A gauge per group and partition: the offset committed.
+const COMMITTED_OFFSET: &str = "shardlog_consumer_group_committed_offset";
 /// How much of the log one read takes while loading.
 const LOAD_READ_BYTES: usize = 1 << 20;
 /// How long a load waits before reading again when the high watermark has not reached the end yet.
@@ -75,6 +77,7 @@ fn now_ms() -> u64 {
 
 /// Runs the shard's coordinator until the broker stops.
 pub async fn run(ctx: Arc<BrokerContext>, shard: usize, requests: flume::Receiver<CoordinatorRequest>) {
+    metrics::describe_gauge!(COMMITTED_OFFSET, "the offset a consumer group committed for a partition (coordinator)");
     let me = Rc::new(Coordinator {
         settings: ctx.config.groups.settings,
         ctx,
@@ -87,9 +90,14 @@ pub async fn run(ctx: Arc<BrokerContext>, shard: usize, requests: flume::Receive
     });
     let ticker = me.clone();
     glommio::spawn_local(async move {
+        let mut last_sample = std::time::Instant::now();
         while !ticker.ctx.shutdown.is_triggered() {
             glommio::timer::sleep(TICK).await;
             ticker.clone().tick().await;
+            if last_sample.elapsed() >= crate::metrics::SAMPLE_INTERVAL {
+                last_sample = std::time::Instant::now();
+                ticker.sample_committed_offsets();
+            }
         }
     })
     .detach();
@@ -112,6 +120,21 @@ impl Coordinator {
                 let _ = reply.send(self.list());
             }
             CoordinatorRequest::Group(call) => self.handle_group(call).await,
+        }
+    }
+
+    /// Sets the committed offset gauge of every group this shard coordinates (a group's lag is a
+    /// partition's high watermark less it: see `deploy/README.md`).
+    fn sample_committed_offsets(&self) {
+        for slot in self.partitions.borrow().values() {
+            let Slot::Loaded { groups, .. } = slot else { continue };
+            for (id, entry) in groups {
+                for ((topic, partition), stored) in &entry.offsets {
+                    let labels =
+                        [("group", id.clone()), ("topic", topic.clone()), ("partition", partition.to_string())];
+                    metrics::gauge!(COMMITTED_OFFSET, &labels).set(stored.value.offset as f64);
+                }
+            }
         }
     }
 

@@ -1,0 +1,244 @@
+//! The Prometheus endpoint of the real binary, scraped around a produce and a consume by librdkafka:
+//! counters move by exactly what the test sent and read, the fdatasync histogram fills, each
+//! partition's log end offset and high watermark match ListOffsets, errors are counted by Kafka's name;
+//! `/health` and `/ready` say whether the broker serves and why not (a stalled shard); a port in use
+//! stops the start.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::{ApiKey, MetadataRequest, ResponseKind, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::{Message, Offset, TopicPartitionList};
+use shardlog_broker::client::KafkaClient;
+
+use common::Broker;
+
+const TOPIC: &str = "scraped";
+const PARTITIONS: i32 = 3;
+const RECORDS: usize = 5_000;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// `GET path`: the status code and the body.
+fn get(port: u16, path: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: test\r\nAccept: */*\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").expect("a head and a body");
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    (status, body.to_string())
+}
+
+/// One scrape: every sample, keyed by its name with its labels as printed (`name{a="1",b="2"}`) but
+/// sorted, so keys do not depend on the order the exporter prints labels in.
+fn scrape(port: u16) -> BTreeMap<String, f64> {
+    let (status, body) = get(port, "/metrics");
+    assert_eq!(status, 200, "{body}");
+    body.lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| {
+            let (key, value) = l.rsplit_once(' ').unwrap_or_else(|| panic!("a sample line: {l}"));
+            (normalise(key), value.parse::<f64>().unwrap_or_else(|_| panic!("a number: {l}")))
+        })
+        .collect()
+}
+
+fn normalise(key: &str) -> String {
+    match key.split_once('{') {
+        None => key.to_string(),
+        Some((name, labels)) => {
+            let mut labels: Vec<&str> = labels.trim_end_matches('}').split(',').collect();
+            labels.sort_unstable();
+            format!("{name}{{{}}}", labels.join(","))
+        }
+    }
+}
+
+/// The sum of every sample of `name` whose labels include all of `with` (`key="value"` each).
+fn sum(samples: &BTreeMap<String, f64>, name: &str, with: &[&str]) -> f64 {
+    samples
+        .iter()
+        .filter(|(k, _)| k.split_once('{').map_or(k.as_str(), |(n, _)| n) == name)
+        .filter(|(k, _)| with.iter().all(|w| k.contains(w)))
+        .map(|(_, v)| v)
+        .sum()
+}
+
+fn produce(port: u16) {
+    let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+        .set("bootstrap.servers", format!("127.0.0.1:{port}"))
+        .set("acks", "all")
+        .set("linger.ms", "5")
+        .create()
+        .expect("producer");
+    for i in 0..RECORDS {
+        let (key, value) = (format!("k{i}"), format!("value {i}"));
+        producer.send(BaseRecord::to(TOPIC).key(&key).payload(&value).partition(i as i32 % PARTITIONS)).unwrap();
+    }
+    producer.flush(Duration::from_secs(60)).expect("every record acknowledged");
+}
+
+fn consume(port: u16) -> usize {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", format!("127.0.0.1:{port}"))
+        .set("group.id", "metrics-test")
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    let mut assignment = TopicPartitionList::new();
+    for p in 0..PARTITIONS {
+        assignment.add_partition_offset(TOPIC, p, Offset::Beginning).unwrap();
+    }
+    consumer.assign(&assignment).unwrap();
+    let (mut read, deadline) = (0, Instant::now() + Duration::from_secs(60));
+    while read < RECORDS {
+        assert!(Instant::now() < deadline, "read {read} of {RECORDS} records within 60 s");
+        if let Some(message) = consumer.poll(Duration::from_millis(200)) {
+            message.unwrap().offset();
+            read += 1;
+        }
+    }
+    read
+}
+
+#[test]
+fn counters_move_by_what_was_sent_and_gauges_match_list_offsets() {
+    let metrics_port = free_port();
+    let listen = format!("metrics.listen=\"127.0.0.1:{metrics_port}\"");
+    let broker = Broker::start_with(2, &["--set", &listen]);
+    let bootstrap = format!("127.0.0.1:{}", broker.port);
+    KafkaClient::connect(&bootstrap).unwrap().create_topic(TOPIC, PARTITIONS, 1, &[]).unwrap();
+
+    let before = scrape(metrics_port);
+    produce(broker.port);
+    let after_produce = scrape(metrics_port);
+    let delta =
+        |after: &BTreeMap<String, f64>, name: &str, with: &[&str]| sum(after, name, with) - sum(&before, name, with);
+    assert_eq!(delta(&after_produce, "shardlog_produce_records_total", &[]), RECORDS as f64);
+    assert!(delta(&after_produce, "shardlog_kafka_requests_total", &["api=\"Produce\""]) >= 1.0);
+    assert!(delta(&after_produce, "shardlog_kafka_request_seconds_count", &["api=\"Produce\""]) >= 1.0);
+    let syncs = delta(&after_produce, "shardlog_log_fdatasync_seconds_count", &[]);
+    assert!(syncs >= 1.0, "acks=all syncs before it answers: {syncs} fdatasyncs timed");
+    assert_eq!(delta(&after_produce, "shardlog_log_fdatasyncs_total", &[]), syncs);
+    // Every batch appended was made durable by one fdatasync or another, and counted there once.
+    let batches_synced = delta(&after_produce, "shardlog_log_batches_per_fdatasync_sum", &[]);
+    let appends = delta(&after_produce, "shardlog_log_append_seconds_count", &[]);
+    assert!(appends >= 1.0 && batches_synced == appends, "{batches_synced} batches synced, {appends} appended");
+    assert!(sum(&after_produce, "shardlog_log_fdatasync_seconds_bucket", &["le=\"+Inf\""]) >= syncs);
+
+    // The log gauges are sampled every second: they reach what ListOffsets says, and the bytes
+    // produced are the bytes the partitions' logs hold.
+    let offsets = KafkaClient::connect(&bootstrap).unwrap().offsets(TOPIC, PARTITIONS).unwrap();
+    assert_eq!(offsets.iter().map(|(_, end)| end).sum::<i64>(), RECORDS as i64);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let sampled = loop {
+        let samples = scrape(metrics_port);
+        let matches = (0..PARTITIONS).all(|p| {
+            let labels = [format!("topic=\"{TOPIC}\""), format!("partition=\"{p}\"")];
+            let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
+            let end = offsets[p as usize].1 as f64;
+            sum(&samples, "shardlog_partition_log_end_offset", &labels) == end
+                && sum(&samples, "shardlog_partition_high_watermark", &labels) == end
+        });
+        if matches {
+            break samples;
+        }
+        assert!(Instant::now() < deadline, "log end offsets and HWs never matched {offsets:?}: {samples:#?}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let topic = format!("topic=\"{TOPIC}\"");
+    assert_eq!(
+        sum(&sampled, "shardlog_partition_log_size_bytes", &[&topic]),
+        delta(&after_produce, "shardlog_produce_bytes_total", &[])
+    );
+    assert_eq!(sum(&sampled, "shardlog_partition_log_segments", &[&topic]), PARTITIONS as f64);
+    assert_eq!(sum(&sampled, "shardlog_partition_isr_size", &[&topic]), PARTITIONS as f64);
+    assert_eq!(sum(&sampled, "shardlog_partitions_under_replicated", &[]), 0.0);
+    assert_eq!(sum(&sampled, "shardlog_partitions_offline", &[]), 0.0);
+    assert!(sum(&sampled, "shardlog_partitions_led", &[]) >= PARTITIONS as f64);
+    assert_eq!(sum(&sampled, "shardlog_quorum_leader", &[]), 1.0, "a single node leads its own quorum");
+    assert_eq!(sum(&sampled, "shardlog_ready", &[]), 1.0);
+
+    let before_consume = scrape(metrics_port);
+    assert_eq!(consume(broker.port), RECORDS);
+    let after_consume = scrape(metrics_port);
+    let read = sum(&after_consume, "shardlog_fetch_records_total", &[])
+        - sum(&before_consume, "shardlog_fetch_records_total", &[]);
+    assert_eq!(read, RECORDS as f64);
+    let read_bytes = sum(&after_consume, "shardlog_fetch_bytes_total", &[])
+        - sum(&before_consume, "shardlog_fetch_bytes_total", &[]);
+    assert_eq!(read_bytes, sum(&sampled, "shardlog_partition_log_size_bytes", &[&topic]));
+    assert!(sum(&after_consume, "shardlog_connections", &[]) >= 1.0, "the consumer's connection is open");
+
+    // An error is counted under its API and Kafka's name for it.
+    let unknown = "error=\"UNKNOWN_TOPIC_OR_PARTITION\"";
+    let errors_before = sum(&after_consume, "shardlog_kafka_errors_total", &["api=\"Metadata\"", unknown]);
+    let mut stream = broker.connect();
+    let mut request = MetadataRequest::default();
+    request.allow_auto_topic_creation = false;
+    request.topics = Some(vec![
+        MetadataRequestTopic::default().with_name(Some(TopicName(StrBytes::from_static_str("no-such-topic")))),
+    ]);
+    common::send(&mut stream, ApiKey::Metadata, 9, 1, &request);
+    let (_, answer) = common::receive(&mut stream, ApiKey::Metadata, 9);
+    let ResponseKind::Metadata(answer) = answer else { panic!("a Metadata answer") };
+    assert_eq!(answer.topics[0].error_code, 3);
+    let errors_after = sum(&scrape(metrics_port), "shardlog_kafka_errors_total", &["api=\"Metadata\"", unknown]);
+    assert_eq!(errors_after - errors_before, 1.0);
+
+    assert_eq!(get(metrics_port, "/ready"), (200, "ready\n".to_string()));
+    assert_eq!(get(metrics_port, "/health"), (200, "ready\n".to_string()));
+    assert_eq!(get(metrics_port, "/nothing-here").0, 404);
+    assert!(broker.terminate().success());
+}
+
+#[test]
+fn health_names_a_stalled_shard() {
+    let metrics_port = free_port();
+    let listen = format!("metrics.listen=\"127.0.0.1:{metrics_port}\"");
+    let broker = Broker::start_with(2, &["--set", &listen, "--set", "test.stall.shard=1"]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, body) = get(metrics_port, "/health");
+        if status == 503 {
+            assert!(body.contains("shard 1 has not run"), "{body}");
+            assert_eq!(get(metrics_port, "/ready").0, 503);
+            break;
+        }
+        assert_eq!((status, body.as_str()), (200, "ready\n"));
+        assert!(Instant::now() < deadline, "/health never named the stalled shard");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    broker.kill();
+}
+
+#[test]
+fn a_metrics_port_in_use_stops_the_start() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_shardlog"))
+        .args(["start", "--listen", &format!("127.0.0.1:{}", free_port()), "--shards", "1"])
+        .args(["--metrics-listen", &format!("127.0.0.1:{port}"), "--data-dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "started with its metrics port taken: {stderr}");
+    assert!(stderr.contains(&format!("metrics.listen: listen on 127.0.0.1:{port}")), "{stderr}");
+    assert!(stderr.contains("Address already in use"), "{stderr}");
+    drop(taken);
+}

@@ -284,7 +284,14 @@ fn main() -> Result<()> {
         _ => LogFormat::Human,
     };
     shardlog_broker::logging::init(format)?;
-    match cli.command {
+    let outcome = run(cli.command);
+    // Lines a slow stderr left queued are written before the process ends.
+    shardlog_broker::logging::flush(std::time::Duration::from_secs(2));
+    outcome
+}
+
+fn run(command: Command) -> Result<()> {
+    match command {
         Command::Start(args) => start(args),
         Command::Quorum(args) => quorum(args),
         Command::Topic { command } => topic(command),

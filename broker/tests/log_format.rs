@@ -68,3 +68,79 @@ fn a_slow_request_is_logged_with_its_api_partitions_and_where_the_time_went() {
     let (_, log) = broker.terminate_with_log();
     assert!(!log.contains("slow request"), "{log}");
 }
+
+/// A broker whose stderr nobody reads (a full pipe) keeps answering: a line that would block is queued,
+/// and dropped and counted once the queue is full; once stderr is read again the log goes on.
+#[test]
+fn a_stderr_nobody_reads_never_stops_the_broker() {
+    use std::io::Read;
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    use kafka_protocol::messages::{ApiKey, ApiVersionsRequest};
+
+    let free_port = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let (port, metrics_port) = (free_port(), free_port());
+    let data = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_shardlog"))
+        .args(["start", "--listen", &format!("127.0.0.1:{port}"), "--shards", "1"])
+        .args(["--metrics-listen", &format!("127.0.0.1:{metrics_port}")])
+        // Every request is logged: a line of some 200 bytes each.
+        .args(["--set", "log.slow.request.ms=0", "--data-dir"])
+        .arg(data.path())
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut stream = loop {
+        if let Ok(s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            break s;
+        }
+        assert!(Instant::now() < deadline, "the broker did not listen");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // Some 4 MB of log lines into a 64 KiB pipe nobody reads: every request is still answered.
+    const REQUESTS: i32 = 20_000;
+    for id in 0..REQUESTS {
+        common::send(&mut stream, ApiKey::ApiVersions, 3, id, &ApiVersionsRequest::default());
+        let (correlation, _) = common::receive(&mut stream, ApiKey::ApiVersions, 3);
+        assert_eq!(correlation, id);
+    }
+    let metrics = {
+        use std::io::Write;
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", metrics_port)).unwrap();
+        write!(s, "GET /metrics HTTP/1.1\r\n\r\n").unwrap();
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).unwrap();
+        answer
+    };
+    let dropped: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("shardlog_log_lines_dropped_total "))
+        .unwrap_or_else(|| panic!("no dropped-lines counter: {metrics}"))
+        .parse()
+        .unwrap();
+    assert!(dropped > 0.0, "a full pipe made the log drop lines: {dropped}");
+
+    // Read again, the log goes on: the broker's last line comes out as it stops.
+    let reader = std::thread::spawn(move || {
+        let mut log = String::new();
+        let _ = stderr.read_to_string(&mut log);
+        log
+    });
+    // SAFETY: kill(2) with the pid of the child spawned above.
+    assert_eq!(unsafe { libc_kill(child.id() as i32, 15) }, 0);
+    assert!(child.wait().unwrap().success());
+    let log = reader.join().unwrap();
+    assert!(log.contains("slow request"), "the lines before the pipe filled");
+    assert!(log.trim_end().ends_with("INFO shardlog: stopped"), "{}", &log[log.len().saturating_sub(2000)..]);
+}
+
+unsafe extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+}

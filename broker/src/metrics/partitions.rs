@@ -104,6 +104,7 @@ pub fn scrape_broker(ctx: &BrokerContext, clients: &Clients) {
     metrics::gauge!("shardlog_partitions_offline").set(offline as f64);
     metrics::gauge!("shardlog_metadata_applied_index").set(image.applied.map_or(-1.0, |i| i as f64));
     metrics::gauge!("shardlog_connections").set(clients.counts.open() as f64);
+    metrics::counter!("shardlog_log_lines_dropped_total").absolute(crate::logging::dropped_lines());
     metrics::gauge!("shardlog_ready").set(if ctx.ready.load(std::sync::atomic::Ordering::SeqCst) { 1.0 } else { 0.0 });
 }
 
@@ -126,5 +127,9 @@ pub(super) fn describe_broker() {
         "the metadata quorum's log index this broker has applied"
     );
     metrics::describe_gauge!("shardlog_connections", "open Kafka client connections");
+    metrics::describe_counter!(
+        "shardlog_log_lines_dropped_total",
+        "log lines dropped because stderr was too slow to take them (the log never blocks a shard)"
+    );
     metrics::describe_gauge!("shardlog_ready", "1 once the broker serves (recovered, registered, caught up)");
 }

@@ -1,5 +1,6 @@
-//! The process's log: `RUST_LOG`-style filtering (default `info`), colour only at a terminal, and
-//! openraft kept to what an operator can act on.
+//! The process's log: `RUST_LOG`-style filtering (default `info`), colour only at a terminal, openraft
+//! kept to what an operator can act on, and lines written without making the logging thread wait
+//! ([`writer`]).
 //!
 //! openraft reports every failed attempt to reach a peer voter (each vote request, each replication
 //! retry, twice a second per peer) at ERROR or WARN, and the races of an election or of its own
@@ -7,6 +8,10 @@
 //! stays away is reported once by the quorum network instead, after a while
 //! ([`crate::quorum::network`]). Those openraft events are dropped; every other openraft warning and
 //! error is kept, and openraft's chatter below `warn` is off unless `RUST_LOG` names openraft.
+
+mod writer;
+
+pub use writer::{dropped_lines, flush};
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -40,7 +45,7 @@ pub fn init(format: LogFormat) -> anyhow::Result<()> {
     let directives = filter_directives(std::env::var("RUST_LOG").ok().as_deref());
     let filter = tracing_subscriber::EnvFilter::try_new(&directives)
         .map_err(|e| anyhow::anyhow!("RUST_LOG {directives:?}: {e}"))?;
-    let layer = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let layer = tracing_subscriber::fmt::layer().with_writer(writer::StderrWithoutWaiting);
     let format: Box<dyn Layer<_> + Send + Sync> = match format {
         // Colour codes only for a person at a terminal, not in journald or a log file.
         LogFormat::Human => Box::new(layer.with_ansi(std::io::stderr().is_terminal())),

@@ -5,16 +5,15 @@
 //! lines come out at once and in order. When stderr is slow (a full pipe, a reader that stalls), a line
 //! goes to a bounded queue that a writer thread of its own empties, and the lines after it follow it
 //! there while anything is queued; when the queue is full the line is dropped and counted
-//! ([`dropped_lines`], the metric `shardlog_log_lines_dropped_total`). A shard therefore never blocks on
-//! its log. ERROR lines are the exception: they are written directly whatever it costs, because the
-//! next thing after one may be the end of the process (a failed disk).
+//! ([`dropped_lines`], the metric `shardlog_log_lines_dropped_total`). No thread, a shard least of all,
+//! ever blocks on its log. The process waits for the queue before it ends ([`flush`]); the one path that
+//! ends it at once, a failed disk, writes its own line to stderr directly before it aborts.
 
 use std::io::Write;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use tracing::Level;
 use tracing_subscriber::fmt::MakeWriter;
 
 /// Lines the queue holds before lines are dropped.
@@ -78,19 +77,13 @@ pub struct StderrWithoutWaiting;
 /// One event's writer: the formatted line arrives in one `write` (the fmt layer formats a whole event
 /// before it writes).
 #[derive(Debug)]
-pub struct LineWriter {
-    error: bool,
-}
+pub struct LineWriter;
 
 impl<'a> MakeWriter<'a> for StderrWithoutWaiting {
     type Writer = LineWriter;
 
     fn make_writer(&'a self) -> LineWriter {
-        LineWriter { error: false }
-    }
-
-    fn make_writer_for(&'a self, meta: &tracing::Metadata<'_>) -> LineWriter {
-        LineWriter { error: *meta.level() == Level::ERROR }
+        LineWriter
     }
 }
 
@@ -98,10 +91,7 @@ impl Write for LineWriter {
     fn write(&mut self, line: &[u8]) -> std::io::Result<usize> {
         let queue = queue();
         let nothing_queued = queue.pending.load(Ordering::SeqCst) == 0;
-        if self.error
-            || queue.direct_only
-            || (nothing_queued && line.len() <= DIRECT_LINE_BYTES_MAX && stderr_writable())
-        {
+        if queue.direct_only || (nothing_queued && line.len() <= DIRECT_LINE_BYTES_MAX && stderr_writable()) {
             std::io::stderr().write_all(line)?;
             return Ok(line.len());
         }

@@ -39,6 +39,7 @@ use shardlog_storage::{LogDir, LogDirScope, SystemClock, TopicPartition};
 use crate::config::BrokerConfig;
 use crate::context::{AdminRequest, BrokerContext};
 use crate::handlers;
+use crate::host_check::system::RESERVED_FILES;
 use crate::logging::Throttle;
 use crate::metadata::image::MetadataImage;
 use crate::metadata::link::{LinkSettings, QuorumLink};
@@ -271,10 +272,6 @@ fn warn_if_volatile(dir: &std::path::Path) {
 
 /// How often a repeated failure or refusal is logged.
 const LOG_INTERVAL: Duration = Duration::from_secs(1);
-
-/// Descriptors kept for everything but segment files and client connections (the quorum's files and
-/// connections, checkpoints, index files, the log).
-const RESERVED_FILES: usize = 1024;
 
 /// The client limits in force: `max.connections` lowered, when the open file limit cannot hold that
 /// many connections beside the segment files, to what it can (a connection beyond the limit would take

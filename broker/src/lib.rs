@@ -4,7 +4,8 @@
 //!
 //! Layers, each using only those below it: [`handlers`], [`runtime`] and [`metadata::follow`] on top;
 //! [`context`] (what they share) below them; then [`shard`] (a shard's partitions), [`metadata::image`]
-//! and the quorum service; [`shutdown`], [`config`] and [`topics`] at the bottom.
+//! and the quorum service; [`shutdown`], [`config`] and [`topics`] at the bottom, with [`host_check`] (what
+//! the host must offer, probed before the broker runs) just above [`config`].
 
 /// What `--version` prints: the package version, the git commit it was built from, the build profile.
 pub const VERSION: &str = concat!(
@@ -24,6 +25,7 @@ pub mod context;
 pub mod disk_space;
 pub mod group;
 pub mod handlers;
+pub mod host_check;
 pub mod logging;
 pub mod metadata;
 pub mod metrics;

@@ -39,6 +39,7 @@ use shardlog_storage::{LogDir, LogDirScope, SystemClock, TopicPartition};
 use crate::config::BrokerConfig;
 use crate::context::{AdminRequest, BrokerContext};
 use crate::handlers;
+use crate::host_check::system::RESERVED_FILES;
 use crate::logging::Throttle;
 use crate::metadata::image::MetadataImage;
 use crate::metadata::link::{LinkSettings, QuorumLink};
@@ -92,6 +93,8 @@ pub fn run(config: BrokerConfig, shutdown: Shutdown) -> Result<()> {
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("create data dir {}", config.data_dir.display()))?;
     let lock = lock_data_dir(&config.data_dir)?;
+    // Before anything is bound or started: without direct I/O no log could be opened.
+    crate::host_check::data_dir::require_direct_io(&config.data_dir)?;
     warn_if_volatile(&config.data_dir);
     if config.test_acks_all_before_replication {
         tracing::warn!(
@@ -260,19 +263,10 @@ pub fn lock_data_dir(dir: &std::path::Path) -> Result<std::fs::File> {
     Ok(file)
 }
 
-/// Warns when the data dir is in memory (tmpfs, ramfs): O_DIRECT and fdatasync succeed there, so every
+/// Warns when the data dir is in memory (tmpfs): O_DIRECT and fdatasync succeed there, so every
 /// acknowledgement looks durable, but the data is gone when the host restarts or loses power.
 fn warn_if_volatile(dir: &std::path::Path) {
-    // Filesystem magic numbers (statfs(2), linux/magic.h).
-    const IN_MEMORY: &[(libc::c_long, &str)] = &[(0x0102_1994, "tmpfs"), (0x8584_58f6, "ramfs")];
-    let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else { return };
-    // SAFETY: statfs is a plain C struct of integers, for which all zeros is a valid value.
-    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: statfs(2) with a NUL-terminated path and a pointer to a live statfs it may fill.
-    if unsafe { libc::statfs(path.as_ptr(), &mut fs) } != 0 {
-        return;
-    }
-    if let Some((_, name)) = IN_MEMORY.iter().find(|(magic, _)| *magic == fs.f_type as libc::c_long) {
+    if let Some(name) = crate::host_check::data_dir::in_memory_filesystem(dir) {
         tracing::warn!(
             data_dir = %dir.display(),
             filesystem = name,
@@ -283,10 +277,6 @@ fn warn_if_volatile(dir: &std::path::Path) {
 
 /// How often a repeated failure or refusal is logged.
 const LOG_INTERVAL: Duration = Duration::from_secs(1);
-
-/// Descriptors kept for everything but segment files and client connections (the quorum's files and
-/// connections, checkpoints, index files, the log).
-const RESERVED_FILES: usize = 1024;
 
 /// The client limits in force: `max.connections` lowered, when the open file limit cannot hold that
 /// many connections beside the segment files, to what it can (a connection beyond the limit would take

@@ -134,7 +134,8 @@ fn start_refuses_a_data_dir_without_direct_io_before_serving() {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let log = tempfile::NamedTempFile::new().unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_shardlog"))
-        .args(["start", "--shards", "1", "--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
+        .args(["start", "--shards", "1", "--listen", &format!("127.0.0.1:{port}"), "--metrics-listen", "127.0.0.1:0"])
+        .arg("--data-dir")
         .arg(ramfs.path())
         .stdout(Stdio::null())
         .stderr(log.reopen().unwrap())

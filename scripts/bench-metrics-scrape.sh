@@ -25,12 +25,14 @@ cleanup() {
 trap cleanup EXIT
 export SHARDLOG_BOOTSTRAP="127.0.0.1:$port"
 for _ in $(seq 100); do "$bin/shardlog" topic list > /dev/null 2>&1 && break; sleep 0.1; done
-"$bin/shardlog" topic create scrape --partitions 12 --replication-factor 1 > /dev/null
 
-# One round: async produce, 1 KiB messages, 16 KiB batches, acks=all (fdatasync before the answer).
+# One round: async produce, 1 KiB messages, 16 KiB batches, acks=all (fdatasync before the answer), to
+# a 12-partition topic of its own, deleted afterwards so that the rounds' data never fills the disk.
 round() {
+    "$bin/shardlog" topic create scrape --partitions 12 --replication-factor 1 > /dev/null
     "$bin/shardlog-bench" produce --topic scrape --mode async --acks all --batch-bytes 16384 \
         --duration "${seconds}s" 2>&1 | sed -n 's/.* msg\/s, \([0-9.]*\) MB\/s.*/\1/p'
+    "$bin/shardlog" topic delete scrape > /dev/null
 }
 scrapes() {
     while true; do

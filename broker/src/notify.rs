@@ -53,6 +53,11 @@ impl Liveness {
         self.accepting.fetch_add(1, Ordering::SeqCst);
     }
 
+    /// Whether every shard has noted at least once that it runs.
+    fn all_beating_once(&self) -> bool {
+        self.beats.iter().all(|b| b.load(Ordering::Relaxed) > 0)
+    }
+
     /// The first shard that has not run within `limit`, if any.
     fn stalled(&self, limit: Duration) -> Option<(usize, i64)> {
         let now = SystemClock.now_ms();
@@ -78,17 +83,27 @@ fn starting(ctx: &BrokerContext) -> Option<String> {
     }
 }
 
-/// Whether the broker serves now, or why not: starting (what it waits for), stopping, or a shard that
-/// has not run for `stall_limit` (the `/health` and `/ready` answers of the metrics endpoint).
-pub fn readiness(ctx: &BrokerContext, stall_limit: Duration) -> Result<(), String> {
+/// Why the broker does not serve.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotReady {
+    /// Starting (what it waits for) or stopping: as it should be.
+    Waiting(String),
+    /// A shard has not run for the limit asked about: something is wrong.
+    Stalled(String),
+}
+
+/// Whether the broker serves now, or why not (the `/health` and `/ready` answers of the metrics
+/// endpoint).
+pub fn readiness(ctx: &BrokerContext, stall_limit: Duration) -> Result<(), NotReady> {
+    // A stopping broker's shards stop noting that they run.
     if ctx.shutdown.is_triggered() {
-        return Err("stopping: finishing connections, closing logs".to_string());
+        return Err(NotReady::Waiting("stopping: finishing connections, closing logs".to_string()));
     }
-    if let Some(waiting) = starting(ctx) {
-        return Err(waiting);
+    if let Some((shard, age)) = ctx.liveness.stalled(stall_limit).filter(|_| ctx.liveness.all_beating_once()) {
+        return Err(NotReady::Stalled(format!("shard {shard} has not run for {age} ms")));
     }
-    match ctx.liveness.stalled(stall_limit) {
-        Some((shard, age)) => Err(format!("shard {shard} has not run for {age} ms")),
+    match starting(ctx) {
+        Some(waiting) => Err(NotReady::Waiting(waiting)),
         None => Ok(()),
     }
 }

@@ -126,12 +126,28 @@ fn a_stderr_nobody_reads_never_stops_the_broker() {
         .unwrap();
     assert!(dropped > 0.0, "a full pipe made the log drop lines: {dropped}");
 
-    // Read again, the log goes on: the broker's last line comes out as it stops.
+    // Read again, the log goes on: once what was queued has come out, the broker's last line comes out
+    // as it stops.
+    let (progress, read) = std::sync::mpsc::channel::<usize>();
     let reader = std::thread::spawn(move || {
-        let mut log = String::new();
-        let _ = stderr.read_to_string(&mut log);
-        log
+        let mut log = Vec::new();
+        let mut chunk = [0u8; 64 << 10];
+        loop {
+            match stderr.read(&mut chunk) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    log.extend_from_slice(&chunk[..n]);
+                    let _ = progress.send(n);
+                }
+            }
+        }
+        String::from_utf8_lossy(&log).into_owned()
     });
+    // The queue has drained when nothing more arrives for a while.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while read.recv_timeout(Duration::from_millis(500)).is_ok() {
+        assert!(Instant::now() < deadline, "the queued lines never stopped coming");
+    }
     // SAFETY: kill(2) with the pid of the child spawned above.
     assert_eq!(unsafe { libc_kill(child.id() as i32, 15) }, 0);
     assert!(child.wait().unwrap().success());

@@ -1,17 +1,20 @@
 //! Where log lines go: stderr, without ever making the thread that logs wait for it.
 //!
-//! A line is written straight to stderr when nothing is queued and stderr can take it now (poll(2)
-//! says it is writable and the line fits in what that guarantees: a pipe's page), so in the usual case
-//! lines come out at once and in order. When stderr is slow (a full pipe, a reader that stalls), a line
+//! A line is written straight to stderr when nothing is queued, no other thread is writing (one writes
+//! at a time, the writer thread below included: a thread that finds another writing does not wait) and
+//! stderr can take it now (poll(2) says it is writable and the line fits in what that guarantees: a
+//! pipe's page), so in the usual case lines come out at once and in order. When stderr is slow (a full pipe, a reader that stalls), a line
 //! goes to a bounded queue that a writer thread of its own empties, and the lines after it follow it
 //! there while anything is queued; when the queue is full the line is dropped and counted
-//! ([`dropped_lines`], the metric `shardlog_log_lines_dropped_total`). No thread, a shard least of all,
-//! ever blocks on its log. The process waits for the queue before it ends ([`flush`]); the one path that
-//! ends it at once, a failed disk, writes its own line to stderr directly before it aborts.
+//! ([`dropped_lines`], the metric `shardlog_log_lines_dropped_total`). So no thread, a shard least of
+//! all, waits for a slow pipe or socket (journald, a container's log collector). A regular file or a
+//! terminal always polls writable: lines go straight to it, as a write to the page cache does not wait
+//! for the disk. The process waits for the queue before it ends ([`flush`]); the one path that ends it at
+//! once, a failed disk, writes its own line to stderr directly before it aborts.
 
 use std::io::Write;
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use tracing_subscriber::fmt::MakeWriter;
@@ -32,13 +35,19 @@ struct Queue {
 
 static QUEUE: OnceLock<Queue> = OnceLock::new();
 
+/// Held by whoever writes to stderr: a direct writer only if it gets it at once, the writer thread
+/// while it writes a queued line.
+static WRITING: Mutex<()> = Mutex::new(());
+
 fn queue() -> &'static Queue {
     QUEUE.get_or_init(|| {
         let (lines, queued) = flume::bounded::<Vec<u8>>(QUEUE_LINES_MAX);
         let spawned = std::thread::Builder::new().name("log-writer".into()).spawn(move || {
             let mut stderr = std::io::stderr();
             for line in queued.iter() {
+                let writing = WRITING.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
                 let _ = stderr.write_all(&line);
+                drop(writing);
                 QUEUE.get().expect("set before any line is queued").pending.fetch_sub(1, Ordering::SeqCst);
             }
         });
@@ -90,8 +99,16 @@ impl<'a> MakeWriter<'a> for StderrWithoutWaiting {
 impl Write for LineWriter {
     fn write(&mut self, line: &[u8]) -> std::io::Result<usize> {
         let queue = queue();
-        let nothing_queued = queue.pending.load(Ordering::SeqCst) == 0;
-        if queue.direct_only || (nothing_queued && line.len() <= DIRECT_LINE_BYTES_MAX && stderr_writable()) {
+        if queue.direct_only {
+            std::io::stderr().write_all(line)?;
+            return Ok(line.len());
+        }
+        if queue.pending.load(Ordering::SeqCst) == 0
+            && line.len() <= DIRECT_LINE_BYTES_MAX
+            && let Ok(_writing) = WRITING.try_lock()
+            && queue.pending.load(Ordering::SeqCst) == 0
+            && stderr_writable()
+        {
             std::io::stderr().write_all(line)?;
             return Ok(line.len());
         }

@@ -1,11 +1,14 @@
-//! The HTTP endpoint on `metrics.listen`: `GET /metrics` (Prometheus' text format), `GET /health` and
-//! `GET /ready` (200 with "ready", or 503 with what the broker waits for: load balancers and probes).
+//! The HTTP endpoint on `metrics.listen`: `GET /metrics` (Prometheus' text format), `GET /ready` (200
+//! "ready" once the broker serves, else 503 with what it waits for: load balancers, the wait between
+//! nodes of a rolling restart) and `GET /health` (the process is alive: 200 with the same words, ready or
+//! not, and 503 only when a shard has stopped running, a liveness probe's cue to restart it).
 //!
 //! It runs on a thread of its own, away from the shards, and answers one connection at a time: a
-//! request is at most [`REQUEST_BYTES_MAX`] bytes and must arrive within [`IO_TIMEOUT`], and every
-//! answer closes its connection, so nothing a scraper does holds more than one descriptor and one
-//! small buffer for longer than that. Between connections it runs the recorder's upkeep (histogram
-//! samples folded in, stale gauges dropped), which bounds its memory when nobody scrapes.
+//! request is at most [`REQUEST_BYTES_MAX`] bytes and must arrive within [`IO_TIMEOUT`], its answer must
+//! be taken within [`IO_TIMEOUT`] as well, and every answer closes its connection, so nothing a scraper
+//! does holds more than one descriptor and one answer for longer than that. Between connections it runs
+//! the recorder's upkeep (histogram samples folded in) and, when nobody has scraped for a while, renders
+//! into nothing so that gauges of deleted partitions are dropped: its memory stays bounded unscraped.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -27,6 +30,8 @@ const REQUEST_BYTES_MAX: usize = 8 << 10;
 const IO_TIMEOUT: Duration = Duration::from_secs(2);
 /// How often the recorder's upkeep runs.
 const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
+/// With nobody scraping, how often the output is rendered into nothing (see the module doc).
+const UNSCRAPED_RENDER_INTERVAL: Duration = Duration::from_secs(30);
 /// How long a shard may go without running before `/health` says so (the watchdog's probe).
 const STALL_LIMIT: Duration = Duration::from_secs(5);
 
@@ -61,7 +66,13 @@ impl Endpoint {
         Ok(Endpoint { stop, thread: Some(thread) })
     }
 
-    pub fn stop(mut self) {
+    pub fn stop(self) {
+        drop(self);
+    }
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
@@ -70,17 +81,23 @@ impl Endpoint {
 }
 
 fn serve(listener: &TcpListener, ctx: &BrokerContext, clients: &Clients, handle: &PrometheusHandle, stop: &AtomicBool) {
-    let mut last_upkeep = Instant::now();
+    let (mut last_upkeep, mut last_render) = (Instant::now(), Instant::now());
     while !stop.load(Ordering::SeqCst) {
         if last_upkeep.elapsed() >= UPKEEP_INTERVAL {
             handle.run_upkeep();
             last_upkeep = Instant::now();
+        }
+        if last_render.elapsed() >= UNSCRAPED_RENDER_INTERVAL {
+            // The recorder drops idle gauges only as it renders.
+            let _ = handle.render_to_write(&mut std::io::sink());
+            last_render = Instant::now();
         }
         if !readable(listener, Duration::from_millis(200)) {
             continue;
         }
         match listener.accept() {
             Ok((stream, peer)) => {
+                last_render = Instant::now();
                 if let Err(e) = answer(stream, ctx, clients, handle) {
                     tracing::debug!(%peer, error = %e, "metrics endpoint: connection ended");
                 }
@@ -137,10 +154,21 @@ fn answer(mut stream: TcpStream, ctx: &BrokerContext, clients: &Clients, handle:
             super::scrape_broker(ctx, clients);
             respond(&mut stream, "200 OK", "text/plain; version=0.0.4", &handle.render())
         }
-        "/health" | "/ready" => match crate::notify::readiness(ctx, STALL_LIMIT) {
-            Ok(()) => respond(&mut stream, "200 OK", "text/plain", "ready\n"),
-            Err(why) => respond(&mut stream, "503 Service Unavailable", "text/plain", &format!("not ready: {why}\n")),
-        },
+        "/health" | "/ready" => {
+            let (status, body) = match crate::notify::readiness(ctx, STALL_LIMIT) {
+                Ok(()) => ("200 OK", "ready\n".to_string()),
+                Err(crate::notify::NotReady::Stalled(why)) => {
+                    ("503 Service Unavailable", format!("not ready: {why}\n"))
+                }
+                Err(crate::notify::NotReady::Waiting(why)) if path == "/health" => {
+                    ("200 OK", format!("not ready: {why}\n"))
+                }
+                Err(crate::notify::NotReady::Waiting(why)) => {
+                    ("503 Service Unavailable", format!("not ready: {why}\n"))
+                }
+            };
+            respond(&mut stream, status, "text/plain", &body)
+        }
         _ => respond(&mut stream, "404 Not Found", "text/plain", "GET /metrics, /health or /ready\n"),
     }
 }
@@ -150,8 +178,19 @@ fn respond(stream: &mut TcpStream, status: &str, content_type: &str, body: &str)
         "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
-    stream.write_all(head.as_bytes())?;
-    stream.write_all(body.as_bytes())?;
-    stream.flush()?;
+    // One deadline for the whole answer: a reader taking a few bytes at a time must not hold the
+    // endpoint (and a stopping broker) for longer.
+    let deadline = Instant::now() + IO_TIMEOUT;
+    for part in [head.as_bytes(), body.as_bytes()] {
+        let mut rest = part;
+        while !rest.is_empty() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            anyhow::ensure!(!left.is_zero(), "the answer was not taken within {IO_TIMEOUT:?}");
+            stream.set_write_timeout(Some(left))?;
+            let n = stream.write(rest)?;
+            anyhow::ensure!(n > 0, "connection closed");
+            rest = &rest[n..];
+        }
+    }
     Ok(())
 }

@@ -55,7 +55,8 @@ pub async fn sample_shard(shard: usize, logs: Rc<LogDir<DmaFs>>, replicas: Rc<Sh
     let mut gauges: HashMap<TopicPartition, LogGauges> = HashMap::new();
     loop {
         let partitions = logs.partitions();
-        gauges.retain(|tp, _| partitions.contains(tp));
+        let here: std::collections::HashSet<&TopicPartition> = partitions.iter().collect();
+        gauges.retain(|tp, _| here.contains(tp));
         for tp in partitions {
             let Some(log) = logs.get(&tp) else { continue };
             let g = gauges.entry(tp.clone()).or_insert_with(|| LogGauges::new(&tp, &shard));

@@ -59,10 +59,13 @@ fn describe() {
         "Kafka requests from their arrival to their answer, by API (a Fetch's max.wait.ms included)"
     );
     metrics::describe_counter!(ERRORS, "error codes in Kafka answers, by API and error (per partition or topic)");
-    metrics::describe_counter!(PRODUCED_RECORDS, "records appended by produce requests and acknowledged");
-    metrics::describe_counter!(PRODUCED_BYTES, "record batch bytes appended by produce requests and acknowledged");
-    metrics::describe_counter!(FETCHED_RECORDS, "records read for consumers' fetch requests");
-    metrics::describe_counter!(FETCHED_BYTES, "record batch bytes read for consumers' fetch requests");
+    metrics::describe_counter!(PRODUCED_RECORDS, "records appended by produce requests (a retried duplicate not)");
+    metrics::describe_counter!(
+        PRODUCED_BYTES,
+        "record batch bytes appended by produce requests (a retried duplicate not)"
+    );
+    metrics::describe_counter!(FETCHED_RECORDS, "records in the answers to Fetch requests (whole batches)");
+    metrics::describe_counter!(FETCHED_BYTES, "record batch bytes in the answers to Fetch requests");
 }
 
 fn with(record: impl FnOnce(&ShardHandles)) {
@@ -85,6 +88,14 @@ pub fn observe_request(api: ApiKey, took: Duration, answer: Option<&ResponseKind
         count.increment(1);
         latency.record(took.as_secs_f64());
         drop(requests);
+        if let Some(ResponseKind::Fetch(fetch)) = answer {
+            // Counted from the answer sent, once: a fetch held for fetch.min.bytes reads its partitions
+            // again and again before it answers.
+            for records in fetch.responses.iter().flat_map(|t| &t.partitions).filter_map(|p| p.records.as_ref()) {
+                h.fetched_bytes.increment(records.len() as u64);
+                h.fetched_records.increment(records_in(records));
+            }
+        }
         if let Some(answer) = answer {
             error_codes(answer, &mut |code| {
                 if code != 0 {
@@ -104,19 +115,11 @@ pub fn observe_request(api: ApiKey, took: Duration, answer: Option<&ResponseKind
     });
 }
 
-/// A produce of `records` records in `bytes` bytes acknowledged.
+/// A produce's batch of `records` records in `bytes` bytes appended (not a retried duplicate).
 pub fn produced(records: u64, bytes: u64) {
     with(|h| {
         h.produced_records.increment(records);
         h.produced_bytes.increment(bytes);
-    });
-}
-
-/// Stored batches read for a consumer: their bytes, and the records of the whole batches among them.
-pub fn fetched(batches: &[u8]) {
-    with(|h| {
-        h.fetched_bytes.increment(batches.len() as u64);
-        h.fetched_records.increment(records_in(batches));
     });
 }
 

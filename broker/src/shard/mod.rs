@@ -452,7 +452,10 @@ async fn produce(
             tracing::debug!(partition = %tp, base_offset = %info.base_offset, "retried batch answered with its first offsets");
             info
         }
-        Ok(info) => info,
+        Ok(info) => {
+            crate::metrics::produced(info.next_offset().0 - info.base_offset.0, batch.len() as u64);
+            info
+        }
         Err(e) => {
             tracing::debug!(partition = %tp, error = %e, "produce refused");
             return failed(kafka_error(&e));
@@ -496,9 +499,6 @@ async fn produce(
             tracing::debug!(partition = %tp, ?error, "acks=all produce not acknowledged");
             return failed(error);
         }
-    }
-    if !info.duplicate {
-        crate::metrics::produced(info.next_offset().0 - info.base_offset.0, batch.len() as u64);
     }
     ProduceOutcome {
         error: None,
@@ -552,10 +552,7 @@ async fn fetch(
         log.read_until_at_most(offset, max_bytes, hw).await
     };
     match read {
-        Ok(read) => {
-            crate::metrics::fetched(&read.bytes);
-            outcome(None, read.bytes)
-        }
+        Ok(read) => outcome(None, read.bytes),
         Err(e) => outcome(Some(kafka_error(&e)), Bytes::new()),
     }
 }

@@ -83,8 +83,7 @@ impl<F: Fs> PartitionLog<F> {
             self.persist_epochs_locked().await?;
             let mut inner = self.inner.borrow_mut();
             inner.sync_covering = inner.sync_covering.max(covered);
-            let batches = inner.stats.appends - inner.appends_at_sync;
-            inner.appends_at_sync = inner.stats.appends;
+            let batches = inner.take_unsynced_batches();
             let active = inner.active();
             (active.file.clone(), active.log_path(), covered, inner.end_cuts, batches)
         };
@@ -151,8 +150,9 @@ impl<F: Fs> PartitionLog<F> {
     /// together. Returns the log end offset the write covers.
     pub(super) async fn write_out_locked(&self) -> Result<Offset> {
         let handle = {
-            let inner = self.inner.borrow();
+            let mut inner = self.inner.borrow_mut();
             if inner.tail.written == inner.active().size {
+                inner.appends_written = inner.stats.appends;
                 return Ok(inner.log_end());
             }
             inner.active().file.clone()
@@ -163,9 +163,10 @@ impl<F: Fs> PartitionLog<F> {
             return Ok(self.write_cached_locked(&file));
         }
         let (path, writes, end, covered) = {
-            let inner = self.inner.borrow();
+            let mut inner = self.inner.borrow_mut();
             let end = inner.active().size;
             let covered = inner.log_end();
+            inner.appends_written = inner.stats.appends;
             let tail = &inner.tail;
             let active = inner.active();
             let first = align_down(tail.written);
@@ -266,6 +267,7 @@ impl<F: Fs> PartitionLog<F> {
     pub(super) fn write_cached_locked(&self, file: &F::File) -> Offset {
         let mut inner = self.inner.borrow_mut();
         let (end, covered) = (inner.active().size, inner.log_end());
+        inner.appends_written = inner.stats.appends;
         let from = inner.tail.written;
         let tail = &inner.tail;
         assert!(from >= tail.start, "unwritten data was dropped from the tail");

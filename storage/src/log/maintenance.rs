@@ -157,9 +157,10 @@ impl<F: Fs> PartitionLog<F> {
     /// sealed and written. It stays the active segment.
     async fn seal_active_locked(&self) -> Result<()> {
         self.write_out_locked().await?;
-        let (file, path, size, index, index_path, time_index_path, covered) = {
+        let (file, path, size, index, index_path, time_index_path, covered, batches) = {
             let mut inner = self.inner.borrow_mut();
             let covered = inner.log_end();
+            let batches = inner.take_unsynced_batches();
             let active = inner.active_mut();
             active.index.seal();
             (
@@ -170,15 +171,18 @@ impl<F: Fs> PartitionLog<F> {
                 active.index_path(),
                 active.time_index_path(),
                 covered,
+                batches,
             )
         };
         let file = self.open_file(&file).await?;
         if let Err(e) = file.truncate(size).await {
             fatal::disk_failure("truncate", &path, &e);
         }
+        let started = std::time::Instant::now();
         if let Err(e) = file.fdatasync().await {
             fatal::disk_failure("fdatasync", &path, &e);
         }
+        crate::metrics::synced(started.elapsed(), batches);
         write_index_files(&self.fs, &index, &index_path, &time_index_path).await?;
         // The epochs of synced data are on disk before the durable offset (and so the recovery point) covers it.
         self.persist_epochs_locked().await?;
@@ -299,6 +303,9 @@ impl<F: Fs> PartitionLog<F> {
                 inner.epochs_version += 1;
             }
             inner.stats.fsyncs += 1;
+            // The batches cut were never made durable and never will be.
+            inner.appends_written = inner.stats.appends;
+            inner.appends_at_sync = inner.stats.appends;
             // Reads that started while the cut was under way saw an old size: make them read again.
             inner.generation += 1;
         }

@@ -133,8 +133,9 @@ struct Inner<F: Fs> {
     /// Syncs under way (see `wait_durable`), and the largest offset the latest of them covers.
     syncs_in_flight: u32,
     sync_covering: Offset,
-    /// `stats.appends` when a sync last wrote the tail out: the batches the next one makes durable are
-    /// those appended since.
+    /// `stats.appends` as of the last write-out (the batches it covers), and as of the last write-out an
+    /// fdatasync made durable: the batches the next fdatasync makes durable are those in between.
+    appends_written: u64,
     appends_at_sync: u64,
     high_watermark: Offset,
     epochs: LeaderEpochCache,
@@ -225,6 +226,14 @@ impl<F: Fs> std::fmt::Debug for PartitionLog<F> {
 }
 
 impl<F: Fs> Inner<F> {
+    /// The batches an fdatasync starting now makes durable (those the last write-out covered and no
+    /// earlier fdatasync did), counted as synced.
+    fn take_unsynced_batches(&mut self) -> u64 {
+        let batches = self.appends_written.saturating_sub(self.appends_at_sync);
+        self.appends_at_sync = self.appends_written;
+        batches
+    }
+
     fn active(&self) -> &Segment<F> {
         self.segments.last().expect("a log always has an active segment")
     }

@@ -344,6 +344,7 @@ impl<F: Fs> PartitionLog<F> {
             closed: false,
             damaged: None,
             stats: LogStats::default(),
+            appends_written: 0,
             appends_at_sync: 0,
         };
         let log = PartitionLog {

@@ -51,9 +51,13 @@ pub fn bind(addr: &crate::config::Endpoint) -> Result<TcpListener> {
 }
 
 impl Endpoint {
-    /// Serves on `listener` until stopped.
-    pub fn start(listener: TcpListener, ctx: Arc<BrokerContext>, clients: Arc<Clients>) -> Result<Endpoint> {
-        let handle = super::install();
+    /// Serves what `handle`'s recorder holds on `listener` until stopped.
+    pub fn start(
+        listener: TcpListener,
+        handle: PrometheusHandle,
+        ctx: Arc<BrokerContext>,
+        clients: Arc<Clients>,
+    ) -> Result<Endpoint> {
         super::partitions::describe_broker();
         let addr = listener.local_addr().context("metrics.listen: local address")?;
         let stop = Arc::new(AtomicBool::new(false));

@@ -14,6 +14,7 @@ use crate::quorum::state::NodeId;
 use crate::runtime::limits::Clients;
 use crate::shard::ShardReplicas;
 use crate::shutdown::Shutdown;
+use crate::topics::configs::TopicConfig;
 
 const LOG_END_OFFSET: &str = "shardlog_partition_log_end_offset";
 const HIGH_WATERMARK: &str = "shardlog_partition_high_watermark";
@@ -77,13 +78,12 @@ pub async fn sample_shard(shard: usize, logs: Rc<LogDir<DmaFs>>, replicas: Rc<Sh
 pub fn scrape_broker(ctx: &BrokerContext, clients: &Clients) {
     let me = NodeId(ctx.config.node_id);
     let image = ctx.image();
+    let defaults = ctx.topic_defaults();
     let (mut led, mut under_replicated, mut under_min_isr, mut offline) = (0u64, 0u64, 0u64, 0u64);
     for (topic, record) in &image.state.topics {
-        let min_isr = record
-            .configs
-            .get("min.insync.replicas")
-            .and_then(|v| v.parse::<usize>().ok())
-            .unwrap_or(ctx.config.min_insync_replicas as usize);
+        // As the shards apply it (`metadata::follow`): the topic's own setting, else the broker's.
+        let min_isr = TopicConfig::resolve(&defaults, &record.configs)
+            .map_or(defaults.min_insync_replicas, |c| c.min_insync_replicas) as usize;
         for (partition, p) in record.partitions.iter().enumerate() {
             if p.leader.is_none() {
                 offline += 1;

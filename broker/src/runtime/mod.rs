@@ -110,7 +110,7 @@ pub fn run(config: BrokerConfig, shutdown: Shutdown) -> Result<()> {
     let mut listeners = bind_listener(addr, shards)?.into_iter();
     let metrics_listener = crate::metrics::endpoint::bind(&config.metrics_listen)?;
     // Before anything registers a metric: handles registered earlier would record nothing.
-    crate::metrics::install();
+    let recorder = crate::metrics::install();
     let (images_tx, images_rx) = flume::unbounded();
     let link =
         QuorumLink::start(link_settings(&config), images_tx, shutdown.clone()).context("start the quorum link")?;
@@ -125,7 +125,7 @@ pub fn run(config: BrokerConfig, shutdown: Shutdown) -> Result<()> {
         disk,
     ));
     let notifier = crate::notify::spawn(ctx.clone());
-    let metrics = crate::metrics::endpoint::Endpoint::start(metrics_listener, ctx.clone(), clients.clone())?;
+    let metrics = crate::metrics::endpoint::Endpoint::start(metrics_listener, recorder, ctx.clone(), clients.clone())?;
     let draining = Arc::new(AtomicUsize::new(shards));
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut admin_rx = Some((admin_rx, images_rx));

@@ -12,7 +12,6 @@ use shardlog_storage::{LogDir, TopicPartition};
 use crate::context::BrokerContext;
 use crate::quorum::state::NodeId;
 use crate::runtime::limits::Clients;
-use crate::shard::ShardReplicas;
 use crate::shutdown::Shutdown;
 use crate::topics::configs::TopicConfig;
 
@@ -46,7 +45,7 @@ impl LogGauges {
 
 /// Samples the shard's partition logs every [`super::SAMPLE_INTERVAL`] until shutdown: offsets, size,
 /// segments. A partition that left the shard stops being set, and its gauges age out of the output.
-pub async fn sample_shard(shard: usize, logs: Rc<LogDir<DmaFs>>, replicas: Rc<ShardReplicas>, shutdown: Shutdown) {
+pub async fn sample_shard(shard: usize, logs: Rc<LogDir<DmaFs>>, shutdown: Shutdown) {
     metrics::describe_gauge!(LOG_END_OFFSET, "the offset the next record appended to this replica will take");
     metrics::describe_gauge!(HIGH_WATERMARK, "the offset up to which consumers may read this replica");
     metrics::describe_gauge!(LOG_START_OFFSET, "the replica's first offset (after retention and DeleteRecords)");
@@ -62,7 +61,9 @@ pub async fn sample_shard(shard: usize, logs: Rc<LogDir<DmaFs>>, replicas: Rc<Sh
             let Some(log) = logs.get(&tp) else { continue };
             let g = gauges.entry(tp.clone()).or_insert_with(|| LogGauges::new(&tp, &shard));
             g.log_end.set(log.log_end_offset().0 as f64);
-            g.high_watermark.set(replicas.high_watermark(&tp, &log).0 as f64);
+            // The HW as the replica last set it: only read, never brought up to date from here (doing
+            // that from a sampler once a second made the cleaner stall now and then; see the note).
+            g.high_watermark.set(log.high_watermark().0 as f64);
             g.log_start.set(log.log_start_offset().0 as f64);
             g.size.set(log.size_bytes() as f64);
             g.segments.set(log.segment_count() as f64);

@@ -404,7 +404,7 @@ async fn run_shard(
     let limits = ctx.config.shard_limits;
     glommio::spawn_local(crate::group::coordinator::run(ctx.clone(), shard, groups)).detach();
     let cleaner = glommio::spawn_local(crate::compaction::run(logs.clone(), limits.cleaner, shutdown.clone()));
-    let sampling = crate::metrics::sample_shard(shard, logs.clone(), replicas.clone(), shutdown.clone());
+    let sampling = crate::metrics::sample_shard(shard, logs.clone(), shutdown.clone());
     glommio::spawn_local(sampling).detach();
     let upkeep = glommio::spawn_local(shard::upkeep(logs.clone(), replicas, limits, shutdown.clone()));
     if let Some((admin, images)) = admin {

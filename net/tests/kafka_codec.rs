@@ -63,7 +63,7 @@ fn api_versions_round_trip_at_every_supported_version() {
         let answer = apis().api_versions_response(0);
         let bytes =
             encode_response(42, ApiKey::ApiVersions, version, &ResponseKind::ApiVersions(answer.clone())).unwrap();
-        let (correlation_id, body) = decode_response(bytes.freeze(), ApiKey::ApiVersions, version);
+        let (correlation_id, body) = decode_response(bytes.to_bytes(), ApiKey::ApiVersions, version);
         assert_eq!(correlation_id, 42);
         let ResponseKind::ApiVersions(got) = body else { panic!("not an ApiVersions response") };
         let listed: Vec<_> = got.api_keys.iter().map(|a| (a.api_key, a.min_version, a.max_version)).collect();
@@ -83,7 +83,7 @@ fn unsupported_api_versions_version_gets_a_v0_answer_listing_what_is_supported()
     let err = decode_request(frame.freeze(), &apis()).unwrap_err();
     assert_eq!(err, RequestError::UnsupportedVersion { api_key: ApiKey::ApiVersions, version: 99, correlation_id: 7 });
     let answer = err.response(&apis()).expect("ApiVersions always gets an answer");
-    let (correlation_id, body) = decode_response(answer.freeze(), ApiKey::ApiVersions, 0);
+    let (correlation_id, body) = decode_response(answer.to_bytes(), ApiKey::ApiVersions, 0);
     assert_eq!(correlation_id, 7);
     let ResponseKind::ApiVersions(ApiVersionsResponse { error_code, api_keys, .. }) = body else { panic!() };
     assert_eq!(error_code, 35, "UNSUPPORTED_VERSION");
@@ -131,4 +131,41 @@ fn truncated_and_corrupted_bodies_are_errors_not_panics() {
     assert_eq!(bad[name_len_at], 5);
     bad[name_len_at] = 0x7f;
     assert!(matches!(decode_request(bad.freeze(), &apis()), Err(RequestError::BadBody { .. })));
+}
+
+#[test]
+fn a_fetch_answer_sends_large_record_sets_from_their_own_memory_and_decodes_as_one_frame() {
+    use kafka_protocol::messages::TopicName;
+    use kafka_protocol::messages::fetch_response::{FetchResponse, FetchableTopicResponse, PartitionData};
+    use shardlog_net::kafka::pieces::SHARED_MIN_BYTES;
+    use uuid::Uuid;
+
+    let large = Bytes::from((0..3 * SHARED_MIN_BYTES).map(|i| i as u8).collect::<Vec<_>>());
+    let small = Bytes::from(vec![9u8; 100]);
+    let partition = |index: i32, records: &Bytes| {
+        PartitionData::default().with_partition_index(index).with_high_watermark(77).with_records(Some(records.clone()))
+    };
+    for version in [4, 11, 12, 16] {
+        // Topics travel by name before v13 and by id from it.
+        let topic = FetchableTopicResponse::default();
+        let topic = match version {
+            ..13 => topic.with_topic(TopicName(StrBytes::from_static_str("t"))),
+            _ => topic.with_topic_id(Uuid::from_u128(0x5eed)),
+        };
+        let topic =
+            topic.with_partitions(vec![partition(0, &large), partition(1, &small), partition(2, &large.slice(5..))]);
+        let answer = FetchResponse::default().with_responses(vec![topic]);
+        let frame = encode_response(7, ApiKey::Fetch, version, &ResponseKind::Fetch(answer.clone())).unwrap();
+
+        let shared: Vec<&Bytes> = frame.pieces().iter().filter(|p| p.len() >= SHARED_MIN_BYTES).collect();
+        assert_eq!(shared.len(), 2, "v{version}: each large record set is a piece of its own");
+        assert_eq!(shared[0].as_ptr(), large.as_ptr(), "v{version}: the first is the read's memory, not a copy");
+        assert_eq!(shared[1].as_ptr(), large[5..].as_ptr(), "v{version}: so is the second");
+        assert_eq!(frame.len(), frame.pieces().iter().map(Bytes::len).sum::<usize>());
+
+        let (correlation_id, body) = decode_response(frame.to_bytes(), ApiKey::Fetch, version);
+        assert_eq!(correlation_id, 7);
+        // (Compared without printing: the record sets are large.)
+        assert!(body == ResponseKind::Fetch(answer), "v{version}: the pieces in order are the whole answer");
+    }
 }

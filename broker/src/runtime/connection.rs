@@ -31,14 +31,13 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
 use futures_channel::oneshot;
 use futures_lite::{AsyncReadExt, AsyncWriteExt, future};
 use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
 use glommio::net::TcpStream;
 use glommio::sync::{Semaphore, StaticPermit};
 use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
-use shardlog_net::kafka::{DecodedRequest, FrameReader, RequestError, decode_request, encode_response};
+use shardlog_net::kafka::{DecodedRequest, FrameReader, RequestError, ResponseFrame, decode_request, encode_response};
 
 use super::limits::{BudgetPermit, Clients, ConnectionSlot};
 use crate::context::BrokerContext;
@@ -68,7 +67,7 @@ enum Next {
 }
 
 /// An answer on its way: the response frame (none for acks=0 produce) and what comes after it.
-type Answer = (Option<BytesMut>, Next);
+type Answer = (Option<ResponseFrame>, Next);
 
 /// A request in the queue, in arrival order.
 enum Pending {
@@ -345,17 +344,18 @@ async fn write_answers(
     }
 }
 
-/// Writes an answer a piece at a time, so the watch can tell a client that takes it slowly from one that
-/// takes none of it.
+/// Writes an answer's pieces (a Fetch answer's record sets are pieces of their own, written from where the
+/// log read them), each a megabyte at a time, so the watch can tell a client that takes it slowly from one
+/// that takes none of it.
 async fn write_in_pieces(
     stream: &mut futures_lite::io::WriteHalf<TcpStream>,
-    bytes: &[u8],
+    frame: &ResponseFrame,
     activity: &Activity,
 ) -> std::io::Result<()> {
-    const PIECE_BYTES: usize = 1 << 20;
-    for piece in bytes.chunks(PIECE_BYTES) {
+    const STEP_BYTES: usize = 1 << 20;
+    for step in frame.pieces().iter().flat_map(|piece| piece.chunks(STEP_BYTES)) {
         activity.writing_since.set(Some(Instant::now()));
-        let written = stream.write_all(piece).await;
+        let written = stream.write_all(step).await;
         activity.writing_since.set(None);
         written?;
         activity.moved();

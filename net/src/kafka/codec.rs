@@ -17,9 +17,10 @@
 //! reservation instead of an abort.
 
 use bytes::{BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
+use kafka_protocol::messages::{ApiKey, FetchResponse, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
 use kafka_protocol::protocol::{Decodable, Encodable};
 
+use super::pieces::{PieceBuf, ResponseFrame};
 use super::versions::SupportedApis;
 
 /// A request ready for a handler.
@@ -50,7 +51,7 @@ pub enum RequestError {
 impl RequestError {
     /// The frame to send before closing, if Kafka would answer at all: only an ApiVersions request at an
     /// unsupported version gets one. `None` means close the connection without an answer.
-    pub fn response(&self, apis: &SupportedApis) -> Option<BytesMut> {
+    pub fn response(&self, apis: &SupportedApis) -> Option<ResponseFrame> {
         match *self {
             RequestError::UnsupportedVersion { api_key: ApiKey::ApiVersions, correlation_id, .. } => {
                 let body = apis.api_versions_response(kafka_protocol::ResponseError::UnsupportedVersion.code());
@@ -90,21 +91,53 @@ pub fn decode_request(frame: Bytes, apis: &SupportedApis) -> Result<DecodedReque
 }
 
 /// Encodes a response frame, size prefix included, with the header version `api_key` uses at `version`.
+///
+/// A Fetch answer's large record sets are not copied: they are pieces of the frame of their own, sharing
+/// the memory the log read them into (see [`super::pieces`]).
 pub fn encode_response(
     correlation_id: i32,
     api_key: ApiKey,
     version: i16,
     body: &ResponseKind,
-) -> Result<BytesMut, EncodeError> {
+) -> Result<ResponseFrame, EncodeError> {
     let failed = |reason: String| EncodeError { api_key, version, reason };
-    let mut out = BytesMut::new();
-    out.put_i32(0); // size, filled below
+    let mut head = BytesMut::new();
+    head.put_i32(0); // size, filled below
     let header = ResponseHeader::default().with_correlation_id(correlation_id);
-    header.encode(&mut out, api_key.response_header_version(version)).map_err(|e| failed(e.to_string()))?;
-    body.encode(&mut out, version).map_err(|e| failed(e.to_string()))?;
-    let size = i32::try_from(out.len() - 4).map_err(|_| failed(format!("{} bytes do not fit a frame", out.len())))?;
-    out[..4].copy_from_slice(&size.to_be_bytes());
-    Ok(out)
+    header.encode(&mut head, api_key.response_header_version(version)).map_err(|e| failed(e.to_string()))?;
+    let pieces = match body {
+        ResponseKind::Fetch(fetch) => {
+            // The size goes first, so it is known before the record sets are taken as pieces.
+            let len = head.len() - 4 + fetch.compute_size(version).map_err(|e| failed(e.to_string()))?;
+            head[..4].copy_from_slice(&frame_size(len).map_err(failed)?.to_be_bytes());
+            let mut out = PieceBuf::new(head, record_sets(fetch));
+            fetch.encode(&mut out, version).map_err(|e| failed(e.to_string()))?;
+            assert_eq!(out.len(), len + 4, "the Fetch answer's computed size is what it encoded to");
+            out.into_pieces()
+        }
+        _ => {
+            body.encode(&mut head, version).map_err(|e| failed(e.to_string()))?;
+            let size = frame_size(head.len() - 4).map_err(failed)?;
+            head[..4].copy_from_slice(&size.to_be_bytes());
+            vec![head.freeze()]
+        }
+    };
+    Ok(ResponseFrame::new(pieces))
+}
+
+/// A frame's size prefix for `len` bytes after it.
+fn frame_size(len: usize) -> Result<i32, String> {
+    i32::try_from(len).map_err(|_| format!("{len} bytes do not fit a frame"))
+}
+
+/// The record sets of a Fetch answer's partitions.
+fn record_sets(fetch: &FetchResponse) -> Vec<Bytes> {
+    fetch
+        .responses
+        .iter()
+        .flat_map(|topic| topic.partitions.iter())
+        .filter_map(|partition| partition.records.clone())
+        .collect()
 }
 
 /// A response the codec cannot encode (a field the version cannot carry, or an oversized frame): a

@@ -7,9 +7,11 @@
 pub mod client;
 pub mod codec;
 pub mod frame;
+pub mod pieces;
 pub mod versions;
 
 pub use client::{ResponseDecodeError, decode_response, encode_request};
 pub use codec::{DecodedRequest, EncodeError, RequestError, decode_request, encode_response};
 pub use frame::{FrameError, FrameReader};
+pub use pieces::ResponseFrame;
 pub use versions::SupportedApis;

@@ -9,7 +9,8 @@
 //! file is flattened back to dotted names, so both that and `"log.retention.ms" = 60000` work. An unknown
 //! key or an invalid value stops the start with a message naming the key.
 //!
-//! Memory per shard is bounded by `shard.cache.max.bytes` for cached recent data, plus appended data
+//! Memory per shard is bounded by `shard.cache.max.bytes` for cached recent data, plus
+//! `shard.fetch.readahead.bytes` for reads made ahead for consumers catching up, plus appended data
 //! waiting for its write-out (at most 16 MiB per partition; under the default flush policy it is written
 //! within 100 ms) and one aligned I/O buffer copy of it while it is written, plus the segment indexes
 //! (about 0.5% of the data stored), plus per connection at most 32 requests / 64 MiB in flight. An idle
@@ -182,6 +183,9 @@ pub struct ShardLimits {
     /// `shard.cache.max.bytes`: memory a shard's partitions may hold in their tail caches; beyond it the
     /// least recently used partitions release theirs.
     pub cache_max_bytes: usize,
+    /// `shard.fetch.readahead.bytes`: memory a shard may hold in reads made ahead for consumers catching
+    /// up (see `shard::readahead`); 0 turns read-ahead off.
+    pub fetch_readahead_bytes: usize,
     /// `shard.cache.idle.ms`: a partition neither written nor read for this long releases its cache and
     /// closes its files.
     pub cache_idle_ms: i64,
@@ -453,6 +457,7 @@ impl Reader {
             open_files_max: self.int_set("shard.open.files.max")? as usize,
             producer_ids_max: self.int_set("shard.producer.ids.max")? as usize,
             cache_max_bytes: self.int_set("shard.cache.max.bytes")? as usize,
+            fetch_readahead_bytes: self.int_set("shard.fetch.readahead.bytes")? as usize,
             cache_idle_ms: self.int_set("shard.cache.idle.ms")?,
             idle_poll_us: self.int_set("shard.idle.poll.us")? as u64,
             cleaner: crate::compaction::CleanerSettings {

@@ -466,6 +466,14 @@ pub const SETTINGS: &[Setting] = &[
         example: "67108864",
     },
     Setting {
+        key: "shard.fetch.readahead.bytes",
+        kind: int(0, FOREVER),
+        default: Default::Value("67108864"),
+        unit: "bytes",
+        meaning: "memory a shard may hold in reads made ahead for consumers catching up: when a fetch of a partition comes back full, its next range is read while the answer is on its way (0: no read-ahead)",
+        example: "0",
+    },
+    Setting {
         key: "log.cleaner.backoff.ms",
         kind: int(1, FOREVER),
         default: Default::Value("15000"),

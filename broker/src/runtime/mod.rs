@@ -398,7 +398,8 @@ async fn run_shard(
     if ctx.config.test_acks_all_before_replication {
         replicas.break_acks_all_for_tests();
     }
-    glommio::spawn_local(shard::serve(logs.clone(), replicas.clone(), requests)).detach();
+    let readahead = Rc::new(shard::ReadAhead::new(ctx.config.shard_limits.fetch_readahead_bytes));
+    glommio::spawn_local(shard::serve(logs.clone(), replicas.clone(), readahead.clone(), requests)).detach();
     let replicating = replication::replicate(ctx.clone(), shard, logs.clone(), replicas.clone(), shutdown.clone());
     glommio::spawn_local(replicating).detach();
     let limits = ctx.config.shard_limits;
@@ -406,7 +407,7 @@ async fn run_shard(
     let cleaner = glommio::spawn_local(crate::compaction::run(logs.clone(), limits.cleaner, shutdown.clone()));
     let sampling = crate::metrics::sample_shard(shard, logs.clone(), shutdown.clone());
     glommio::spawn_local(sampling).detach();
-    let upkeep = glommio::spawn_local(shard::upkeep(logs.clone(), replicas, limits, shutdown.clone()));
+    let upkeep = glommio::spawn_local(shard::upkeep(logs.clone(), replicas, readahead, limits, shutdown.clone()));
     if let Some((admin, images)) = admin {
         glommio::spawn_local(handlers::admin(ctx.clone(), admin)).detach();
         glommio::spawn_local(crate::metadata::follow::follow(ctx.clone(), images)).detach();

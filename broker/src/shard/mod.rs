@@ -21,8 +21,10 @@ use crate::config::ShardLimits;
 use crate::quorum::state::PartitionRecord;
 use crate::shutdown::Shutdown;
 
+mod readahead;
 mod replicas;
 
+pub use readahead::ReadAhead;
 pub use replicas::{ShardReplicas, replica_error, stable_end};
 
 /// The most records a time lookup decodes from one batch.
@@ -152,7 +154,12 @@ pub struct ListOutcome {
 /// Serves partition requests for this shard until the channel closes. Each request runs as its own task,
 /// so a produce waiting for its fdatasync does not hold up the next one; appends to one partition still
 /// happen in the order their requests arrived (see [`AppendTurn`]).
-pub async fn serve(logs: Rc<LogDir<DmaFs>>, replicas: Rc<ShardReplicas>, requests: flume::Receiver<PartitionRequest>) {
+pub async fn serve(
+    logs: Rc<LogDir<DmaFs>>,
+    replicas: Rc<ShardReplicas>,
+    readahead: Rc<ReadAhead<DmaFs>>,
+    requests: flume::Receiver<PartitionRequest>,
+) {
     let mut last_appends: HashMap<TopicPartition, flume::Receiver<()>> = HashMap::new();
     while let Ok(request) = requests.recv_async().await {
         let turn = match &request {
@@ -167,8 +174,8 @@ pub async fn serve(logs: Rc<LogDir<DmaFs>>, replicas: Rc<ShardReplicas>, request
             // Forget partitions whose last append is done; a later produce to them need not wait.
             last_appends.retain(|_, done| !done.is_disconnected());
         }
-        let (logs, replicas) = (logs.clone(), replicas.clone());
-        glommio::spawn_local(async move { handle(&logs, &replicas, request, turn).await }).detach();
+        let (logs, replicas, readahead) = (logs.clone(), replicas.clone(), readahead.clone());
+        glommio::spawn_local(async move { handle(&logs, &replicas, &readahead, request, turn).await }).detach();
     }
 }
 
@@ -197,9 +204,16 @@ impl AppendTurn {
     }
 }
 
-/// Background upkeep: interval flushes, releasing what idle partitions hold, retention, checkpoints;
+/// Background upkeep: interval flushes, releasing what idle partitions hold and reads made ahead nobody
+/// took, retention, checkpoints;
 /// stops at shutdown.
-pub async fn upkeep(logs: Rc<LogDir<DmaFs>>, replicas: Rc<ShardReplicas>, limits: ShardLimits, shutdown: Shutdown) {
+pub async fn upkeep(
+    logs: Rc<LogDir<DmaFs>>,
+    replicas: Rc<ShardReplicas>,
+    readahead: Rc<ReadAhead<DmaFs>>,
+    limits: ShardLimits,
+    shutdown: Shutdown,
+) {
     let mut since_retention = Duration::ZERO;
     let mut since_checkpoint = Duration::ZERO;
     loop {
@@ -221,6 +235,7 @@ pub async fn upkeep(logs: Rc<LogDir<DmaFs>>, replicas: Rc<ShardReplicas>, limits
             }
         }
         release_caches(&logs, &limits).await;
+        readahead.expire(std::time::Instant::now());
         if since_retention >= RETENTION_CHECK_INTERVAL || since_checkpoint >= CHECKPOINT_INTERVAL {
             replicas.settle_all(&logs);
         }
@@ -272,7 +287,13 @@ async fn release_caches(logs: &LogDir<DmaFs>, limits: &ShardLimits) {
     }
 }
 
-async fn handle(logs: &LogDir<DmaFs>, replicas: &ShardReplicas, request: PartitionRequest, turn: Option<AppendTurn>) {
+async fn handle(
+    logs: &LogDir<DmaFs>,
+    replicas: &ShardReplicas,
+    readahead: &ReadAhead<DmaFs>,
+    request: PartitionRequest,
+    turn: Option<AppendTurn>,
+) {
     match request {
         PartitionRequest::Create { tp, topic_id, config, record, min_insync_replicas, reply } => {
             let outcome = ensure_log(logs, &tp, topic_id, config).await;
@@ -308,7 +329,7 @@ async fn handle(logs: &LogDir<DmaFs>, replicas: &ShardReplicas, request: Partiti
             let _ = reply.send(produce(logs, replicas, &tp, &batch, asked, turn).await);
         }
         PartitionRequest::Fetch { tp, offset, max_bytes, whole_first_batch, reply } => {
-            let _ = reply.send(fetch(logs, replicas, &tp, offset, max_bytes, whole_first_batch).await);
+            let _ = reply.send(fetch(logs, replicas, readahead, &tp, offset, max_bytes, whole_first_batch).await);
         }
         PartitionRequest::ListOffsets { tp, spec, reply } => {
             let _ = reply.send(list_offsets(logs, replicas, &tp, spec).await);
@@ -510,6 +531,7 @@ async fn produce(
 async fn fetch(
     logs: &LogDir<DmaFs>,
     replicas: &ShardReplicas,
+    readahead: &ReadAhead<DmaFs>,
     tp: &TopicPartition,
     offset: i64,
     max_bytes: usize,
@@ -543,16 +565,20 @@ async fn fetch(
             outcome(Some(ResponseError::OffsetOutOfRange), Bytes::new())
         };
     }
-    let read = if whole_first_batch {
-        log.read_until(offset, max_bytes, hw).await
-    } else if max_bytes == 0 {
+    if max_bytes == 0 && !whole_first_batch {
         // No room left in the answer: the partition's offsets only.
         return outcome(None, Bytes::new());
-    } else {
-        log.read_until_at_most(offset, max_bytes, hw).await
+    }
+    let read = match readahead.take(tp, &log, offset, max_bytes, hw).await {
+        Some(ahead) => Ok(ahead),
+        None if whole_first_batch => log.read_until(offset, max_bytes, hw).await,
+        None => log.read_until_at_most(offset, max_bytes, hw).await,
     };
     match read {
-        Ok(read) => outcome(None, read.bytes),
+        Ok(read) => {
+            readahead.after_fetch(tp, &log, &read, max_bytes, hw);
+            outcome(None, read.bytes)
+        }
         Err(e) => outcome(Some(kafka_error(&e)), Bytes::new()),
     }
 }

@@ -330,6 +330,12 @@ impl<F: Fs> PartitionLog<F> {
         inner.high_watermark = hw;
     }
 
+    /// Bumped whenever bytes already in the log are removed (truncation, retention, compaction's swap,
+    /// deletion): what was read at one generation is still in the log at the same generation.
+    pub fn generation(&self) -> u64 {
+        self.inner.borrow().generation
+    }
+
     pub fn config(&self) -> LogConfig {
         self.inner.borrow().config.clone()
     }

@@ -60,6 +60,10 @@ fn produce_history(bootstrap: &str) {
         .set("bootstrap.servers", bootstrap)
         .set("acks", "all")
         .set("linger.ms", "2")
+        // Batches of at most 8 KiB: the cleaner never touches the active segment, and a last batch of
+        // thousands of records (librdkafka's default batch.size is 1 MB, reached when acknowledgements
+        // lag on a loaded machine) would stay there whole, above what the check below allows.
+        .set("batch.size", "8192")
         .set("message.timeout.ms", "60000")
         .create()
         .expect("producer");

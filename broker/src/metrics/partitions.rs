@@ -61,8 +61,7 @@ pub async fn sample_shard(shard: usize, logs: Rc<LogDir<DmaFs>>, shutdown: Shutd
             let Some(log) = logs.get(&tp) else { continue };
             let g = gauges.entry(tp.clone()).or_insert_with(|| LogGauges::new(&tp, &shard));
             g.log_end.set(log.log_end_offset().0 as f64);
-            // The HW as the replica last set it: only read, never brought up to date from here (doing
-            // that from a sampler once a second made the cleaner stall now and then; see the note).
+            // The HW as the replica last set it: a sampler only reads, it never moves a replica's state.
             g.high_watermark.set(log.high_watermark().0 as f64);
             g.log_start.set(log.log_start_offset().0 as f64);
             g.size.set(log.size_bytes() as f64);

@@ -3,7 +3,8 @@
 # rounds of one run (the host varies by +-30% between runs), medians compared. Each build is a directory
 # holding release binaries `shardlog` and `shardlog-bench` (copy target/release's after
 # `cargo build --release -p shardlog-broker -p shardlog-bench`); the load generator is always the second
-# build's `shardlog-bench`, so only the broker differs.
+# build's `shardlog-bench`, so only the broker differs. Each round also reports the broker's CPU time per
+# byte moved (`perf stat` task-clock of the broker process).
 #
 #   scripts/bench-builds.sh SCENARIO BEFORE_DIR AFTER_DIR [ROUNDS]
 #
@@ -12,9 +13,11 @@
 #                  then each round starts the build on the same data dir)
 #   produce-small  `produce --mode async --batch-bytes 16384 --in-flight 5 --acks all` for 10 s, a fresh
 #                  data dir per round
+#   rdkafka-produce librdkafka's rdkafka_performance (scripts/build-rdkafka-performance.sh): 3,000,000
+#                  messages, linger.ms=5, acks=all (fdatasync before the answer), a fresh data dir per round
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scenario=${1:?scenario: consume | produce-small}
+scenario=${1:?scenario: consume | produce-small | rdkafka-produce}
 before=$(realpath "${2:?directory of the first build}")
 after=$(realpath "${3:?directory of the second build}")
 rounds=${4:-5}
@@ -46,7 +49,26 @@ start_broker() {
     cat "$work/broker.log" >&2
     exit 1
 }
-mbps() { sed -n 's/.* msg\/s, \([0-9.]*\) MB\/s.*/\1/p'; }
+# Runs a load (its arguments) against the running broker and prints "MB/s broker-CPU-ns-per-byte": the
+# broker's task-clock (`perf stat`, all its threads; this VM has no cycle counter) over the bytes moved.
+measure() {
+    perf stat -e task-clock -x, -p "$broker" -o "$work/stat" &
+    local stat=$!
+    "$@" > "$work/load" 2>&1
+    kill -INT "$stat"
+    wait "$stat" 2>/dev/null || true
+    local line cpu_ms
+    # shardlog-bench: "N messages in S s: R msg/s, M MB/s"; rdkafka_performance: "... in Tms: R msgs/s and M MB/s"
+    line=$(grep -m1 -E ' msg/s, | msgs/s and ' "$work/load") || { cat "$work/load" >&2; exit 1; }
+    cpu_ms=$(awk -F, '$3 == "task-clock" {print $1}' "$work/stat")
+    echo "$line" | awk -v cpu="$cpu_ms" '{
+        for (i = 1; i <= NF; i++) {
+            if ($i == "s:") secs = $(i - 1)
+            if ($i ~ /^[0-9]+ms:$/) secs = substr($i, 1, length($i) - 3) / 1000
+            if ($i == "MB/s") mbps = $(i - 1)
+        }
+        printf "%s %.2f\n", mbps, cpu * 1e6 / (mbps * 1e6 * secs) }'
+}
 
 consume_setup() {
     start_broker "$after" "$work/data"
@@ -56,7 +78,7 @@ consume_setup() {
 }
 consume_round() {
     start_broker "$1" "$work/data"
-    "$bench" consume --topic bench --messages 3000000 --connections 1 2>&1 | mbps
+    measure "$bench" consume --topic bench --messages 3000000 --connections 1
     stop_broker
 }
 
@@ -65,7 +87,19 @@ produce_small_round() {
     rm -rf "$work/data"
     start_broker "$1" "$work/data"
     "$1/shardlog" topic create bench --partitions 12 --replication-factor 1 > /dev/null
-    "$bench" produce --topic bench --mode async --acks all --batch-bytes 16384 --in-flight 5 --duration 10s 2>&1 | mbps
+    measure "$bench" produce --topic bench --mode async --acks all --batch-bytes 16384 --in-flight 5 --duration 10s
+    stop_broker
+    rm -rf "$work/data"
+}
+
+rdkafka_produce_setup() {
+    [ -x target/rdkafka_performance ] || scripts/build-rdkafka-performance.sh
+}
+rdkafka_produce_round() {
+    rm -rf "$work/data"
+    start_broker "$1" "$work/data"
+    "$1/shardlog" topic create bench --partitions 12 --replication-factor 1 > /dev/null
+    measure target/rdkafka_performance -P -t bench -b "127.0.0.1:$port" -s 1024 -a -1 -X linger.ms=5 -c 3000000 -q
     stop_broker
     rm -rf "$work/data"
 }
@@ -73,15 +107,28 @@ produce_small_round() {
 case "$scenario" in
     consume) setup=consume_setup; round=consume_round ;;
     produce-small) setup=produce_small_setup; round=produce_small_round ;;
+    rdkafka-produce) setup=rdkafka_produce_setup; round=rdkafka_produce_round ;;
     *) echo "unknown scenario $scenario" >&2; exit 2 ;;
 esac
 $setup
 first=()
 second=()
+first_cpu=()
+second_cpu=()
 for r in $(seq "$rounds"); do
-    first+=("$($round "$before")")
-    second+=("$($round "$after")")
-    echo "round $r: $(basename "$before") ${first[-1]} MB/s, $(basename "$after") ${second[-1]} MB/s"
+    # (A command substitution, not a process one: the round, its broker's stop included, is over before
+    # the next starts.)
+    out=$($round "$before")
+    read -r mb cpu <<< "$out"
+    first+=("$mb")
+    first_cpu+=("$cpu")
+    out=$($round "$after")
+    read -r mb cpu <<< "$out"
+    second+=("$mb")
+    second_cpu+=("$cpu")
+    echo "round $r: $(basename "$before") ${first[-1]} MB/s (${first_cpu[-1]} ns CPU/byte)," \
+        "$(basename "$after") ${second[-1]} MB/s (${second_cpu[-1]} ns CPU/byte)"
 done
 median() { printf '%s\n' "$@" | sort -n | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}'; }
-echo "$scenario median: $(basename "$before") $(median "${first[@]}") MB/s, $(basename "$after") $(median "${second[@]}") MB/s"
+echo "$scenario median: $(basename "$before") $(median "${first[@]}") MB/s ($(median "${first_cpu[@]}") ns CPU/byte)," \
+    "$(basename "$after") $(median "${second[@]}") MB/s ($(median "${second_cpu[@]}") ns CPU/byte)"

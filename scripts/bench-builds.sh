@@ -65,7 +65,7 @@ measure() {
         for (i = 1; i <= NF; i++) {
             if ($i == "s:") secs = $(i - 1)
             if ($i ~ /^[0-9]+ms:$/) secs = substr($i, 1, length($i) - 3) / 1000
-            if ($i == "MB/s") mbps = $(i - 1)
+            if ($i ~ /^MB\/s,?$/) mbps = $(i - 1)
         }
         printf "%s %.2f\n", mbps, cpu * 1e6 / (mbps * 1e6 * secs) }'
 }

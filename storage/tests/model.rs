@@ -17,17 +17,41 @@ use common::{ManualClock, make_batch, small_config, split_batches};
 
 #[derive(Debug, Clone)]
 enum Op {
-    Append { records: usize, value_len: usize, epoch_bump: bool },
-    Read { from_pct: u8, max_bytes: usize },
-    ReadUntil { from_pct: u8, end_pct: u8 },
-    TimeLookup { ts_pct: u8 },
-    Truncate { to_pct: u8 },
+    Append {
+        records: usize,
+        value_len: usize,
+        epoch_bump: bool,
+    },
+    Read {
+        from_pct: u8,
+        max_bytes: usize,
+    },
+    /// Reads on from where the last read ended, as a consumer does.
+    ReadOn {
+        max_bytes: usize,
+    },
+    ReadUntil {
+        from_pct: u8,
+        end_pct: u8,
+    },
+    TimeLookup {
+        ts_pct: u8,
+    },
+    Truncate {
+        to_pct: u8,
+    },
     Roll,
-    RetainBytes { keep: u64 },
-    DeleteRecords { to_pct: u8 },
+    RetainBytes {
+        keep: u64,
+    },
+    DeleteRecords {
+        to_pct: u8,
+    },
     Flush,
     ReleaseCache,
-    Reopen { clean: bool },
+    Reopen {
+        clean: bool,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -35,6 +59,7 @@ fn op() -> impl Strategy<Value = Op> {
         8 => (1usize..6, 1usize..400, prop::bool::weighted(0.1))
             .prop_map(|(records, value_len, epoch_bump)| Op::Append { records, value_len, epoch_bump }),
         4 => (any::<u8>(), 1usize..5000).prop_map(|(from_pct, max_bytes)| Op::Read { from_pct, max_bytes }),
+        3 => (1usize..5000).prop_map(|max_bytes| Op::ReadOn { max_bytes }),
         1 => (any::<u8>(), any::<u8>()).prop_map(|(from_pct, end_pct)| Op::ReadUntil { from_pct, end_pct }),
         1 => any::<u8>().prop_map(|ts_pct| Op::TimeLookup { ts_pct }),
         1 => any::<u8>().prop_map(|to_pct| Op::Truncate { to_pct }),
@@ -115,7 +140,7 @@ fn check_read(
     from: u64,
     max_bytes: usize,
     end: u64,
-) -> Result<(), TestCaseError> {
+) -> Result<u64, TestCaseError> {
     let read = block_on(log.read_until(Offset(from), max_bytes, Offset(end))).expect("read in range");
     let got = split_batches(&read.bytes);
     let want = model.expected_read(from, max_bytes, end);
@@ -126,7 +151,7 @@ fn check_read(
     }
     let next = want.last().map_or(from, |b| b.last + 1);
     prop_assert_eq!(read.next_offset, Offset(next));
-    Ok(())
+    Ok(next)
 }
 
 fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
@@ -136,6 +161,8 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
     let mut log = open_log(&fs, &clock, config.clone(), OpenHints::default());
     let mut model = Model::default();
     let mut seed = 0u64;
+    // Where the last read ended.
+    let mut read_next = 0u64;
     for op in ops {
         clock.advance(7);
         match op {
@@ -160,12 +187,18 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
             }
             Op::Read { from_pct, max_bytes } => {
                 let from = model.pick(from_pct);
-                check_read(&log, &model, from, max_bytes, u64::MAX)?;
+                read_next = check_read(&log, &model, from, max_bytes, u64::MAX)?;
+            }
+            Op::ReadOn { max_bytes } => {
+                // (From the start again once the log no longer holds that offset.)
+                let from =
+                    if (model.log_start..=model.log_end()).contains(&read_next) { read_next } else { model.log_start };
+                read_next = check_read(&log, &model, from, max_bytes, u64::MAX)?;
             }
             Op::ReadUntil { from_pct, end_pct } => {
                 let from = model.pick(from_pct);
                 let end = model.pick(end_pct).max(from);
-                check_read(&log, &model, from, 1 << 20, end)?;
+                read_next = check_read(&log, &model, from, 1 << 20, end)?;
             }
             Op::TimeLookup { ts_pct } => {
                 let (lo, hi) = (model.batches.first().map_or(0, |b| b.max_ts), clock.0.get());

@@ -162,6 +162,9 @@ struct Inner<F: Fs> {
     end_cuts: u64,
     /// Compaction last cleaned the log below this offset (see `compaction`).
     cleaned_upto: Offset,
+    /// Where the last read ended, so the next read from there (a consumer reading on) starts at its batch
+    /// rather than at the index entry before it (see `read`).
+    read_hint: Option<read::ReadHint>,
     closed: bool,
     /// Set when a read met damage in durable data: the log is offline (appends and reads refused).
     damaged: Option<String>,

@@ -341,6 +341,7 @@ impl<F: Fs> PartitionLog<F> {
             generation: 0,
             end_cuts: 0,
             cleaned_upto,
+            read_hint: None,
             closed: false,
             damaged: None,
             stats: LogStats::default(),

@@ -49,6 +49,19 @@ impl Gathered {
     }
 }
 
+/// Where a read ended: the batch holding `next` starts at `position` of the segment based at `segment`, as
+/// long as nothing was removed from the log (`generation`). A consumer's next read starts there instead of
+/// at the index entry before its offset (the index is sparse and keyed by last offsets, so that entry is
+/// a whole batch early: with large batches, a read of the budget from there would run a batch short and
+/// take a second read and a copy to join the two).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct ReadHint {
+    next: Offset,
+    segment: Offset,
+    position: u64,
+    generation: u64,
+}
+
 impl<F: Fs> PartitionLog<F> {
     /// Reads whole batches from `from` on, up to `max_bytes` (at least one whole batch if any is there).
     pub async fn read(&self, from: Offset, max_bytes: usize) -> Result<LogRead> {
@@ -93,9 +106,10 @@ impl<F: Fs> PartitionLog<F> {
 
     async fn read_once(&self, from: Offset, max_bytes: usize, end: Offset, first_batch_whole: bool) -> Result<LogRead> {
         self.check_intact()?;
-        let (log_start, log_end, mut seg_idx) = {
+        let (log_start, log_end, mut seg_idx, generation, mut hint) = {
             let inner = self.inner.borrow();
-            (inner.log_start, inner.log_end(), inner.segment_for(from))
+            let hint = inner.read_hint.filter(|h| h.next == from && h.generation == inner.generation);
+            (inner.log_start, inner.log_end(), inner.segment_for(from), inner.generation, hint)
         };
         if from < log_start || from > log_end {
             return Err(StorageError::OffsetOutOfRange { requested: from, log_start, log_end });
@@ -103,13 +117,24 @@ impl<F: Fs> PartitionLog<F> {
         let mut out = Gathered::default();
         let mut first_offset = None;
         let mut next_offset = from;
-        let finish =
-            |out: Gathered, first_offset, next_offset| LogRead { bytes: out.finish(), first_offset, next_offset };
+        // The file position after the last batch taken, in segment `seg_idx`.
+        let mut next_position = None;
+        let finish = |out: Gathered, first_offset, next_offset, seg_idx: usize, next_position: Option<u64>| {
+            let mut inner = self.inner.borrow_mut();
+            if let (Some(position), Some(segment)) = (next_position, inner.segments.get(seg_idx).map(|s| s.base)) {
+                inner.read_hint = Some(ReadHint { next: next_offset, segment, position, generation });
+            }
+            LogRead { bytes: out.finish(), first_offset, next_offset }
+        };
         loop {
             let (pos, seg_size, seg_next) = {
                 let inner = self.inner.borrow();
                 let Some(seg) = inner.segments.get(seg_idx) else { break };
-                (seg.index.position_for(from), seg.size, seg.next_offset)
+                let pos = match hint.take() {
+                    Some(h) if h.segment == seg.base && h.position <= seg.size => h.position,
+                    _ => seg.index.position_for(from),
+                };
+                (pos, seg.size, seg.next_offset)
             };
             if seg_next <= from || pos >= seg_size {
                 seg_idx += 1;
@@ -152,13 +177,13 @@ impl<F: Fs> PartitionLog<F> {
                 let last = Offset(header.base_offset as u64 + header.last_offset_delta as u64);
                 if last >= end {
                     out.leave(&chunk);
-                    return Ok(finish(out, first_offset, next_offset));
+                    return Ok(finish(out, first_offset, next_offset, seg_idx, next_position));
                 }
                 let skip = last < from;
                 if !skip {
                     if (out.len > 0 || !first_batch_whole) && out.len + total > max_bytes {
                         out.leave(&chunk);
-                        return Ok(finish(out, first_offset, next_offset));
+                        return Ok(finish(out, first_offset, next_offset, seg_idx, next_position));
                     }
                     if chunk.len() - at < total {
                         // The batch runs past the chunk: read from it on, as far as the budget allows.
@@ -190,6 +215,7 @@ impl<F: Fs> PartitionLog<F> {
                     out.take(&chunk, at..at + total);
                     first_offset.get_or_insert(Offset(header.base_offset as u64));
                     next_offset = last.plus(1);
+                    next_position = Some(file_pos + total as u64);
                 } else if chunk.len() - at < total {
                     // Skip a batch that is not in the chunk without reading it.
                     out.leave(&chunk);
@@ -205,8 +231,9 @@ impl<F: Fs> PartitionLog<F> {
                 break;
             }
             seg_idx += 1;
+            next_position = None;
         }
-        Ok(finish(out, first_offset, next_offset))
+        Ok(finish(out, first_offset, next_offset, seg_idx, next_position))
     }
 
     pub(super) fn segment_path(&self, seg_idx: usize) -> std::path::PathBuf {

@@ -280,3 +280,52 @@ fn a_metrics_port_in_use_stops_the_start() {
     assert!(stderr.contains("Address already in use"), "{stderr}");
     drop(taken);
 }
+
+#[test]
+fn a_consumer_catching_up_from_the_start_takes_the_reads_made_ahead_and_reads_every_record_in_order() {
+    const BIG: &str = "read-ahead";
+    const MESSAGES: usize = 30_000;
+    let metrics_port = free_port();
+    let listen = format!("metrics.listen=\"127.0.0.1:{metrics_port}\"");
+    let broker = Broker::start_with(2, &["--set", &listen]);
+    let bootstrap = format!("127.0.0.1:{}", broker.port);
+    KafkaClient::connect(&bootstrap).unwrap().create_topic(BIG, 1, 1, &[]).unwrap();
+    let producer: ThreadedProducer<DefaultProducerContext> =
+        ClientConfig::new().set("bootstrap.servers", &bootstrap).set("linger.ms", "5").create().expect("producer");
+    let value = |i: usize| format!("{i:>1000}");
+    for i in 0..MESSAGES {
+        producer.send(BaseRecord::<(), String>::to(BIG).payload(&value(i)).partition(0)).unwrap();
+    }
+    producer.flush(Duration::from_secs(60)).expect("every record acknowledged");
+    let before = scrape(metrics_port);
+
+    // librdkafka's defaults: fetches of up to 1 MiB of the partition, one at a time.
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .set("group.id", "read-ahead-test")
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    let mut assignment = TopicPartitionList::new();
+    assignment.add_partition_offset(BIG, 0, Offset::Beginning).unwrap();
+    consumer.assign(&assignment).unwrap();
+    let (mut read, deadline) = (0, Instant::now() + Duration::from_secs(60));
+    while read < MESSAGES {
+        assert!(Instant::now() < deadline, "read {read} of {MESSAGES} records within 60 s");
+        if let Some(message) = consumer.poll(Duration::from_millis(200)) {
+            let message = message.unwrap();
+            assert_eq!(message.offset(), read as i64, "every record once, in order");
+            assert_eq!(message.payload(), Some(value(read).as_bytes()), "offset {read} holds its record");
+            read += 1;
+        }
+    }
+
+    let after = scrape(metrics_port);
+    let delta = |name: &str| sum(&after, name, &[]) - sum(&before, name, &[]);
+    let (started, used) =
+        (delta("shardlog_fetch_readahead_started_total"), delta("shardlog_fetch_readahead_used_total"));
+    // About 30 MB in fetches of 1 MiB: each full one reads the next ahead, and the consumer's next fetch
+    // takes it (all but the last few, which the consumer may not have asked for yet).
+    assert!(started >= 10.0, "{started} reads made ahead");
+    assert!(used >= started * 0.8 && used <= started, "{used} of {started} reads made ahead were taken");
+}

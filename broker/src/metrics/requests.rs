@@ -16,6 +16,8 @@ const PRODUCED_RECORDS: &str = "shardlog_produce_records_total";
 const PRODUCED_BYTES: &str = "shardlog_produce_bytes_total";
 const FETCHED_RECORDS: &str = "shardlog_fetch_records_total";
 const FETCHED_BYTES: &str = "shardlog_fetch_bytes_total";
+const READAHEAD_STARTED: &str = "shardlog_fetch_readahead_started_total";
+const READAHEAD_USED: &str = "shardlog_fetch_readahead_used_total";
 
 struct ShardHandles {
     shard: String,
@@ -27,6 +29,8 @@ struct ShardHandles {
     produced_bytes: Counter,
     fetched_records: Counter,
     fetched_bytes: Counter,
+    readahead_started: Counter,
+    readahead_used: Counter,
 }
 
 thread_local! {
@@ -44,6 +48,8 @@ pub fn register_shard(shard: usize) {
             produced_bytes: metrics::counter!(PRODUCED_BYTES, "shard" => label.clone()),
             fetched_records: metrics::counter!(FETCHED_RECORDS, "shard" => label.clone()),
             fetched_bytes: metrics::counter!(FETCHED_BYTES, "shard" => label.clone()),
+            readahead_started: metrics::counter!(READAHEAD_STARTED, "shard" => label.clone()),
+            readahead_used: metrics::counter!(READAHEAD_USED, "shard" => label.clone()),
             shard: label,
             requests: RefCell::default(),
             errors: RefCell::default(),
@@ -66,6 +72,11 @@ fn describe() {
     );
     metrics::describe_counter!(FETCHED_RECORDS, "records in the answers to Fetch requests (whole batches)");
     metrics::describe_counter!(FETCHED_BYTES, "record batch bytes in the answers to Fetch requests");
+    metrics::describe_counter!(
+        READAHEAD_STARTED,
+        "reads of a partition's next range started for a consumer catching up (shard.fetch.readahead.bytes)"
+    );
+    metrics::describe_counter!(READAHEAD_USED, "reads made ahead that a consumer's next fetch took");
 }
 
 fn with(record: impl FnOnce(&ShardHandles)) {
@@ -113,6 +124,11 @@ pub fn observe_request(api: ApiKey, took: Duration, answer: Option<&ResponseKind
             });
         }
     });
+}
+
+/// A read ahead was started (`used`: false), or a fetch took one (`used`: true).
+pub fn read_ahead(used: bool) {
+    with(|h| if used { h.readahead_used.increment(1) } else { h.readahead_started.increment(1) });
 }
 
 /// A produce's batch of `records` records in `bytes` bytes appended (not a retried duplicate).

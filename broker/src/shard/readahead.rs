@@ -105,7 +105,11 @@ impl<F: Fs + 'static> ReadAhead<F> {
         }
         let read = entry.slot.wait().await?;
         let intact = log.generation() == entry.generation;
-        (intact && !read.bytes.is_empty() && read.bytes.len() <= max_bytes).then_some(read)
+        let used = intact && !read.bytes.is_empty() && read.bytes.len() <= max_bytes;
+        if used {
+            crate::metrics::read_ahead(true);
+        }
+        used.then_some(read)
     }
 
     /// After a fetch of `tp` that returned `read` (asked for at most `max_bytes`, bounded by `end`): reads
@@ -142,6 +146,7 @@ impl<F: Fs + 'static> ReadAhead<F> {
         };
         self.held_bytes.set(self.held_bytes.get() + max_bytes);
         self.entries.borrow_mut().insert(tp.clone(), entry);
+        crate::metrics::read_ahead(false);
         let log = log.clone();
         glommio::spawn_local(async move {
             // A read that fails is not kept: the fetch reads again and meets the error itself.

@@ -1,7 +1,8 @@
 //! `shardlog-bench storage`: the storage engine against the disk it runs on, in one run.
 //!
 //! 1. The disk itself: sequential O_DIRECT write bandwidth (large aligned writes, several in flight, then
-//!    one fdatasync) and fdatasync latency (a 4 KiB write then fdatasync, repeated).
+//!    one fdatasync), the same bytes read back the same way, and fdatasync latency (a 4 KiB write then
+//!    fdatasync, repeated).
 //! 2. The partition log with flush policy `always`: throughput of durable appends for each batch size and
 //!    partition count, with many appends in flight per partition so group commit has something to group.
 //! 3. Durable-append latency with 16 concurrent appenders (one append in flight each), beside the raw
@@ -105,7 +106,10 @@ async fn run_all(args: StorageArgs) -> Result<()> {
     for _ in 0..3 {
         runs.push(raw_sequential_bandwidth(&args.dir, args.raw_bytes).await?);
     }
+    let mut reads: Vec<f64> = runs.iter().map(|r| r.1).collect();
+    let mut runs: Vec<f64> = runs.iter().map(|r| r.0).collect();
     runs.sort_by(f64::total_cmp);
+    reads.sort_by(f64::total_cmp);
     let raw_bw = runs[1];
     let (raw_sync, raw_write_sync) = raw_fdatasync_latency(&args.dir, args.raw_syncs).await?;
     println!();
@@ -116,6 +120,13 @@ async fn run_all(args: StorageArgs) -> Result<()> {
         runs[0] / 1e6,
         runs[1] / 1e6,
         runs[2] / 1e6
+    );
+    println!(
+        "sequential read, 1 MiB reads x 8 in flight: {:.0} MB/s (median of {:.0} / {:.0} / {:.0})",
+        reads[1] / 1e6,
+        reads[0] / 1e6,
+        reads[1] / 1e6,
+        reads[2] / 1e6
     );
     println!(
         "fdatasync after a 4 KiB write (ms): p50 {} p99 {} p99.9 {} max {}",
@@ -217,8 +228,9 @@ async fn open_dma(path: &Path) -> Result<DmaFile> {
         .map_err(|e| anyhow::anyhow!("open {}: {e}", path.display()))
 }
 
-/// Bytes per second of large sequential direct writes, including the final fdatasync.
-async fn raw_sequential_bandwidth(dir: &Path, total: u64) -> Result<f64> {
+/// Bytes per second of large sequential direct writes, including the final fdatasync, and of reading them
+/// back the same way.
+async fn raw_sequential_bandwidth(dir: &Path, total: u64) -> Result<(f64, f64)> {
     const CHUNK: usize = 1 << 20;
     const DEPTH: u64 = 8;
     let path = dir.join("raw-sequential");
@@ -244,10 +256,32 @@ async fn raw_sequential_bandwidth(dir: &Path, total: u64) -> Result<f64> {
         w.await?;
     }
     file.fdatasync().await.map_err(|e| anyhow::anyhow!("raw fdatasync: {e}"))?;
-    let secs = start.elapsed().as_secs_f64();
+    let write_secs = start.elapsed().as_secs_f64();
+    // Then read it all back the same way (what a consumer catching up from the disk is compared with).
+    let start = Instant::now();
+    let readers: Vec<_> = (0..DEPTH)
+        .map(|w| {
+            let file = file.clone();
+            glommio::spawn_local(async move {
+                let mut i = w;
+                while i < chunks {
+                    let read = file.read_at_aligned(i * CHUNK as u64, CHUNK).await;
+                    let read = read.map_err(|e| anyhow::anyhow!("raw read: {e}"))?;
+                    anyhow::ensure!(read.len() == CHUNK, "raw read: {} of {CHUNK} bytes", read.len());
+                    i += DEPTH;
+                }
+                Ok::<_, anyhow::Error>(())
+            })
+        })
+        .collect();
+    for r in readers {
+        r.await?;
+    }
+    let read_secs = start.elapsed().as_secs_f64();
     drop(file);
     std::fs::remove_file(&path).ok();
-    Ok((chunks * CHUNK as u64) as f64 / secs)
+    let bytes = (chunks * CHUNK as u64) as f64;
+    Ok((bytes / write_secs, bytes / read_secs))
 }
 
 /// fdatasync latency after a 4 KiB write at a new position each time, and the latency of the write and

@@ -416,16 +416,18 @@ fn start(
                 let body = produce.answer().await.map(ResponseKind::Produce);
                 drop(shared);
                 crate::metrics::observe_request(api_key, received.elapsed(), body.as_ref());
-                slow.report(api_key, &peer);
-                encode(body, correlation_id, api_key, version, &peer)
+                let answer = encode(body, correlation_id, api_key, version, &peer);
+                slow.report(api_key, &peer, &answer);
+                answer
             })
         }
         _ => spawn_handler(async move {
             let body = handlers::handle(&ctx, request, &peer).await;
             drop(shared);
             crate::metrics::observe_request(api_key, received.elapsed(), body.as_ref());
-            slow.report(api_key, &peer);
-            encode(body, correlation_id, api_key, version, &peer)
+            let answer = encode(body, correlation_id, api_key, version, &peer);
+            slow.report(api_key, &peer, &answer);
+            answer
         }),
     };
     Pending::Running(answer, permit)
@@ -466,7 +468,7 @@ impl SlowRequest {
     }
 
     /// Logs the request if it took longer than the threshold (beyond the wait it asked for).
-    fn report(&self, api: ApiKey, peer: &str) {
+    fn report(&self, api: ApiKey, peer: &str, answer: &Answer) {
         let Some(threshold) = self.threshold else { return };
         let now = Instant::now();
         let total = now.duration_since(self.received);
@@ -481,6 +483,7 @@ impl SlowRequest {
             queued_us = self.started.duration_since(self.received).as_micros() as u64,
             handled_us = now.duration_since(self.started).as_micros() as u64,
             asked_wait_ms = self.asked_wait.as_millis() as u64,
+            answer_bytes = answer.0.as_ref().map_or(0, ResponseFrame::len),
             "slow request"
         );
     }

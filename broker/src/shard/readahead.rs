@@ -7,8 +7,8 @@
 //! began (the log's generation), the consumer's bound (its high watermark) not below the one the read used,
 //! and the result within what the fetch may carry. Anything else, and the read-ahead is dropped and the
 //! fetch reads as usual. Memory held is bounded per shard by `shard.fetch.readahead.bytes` (counted at
-//! what each read may return, from its start until it is used or dropped); an entry nobody asked for in
-//! [`KEEP`] is dropped.
+//! what each read may return, from its start until its result is taken, or dropped and the read done);
+//! an entry nobody asked for in [`KEEP`] is dropped.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -26,8 +26,22 @@ const MIN_BYTES: usize = 64 << 10;
 /// The reads made ahead on one shard.
 pub struct ReadAhead<F: Fs> {
     budget_bytes: usize,
-    held_bytes: Cell<usize>,
+    /// What the reads made ahead may hold: counted from a read's start until its result is taken or
+    /// dropped (a read whose entry was dropped still counts while it runs).
+    held_bytes: Rc<Cell<usize>>,
     entries: RefCell<HashMap<TopicPartition, Entry<F>>>,
+}
+
+/// A read's share of the budget, given back when its slot goes (the read taken, or dropped and done).
+struct Held {
+    bytes: usize,
+    total: Rc<Cell<usize>>,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.total.set(self.total.get() - self.bytes);
+    }
 }
 
 struct Entry<F: Fs> {
@@ -42,10 +56,10 @@ struct Entry<F: Fs> {
 }
 
 /// Where the read's task leaves its result.
-#[derive(Default)]
 struct Slot {
     read: RefCell<Option<Option<LogRead>>>,
     done: event_listener::Event,
+    _held: Held,
 }
 
 impl Slot {
@@ -76,16 +90,12 @@ impl<F: Fs> std::fmt::Debug for ReadAhead<F> {
 impl<F: Fs + 'static> ReadAhead<F> {
     /// Read-ahead holding at most `budget_bytes` at once (0: none).
     pub fn new(budget_bytes: usize) -> Self {
-        ReadAhead { budget_bytes, held_bytes: Cell::new(0), entries: RefCell::new(HashMap::new()) }
+        ReadAhead { budget_bytes, held_bytes: Rc::new(Cell::new(0)), entries: RefCell::new(HashMap::new()) }
     }
 
     /// Bytes the reads made ahead may hold now.
     pub fn held_bytes(&self) -> usize {
         self.held_bytes.get()
-    }
-
-    fn forget(&self, entry: &Entry<F>) {
-        self.held_bytes.set(self.held_bytes.get() - entry.max_bytes);
     }
 
     /// The read made ahead for a fetch of `tp` from `from` of at most `max_bytes` bounded by `end`, if there
@@ -98,9 +108,18 @@ impl<F: Fs + 'static> ReadAhead<F> {
         max_bytes: usize,
         end: Offset,
     ) -> Option<LogRead> {
+        let matches = {
+            let entries = self.entries.borrow();
+            let entry = entries.get(tp)?;
+            Rc::ptr_eq(&entry.log, log) && entry.from == from
+        };
+        if !matches {
+            // Another reader of the partition (another group, or a consumer that moved): the read made
+            // ahead stays for the one it was made for.
+            return None;
+        }
         let entry = self.entries.borrow_mut().remove(tp)?;
-        self.forget(&entry);
-        if !Rc::ptr_eq(&entry.log, log) || entry.from != from || entry.end > end {
+        if entry.end > end || from < log.log_start_offset() {
             return None;
         }
         let read = entry.slot.wait().await?;
@@ -122,29 +141,30 @@ impl<F: Fs + 'static> ReadAhead<F> {
         max_bytes: usize,
         end: Offset,
     ) {
-        let full = max_bytes >= MIN_BYTES && read.bytes.len() * 2 >= max_bytes;
+        // (A first batch larger than the limit came back whole: the next range would not fit the limit.)
+        let full = max_bytes >= MIN_BYTES && read.bytes.len() * 2 >= max_bytes && read.bytes.len() <= max_bytes;
         if !full || read.next_offset >= end {
             return;
         }
+        let from = read.next_offset;
         self.expire(Instant::now());
-        if let Some(old) = self.entries.borrow_mut().remove(tp) {
-            self.forget(&old);
+        let generation = log.generation();
+        let under_way = self.entries.borrow().get(tp).is_some_and(|e| {
+            Rc::ptr_eq(&e.log, log) && e.from == from && e.generation == generation && e.max_bytes == max_bytes
+        });
+        if under_way {
+            // The same fetch again (a long poll looking once more): the read made for it stays.
+            return;
         }
+        self.entries.borrow_mut().remove(tp);
         if self.held_bytes.get() + max_bytes > self.budget_bytes {
             return;
         }
-        let slot = Rc::new(Slot::default());
-        let from = read.next_offset;
-        let entry = Entry {
-            log: log.clone(),
-            generation: log.generation(),
-            from,
-            max_bytes,
-            end,
-            started: Instant::now(),
-            slot: slot.clone(),
-        };
         self.held_bytes.set(self.held_bytes.get() + max_bytes);
+        let held = Held { bytes: max_bytes, total: self.held_bytes.clone() };
+        let slot = Rc::new(Slot { read: RefCell::new(None), done: event_listener::Event::new(), _held: held });
+        let entry =
+            Entry { log: log.clone(), generation, from, max_bytes, end, started: Instant::now(), slot: slot.clone() };
         self.entries.borrow_mut().insert(tp.clone(), entry);
         crate::metrics::read_ahead(false);
         let log = log.clone();
@@ -159,14 +179,7 @@ impl<F: Fs + 'static> ReadAhead<F> {
 
     /// Drops reads made ahead that nobody asked for within [`KEEP`].
     pub fn expire(&self, now: Instant) {
-        let mut entries = self.entries.borrow_mut();
-        entries.retain(|_, entry| {
-            let keep = now.duration_since(entry.started) < KEEP;
-            if !keep {
-                self.held_bytes.set(self.held_bytes.get() - entry.max_bytes);
-            }
-            keep
-        });
+        self.entries.borrow_mut().retain(|_, entry| now.duration_since(entry.started) < KEEP);
     }
 }
 
@@ -245,6 +258,12 @@ mod tests {
                 ahead.after_fetch(&tp(), &log, &first, READ, end);
                 assert!(ahead.take(&tp(), &log, next.plus(1), READ, end).await.is_none(), "another offset");
                 ahead.after_fetch(&tp(), &log, &first, READ, end);
+                assert_eq!(ahead.held_bytes(), READ, "the same fetch again keeps the read under way");
+                assert!(
+                    ahead.take(&tp(), &log, next, READ, end).await.is_some(),
+                    "a reader at another offset left it to the one it was made for"
+                );
+                ahead.after_fetch(&tp(), &log, &first, READ, end);
                 assert!(ahead.take(&tp(), &log, next, READ, Offset(end.0 - 1)).await.is_none(), "a lower bound");
                 ahead.after_fetch(&tp(), &log, &first, READ, end);
                 assert!(ahead.take(&tp(), &log, next, READ / 2, end).await.is_none(), "more than the fetch may carry");
@@ -260,6 +279,14 @@ mod tests {
                 }
                 log.flush().await.unwrap();
                 assert!(ahead.take(&tp(), &log, next, READ, end).await.is_none(), "bytes were removed");
+
+                // DeleteRecords moves the log start past the range read ahead, inside its segment.
+                let again = log.read_until_at_most(Offset(0), READ, end).await.unwrap();
+                ahead.after_fetch(&tp(), &log, &again, READ, end);
+                glommio::timer::sleep(std::time::Duration::from_millis(5)).await; // the read ahead is done
+                log.delete_records(again.next_offset.plus(2)).await.unwrap();
+                assert!(ahead.take(&tp(), &log, again.next_offset, READ, end).await.is_none(), "records were deleted");
+                glommio::timer::sleep(std::time::Duration::from_millis(5)).await;
                 assert_eq!(ahead.held_bytes(), 0);
             })
         });
@@ -283,8 +310,9 @@ mod tests {
                 assert_eq!(none.held_bytes(), 0, "a fetch that did not come back full reads nothing ahead");
 
                 ahead.expire(Instant::now() + KEEP);
-                assert_eq!(ahead.held_bytes(), 0, "nobody asked in time");
-                assert!(ahead.take(&tp(), &log, first.next_offset, READ, end).await.is_none());
+                assert!(ahead.take(&tp(), &log, first.next_offset, READ, end).await.is_none(), "nobody asked in time");
+                glommio::timer::sleep(std::time::Duration::from_millis(5)).await; // its read is done
+                assert_eq!(ahead.held_bytes(), 0);
             })
         });
     }

@@ -416,6 +416,9 @@ impl<F: Fs> PartitionLog<F> {
         {
             let mut inner = self.inner.borrow_mut();
             inner.segments = vec![segment];
+            // Again now that the old segments are gone: a read that began during the awaits above (after
+            // the first bump) must not pass for one of the new log.
+            inner.generation += 1;
             inner.tail = Tail::default();
             inner.log_start = offset;
             inner.cleaned_upto = offset;
@@ -475,6 +478,9 @@ impl<F: Fs> PartitionLog<F> {
             }
             if offset > inner.log_start {
                 inner.log_start = offset;
+                // Records below it are gone, even where their segment stays: a read made before must not
+                // be served after (see `PartitionLog::generation`).
+                inner.generation += 1;
                 if inner.epochs.clamp(offset, log_end) {
                     inner.epochs_version += 1;
                 }

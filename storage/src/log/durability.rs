@@ -177,7 +177,7 @@ impl<F: Fs> PartitionLog<F> {
                 let len = (end - pos).min(WRITE_CHUNK_BYTES) as usize;
                 let from = (pos - tail.start) as usize;
                 let mut buf = file.alloc(align_up(len as u64) as usize);
-                buf.as_mut()[..len].copy_from_slice(&tail.bytes[from..from + len]);
+                tail.copy_out(from, &mut buf.as_mut()[..len]);
                 buf.as_mut()[len..].fill(0);
                 writes.push((buf, pos));
                 pos += len as u64;
@@ -271,7 +271,12 @@ impl<F: Fs> PartitionLog<F> {
         let from = inner.tail.written;
         let tail = &inner.tail;
         assert!(from >= tail.start, "unwritten data was dropped from the tail");
-        if let Err(e) = file.write_cached(from, &tail.bytes[(from - tail.start) as usize..]) {
+        let (first, second) = tail.slices_from((from - tail.start) as usize);
+        let written = file.write_cached(from, first).and_then(|()| match second.is_empty() {
+            true => Ok(()),
+            false => file.write_cached(from + first.len() as u64, second),
+        });
+        if let Err(e) = written {
             fatal::disk_failure("write", &inner.active().log_path(), &e);
         }
         inner.tail.written = end;

@@ -27,6 +27,7 @@ mod read;
 mod replicated;
 
 use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
@@ -115,10 +116,43 @@ pub struct LogStats {
 struct Tail {
     /// Block-aligned file position of `bytes[0]`.
     start: u64,
-    /// The segment's bytes from `start` to its logical end.
-    bytes: Vec<u8>,
+    /// The segment's bytes from `start` to its logical end. A ring, so that dropping cached bytes from the
+    /// front (`trim_tail`, `release_cache`) moves nothing.
+    bytes: VecDeque<u8>,
     /// File bytes `[0, written)` hold the segment's data.
     written: u64,
+}
+
+impl Tail {
+    /// Copies the cached bytes from `from` (counted from `start`) into `out`.
+    fn copy_out(&self, from: usize, out: &mut [u8]) {
+        let (first, second) = self.slices_from(from);
+        let (n, len) = (first.len().min(out.len()), out.len());
+        out[..n].copy_from_slice(&first[..n]);
+        out[n..].copy_from_slice(&second[..len - n]);
+    }
+
+    /// The cached bytes of `range` (counted from `start`).
+    fn to_vec(&self, range: std::ops::Range<usize>) -> Vec<u8> {
+        let mut out = vec![0; range.len()];
+        self.copy_out(range.start, &mut out);
+        out
+    }
+
+    /// The cached bytes from `from` (counted from `start`) to the end, in at most two slices.
+    fn slices_from(&self, from: usize) -> (&[u8], &[u8]) {
+        let (first, second) = self.bytes.as_slices();
+        if from <= first.len() { (&first[from..], second) } else { (&second[from - first.len()..], &[]) }
+    }
+
+    /// Appends `batch` with its base offset and leader epoch stamped in.
+    fn push_stamped(&mut self, batch: &[u8], base: Offset, epoch: LeaderEpoch) {
+        let mut head = [0u8; 16];
+        head.copy_from_slice(&batch[..16]);
+        batch::stamp(&mut head, base, epoch);
+        self.bytes.extend(head.iter());
+        self.bytes.extend(batch[16..].iter());
+    }
 }
 
 #[derive(Debug)]
@@ -572,9 +606,7 @@ impl<F: Fs> PartitionLog<F> {
         }
         let interval = inner.config.index_interval_bytes;
         let position = inner.active().size;
-        let at = inner.tail.bytes.len();
-        inner.tail.bytes.extend_from_slice(batch);
-        batch::stamp(&mut inner.tail.bytes[at..], base, epoch);
+        inner.tail.push_stamped(batch, base, epoch);
         let meta = BatchMeta {
             position,
             size: batch.len() as u64,
@@ -591,5 +623,44 @@ impl<F: Fs> PartitionLog<F> {
         inner.stats.appends += 1;
         inner.trim_tail();
         info
+    }
+}
+
+#[cfg(test)]
+mod tail_tests {
+    use super::*;
+
+    #[test]
+    fn a_tail_that_wrapped_around_its_ring_reads_and_copies_as_one_run_of_bytes() {
+        let mut tail = Tail { bytes: VecDeque::with_capacity(16), ..Tail::default() };
+        let capacity = tail.bytes.capacity();
+        tail.bytes.extend((0..capacity as u8).collect::<Vec<_>>().iter());
+        tail.bytes.drain(..capacity - 3);
+        tail.bytes.extend([200u8, 201, 202, 203, 204].iter());
+        let (first, second) = tail.bytes.as_slices();
+        assert!(!first.is_empty() && !second.is_empty(), "the ring wrapped");
+        let linear: Vec<u8> = tail.bytes.iter().copied().collect();
+        for from in 0..linear.len() {
+            for to in from..=linear.len() {
+                assert_eq!(tail.to_vec(from..to), linear[from..to], "{from}..{to}");
+            }
+            let (a, b) = tail.slices_from(from);
+            assert_eq!([a, b].concat(), linear[from..], "from {from}");
+        }
+    }
+
+    #[test]
+    fn a_stamped_batch_across_the_wrap_gets_its_offset_and_epoch() {
+        let batch = batch::build_batch(1_700_000_000_000, &[b"value"]);
+        let mut tail = Tail { bytes: VecDeque::with_capacity(batch.len() + 8), ..Tail::default() };
+        let capacity = tail.bytes.capacity();
+        tail.bytes.extend(vec![0u8; capacity - 10].iter());
+        tail.bytes.drain(..capacity - 11);
+        tail.push_stamped(&batch, Offset(77), LeaderEpoch(3));
+        let (first, second) = tail.bytes.as_slices();
+        assert!(first.len() > 1 && !second.is_empty(), "the batch wrapped");
+        let mut want = batch.clone();
+        batch::stamp(&mut want, Offset(77), LeaderEpoch(3));
+        assert_eq!(tail.to_vec(1..1 + batch.len()), want);
     }
 }

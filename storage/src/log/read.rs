@@ -254,7 +254,7 @@ impl<F: Fs> PartitionLog<F> {
             let mem_from = if is_active { inner.tail.start.max(pos).min(end) } else { end };
             let mem_part = if mem_from < end {
                 let t = &inner.tail;
-                t.bytes[(mem_from - t.start) as usize..(end - t.start) as usize].to_vec()
+                t.to_vec((mem_from - t.start) as usize..(end - t.start) as usize)
             } else {
                 Vec::new()
             };

@@ -272,10 +272,12 @@ impl<F: Fs> PartitionLog<F> {
         let tail = &inner.tail;
         assert!(from >= tail.start, "unwritten data was dropped from the tail");
         let (first, second) = tail.slices_from((from - tail.start) as usize);
-        let written = file.write_cached(from, first).and_then(|()| match second.is_empty() {
-            true => Ok(()),
-            false => file.write_cached(from + first.len() as u64, second),
-        });
+        let mut written = Ok(());
+        for (at, part) in [(from, first), (from + first.len() as u64, second)] {
+            if written.is_ok() && !part.is_empty() {
+                written = file.write_cached(at, part);
+            }
+        }
         if let Err(e) = written {
             fatal::disk_failure("write", &inner.active().log_path(), &e);
         }

@@ -134,8 +134,11 @@ impl Tail {
 
     /// The cached bytes of `range` (counted from `start`).
     fn to_vec(&self, range: std::ops::Range<usize>) -> Vec<u8> {
-        let mut out = vec![0; range.len()];
-        self.copy_out(range.start, &mut out);
+        let (first, second) = self.slices_from(range.start);
+        let n = first.len().min(range.len());
+        let mut out = Vec::with_capacity(range.len());
+        out.extend_from_slice(&first[..n]);
+        out.extend_from_slice(&second[..range.len() - n]);
         out
     }
 

@@ -2,6 +2,7 @@
 //! progress. Any broker answers (a Kafka broker forwards to its controller).
 
 use std::collections::BTreeMap;
+use std::time::Instant;
 
 use anyhow::{Result, bail};
 use kafka_protocol::messages::alter_partition_reassignments_request::{ReassignablePartition, ReassignableTopic};
@@ -11,7 +12,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use super::{KafkaClient, check, topic_name};
+use super::{KafkaClient, RETRY_PAUSE, check, retriable, topic_name};
 
 const ALTER_REASSIGNMENTS_V: i16 = 0;
 const LIST_REASSIGNMENTS_V: i16 = 0;
@@ -45,8 +46,23 @@ impl std::fmt::Display for Refused {
 impl KafkaClient {
     /// Moves each listed partition to its replicas (`None`: cancels its reassignment in progress). The
     /// partitions refused, with Kafka's error code and the broker's message; an error if the request
-    /// as a whole failed.
+    /// as a whole failed. Partitions refused with a retriable error (the quorum electing its leader:
+    /// NOT_CONTROLLER) are asked for again, as Kafka's admin client does, for up to [`Self::retry_for`].
     pub fn reassign(&mut self, topic: &str, targets: &[(i32, Option<Vec<i32>>)]) -> Result<Vec<Refused>> {
+        let deadline = Instant::now() + self.retry_for;
+        let mut targets = targets.to_vec();
+        loop {
+            let refused = self.reassign_once(topic, &targets)?;
+            let again: Vec<i32> = refused.iter().filter(|r| retriable(r.code)).map(|r| r.partition).collect();
+            if again.is_empty() || Instant::now() >= deadline {
+                return Ok(refused);
+            }
+            targets.retain(|(partition, _)| again.contains(partition));
+            std::thread::sleep(RETRY_PAUSE);
+        }
+    }
+
+    fn reassign_once(&mut self, topic: &str, targets: &[(i32, Option<Vec<i32>>)]) -> Result<Vec<Refused>> {
         let partitions = targets
             .iter()
             .map(|(index, replicas)| {

@@ -239,3 +239,70 @@ fn read_at_most_never_goes_over_its_limit_even_for_the_first_batch() {
     assert_eq!(two.bytes.len(), 2 * one);
     assert_eq!(two.next_offset, Offset(2));
 }
+
+#[test]
+fn a_read_split_to_a_smaller_limit_gives_what_a_read_with_that_limit_gives_and_keeps_the_rest() {
+    let fs = SimFs::new();
+    let clock = ManualClock::new(1_700_000_000_000);
+    let log = open(&fs, &clock, small_config());
+    // Batches of different sizes, several records each, so that batch boundaries and offsets differ.
+    for i in 0..12u64 {
+        block_on(log.append(&make_batch(i, 3, 100 + 150 * (i as usize % 4), clock.0.get()), LeaderEpoch(0))).unwrap();
+    }
+    let end = log.log_end_offset();
+    let from = Offset(4); // inside the second batch: the read starts at that batch
+    let whole = block_on(log.read_until_at_most(from, 1 << 20, end)).unwrap();
+    for limit in [0, 1, 200, 700, 1500, 3000, whole.bytes.len() - 1, whole.bytes.len(), 1 << 20] {
+        let mut rest = whole.clone();
+        let direct = block_on(log.read_until_at_most(from, limit, end)).unwrap();
+        match rest.split_to_at_most(limit) {
+            None => {
+                assert!(direct.bytes.is_empty(), "limit {limit}: the read with the limit got a batch");
+                assert_eq!(rest, whole, "limit {limit}: nothing taken, nothing changed");
+            }
+            Some(head) => {
+                assert_eq!(head, direct, "limit {limit}");
+                let mut joined = head.bytes.to_vec();
+                joined.extend_from_slice(&rest.bytes);
+                assert_eq!(joined, whole.bytes.to_vec(), "limit {limit}: the rest is the batches after");
+                assert_eq!(rest.next_offset, whole.next_offset);
+                if rest.bytes.is_empty() {
+                    assert_eq!(rest.first_offset, None);
+                } else {
+                    assert_eq!(
+                        rest.first_offset,
+                        Some(head.next_offset),
+                        "limit {limit}: the rest begins where the head ends"
+                    );
+                    let on = block_on(log.read_until_at_most(head.next_offset, rest.bytes.len(), end)).unwrap();
+                    assert_eq!(on, rest, "limit {limit}: the rest is what reading on from the head's end gives");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_read_with_no_room_for_the_batch_a_read_stopped_before_returns_nothing_without_the_disk() {
+    let fs = SimFs::new();
+    let clock = ManualClock::new(1_700_000_000_000);
+    let log = open(&fs, &clock, LogConfig { tail_cache_bytes: 0, ..small_config() });
+    let batches: Vec<Vec<u8>> = (0..3).map(|i| make_batch(i, 1, 900, clock.0.get())).collect();
+    for b in &batches {
+        block_on(log.append(b, LeaderEpoch(0))).unwrap();
+    }
+    block_on(log.flush()).unwrap();
+    let (one, end) = (batches[0].len(), Offset(u64::MAX));
+    let first = block_on(log.read_until_at_most(Offset(0), one * 3 / 2, end)).unwrap();
+    assert_eq!(first.next_offset, Offset(1), "one batch fits, the second does not");
+
+    let reads = fs.read_count();
+    let none = block_on(log.read_until_at_most(Offset(1), one - 1, end)).unwrap();
+    assert!(none.bytes.is_empty());
+    assert_eq!(none.next_offset, Offset(1));
+    assert_eq!(fs.read_count(), reads, "the size of the batch at offset 1 was known");
+    // With room for it, the batch is read; the first partition of a fetch gets it whole in any case.
+    assert_eq!(block_on(log.read_until_at_most(Offset(1), one, end)).unwrap().bytes.len(), one);
+    let first = block_on(log.read_until_at_most(Offset(0), one * 3 / 2, end)).unwrap();
+    assert_eq!(block_on(log.read_until(first.next_offset, 1, end)).unwrap().bytes.len(), one);
+}

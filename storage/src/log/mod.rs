@@ -102,6 +102,35 @@ pub struct LogRead {
     pub next_offset: Offset,
 }
 
+impl LogRead {
+    /// Splits off the leading whole batches that fit in `max_bytes`, as a read of at most `max_bytes`
+    /// from the same offset would have returned them, and leaves the batches after them in `self`. `None`
+    /// (and `self` unchanged) when not even the first batch fits.
+    pub fn split_to_at_most(&mut self, max_bytes: usize) -> Option<LogRead> {
+        let mut at = 0;
+        let mut next_offset = None;
+        let mut rest_first = None;
+        while at < self.bytes.len() {
+            // The bytes were checked batch by batch when they were read.
+            let header = BatchHeader::parse(&self.bytes[at..]).ok()?;
+            let end = at + header.total_bytes();
+            if end > self.bytes.len() {
+                return None;
+            }
+            if end > max_bytes {
+                rest_first = Some(Offset(header.base_offset as u64));
+                break;
+            }
+            at = end;
+            next_offset = Some(Offset(header.base_offset as u64 + header.offset_count()));
+        }
+        let next_offset = next_offset?;
+        let head = LogRead { bytes: self.bytes.split_to(at), first_offset: self.first_offset, next_offset };
+        self.first_offset = rest_first;
+        Some(head)
+    }
+}
+
 /// Counters for tests and metrics.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LogStats {

@@ -53,13 +53,17 @@ impl Gathered {
 /// long as nothing was removed from the log (`generation`). A consumer's next read starts there instead of
 /// at the index entry before its offset (the index is sparse and keyed by last offsets, so that entry is
 /// a whole batch early: with large batches, a read of the budget from there would run a batch short and
-/// take a second read and a copy to join the two).
+/// take a second read and a copy to join the two). When the read ended because that batch did not fit its
+/// limit, its size is known too: a read from `next` with a limit it does not fit either (a fetch with
+/// little room left in its answer) returns nothing at once, without waiting for the disk to say so.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct ReadHint {
     next: Offset,
     segment: Offset,
     position: u64,
     generation: u64,
+    /// The size of the batch at `position`, if the read stopped before it for want of room.
+    next_batch_bytes: Option<usize>,
 }
 
 impl<F: Fs> PartitionLog<F> {
@@ -114,15 +118,23 @@ impl<F: Fs> PartitionLog<F> {
         if from < log_start || from > log_end {
             return Err(StorageError::OffsetOutOfRange { requested: from, log_start, log_end });
         }
+        if !first_batch_whole && hint.and_then(|h| h.next_batch_bytes).is_some_and(|bytes| bytes > max_bytes) {
+            return Ok(LogRead { bytes: Bytes::new(), first_offset: None, next_offset: from });
+        }
         let mut out = Gathered::default();
         let mut first_offset = None;
         let mut next_offset = from;
         // The file position after the last batch taken, in segment `seg_idx`.
         let mut next_position = None;
-        let finish = |out: Gathered, first_offset, next_offset, seg_idx: usize, next_position: Option<u64>| {
+        let finish = |out: Gathered,
+                      first_offset,
+                      next_offset,
+                      seg_idx: usize,
+                      next_position: Option<u64>,
+                      next_batch_bytes: Option<usize>| {
             let mut inner = self.inner.borrow_mut();
             if let (Some(position), Some(segment)) = (next_position, inner.segments.get(seg_idx).map(|s| s.base)) {
-                inner.read_hint = Some(ReadHint { next: next_offset, segment, position, generation });
+                inner.read_hint = Some(ReadHint { next: next_offset, segment, position, generation, next_batch_bytes });
             }
             LogRead { bytes: out.finish(), first_offset, next_offset }
         };
@@ -177,13 +189,15 @@ impl<F: Fs> PartitionLog<F> {
                 let last = Offset(header.base_offset as u64 + header.last_offset_delta as u64);
                 if last >= end {
                     out.leave(&chunk);
-                    return Ok(finish(out, first_offset, next_offset, seg_idx, next_position));
+                    return Ok(finish(out, first_offset, next_offset, seg_idx, next_position, None));
                 }
                 let skip = last < from;
                 if !skip {
                     if (out.len > 0 || !first_batch_whole) && out.len + total > max_bytes {
                         out.leave(&chunk);
-                        return Ok(finish(out, first_offset, next_offset, seg_idx, next_position));
+                        // The batch that did not fit is where a read from `next_offset` begins.
+                        let at = Some(file_pos);
+                        return Ok(finish(out, first_offset, next_offset, seg_idx, at, Some(total)));
                     }
                     if chunk.len() - at < total {
                         // The batch runs past the chunk: read from it on, as far as the budget allows.
@@ -233,7 +247,7 @@ impl<F: Fs> PartitionLog<F> {
             seg_idx += 1;
             next_position = None;
         }
-        Ok(finish(out, first_offset, next_offset, seg_idx, next_position))
+        Ok(finish(out, first_offset, next_offset, seg_idx, next_position, None))
     }
 
     pub(super) fn segment_path(&self, seg_idx: usize) -> std::path::PathBuf {

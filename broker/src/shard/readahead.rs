@@ -1,35 +1,48 @@
 //! Read-ahead for consumers catching up: when a consumer's fetch of a partition came back full (it is
-//! reading old data, from the disk), the shard reads the partition's next range at once, while that answer
-//! is on its way to the consumer, and hands it to the consumer's next fetch if it asks for exactly that
-//! offset. The disk's time then overlaps the network's and the client's instead of following them.
+//! reading old data, from the disk), the shard reads the partition's next ranges at once, while that answer
+//! is on its way to the consumer, and hands them to the consumer's next fetches if they ask for exactly
+//! those offsets. The disk's time then overlaps the network's and the client's instead of following them.
+//!
+//! Each partition read ahead has a stream: up to [`DEPTH`] ranges, one after the other, read one at a time
+//! (a range begins where the one before it ended, known only once that one is read). When a fetch takes
+//! the first range, the stream reads one more; so while one answer is on the wire and the next waits in
+//! memory, the disk is already reading the one after, and it never waits for the client.
 //!
 //! What is read ahead is only ever used if the log is as it was: same log, no bytes removed since the read
-//! began (the log's generation), the consumer's bound (its high watermark) not below the one the read used,
-//! and the result within what the fetch may carry. Anything else, and the read-ahead is dropped and the
-//! fetch reads as usual. Memory held is bounded per shard by `shard.fetch.readahead.bytes` (counted at
-//! what each read may return, from its start until its result is taken, or dropped and the read done);
-//! an entry nobody asked for in [`KEEP`] is dropped.
+//! began (the log's generation), and the consumer's bound (its high watermark) not below the one the read
+//! used. Anything else, and the stream is dropped and the fetch reads as usual. A fetch with less room than
+//! the range holds (a partition's limit is what the answer has left) takes the whole batches that fit, as
+//! its own read would have, and the rest stays first in the stream for the fetch after it. Memory held is bounded per shard by `shard.fetch.readahead.bytes` (counted at what each
+//! read may return, from its start until its result is taken, or dropped and the read done); a stream
+//! nobody asked anything of in [`KEEP`] is dropped.
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use shardlog_storage::fs::Fs;
 use shardlog_storage::{LogRead, Offset, PartitionLog, TopicPartition};
 
-/// How long a read-ahead waits for the fetch it was made for.
+/// How long a stream waits for a fetch to ask for its next range.
 pub const KEEP: Duration = Duration::from_secs(2);
+/// Ranges a stream reads ahead of the consumer: one waiting in memory while the next is read.
+pub const DEPTH: usize = 2;
 /// Reads smaller than this are not worth reading ahead.
 const MIN_BYTES: usize = 64 << 10;
 
 /// The reads made ahead on one shard.
 pub struct ReadAhead<F: Fs> {
+    state: Rc<State<F>>,
+}
+
+struct State<F: Fs> {
     budget_bytes: usize,
     /// What the reads made ahead may hold: counted from a read's start until its result is taken or
-    /// dropped (a read whose entry was dropped still counts while it runs).
+    /// dropped (a read whose stream was dropped still counts while it runs).
     held_bytes: Rc<Cell<usize>>,
-    entries: RefCell<HashMap<TopicPartition, Entry<F>>>,
+    streams: RefCell<HashMap<TopicPartition, Stream<F>>>,
+    next_id: Cell<u64>,
 }
 
 /// A read's share of the budget, given back when its slot goes (the read taken, or dropped and done).
@@ -44,19 +57,29 @@ impl Drop for Held {
     }
 }
 
-struct Entry<F: Fs> {
+/// The ranges read ahead of one consumer of one partition.
+struct Stream<F: Fs> {
+    /// Tells this stream from one that took its place while a read was under way.
+    id: u64,
     log: Rc<PartitionLog<F>>,
     generation: u64,
-    from: Offset,
     max_bytes: usize,
-    /// The consumer's high watermark the read was bounded by.
+    /// The consumer's high watermark the reads are bounded by.
     end: Offset,
-    started: Instant,
-    slot: Rc<Slot>,
+    /// When a fetch last asked for a range (or the stream began).
+    touched: Instant,
+    /// The ranges read or being read, in offset order; the first is the one the next fetch asks for.
+    ranges: VecDeque<Rc<Slot>>,
+    /// Where the last range queued begins.
+    last_from: Offset,
+    /// Where a next range would begin: set once the last range queued is read and came back full, below
+    /// the bound; `None` while it is being read, or when the stream has nothing more to read.
+    next_from: Option<Offset>,
 }
 
-/// Where the read's task leaves its result.
+/// Where a read's task leaves its result.
 struct Slot {
+    from: Offset,
     read: RefCell<Option<Option<LogRead>>>,
     done: event_listener::Event,
     _held: Held,
@@ -77,12 +100,18 @@ impl Slot {
     }
 }
 
+/// A fetch that came back this full was cut by its limit, not by the end of the log: the consumer will
+/// ask for more. (A first batch larger than the limit came back whole: the next range would not fit.)
+fn came_back_full(read: &LogRead, max_bytes: usize) -> bool {
+    max_bytes >= MIN_BYTES && read.bytes.len() * 2 >= max_bytes && read.bytes.len() <= max_bytes
+}
+
 impl<F: Fs> std::fmt::Debug for ReadAhead<F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ReadAhead")
-            .field("budget_bytes", &self.budget_bytes)
-            .field("held_bytes", &self.held_bytes.get())
-            .field("entries", &self.entries.borrow().len())
+            .field("budget_bytes", &self.state.budget_bytes)
+            .field("held_bytes", &self.state.held_bytes.get())
+            .field("streams", &self.state.streams.borrow().len())
             .finish()
     }
 }
@@ -90,16 +119,24 @@ impl<F: Fs> std::fmt::Debug for ReadAhead<F> {
 impl<F: Fs + 'static> ReadAhead<F> {
     /// Read-ahead holding at most `budget_bytes` at once (0: none).
     pub fn new(budget_bytes: usize) -> Self {
-        ReadAhead { budget_bytes, held_bytes: Rc::new(Cell::new(0)), entries: RefCell::new(HashMap::new()) }
+        ReadAhead {
+            state: Rc::new(State {
+                budget_bytes,
+                held_bytes: Rc::new(Cell::new(0)),
+                streams: RefCell::new(HashMap::new()),
+                next_id: Cell::new(0),
+            }),
+        }
     }
 
     /// Bytes the reads made ahead may hold now.
     pub fn held_bytes(&self) -> usize {
-        self.held_bytes.get()
+        self.state.held_bytes.get()
     }
 
     /// The read made ahead for a fetch of `tp` from `from` of at most `max_bytes` bounded by `end`, if there
-    /// is one that still holds (see the module documentation); the read is taken either way.
+    /// is one that still holds (see the module documentation). A range asked for is taken either way, and
+    /// the stream reads one more in its place.
     pub async fn take(
         &self,
         tp: &TopicPartition,
@@ -108,31 +145,49 @@ impl<F: Fs + 'static> ReadAhead<F> {
         max_bytes: usize,
         end: Offset,
     ) -> Option<LogRead> {
-        let matches = {
-            let entries = self.entries.borrow();
-            let entry = entries.get(tp)?;
-            Rc::ptr_eq(&entry.log, log) && entry.from == from
+        let (id, generation, slot) = {
+            let mut streams = self.state.streams.borrow_mut();
+            let stream = streams.get_mut(tp)?;
+            if !Rc::ptr_eq(&stream.log, log) || stream.ranges.front().map(|slot| slot.from) != Some(from) {
+                // Another reader of the partition (another group, or a consumer that moved): the stream
+                // stays for the one it was made for.
+                return None;
+            }
+            if stream.end > end || from < log.log_start_offset() || stream.generation != log.generation() {
+                streams.remove(tp);
+                return None;
+            }
+            stream.touched = Instant::now();
+            let slot = stream.ranges.pop_front().expect("the first range was just seen");
+            (stream.id, stream.generation, slot)
         };
-        if !matches {
-            // Another reader of the partition (another group, or a consumer that moved): the read made
-            // ahead stays for the one it was made for.
-            return None;
+        self.state.top_up(tp);
+        let read = slot.wait().await;
+        // The range's share of the budget goes; what the fetch leaves of it is counted anew.
+        drop(slot);
+        // A fetch may carry less than the range holds (its limit is what the answer has room left for):
+        // it takes the batches that fit, as its own read would have, and the rest waits for the next.
+        let taken = read.filter(|_| log.generation() == generation).and_then(|mut rest| {
+            let head = rest.split_to_at_most(max_bytes)?;
+            Some((head, rest))
+        });
+        match taken {
+            Some((head, rest)) => {
+                crate::metrics::read_ahead(true);
+                if !rest.bytes.is_empty() {
+                    self.state.put_back(tp, id, head.next_offset, rest);
+                }
+                Some(head)
+            }
+            None => {
+                self.state.drop_stream(tp, id);
+                None
+            }
         }
-        let entry = self.entries.borrow_mut().remove(tp)?;
-        if entry.end > end || from < log.log_start_offset() {
-            return None;
-        }
-        let read = entry.slot.wait().await?;
-        let intact = log.generation() == entry.generation;
-        let used = intact && !read.bytes.is_empty() && read.bytes.len() <= max_bytes;
-        if used {
-            crate::metrics::read_ahead(true);
-        }
-        used.then_some(read)
     }
 
     /// After a fetch of `tp` that returned `read` (asked for at most `max_bytes`, bounded by `end`): reads
-    /// the next range ahead if the fetch came back full and there is more below `end`, within the budget.
+    /// the next ranges ahead if the fetch came back full and there is more below `end`, within the budget.
     pub fn after_fetch(
         &self,
         tp: &TopicPartition,
@@ -141,48 +196,135 @@ impl<F: Fs + 'static> ReadAhead<F> {
         max_bytes: usize,
         end: Offset,
     ) {
-        // (A first batch larger than the limit came back whole: the next range would not fit the limit.)
-        let full = max_bytes >= MIN_BYTES && read.bytes.len() * 2 >= max_bytes && read.bytes.len() <= max_bytes;
-        if !full || read.next_offset >= end {
+        if !came_back_full(read, max_bytes) || read.next_offset >= end {
             return;
         }
         let from = read.next_offset;
-        self.expire(Instant::now());
+        let now = Instant::now();
+        self.expire(now);
         let generation = log.generation();
-        let under_way = self.entries.borrow().get(tp).is_some_and(|e| {
-            Rc::ptr_eq(&e.log, log) && e.from == from && e.generation == generation && e.max_bytes == max_bytes
-        });
-        if under_way {
-            // The same fetch again (a long poll looking once more): the read made for it stays.
+        {
+            let mut streams = self.state.streams.borrow_mut();
+            if let Some(stream) = streams.get_mut(tp) {
+                let same = Rc::ptr_eq(&stream.log, log) && stream.generation == generation && stream.end <= end;
+                let goes_on_from_here = match stream.ranges.front() {
+                    Some(first) => first.from == from,
+                    None => stream.next_from == Some(from),
+                };
+                if same && goes_on_from_here {
+                    // The stream this fetch took from, or the same fetch again (a long poll looking once
+                    // more): it goes on.
+                    stream.touched = now;
+                    // Ranges read from now on follow the consumer's latest limit.
+                    stream.max_bytes = max_bytes;
+                    drop(streams);
+                    self.state.top_up(tp);
+                    return;
+                }
+                streams.remove(tp);
+            }
+            let id = self.state.next_id.get();
+            self.state.next_id.set(id + 1);
+            let stream = Stream {
+                id,
+                log: log.clone(),
+                generation,
+                max_bytes,
+                end,
+                touched: now,
+                ranges: VecDeque::new(),
+                last_from: from,
+                next_from: Some(from),
+            };
+            streams.insert(tp.clone(), stream);
+        }
+        self.state.top_up(tp);
+    }
+
+    /// Drops streams nobody asked anything of within [`KEEP`].
+    pub fn expire(&self, now: Instant) {
+        self.state.streams.borrow_mut().retain(|_, stream| now.duration_since(stream.touched) < KEEP);
+    }
+}
+
+impl<F: Fs + 'static> State<F> {
+    /// Starts reading the next range of `tp`'s stream if it is known where it begins, the stream holds
+    /// fewer than [`DEPTH`] ranges, the log is as it was and the budget allows.
+    fn top_up(self: &Rc<Self>, tp: &TopicPartition) {
+        let mut streams = self.streams.borrow_mut();
+        let Some(stream) = streams.get_mut(tp) else { return };
+        let Some(from) = stream.next_from else { return };
+        if stream.ranges.len() >= DEPTH || stream.log.generation() != stream.generation {
             return;
         }
-        self.entries.borrow_mut().remove(tp);
-        if self.held_bytes.get() + max_bytes > self.budget_bytes {
+        let max_bytes = stream.max_bytes;
+        // A range a fetch will ask for next may take the whole budget; ranges behind it only half, so
+        // that streams reading deep do not keep others from reading at all.
+        let budget_bytes = if stream.ranges.is_empty() { self.budget_bytes } else { self.budget_bytes / 2 };
+        if self.held_bytes.get() + max_bytes > budget_bytes {
             return;
         }
         self.held_bytes.set(self.held_bytes.get() + max_bytes);
         let held = Held { bytes: max_bytes, total: self.held_bytes.clone() };
-        let slot = Rc::new(Slot { read: RefCell::new(None), done: event_listener::Event::new(), _held: held });
-        let entry =
-            Entry { log: log.clone(), generation, from, max_bytes, end, started: Instant::now(), slot: slot.clone() };
-        self.entries.borrow_mut().insert(tp.clone(), entry);
+        let slot = Rc::new(Slot { from, read: RefCell::new(None), done: event_listener::Event::new(), _held: held });
+        stream.ranges.push_back(slot.clone());
+        stream.last_from = from;
+        stream.next_from = None;
         crate::metrics::read_ahead(false);
-        let log = log.clone();
+        let (state, tp, id, log, end) = (self.clone(), tp.clone(), stream.id, stream.log.clone(), stream.end);
+        // glommio may run a task it is given at once: nothing of the streams stays borrowed.
+        drop(streams);
         glommio::spawn_local(async move {
             // A read that fails is not kept: the fetch reads again and meets the error itself.
             let read = log.read_until_at_most(from, max_bytes, end).await.ok();
+            let next = read
+                .as_ref()
+                .filter(|read| came_back_full(read, max_bytes) && read.next_offset < end)
+                .map(|read| read.next_offset);
             *slot.read.borrow_mut() = Some(read);
             slot.done.notify(usize::MAX);
+            state.read_done(&tp, id, from, next);
         })
         .detach();
     }
 
-    /// Drops reads made ahead that nobody asked for within [`KEEP`].
-    pub fn expire(&self, now: Instant) {
-        self.entries.borrow_mut().retain(|_, entry| now.duration_since(entry.started) < KEEP);
+    /// A read of `tp`'s stream `id` from `from` is done; the stream goes on from `next`, if it is the
+    /// stream's last range.
+    fn read_done(self: &Rc<Self>, tp: &TopicPartition, id: u64, from: Offset, next: Option<Offset>) {
+        {
+            let mut streams = self.streams.borrow_mut();
+            let Some(stream) = streams.get_mut(tp).filter(|stream| stream.id == id && stream.last_from == from) else {
+                return;
+            };
+            stream.next_from = next;
+        }
+        self.top_up(tp);
+    }
+
+    /// Puts what a fetch left of the range it took back in front of `tp`'s stream `id` (if it still
+    /// is), as the range from `from`, if the budget has room.
+    fn put_back(&self, tp: &TopicPartition, id: u64, from: Offset, rest: LogRead) {
+        let mut streams = self.streams.borrow_mut();
+        let Some(stream) = streams.get_mut(tp).filter(|stream| stream.id == id) else { return };
+        let bytes = rest.bytes.len();
+        if self.held_bytes.get() + bytes > self.budget_bytes {
+            // The next fetch reads for itself, and the stream begins anew after it.
+            streams.remove(tp);
+            return;
+        }
+        self.held_bytes.set(self.held_bytes.get() + bytes);
+        let held = Held { bytes, total: self.held_bytes.clone() };
+        let read = RefCell::new(Some(Some(rest)));
+        stream.ranges.push_front(Rc::new(Slot { from, read, done: event_listener::Event::new(), _held: held }));
+    }
+
+    fn drop_stream(&self, tp: &TopicPartition, id: u64) {
+        let mut streams = self.streams.borrow_mut();
+        if streams.get(tp).is_some_and(|stream| stream.id == id) {
+            streams.remove(tp);
+        }
     }
 }
-
 #[cfg(test)]
 mod tests {
     use std::path::Path;
@@ -230,18 +372,32 @@ mod tests {
     }
 
     #[test]
-    fn a_full_fetch_reads_the_next_range_ahead_and_the_next_fetch_gets_exactly_what_it_would_have_read() {
+    fn a_consumer_reading_to_the_end_takes_every_range_from_the_stream_exactly_as_it_would_have_read_it() {
         with_log(|_dir, log| {
             Box::pin(async move {
                 let ahead = ReadAhead::new(1 << 20);
                 let end = log.log_end_offset();
-                let first = log.read_until_at_most(Offset(0), READ, end).await.unwrap();
-                ahead.after_fetch(&tp(), &log, &first, READ, end);
-                assert_eq!(ahead.held_bytes(), READ, "the next range is being read");
-                let next = ahead.take(&tp(), &log, first.next_offset, READ, end).await.expect("read ahead");
-                assert_eq!(next, log.read_until_at_most(first.next_offset, READ, end).await.unwrap());
-                assert_eq!(ahead.held_bytes(), 0, "taken");
-                assert!(ahead.take(&tp(), &log, first.next_offset, READ, end).await.is_none(), "taken once");
+                let mut read = log.read_until_at_most(Offset(0), READ, end).await.unwrap();
+                let (mut fetches, mut taken, mut most_held) = (0, 0, 0);
+                while read.next_offset < end {
+                    ahead.after_fetch(&tp(), &log, &read, READ, end);
+                    // The consumer is busy with the answer: the stream reads on meanwhile.
+                    glommio::timer::sleep(std::time::Duration::from_millis(5)).await;
+                    most_held = most_held.max(ahead.held_bytes());
+                    let from = read.next_offset;
+                    let plain = log.read_until_at_most(from, READ, end).await.unwrap();
+                    fetches += 1;
+                    if let Some(from_stream) = ahead.take(&tp(), &log, from, READ, end).await {
+                        assert_eq!(from_stream, plain, "the range read ahead from {from:?}");
+                        taken += 1;
+                    }
+                    read = plain;
+                }
+                assert!(fetches >= 4, "the log is several ranges long ({fetches})");
+                assert_eq!(taken, fetches, "every fetch after the first was read ahead");
+                assert_eq!(most_held, DEPTH * READ, "the stream read {DEPTH} ranges ahead, no more");
+                glommio::timer::sleep(std::time::Duration::from_millis(5)).await;
+                assert_eq!(ahead.held_bytes(), 0, "nothing read past the end");
             })
         });
     }
@@ -257,8 +413,10 @@ mod tests {
 
                 ahead.after_fetch(&tp(), &log, &first, READ, end);
                 assert!(ahead.take(&tp(), &log, next.plus(1), READ, end).await.is_none(), "another offset");
+                let held = ahead.held_bytes();
+                assert!(held > 0 && held <= DEPTH * READ);
                 ahead.after_fetch(&tp(), &log, &first, READ, end);
-                assert_eq!(ahead.held_bytes(), READ, "the same fetch again keeps the read under way");
+                assert_eq!(ahead.held_bytes(), held, "the same fetch again keeps the stream and reads nothing more");
                 assert!(
                     ahead.take(&tp(), &log, next, READ, end).await.is_some(),
                     "a reader at another offset left it to the one it was made for"
@@ -266,7 +424,8 @@ mod tests {
                 ahead.after_fetch(&tp(), &log, &first, READ, end);
                 assert!(ahead.take(&tp(), &log, next, READ, Offset(end.0 - 1)).await.is_none(), "a lower bound");
                 ahead.after_fetch(&tp(), &log, &first, READ, end);
-                assert!(ahead.take(&tp(), &log, next, READ / 2, end).await.is_none(), "more than the fetch may carry");
+                let one_batch = 8 << 10; // less than one batch of this log: nothing fits
+                assert!(ahead.take(&tp(), &log, next, one_batch, end).await.is_none(), "no batch fits the fetch");
 
                 // The range read ahead is cut away and written again with other records (a follower
                 // truncating to its new leader's log): the bytes read ahead are not what the log holds.
@@ -313,6 +472,46 @@ mod tests {
                 assert!(ahead.take(&tp(), &log, first.next_offset, READ, end).await.is_none(), "nobody asked in time");
                 glommio::timer::sleep(std::time::Duration::from_millis(5)).await; // its read is done
                 assert_eq!(ahead.held_bytes(), 0);
+            })
+        });
+    }
+
+    #[test]
+    fn a_stream_reads_deep_only_into_half_the_budget_so_another_partition_still_gets_its_next_range() {
+        with_log(|_dir, log| {
+            Box::pin(async move {
+                let ahead = ReadAhead::new(2 * READ);
+                let end = log.log_end_offset();
+                let first = log.read_until_at_most(Offset(0), READ, end).await.unwrap();
+                ahead.after_fetch(&tp(), &log, &first, READ, end);
+                glommio::timer::sleep(std::time::Duration::from_millis(5)).await; // the first range is read
+                assert_eq!(ahead.held_bytes(), READ, "no second range past half the budget");
+                let other = TopicPartition::new("t", 1);
+                ahead.after_fetch(&other, &log, &first, READ, end);
+                assert_eq!(ahead.held_bytes(), 2 * READ, "the other partition's next range is read");
+                assert!(ahead.take(&other, &log, first.next_offset, READ, end).await.is_some());
+            })
+        });
+    }
+
+    #[test]
+    fn a_fetch_with_less_room_takes_what_fits_of_the_range_and_the_next_fetch_takes_the_rest() {
+        with_log(|_dir, log| {
+            Box::pin(async move {
+                let ahead = ReadAhead::new(1 << 20);
+                let end = log.log_end_offset();
+                let first = log.read_until_at_most(Offset(0), READ, end).await.unwrap();
+                ahead.after_fetch(&tp(), &log, &first, READ, end);
+                let next = first.next_offset;
+                let head = ahead.take(&tp(), &log, next, READ / 2, end).await.expect("what fits");
+                assert_eq!(head, log.read_until_at_most(next, READ / 2, end).await.unwrap());
+                let rest = ahead.take(&tp(), &log, head.next_offset, READ, end).await.expect("the rest");
+                let range = log.read_until_at_most(next, READ, end).await.unwrap();
+                assert_eq!(rest.next_offset, range.next_offset, "the rest ends where the range read ahead ended");
+                assert_eq!([head.bytes.as_ref(), rest.bytes.as_ref()].concat(), range.bytes.to_vec());
+                // The stream went on behind the rest: the fetch after it takes the next range.
+                let after = ahead.take(&tp(), &log, rest.next_offset, READ, end).await.expect("the next range");
+                assert_eq!(after, log.read_until_at_most(rest.next_offset, READ, end).await.unwrap());
             })
         });
     }

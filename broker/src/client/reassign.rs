@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use anyhow::{Result, bail};
+use kafka_protocol::ResponseError;
 use kafka_protocol::messages::alter_partition_reassignments_request::{ReassignablePartition, ReassignableTopic};
 use kafka_protocol::messages::list_partition_reassignments_request::ListPartitionReassignmentsTopics;
 use kafka_protocol::messages::{
@@ -12,7 +13,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use super::{KafkaClient, RETRY_PAUSE, check, retriable, topic_name};
+use super::{KafkaClient, RETRY_PAUSE, check, topic_name};
 
 const ALTER_REASSIGNMENTS_V: i16 = 0;
 const LIST_REASSIGNMENTS_V: i16 = 0;
@@ -46,18 +47,24 @@ impl std::fmt::Display for Refused {
 impl KafkaClient {
     /// Moves each listed partition to its replicas (`None`: cancels its reassignment in progress). The
     /// partitions refused, with Kafka's error code and the broker's message; an error if the request
-    /// as a whole failed. Partitions refused with a retriable error (the quorum electing its leader:
-    /// NOT_CONTROLLER) are asked for again, as Kafka's admin client does, for up to [`Self::retry_for`].
+    /// as a whole failed. Partitions refused because the quorum is electing its leader (NOT_CONTROLLER)
+    /// are asked for again, as Kafka's admin client does, for up to [`Self::retry_for`].
     pub fn reassign(&mut self, topic: &str, targets: &[(i32, Option<Vec<i32>>)]) -> Result<Vec<Refused>> {
         let deadline = Instant::now() + self.retry_for;
         let mut targets = targets.to_vec();
+        let mut refused = Vec::new();
         loop {
-            let refused = self.reassign_once(topic, &targets)?;
-            let again: Vec<i32> = refused.iter().filter(|r| retriable(r.code)).map(|r| r.partition).collect();
+            let (again, settled): (Vec<Refused>, Vec<Refused>) = self
+                .reassign_once(topic, &targets)?
+                .into_iter()
+                .partition(|r| r.code == ResponseError::NotController.code());
+            refused.extend(settled);
             if again.is_empty() || Instant::now() >= deadline {
+                refused.extend(again);
+                refused.sort_by_key(|r| r.partition);
                 return Ok(refused);
             }
-            targets.retain(|(partition, _)| again.contains(partition));
+            targets.retain(|(partition, _)| again.iter().any(|r| r.partition == *partition));
             std::thread::sleep(RETRY_PAUSE);
         }
     }

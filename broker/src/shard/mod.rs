@@ -569,7 +569,7 @@ async fn fetch(
         // No room left in the answer: the partition's offsets only.
         return outcome(None, Bytes::new());
     }
-    let read = match readahead.take(tp, &log, offset, max_bytes, hw).await {
+    let read = match readahead.take(tp, &log, offset, max_bytes, hw, whole_first_batch).await {
         Some(ahead) => Ok(ahead),
         None if whole_first_batch => log.read_until(offset, max_bytes, hw).await,
         None => log.read_until_at_most(offset, max_bytes, hw).await,

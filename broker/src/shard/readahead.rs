@@ -134,9 +134,10 @@ impl<F: Fs + 'static> ReadAhead<F> {
         self.state.held_bytes.get()
     }
 
-    /// The read made ahead for a fetch of `tp` from `from` of at most `max_bytes` bounded by `end`, if there
-    /// is one that still holds (see the module documentation). A range asked for is taken either way, and
-    /// the stream reads one more in its place.
+    /// The read made ahead for a fetch of `tp` from `from` of at most `max_bytes` (or the first batch
+    /// whole, if `whole_first_batch` and it is larger) bounded by `end`, if there is one that still holds
+    /// (see the module documentation). A range asked for is taken, and the stream reads one more in its
+    /// place; what the fetch has no room for stays first in the stream.
     pub async fn take(
         &self,
         tp: &TopicPartition,
@@ -144,6 +145,7 @@ impl<F: Fs + 'static> ReadAhead<F> {
         from: Offset,
         max_bytes: usize,
         end: Offset,
+        whole_first_batch: bool,
     ) -> Option<LogRead> {
         let (id, generation, slot) = {
             let mut streams = self.state.streams.borrow_mut();
@@ -158,6 +160,8 @@ impl<F: Fs + 'static> ReadAhead<F> {
                 return None;
             }
             stream.touched = Instant::now();
+            // A stream begun by a fetch with little room reads more once its fetches have more.
+            stream.max_bytes = stream.max_bytes.max(max_bytes);
             let slot = stream.ranges.pop_front().expect("the first range was just seen");
             (stream.id, stream.generation, slot)
         };
@@ -165,25 +169,27 @@ impl<F: Fs + 'static> ReadAhead<F> {
         let read = slot.wait().await;
         // The range's share of the budget goes; what the fetch leaves of it is counted anew.
         drop(slot);
+        let Some(mut rest) = read.filter(|read| log.generation() == generation && !read.bytes.is_empty()) else {
+            self.state.drop_stream(tp, id);
+            return None;
+        };
         // A fetch may carry less than the range holds (its limit is what the answer has room left for):
         // it takes the batches that fit, as its own read would have, and the rest waits for the next.
-        let taken = read.filter(|_| log.generation() == generation).and_then(|mut rest| {
-            let head = rest.split_to_at_most(max_bytes)?;
-            Some((head, rest))
-        });
-        match taken {
-            Some((head, rest)) => {
+        let first_batch_bytes = rest.first_batch_bytes().unwrap_or(0);
+        let limit = if whole_first_batch { max_bytes.max(first_batch_bytes) } else { max_bytes };
+        let head = match rest.split_to_at_most(limit) {
+            Some(head) => {
                 crate::metrics::read_ahead(true);
-                if !rest.bytes.is_empty() {
-                    self.state.put_back(tp, id, head.next_offset, rest);
-                }
-                Some(head)
+                head
             }
-            None => {
-                self.state.drop_stream(tp, id);
-                None
-            }
+            // Not even the first batch fits: the fetch gets nothing of this partition, as its own read
+            // would have, and the range waits whole for the next.
+            None => LogRead { bytes: bytes::Bytes::new(), first_offset: None, next_offset: from },
+        };
+        if !rest.bytes.is_empty() {
+            self.state.put_back(tp, id, head.next_offset, rest);
         }
+        Some(head)
     }
 
     /// After a fetch of `tp` that returned `read` (asked for at most `max_bytes`, bounded by `end`): reads
@@ -387,7 +393,7 @@ mod tests {
                     let from = read.next_offset;
                     let plain = log.read_until_at_most(from, READ, end).await.unwrap();
                     fetches += 1;
-                    if let Some(from_stream) = ahead.take(&tp(), &log, from, READ, end).await {
+                    if let Some(from_stream) = ahead.take(&tp(), &log, from, READ, end, false).await {
                         assert_eq!(from_stream, plain, "the range read ahead from {from:?}");
                         taken += 1;
                     }
@@ -412,20 +418,28 @@ mod tests {
                 let next = first.next_offset;
 
                 ahead.after_fetch(&tp(), &log, &first, READ, end);
-                assert!(ahead.take(&tp(), &log, next.plus(1), READ, end).await.is_none(), "another offset");
+                assert!(ahead.take(&tp(), &log, next.plus(1), READ, end, false).await.is_none(), "another offset");
                 let held = ahead.held_bytes();
                 assert!(held > 0 && held <= DEPTH * READ);
                 ahead.after_fetch(&tp(), &log, &first, READ, end);
                 assert_eq!(ahead.held_bytes(), held, "the same fetch again keeps the stream and reads nothing more");
                 assert!(
-                    ahead.take(&tp(), &log, next, READ, end).await.is_some(),
+                    ahead.take(&tp(), &log, next, READ, end, false).await.is_some(),
                     "a reader at another offset left it to the one it was made for"
                 );
                 ahead.after_fetch(&tp(), &log, &first, READ, end);
-                assert!(ahead.take(&tp(), &log, next, READ, Offset(end.0 - 1)).await.is_none(), "a lower bound");
+                assert!(ahead.take(&tp(), &log, next, READ, Offset(end.0 - 1), false).await.is_none(), "a lower bound");
                 ahead.after_fetch(&tp(), &log, &first, READ, end);
-                let one_batch = 8 << 10; // less than one batch of this log: nothing fits
-                assert!(ahead.take(&tp(), &log, next, one_batch, end).await.is_none(), "no batch fits the fetch");
+                // Less room than one batch of this log: nothing fits, as the fetch's own read would find,
+                // and the range stays for the next fetch; the first partition of a fetch gets it whole.
+                let little = 8 << 10;
+                let nothing = ahead.take(&tp(), &log, next, little, end, false).await.expect("known to not fit");
+                assert!(nothing.bytes.is_empty() && nothing.next_offset == next);
+                let whole = ahead.take(&tp(), &log, next, little, end, true).await.expect("the first batch whole");
+                assert_eq!(whole, log.read_until(next, little, end).await.unwrap());
+                let range = log.read_until_at_most(next, READ, end).await.unwrap();
+                let rest = ahead.take(&tp(), &log, whole.next_offset, READ, end, false).await.expect("the rest");
+                assert_eq!([whole.bytes.as_ref(), rest.bytes.as_ref()].concat(), range.bytes.to_vec());
 
                 // The range read ahead is cut away and written again with other records (a follower
                 // truncating to its new leader's log): the bytes read ahead are not what the log holds.
@@ -437,14 +451,17 @@ mod tests {
                     log.append(&build_batch(1_700_000_000_000, &[&other]), LeaderEpoch(1)).await.unwrap();
                 }
                 log.flush().await.unwrap();
-                assert!(ahead.take(&tp(), &log, next, READ, end).await.is_none(), "bytes were removed");
+                assert!(ahead.take(&tp(), &log, next, READ, end, false).await.is_none(), "bytes were removed");
 
                 // DeleteRecords moves the log start past the range read ahead, inside its segment.
                 let again = log.read_until_at_most(Offset(0), READ, end).await.unwrap();
                 ahead.after_fetch(&tp(), &log, &again, READ, end);
                 glommio::timer::sleep(std::time::Duration::from_millis(5)).await; // the read ahead is done
                 log.delete_records(again.next_offset.plus(2)).await.unwrap();
-                assert!(ahead.take(&tp(), &log, again.next_offset, READ, end).await.is_none(), "records were deleted");
+                assert!(
+                    ahead.take(&tp(), &log, again.next_offset, READ, end, false).await.is_none(),
+                    "records were deleted"
+                );
                 glommio::timer::sleep(std::time::Duration::from_millis(5)).await;
                 assert_eq!(ahead.held_bytes(), 0);
             })
@@ -461,7 +478,9 @@ mod tests {
                 ahead.after_fetch(&tp(), &log, &first, READ, end);
                 ahead.after_fetch(&TopicPartition::new("t", 1), &log, &first, READ, end);
                 assert_eq!(ahead.held_bytes(), READ, "the second is over the budget");
-                assert!(ahead.take(&TopicPartition::new("t", 1), &log, first.next_offset, READ, end).await.is_none());
+                assert!(
+                    ahead.take(&TopicPartition::new("t", 1), &log, first.next_offset, READ, end, false).await.is_none()
+                );
 
                 let small = log.read_until_at_most(Offset(0), READ / 2 - 1, end).await.unwrap();
                 let none = ReadAhead::new(1 << 20);
@@ -469,7 +488,10 @@ mod tests {
                 assert_eq!(none.held_bytes(), 0, "a fetch that did not come back full reads nothing ahead");
 
                 ahead.expire(Instant::now() + KEEP);
-                assert!(ahead.take(&tp(), &log, first.next_offset, READ, end).await.is_none(), "nobody asked in time");
+                assert!(
+                    ahead.take(&tp(), &log, first.next_offset, READ, end, false).await.is_none(),
+                    "nobody asked in time"
+                );
                 glommio::timer::sleep(std::time::Duration::from_millis(5)).await; // its read is done
                 assert_eq!(ahead.held_bytes(), 0);
             })
@@ -489,7 +511,7 @@ mod tests {
                 let other = TopicPartition::new("t", 1);
                 ahead.after_fetch(&other, &log, &first, READ, end);
                 assert_eq!(ahead.held_bytes(), 2 * READ, "the other partition's next range is read");
-                assert!(ahead.take(&other, &log, first.next_offset, READ, end).await.is_some());
+                assert!(ahead.take(&other, &log, first.next_offset, READ, end, false).await.is_some());
             })
         });
     }
@@ -503,15 +525,40 @@ mod tests {
                 let first = log.read_until_at_most(Offset(0), READ, end).await.unwrap();
                 ahead.after_fetch(&tp(), &log, &first, READ, end);
                 let next = first.next_offset;
-                let head = ahead.take(&tp(), &log, next, READ / 2, end).await.expect("what fits");
+                let head = ahead.take(&tp(), &log, next, READ / 2, end, false).await.expect("what fits");
                 assert_eq!(head, log.read_until_at_most(next, READ / 2, end).await.unwrap());
-                let rest = ahead.take(&tp(), &log, head.next_offset, READ, end).await.expect("the rest");
+                let rest = ahead.take(&tp(), &log, head.next_offset, READ, end, false).await.expect("the rest");
                 let range = log.read_until_at_most(next, READ, end).await.unwrap();
                 assert_eq!(rest.next_offset, range.next_offset, "the rest ends where the range read ahead ended");
                 assert_eq!([head.bytes.as_ref(), rest.bytes.as_ref()].concat(), range.bytes.to_vec());
                 // The stream went on behind the rest: the fetch after it takes the next range.
-                let after = ahead.take(&tp(), &log, rest.next_offset, READ, end).await.expect("the next range");
+                let after = ahead.take(&tp(), &log, rest.next_offset, READ, end, false).await.expect("the next range");
                 assert_eq!(after, log.read_until_at_most(rest.next_offset, READ, end).await.unwrap());
+            })
+        });
+    }
+
+    #[test]
+    fn a_stream_begun_by_a_fetch_with_little_room_reads_more_once_the_fetches_have_more() {
+        with_log(|_dir, log| {
+            Box::pin(async move {
+                let ahead = ReadAhead::new(1 << 20);
+                let end = log.log_end_offset();
+                let first = log.read_until_at_most(Offset(0), READ, end).await.unwrap();
+                ahead.after_fetch(&tp(), &log, &first, READ, end);
+                let mut at = first.next_offset;
+                let mut sizes = Vec::new();
+                for _ in 0..3 {
+                    glommio::timer::sleep(std::time::Duration::from_millis(5)).await;
+                    let read = ahead.take(&tp(), &log, at, 2 * READ, end, false).await.expect("read ahead");
+                    let direct = log.read_until_at_most(at, 2 * READ, end).await.unwrap();
+                    assert!(direct.bytes.starts_with(&read.bytes), "whole batches from the same place");
+                    ahead.after_fetch(&tp(), &log, &read, 2 * READ, end);
+                    sizes.push(read.bytes.len());
+                    at = read.next_offset;
+                }
+                assert!(sizes[0] <= READ && sizes[1] <= READ, "read before the room grew: {sizes:?}");
+                assert!(sizes[2] > READ, "read after: {sizes:?}");
             })
         });
     }

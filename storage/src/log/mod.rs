@@ -103,6 +103,11 @@ pub struct LogRead {
 }
 
 impl LogRead {
+    /// The size of the first batch, if there is one.
+    pub fn first_batch_bytes(&self) -> Option<usize> {
+        BatchHeader::parse(&self.bytes).ok().map(|header| header.total_bytes())
+    }
+
     /// Splits off the leading whole batches that fit in `max_bytes`, as a read of at most `max_bytes`
     /// from the same offset would have returned them, and leaves the batches after them in `self`. `None`
     /// (and `self` unchanged) when not even the first batch fits.

@@ -270,9 +270,7 @@ impl<F: Fs + 'static> State<F> {
         if self.held_bytes.get() + max_bytes > budget_bytes {
             return;
         }
-        self.held_bytes.set(self.held_bytes.get() + max_bytes);
-        let held = Held { bytes: max_bytes, total: self.held_bytes.clone() };
-        let slot = Rc::new(Slot { from, read: RefCell::new(None), done: event_listener::Event::new(), _held: held });
+        let slot = self.slot(from, max_bytes, None);
         stream.ranges.push_back(slot.clone());
         stream.last_from = from;
         stream.next_from = None;
@@ -318,10 +316,15 @@ impl<F: Fs + 'static> State<F> {
             streams.remove(tp);
             return;
         }
+        stream.ranges.push_front(self.slot(from, bytes, Some(rest)));
+    }
+
+    /// A range from `from` counted as `bytes` of the budget until it goes: read already, or to be read.
+    fn slot(&self, from: Offset, bytes: usize, read: Option<LogRead>) -> Rc<Slot> {
         self.held_bytes.set(self.held_bytes.get() + bytes);
         let held = Held { bytes, total: self.held_bytes.clone() };
-        let read = RefCell::new(Some(Some(rest)));
-        stream.ranges.push_front(Rc::new(Slot { from, read, done: event_listener::Event::new(), _held: held }));
+        let read = RefCell::new(read.map(Some));
+        Rc::new(Slot { from, read, done: event_listener::Event::new(), _held: held })
     }
 
     fn drop_stream(&self, tp: &TopicPartition, id: u64) {
@@ -377,6 +380,21 @@ mod tests {
         TopicPartition::new("t", 0)
     }
 
+    /// Read-ahead within `budget_bytes`, the log's end, and a first fetch of `tp()` from offset 0 that came
+    /// back full, with its stream started.
+    async fn first_fetch(log: &Rc<PartitionLog<SimFs>>, budget_bytes: usize) -> (ReadAhead<SimFs>, Offset, LogRead) {
+        let ahead = ReadAhead::new(budget_bytes);
+        let end = log.log_end_offset();
+        let first = log.read_until_at_most(Offset(0), READ, end).await.unwrap();
+        ahead.after_fetch(&tp(), log, &first, READ, end);
+        (ahead, end, first)
+    }
+
+    /// Lets the reads under way finish.
+    async fn reads_run() {
+        glommio::timer::sleep(std::time::Duration::from_millis(5)).await;
+    }
+
     #[test]
     fn a_consumer_reading_to_the_end_takes_every_range_from_the_stream_exactly_as_it_would_have_read_it() {
         with_log(|_dir, log| {
@@ -388,7 +406,7 @@ mod tests {
                 while read.next_offset < end {
                     ahead.after_fetch(&tp(), &log, &read, READ, end);
                     // The consumer is busy with the answer: the stream reads on meanwhile.
-                    glommio::timer::sleep(std::time::Duration::from_millis(5)).await;
+                    reads_run().await;
                     most_held = most_held.max(ahead.held_bytes());
                     let from = read.next_offset;
                     let plain = log.read_until_at_most(from, READ, end).await.unwrap();
@@ -402,7 +420,7 @@ mod tests {
                 assert!(fetches >= 4, "the log is several ranges long ({fetches})");
                 assert_eq!(taken, fetches, "every fetch after the first was read ahead");
                 assert_eq!(most_held, DEPTH * READ, "the stream read {DEPTH} ranges ahead, no more");
-                glommio::timer::sleep(std::time::Duration::from_millis(5)).await;
+                reads_run().await;
                 assert_eq!(ahead.held_bytes(), 0, "nothing read past the end");
             })
         });
@@ -444,7 +462,7 @@ mod tests {
                 // The range read ahead is cut away and written again with other records (a follower
                 // truncating to its new leader's log): the bytes read ahead are not what the log holds.
                 ahead.after_fetch(&tp(), &log, &first, READ, end);
-                glommio::timer::sleep(std::time::Duration::from_millis(5)).await; // the read ahead is done
+                reads_run().await; // the read ahead is done
                 log.truncate_to(next.plus(1)).await.unwrap();
                 let other = vec![9u8; 8 << 10];
                 while log.log_end_offset() < end {
@@ -456,13 +474,13 @@ mod tests {
                 // DeleteRecords moves the log start past the range read ahead, inside its segment.
                 let again = log.read_until_at_most(Offset(0), READ, end).await.unwrap();
                 ahead.after_fetch(&tp(), &log, &again, READ, end);
-                glommio::timer::sleep(std::time::Duration::from_millis(5)).await; // the read ahead is done
+                reads_run().await; // the read ahead is done
                 log.delete_records(again.next_offset.plus(2)).await.unwrap();
                 assert!(
                     ahead.take(&tp(), &log, again.next_offset, READ, end, false).await.is_none(),
                     "records were deleted"
                 );
-                glommio::timer::sleep(std::time::Duration::from_millis(5)).await;
+                reads_run().await;
                 assert_eq!(ahead.held_bytes(), 0);
             })
         });
@@ -472,10 +490,7 @@ mod tests {
     fn reads_ahead_stay_within_the_budget_and_expire_when_nobody_asks() {
         with_log(|_dir, log| {
             Box::pin(async move {
-                let ahead = ReadAhead::new(READ);
-                let end = log.log_end_offset();
-                let first = log.read_until_at_most(Offset(0), READ, end).await.unwrap();
-                ahead.after_fetch(&tp(), &log, &first, READ, end);
+                let (ahead, end, first) = first_fetch(&log, READ).await;
                 ahead.after_fetch(&TopicPartition::new("t", 1), &log, &first, READ, end);
                 assert_eq!(ahead.held_bytes(), READ, "the second is over the budget");
                 assert!(
@@ -492,7 +507,7 @@ mod tests {
                     ahead.take(&tp(), &log, first.next_offset, READ, end, false).await.is_none(),
                     "nobody asked in time"
                 );
-                glommio::timer::sleep(std::time::Duration::from_millis(5)).await; // its read is done
+                reads_run().await; // its read is done
                 assert_eq!(ahead.held_bytes(), 0);
             })
         });
@@ -502,11 +517,8 @@ mod tests {
     fn a_stream_reads_deep_only_into_half_the_budget_so_another_partition_still_gets_its_next_range() {
         with_log(|_dir, log| {
             Box::pin(async move {
-                let ahead = ReadAhead::new(2 * READ);
-                let end = log.log_end_offset();
-                let first = log.read_until_at_most(Offset(0), READ, end).await.unwrap();
-                ahead.after_fetch(&tp(), &log, &first, READ, end);
-                glommio::timer::sleep(std::time::Duration::from_millis(5)).await; // the first range is read
+                let (ahead, end, first) = first_fetch(&log, 2 * READ).await;
+                reads_run().await; // the first range is read
                 assert_eq!(ahead.held_bytes(), READ, "no second range past half the budget");
                 let other = TopicPartition::new("t", 1);
                 ahead.after_fetch(&other, &log, &first, READ, end);
@@ -520,10 +532,7 @@ mod tests {
     fn a_fetch_with_less_room_takes_what_fits_of_the_range_and_the_next_fetch_takes_the_rest() {
         with_log(|_dir, log| {
             Box::pin(async move {
-                let ahead = ReadAhead::new(1 << 20);
-                let end = log.log_end_offset();
-                let first = log.read_until_at_most(Offset(0), READ, end).await.unwrap();
-                ahead.after_fetch(&tp(), &log, &first, READ, end);
+                let (ahead, end, first) = first_fetch(&log, 1 << 20).await;
                 let next = first.next_offset;
                 let head = ahead.take(&tp(), &log, next, READ / 2, end, false).await.expect("what fits");
                 assert_eq!(head, log.read_until_at_most(next, READ / 2, end).await.unwrap());
@@ -542,14 +551,11 @@ mod tests {
     fn a_stream_begun_by_a_fetch_with_little_room_reads_more_once_the_fetches_have_more() {
         with_log(|_dir, log| {
             Box::pin(async move {
-                let ahead = ReadAhead::new(1 << 20);
-                let end = log.log_end_offset();
-                let first = log.read_until_at_most(Offset(0), READ, end).await.unwrap();
-                ahead.after_fetch(&tp(), &log, &first, READ, end);
+                let (ahead, end, first) = first_fetch(&log, 1 << 20).await;
                 let mut at = first.next_offset;
                 let mut sizes = Vec::new();
                 for _ in 0..3 {
-                    glommio::timer::sleep(std::time::Duration::from_millis(5)).await;
+                    reads_run().await;
                     let read = ahead.take(&tp(), &log, at, 2 * READ, end, false).await.expect("read ahead");
                     let direct = log.read_until_at_most(at, 2 * READ, end).await.unwrap();
                     assert!(direct.bytes.starts_with(&read.bytes), "whole batches from the same place");

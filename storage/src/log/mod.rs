@@ -112,6 +112,15 @@ impl LogRead {
     /// from the same offset would have returned them, and leaves the batches after them in `self`. `None`
     /// (and `self` unchanged) when not even the first batch fits.
     pub fn split_to_at_most(&mut self, max_bytes: usize) -> Option<LogRead> {
+        if !self.bytes.is_empty() && self.bytes.len() <= max_bytes {
+            // All of it fits (the usual case): no batch to look at.
+            let next_offset = self.next_offset;
+            return Some(LogRead {
+                bytes: std::mem::take(&mut self.bytes),
+                first_offset: self.first_offset.take(),
+                next_offset,
+            });
+        }
         let mut at = 0;
         let mut next_offset = None;
         let mut rest_first = None;

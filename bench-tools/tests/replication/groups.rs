@@ -26,7 +26,11 @@ fn consumer(bootstrap: &str) -> BaseConsumer {
         .set("group.id", GROUP)
         .set("enable.auto.commit", "false")
         .set("auto.offset.reset", "earliest")
-        .set("session.timeout.ms", "10000")
+        // session.timeout.ms stays at the client's default (45 s). The member's session has to outlast
+        // the failover: the brokers' own session timeout (6 s here) before the dead broker is fenced,
+        // the election, the new coordinator loading the group, and the heartbeat interval (3 s) before
+        // it. With 10 s the member's session expired on a loaded machine; librdkafka then counts the
+        // assignment as lost and refuses every commit until the application rejoins.
         .create()
         .expect("consumer")
 }

@@ -11,13 +11,16 @@
 # Scenarios (one broker, 2 shards, 12 partitions, 1 KiB messages):
 #   consume        one consumer connection reads 3 GB from the start: the data is on disk (written once,
 #                  then each round starts the build on the same data dir)
+#   consume-tail   one consumer connection reads 3 GB from the tail cache: 40,000 messages (about 3.4 MB
+#                  per partition, within its 4 MiB tail cache) produced into a fresh data dir, then read
+#                  over and over (`consume --repeat`)
 #   produce-small  `produce --mode async --batch-bytes 16384 --in-flight 5 --acks all` for 10 s, a fresh
 #                  data dir per round
 #   rdkafka-produce librdkafka's rdkafka_performance (scripts/build-rdkafka-performance.sh): 3,000,000
 #                  messages, linger.ms=5, acks=all (fdatasync before the answer), a fresh data dir per round
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scenario=${1:?scenario: consume | produce-small | rdkafka-produce}
+scenario=${1:?scenario: consume | consume-tail | produce-small | rdkafka-produce}
 before=$(realpath "${2:?directory of the first build}")
 after=$(realpath "${3:?directory of the second build}")
 rounds=${4:-5}
@@ -82,6 +85,17 @@ consume_round() {
     stop_broker
 }
 
+consume_tail_setup() { :; }
+consume_tail_round() {
+    rm -rf "$work/data"
+    start_broker "$1" "$work/data"
+    "$1/shardlog" topic create bench --partitions 12 --replication-factor 1 > /dev/null
+    "$bench" produce --topic bench --mode async --acks 1 --messages 40000 > /dev/null
+    measure "$bench" consume --topic bench --messages 3000000 --connections 1 --repeat
+    stop_broker
+    rm -rf "$work/data"
+}
+
 produce_small_setup() { :; }
 produce_small_round() {
     rm -rf "$work/data"
@@ -106,6 +120,7 @@ rdkafka_produce_round() {
 
 case "$scenario" in
     consume) setup=consume_setup; round=consume_round ;;
+    consume-tail) setup=consume_tail_setup; round=consume_tail_round ;;
     produce-small) setup=produce_small_setup; round=produce_small_round ;;
     rdkafka-produce) setup=rdkafka_produce_setup; round=rdkafka_produce_round ;;
     *) echo "unknown scenario $scenario" >&2; exit 2 ;;

@@ -55,6 +55,11 @@ pub struct ConsumeArgs {
     /// consumer group would), so fetches overlap.
     #[arg(long, default_value_t = 1)]
     pub connections: usize,
+    /// Each time a partition is read to its end, read it again from where this run began: with a topic
+    /// that fits the broker's tail cache, measures fetches served from memory (stop with --messages or
+    /// --duration).
+    #[arg(long)]
+    pub repeat: bool,
 }
 
 /// What a consume run measured.
@@ -121,6 +126,7 @@ pub fn run(args: &ConsumeArgs) -> Result<ConsumeResult> {
                 started_ms,
                 limit: args.messages,
                 deadline,
+                repeat: args.repeat,
             };
             let consumed = consumed.clone();
             std::thread::spawn(move || lane.fetch(positions, &consumed))
@@ -145,6 +151,8 @@ struct Lane {
     started_ms: i64,
     limit: Option<u64>,
     deadline: Option<Instant>,
+    /// Read each partition again from its first position once it reaches its end.
+    repeat: bool,
 }
 
 impl Lane {
@@ -152,6 +160,7 @@ impl Lane {
         let mut client = KafkaClient::connect(&self.bootstrap)?;
         let mut leaders: BTreeMap<i32, String> = positions.keys().map(|p| (*p, self.first_leader.clone())).collect();
         let mut tally = Tally::default();
+        let first_positions = positions.clone();
         let name = TopicName(StrBytes::from_string(self.topic.clone()));
         // Since when some partition has had no leader to fetch from, and why.
         let mut stuck: Option<(Instant, String)> = None;
@@ -210,6 +219,9 @@ impl Lane {
                     }
                     let Some(records) = &p.records else { continue };
                     self.count(records, position, &mut tally, consumed);
+                    if self.repeat && *position >= p.high_watermark {
+                        *position = first_positions[&p.partition_index];
+                    }
                 }
             }
             match trouble {

@@ -237,6 +237,47 @@ fn a_read_meeting_a_bad_crc_below_the_recovery_point_takes_the_log_offline() {
 }
 
 #[test]
+fn a_batch_the_tail_read_back_from_the_disk_at_open_is_still_checked_when_read() {
+    // The tail of the active segment, read back at open, holds batches from the disk; reads skip the CRC
+    // only for batches appended since. With an index entry per batch, a clean open checks only the last
+    // batch, so a flipped byte in one before it, inside the tail's block, is met first by a read.
+    let tmp = tempfile::tempdir_in(test_root()).unwrap();
+    let dir = tmp.path().to_path_buf();
+    let config = || LogConfig { index_interval_bytes: 256, ..config() };
+    let tp = TopicPartition::new(TP, 0);
+    run(async || {
+        let (logs, _) = LogDir::open(DmaFs, Rc::new(SystemClock), &dir, |_| config()).await.expect("open");
+        let log = logs.get_or_create(&tp, config()).await.expect("create");
+        for i in 0..80 {
+            log.append(&make_batch(i, 4, 240, 1_700_000_000_000), LeaderEpoch(3)).await.expect("append");
+        }
+        logs.close().await.expect("clean close");
+    });
+    let last = last_segment(&dir);
+    let stored = std::fs::read(&last).unwrap();
+    let (mut starts, mut at) = (Vec::new(), 0);
+    while at < stored.len() {
+        starts.push(at);
+        at += shardlog_storage::batch::BatchHeader::parse(&stored[at..]).unwrap().total_bytes();
+    }
+    let tail_start = stored.len() / 4096 * 4096;
+    let victim = starts[..starts.len() - 1].iter().copied().find(|s| *s >= tail_start);
+    let victim = victim.expect("a batch before the last one begins in the tail's block");
+    flip(&last, victim + 100, 0x01);
+    run(async || {
+        let (logs, _) = LogDir::open(DmaFs, Rc::new(SystemClock), &dir, |_| config()).await.expect("reopen");
+        let log = logs.get(&tp).expect("not found at open: the partition is served");
+        let read = log.read(Offset(0), usize::MAX).await;
+        assert!(
+            matches!(read, Err(shardlog_storage::StorageError::Damaged { position, .. }) if position == victim as u64),
+            "{read:?}"
+        );
+        assert!(logs.offline(&tp).is_some_and(|d| d.contains("CRC")), "the partition is offline");
+        logs.close().await.expect("an offline log still closes");
+    });
+}
+
+#[test]
 fn rebuilds_deleted_index_files() {
     let tmp = tempfile::tempdir_in(test_root()).unwrap();
     let dir = tmp.path().to_path_buf();

@@ -248,7 +248,7 @@ impl<F: Fs> PartitionLog<F> {
                 // The kept segment was rolled: all its bytes are on disk, none in memory. (The tail is
                 // rebuilt block-aligned below, once the cut is known.)
                 let size = inner.active().size;
-                inner.tail = Tail { start: size, bytes: Default::default(), written: size };
+                inner.tail = Tail::from_disk(size, Vec::new(), size);
             }
         }
         // Newest first, and durably before the kept segment is cut: after a crash at any point the
@@ -293,7 +293,7 @@ impl<F: Fs> PartitionLog<F> {
             active.size = cut_pos;
             active.allocated = cut_pos;
             active.next_offset = cut_offset;
-            inner.tail = Tail { start: tail_start, bytes: tail_bytes.into(), written: cut_pos };
+            inner.tail = Tail::from_disk(tail_start, tail_bytes, cut_pos);
             inner.durable = inner.durable.min(cut_offset);
             inner.sync_covering = inner.sync_covering.min(cut_offset);
             inner.high_watermark = inner.high_watermark.min(cut_offset);

@@ -164,9 +164,18 @@ struct Tail {
     bytes: VecDeque<u8>,
     /// File bytes `[0, written)` hold the segment's data.
     written: u64,
+    /// Bytes from here on were appended by this process (checked as they came in); those before it were
+    /// read back from the disk when the tail was set up.
+    appended_from: u64,
 }
 
 impl Tail {
+    /// A tail whose bytes from `start` to `written` were read back from the disk; appends go on from
+    /// `written`.
+    fn from_disk(start: u64, bytes: Vec<u8>, written: u64) -> Tail {
+        Tail { start, bytes: bytes.into(), written, appended_from: written }
+    }
+
     /// Copies the cached bytes from `from` (counted from `start`) into `out`.
     fn copy_out(&self, from: usize, out: &mut [u8]) {
         let (first, second) = self.slices_from(from);

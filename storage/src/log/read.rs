@@ -7,6 +7,20 @@ use bytes::Bytes;
 
 use super::*;
 
+/// Bytes of one segment as read.
+struct Chunk {
+    bytes: Bytes,
+    /// The file position from which the bytes are ones this process appended (still in the in-memory
+    /// tail, checked when they came in); `u64::MAX` when none are.
+    appended_from: u64,
+}
+
+impl Default for Chunk {
+    fn default() -> Chunk {
+        Chunk { bytes: Bytes::new(), appended_from: u64::MAX }
+    }
+}
+
 /// The batches a read returns, gathered without copying: runs of consecutive batches are kept as slices of
 /// the chunks they were read in, and joined only when a read spans chunks.
 #[derive(Default)]
@@ -155,7 +169,8 @@ impl<F: Fs> PartitionLog<F> {
             let interval = self.inner.borrow().config.index_interval_bytes as usize;
             let want = (max_bytes.saturating_add(2 * interval)).max(HEADER_BYTES) as u64;
             let mut chunk_pos = pos;
-            let mut chunk = self.read_segment_range(seg_idx, pos, want.min(seg_size - pos)).await?;
+            let Chunk { bytes: mut chunk, mut appended_from } =
+                self.read_segment_chunk(seg_idx, pos, want.min(seg_size - pos)).await?;
             let mut at = 0usize;
             loop {
                 let file_pos = chunk_pos + at as u64;
@@ -167,7 +182,8 @@ impl<F: Fs> PartitionLog<F> {
                     // Once batches are taken, only what the budget still allows is worth reading.
                     let need =
                         if out.len == 0 { want } else { max_bytes.saturating_sub(out.len).max(HEADER_BYTES) as u64 };
-                    chunk = self.read_segment_range(seg_idx, file_pos, need.min(seg_size - file_pos)).await?;
+                    Chunk { bytes: chunk, appended_from } =
+                        self.read_segment_chunk(seg_idx, file_pos, need.min(seg_size - file_pos)).await?;
                     chunk_pos = file_pos;
                     at = 0;
                     if chunk.len() < HEADER_BYTES {
@@ -203,7 +219,8 @@ impl<F: Fs> PartitionLog<F> {
                         // The batch runs past the chunk: read from it on, as far as the budget allows.
                         out.leave(&chunk);
                         let need = total.max(max_bytes.saturating_sub(out.len)) as u64;
-                        chunk = self.read_segment_range(seg_idx, file_pos, need.min(seg_size - file_pos)).await?;
+                        Chunk { bytes: chunk, appended_from } =
+                            self.read_segment_chunk(seg_idx, file_pos, need.min(seg_size - file_pos)).await?;
                         chunk_pos = file_pos;
                         at = 0;
                         if chunk.len() < total {
@@ -215,10 +232,11 @@ impl<F: Fs> PartitionLog<F> {
                             });
                         }
                     }
-                    // Every batch served is checked: a disk that lost durable bytes must not hand them to
-                    // consumers (or followers) as if they were records.
+                    // Every batch served from the disk is checked: a disk that lost durable bytes must not
+                    // hand them to consumers (or followers) as if they were records. Batches this process
+                    // appended and still holds in memory were checked on their way in.
                     let stored = &chunk[at..at + total];
-                    if batch::compute_crc(stored) != header.crc {
+                    if file_pos < appended_from && batch::compute_crc(stored) != header.crc {
                         return Err(StorageError::Damaged {
                             path: self.segment_path(seg_idx),
                             position: file_pos,
@@ -257,12 +275,17 @@ impl<F: Fs> PartitionLog<F> {
     /// Reads `[pos, pos + len)` of a segment: from the in-memory tail where it has the bytes, from the disk
     /// below it.
     pub(super) async fn read_segment_range(&self, seg_idx: usize, pos: u64, len: u64) -> Result<Bytes> {
-        let (file, path, mut mem_part, disk_len) = {
+        self.read_segment_chunk(seg_idx, pos, len).await.map(|chunk| chunk.bytes)
+    }
+
+    /// [`Self::read_segment_range`], telling where the bytes this process appended begin.
+    async fn read_segment_chunk(&self, seg_idx: usize, pos: u64, len: u64) -> Result<Chunk> {
+        let (file, path, mut mem_part, disk_len, appended_from) = {
             let inner = self.inner.borrow();
-            let Some(seg) = inner.segments.get(seg_idx) else { return Ok(Bytes::new()) };
+            let Some(seg) = inner.segments.get(seg_idx) else { return Ok(Chunk::default()) };
             let end = (pos + len).min(seg.size);
             if pos >= end {
-                return Ok(Bytes::new());
+                return Ok(Chunk::default());
             }
             let is_active = seg_idx + 1 == inner.segments.len();
             let mem_from = if is_active { inner.tail.start.max(pos).min(end) } else { end };
@@ -272,10 +295,11 @@ impl<F: Fs> PartitionLog<F> {
             } else {
                 Vec::new()
             };
-            (seg.file.clone(), seg.log_path(), mem_part, mem_from - pos)
+            let appended_from = if is_active { inner.tail.appended_from.max(mem_from) } else { u64::MAX };
+            (seg.file.clone(), seg.log_path(), mem_part, mem_from - pos, appended_from)
         };
         if disk_len == 0 {
-            return Ok(mem_part.into());
+            return Ok(Chunk { bytes: mem_part.into(), appended_from });
         }
         let file = self.open_file(&file).await?;
         let mut bytes = file.read_at(pos, disk_len as usize).await.map_err(|e| read_failure("read", &path, e))?;
@@ -287,7 +311,7 @@ impl<F: Fs> PartitionLog<F> {
             ));
         }
         bytes.append(&mut mem_part);
-        Ok(bytes.into())
+        Ok(Chunk { bytes: bytes.into(), appended_from })
     }
 
     /// The first batch whose max timestamp is at least `timestamp`: its base offset and max timestamp

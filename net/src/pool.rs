@@ -82,6 +82,21 @@ impl LargeBuf {
         unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.ptr.as_ptr().add(self.len), bytes.len()) };
         self.len += bytes.len();
     }
+
+    /// The mapping past the filled bytes, to be written in place (a socket read straight into the
+    /// frame); [`Self::fill`] then counts what was written. Every byte of a mapping is initialized
+    /// (zeros when mapped, an earlier frame's bytes when reused).
+    pub fn spare_mut(&mut self) -> &mut [u8] {
+        // SAFETY: `[len, capacity)` lies inside the mapping, holds initialized bytes, and is borrowed
+        // mutably with `self`; shared readers (`as_ref`) see only `[0, len)`, which `&mut self` excludes.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().add(self.len), self.capacity - self.len) }
+    }
+
+    /// Counts the first `n` bytes of [`Self::spare_mut`] as filled.
+    pub fn fill(&mut self, n: usize) {
+        assert!(n <= self.capacity - self.len, "a large frame buffer overflows its frame");
+        self.len += n;
+    }
 }
 
 impl AsRef<[u8]> for LargeBuf {

@@ -269,23 +269,36 @@ async fn read_requests(
         if reader.buffered() > 0 && activity.frame_due.get().is_none() {
             activity.frame_due.set(Some(Instant::now() + clients.frame_limit()));
         }
-        let read = until_shutdown(stream.read(&mut buf), shutdown).await;
+        // The rest of a large frame is read straight into its own buffer; anything else through `buf`.
+        // Either way a read takes at most READ_CHUNK_BYTES, so the shard's other work goes on between them.
+        let read = match reader.large_frame_space() {
+            Some(space) => {
+                let len = space.len().min(READ_CHUNK_BYTES);
+                let space = &mut space[..len];
+                until_shutdown(stream.read(space), shutdown).await.map(|r| r.map(|n| (n, true)))
+            }
+            None => until_shutdown(stream.read(&mut buf), shutdown).await.map(|r| r.map(|n| (n, false))),
+        };
         match read {
             None => return,
-            Some(Ok(0)) => {
+            Some(Ok((0, _))) => {
                 if reader.buffered() > 0 {
                     tracing::warn!(%peer, bytes = reader.buffered(), "closing connection: it ended inside a frame");
                 }
                 return;
             }
-            Some(Ok(n)) => {
+            Some(Ok((n, in_place))) => {
                 activity.moved();
                 if !activity.receiving.replace(true) {
                     activity.frame_due.set(Some(Instant::now() + clients.frame_limit()));
                 }
-                reader.extend(&buf[..n]);
-                if n == buf.len() && n < READ_CHUNK_BYTES {
-                    buf.resize(n * 4, 0);
+                if in_place {
+                    reader.large_frame_filled(n);
+                } else {
+                    reader.extend(&buf[..n]);
+                    if n == buf.len() && n < READ_CHUNK_BYTES {
+                        buf.resize(n * 4, 0);
+                    }
                 }
             }
             Some(Err(e)) => {

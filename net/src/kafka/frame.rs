@@ -48,6 +48,22 @@ impl FrameReader {
         self.buf.extend_from_slice(bytes);
     }
 
+    /// Room for the rest of the large frame being received, to read it in place rather than through
+    /// [`Self::extend`] (which copies); exactly what the frame still lacks, so a read never runs into the
+    /// next frame. `None` when no large frame is under way.
+    pub fn large_frame_space(&mut self) -> Option<&mut [u8]> {
+        let (size, frame) = self.large.as_mut()?;
+        let missing = *size - frame.buf().len();
+        (missing > 0).then(|| &mut frame.buf_mut().spare_mut()[..missing])
+    }
+
+    /// Counts `n` bytes read into [`Self::large_frame_space`].
+    pub fn large_frame_filled(&mut self, n: usize) {
+        let (size, frame) = self.large.as_mut().expect("a large frame under way");
+        assert!(frame.buf().len() + n <= *size, "more bytes than the large frame lacks");
+        frame.buf_mut().fill(n);
+    }
+
     /// Bytes received but not yet returned as frames.
     pub fn buffered(&self) -> usize {
         self.buf.len() + self.large.as_ref().map_or(0, |(_, frame)| frame.buf().len())
@@ -156,5 +172,47 @@ mod tests {
         assert_eq!(&frames[1][..], b"xy");
         assert_eq!(r.buffered(), 0);
         assert_eq!(r.announced(), None);
+    }
+
+    #[test]
+    fn a_large_frame_read_in_place_stops_at_its_end_and_the_next_frames_follow() {
+        // As the connection reads: into the large frame's own buffer while one is under way (a reused
+        // buffer holding an earlier frame's bytes, too), otherwise into a read buffer.
+        for round in 0..2 {
+            let size = LARGE_FRAME_BYTES + 7 + round;
+            let body: Vec<u8> = (0..size).map(|i| ((i + round) % 253) as u8).collect();
+            let mut stream = (size as u32).to_be_bytes().to_vec();
+            stream.extend_from_slice(&body);
+            stream.extend_from_slice(&[0, 0, 0, 2, b'x', b'y', 0, 0, 0, 1, b'z']);
+            let mut r = FrameReader::new(LARGE_FRAME_BYTES * 2);
+            let (mut at, mut frames, mut in_place) = (0, Vec::new(), 0);
+            while at < stream.len() {
+                let unread = &stream[at..];
+                let n = match r.large_frame_space() {
+                    Some(space) => {
+                        assert!(space.len() <= size, "no more room than the frame lacks");
+                        let n = space.len().min(unread.len()).min(300 << 10);
+                        space[..n].copy_from_slice(&unread[..n]);
+                        r.large_frame_filled(n);
+                        in_place += n;
+                        n
+                    }
+                    None => {
+                        let n = unread.len().min(64 << 10);
+                        r.extend(&unread[..n]);
+                        n
+                    }
+                };
+                at += n;
+                while let Some(frame) = r.next_frame().unwrap() {
+                    frames.push(frame);
+                }
+            }
+            assert_eq!(in_place, size - ((64 << 10) - 4), "all but the first read's share went in place");
+            assert_eq!(frames.len(), 3);
+            assert_eq!(frames[0], body);
+            assert_eq!((&frames[1][..], &frames[2][..]), (&b"xy"[..], &b"z"[..]));
+            assert_eq!((r.buffered(), r.large_frame_space().map(|s| s.len())), (0, None));
+        }
     }
 }

@@ -57,16 +57,24 @@ fn crc_of(header: &[u8], body: &[u8]) -> u32 {
 
 /// The bytes of one frame.
 pub fn encode_frame(kind: u16, body: &[u8]) -> Vec<u8> {
-    let len = u32::try_from(body.len()).expect("a peer message under 4 GiB");
     let mut out = Vec::with_capacity(HEADER_BYTES + body.len());
-    out.extend_from_slice(&MAGIC.to_be_bytes());
-    out.extend_from_slice(&VERSION.to_be_bytes());
-    out.extend_from_slice(&kind.to_be_bytes());
-    out.extend_from_slice(&len.to_be_bytes());
-    let crc = crc_of(&out[..12], body);
-    out.extend_from_slice(&crc.to_be_bytes());
+    out.extend_from_slice(&frame_header(kind, &[body]));
     out.extend_from_slice(body);
     out
+}
+
+/// The header of a frame whose body is `parts`, one after the other.
+pub fn frame_header(kind: u16, parts: &[&[u8]]) -> [u8; HEADER_BYTES] {
+    let len = parts.iter().map(|p| p.len()).sum::<usize>();
+    let len = u32::try_from(len).expect("a peer message under 4 GiB");
+    let mut header = [0u8; HEADER_BYTES];
+    header[0..4].copy_from_slice(&MAGIC.to_be_bytes());
+    header[4..6].copy_from_slice(&VERSION.to_be_bytes());
+    header[6..8].copy_from_slice(&kind.to_be_bytes());
+    header[8..12].copy_from_slice(&len.to_be_bytes());
+    let crc = parts.iter().fold(crc32c::crc32c(&header[..12]), |crc, part| crc32c::crc32c_append(crc, part));
+    header[12..16].copy_from_slice(&crc.to_be_bytes());
+    header
 }
 
 /// Splits a peer's byte stream into checked frames.

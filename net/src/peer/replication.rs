@@ -11,7 +11,10 @@
 //! follower's storage checks each batch's CRC32C before it appends. The byte layout is in
 //! `docs/peer-protocol.md` §2.2.
 
-use super::{PeerFrameError, decode_message, encode_message};
+use bytes::{Bytes, BytesMut};
+
+use super::{HEADER_BYTES, PeerFrameError, decode_message, encode_message, frame_header};
+use crate::kafka::pieces::SHARED_MIN_BYTES;
 
 /// Frame types on a replication connection.
 pub mod kind {
@@ -115,6 +118,36 @@ pub fn encode_fetch_result(result: &ReplicaFetchResult, records: &[&[u8]]) -> Ve
     body
 }
 
+/// A fetch result frame as pieces to write in order, the same bytes as [`encode_frame`] of
+/// [`encode_fetch_result`]: the header and control part in one piece, then the record sets, each large
+/// one as it is (its memory shared, not copied), small ones gathered into one piece.
+pub fn fetch_result_frame_pieces(result: &ReplicaFetchResult, records: &[Bytes]) -> Vec<Bytes> {
+    debug_assert_eq!(result.partitions.len(), records.len());
+    let control = encode_message(result);
+    let control_len = (control.len() as u32).to_be_bytes();
+    let mut parts: Vec<&[u8]> = vec![&control_len, &control];
+    parts.extend(records.iter().map(|r| r.as_ref()));
+    let mut pieces = Vec::new();
+    let mut current = BytesMut::with_capacity(HEADER_BYTES + 4 + control.len());
+    current.extend_from_slice(&frame_header(kind::FETCH_RESULT, &parts));
+    current.extend_from_slice(&control_len);
+    current.extend_from_slice(&control);
+    for bytes in records {
+        if bytes.len() >= SHARED_MIN_BYTES {
+            if !current.is_empty() {
+                pieces.push(current.split().freeze());
+            }
+            pieces.push(bytes.clone());
+        } else {
+            current.extend_from_slice(bytes);
+        }
+    }
+    if !current.is_empty() {
+        pieces.push(current.freeze());
+    }
+    pieces
+}
+
 /// Splits a fetch result body into its control part and each partition's record bytes (slices of `body`,
 /// not copies). The lengths must add up exactly.
 pub fn decode_fetch_result(body: &[u8]) -> Result<(ReplicaFetchResult, Vec<&[u8]>), PeerFrameError> {
@@ -178,6 +211,26 @@ mod tests {
         let (decoded, parts) = decode_fetch_result(&frame.body).unwrap();
         assert_eq!(decoded, control);
         assert_eq!(parts, vec![&a[..], &[][..], &b[..]]);
+    }
+
+    #[test]
+    fn a_fetch_result_as_pieces_is_the_same_frame_and_shares_the_large_record_sets() {
+        let large = Bytes::from((0..SHARED_MIN_BYTES + 9).map(|i| (i % 241) as u8).collect::<Vec<u8>>());
+        let (small, other) = (Bytes::from_static(b"small set"), Bytes::from_static(b"xyz"));
+        let records = [small.clone(), large.clone(), Bytes::new(), other.clone(), large.clone()];
+        let control = result(&records.iter().map(|r| r.len() as u32).collect::<Vec<_>>());
+        let pieces = fetch_result_frame_pieces(&control, &records);
+        let refs: Vec<&[u8]> = records.iter().map(|r| r.as_ref()).collect();
+        let whole = encode_frame(kind::FETCH_RESULT, &encode_fetch_result(&control, &refs));
+        assert_eq!(pieces.concat(), whole);
+        // Header, control part and the small set; the large set; the empty and small ones; the large again.
+        assert_eq!(pieces.len(), 4);
+        assert_eq!((pieces[1].as_ptr(), pieces[3].as_ptr()), (large.as_ptr(), large.as_ptr()), "not copied");
+        let mut reader = PeerFrameReader::new(1 << 20);
+        reader.extend(&pieces.concat());
+        let frame = reader.next_frame().unwrap().expect("a whole frame whose CRC checks");
+        let (decoded, parts) = decode_fetch_result(&frame.body).unwrap();
+        assert_eq!((decoded, parts), (control, refs));
     }
 
     #[test]

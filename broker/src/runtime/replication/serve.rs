@@ -13,7 +13,7 @@ use glommio::net::TcpStream;
 use kafka_protocol::ResponseError;
 use shardlog_net::peer::replication::{
     FetchPartition, FetchedPartition, NO_EPOCH, ReplicaFetch, ReplicaFetchResult, ReplicaHello, ReplicaHelloAnswer,
-    encode_fetch_result, kind,
+    fetch_result_frame_pieces, kind,
 };
 use shardlog_net::peer::{PeerFrameError, PeerFrameReader, decode_message, encode_frame, encode_message};
 use shardlog_storage::fs::dma::DmaFs;
@@ -128,14 +128,18 @@ pub(super) async fn serve_fetches(
                 shutdown.wait().await;
                 None
             });
-        let Some(body) = answered.await else { return };
-        if let Err(e) = stream.write_all(&encode_frame(kind::FETCH_RESULT, &body)).await {
-            tracing::debug!(%peer, error = %e, "replication connection lost");
-            return;
+        let Some(pieces) = answered.await else { return };
+        // Written piece by piece: the record sets go from where the log read put them.
+        for piece in &pieces {
+            if let Err(e) = stream.write_all(piece).await {
+                tracing::debug!(%peer, error = %e, "replication connection lost");
+                return;
+            }
         }
+        let bytes = pieces.iter().map(|p| p.len()).sum::<usize>();
         served.answers += 1;
-        served.bytes += body.len() as u64;
-        tracing::trace!(%peer, bytes = body.len(), "answered a fetch");
+        served.bytes += bytes as u64;
+        tracing::trace!(%peer, bytes, "answered a fetch");
     }
 }
 
@@ -182,7 +186,7 @@ async fn answer_fetch(
     follower: NodeId,
     fetch: ReplicaFetch,
     shutdown: &Shutdown,
-) -> Vec<u8> {
+) -> Vec<bytes::Bytes> {
     let hold = Duration::from_millis(fetch.max_wait_ms as u64).min(MAX_HOLD);
     let deadline = Instant::now() + hold;
     let limit = (fetch.max_bytes as usize).min(RESPONSE_MAX_BYTES);
@@ -236,7 +240,8 @@ async fn answer_partition(
     Answered { reply, records, high_watermark: replicas.high_watermark(&tp, &log), log_start: log.log_start_offset() }
 }
 
-fn fetch_result(correlation: u64, asked: &[FetchPartition], answers: &[Answered]) -> Vec<u8> {
+/// The answer's frame, as pieces to write in order.
+fn fetch_result(correlation: u64, asked: &[FetchPartition], answers: &[Answered]) -> Vec<bytes::Bytes> {
     let partitions = asked
         .iter()
         .zip(answers)
@@ -263,6 +268,6 @@ fn fetch_result(correlation: u64, asked: &[FetchPartition], answers: &[Answered]
             }
         })
         .collect();
-    let records: Vec<&[u8]> = answers.iter().map(|a| a.records.as_ref()).collect();
-    encode_fetch_result(&ReplicaFetchResult { correlation, partitions }, &records)
+    let records: Vec<bytes::Bytes> = answers.iter().map(|a| a.records.clone()).collect();
+    fetch_result_frame_pieces(&ReplicaFetchResult { correlation, partitions }, &records)
 }

@@ -11,7 +11,7 @@
 # Scenarios (one broker, 2 shards, 12 partitions, 1 KiB messages):
 #   consume        one consumer connection reads 3 GB from the start: the data is on disk (written once,
 #                  then each round starts the build on the same data dir)
-#   consume-tail   one consumer connection reads 3 GB from the tail cache: 40,000 messages (about 3.4 MB
+#   consume-tail   one consumer connection reads 3 GB from the tail cache: 40,000 messages (about 4.0 MB
 #                  per partition, within its 4 MiB tail cache) produced into a fresh data dir, then read
 #                  over and over (`consume --repeat`)
 #   produce-small  `produce --mode async --batch-bytes 16384 --in-flight 5 --acks all` for 10 s, a fresh

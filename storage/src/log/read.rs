@@ -236,6 +236,11 @@ impl<F: Fs> PartitionLog<F> {
                     // hand them to consumers (or followers) as if they were records. Batches this process
                     // appended and still holds in memory were checked on their way in.
                     let stored = &chunk[at..at + total];
+                    // (Test builds check those too: a fault in the tail's own bookkeeping shows there.)
+                    debug_assert!(
+                        file_pos < appended_from || batch::compute_crc(stored) == header.crc,
+                        "a batch from the in-memory tail does not match its CRC32C"
+                    );
                     if file_pos < appended_from && batch::compute_crc(stored) != header.crc {
                         return Err(StorageError::Damaged {
                             path: self.segment_path(seg_idx),

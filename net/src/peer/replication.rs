@@ -103,24 +103,10 @@ pub struct ReplicaFetchResult {
     pub partitions: Vec<FetchedPartition>,
 }
 
-/// The body of a fetch result frame: a 4-byte big-endian length, the control part, then `records` (each
-/// partition's bytes, in order; their lengths are in the control part).
-pub fn encode_fetch_result(result: &ReplicaFetchResult, records: &[&[u8]]) -> Vec<u8> {
-    debug_assert_eq!(result.partitions.len(), records.len());
-    let control = encode_message(result);
-    let total: usize = records.iter().map(|r| r.len()).sum();
-    let mut body = Vec::with_capacity(4 + control.len() + total);
-    body.extend_from_slice(&(control.len() as u32).to_be_bytes());
-    body.extend_from_slice(&control);
-    for bytes in records {
-        body.extend_from_slice(bytes);
-    }
-    body
-}
-
-/// A fetch result frame as pieces to write in order, the same bytes as [`encode_frame`] of
-/// [`encode_fetch_result`]: the header and control part in one piece, then the record sets, each large
-/// one as it is (its memory shared, not copied), small ones gathered into one piece.
+/// A fetch result frame as pieces to write in order. Its body is a 4-byte big-endian length, the control
+/// part, then `records` (each partition's bytes, in order; their lengths are in the control part). The
+/// pieces: the header and control part in one, then the record sets, each large one as it is (its memory
+/// shared, not copied), small ones gathered into one piece.
 pub fn fetch_result_frame_pieces(result: &ReplicaFetchResult, records: &[Bytes]) -> Vec<Bytes> {
     debug_assert_eq!(result.partitions.len(), records.len());
     let control = encode_message(result);
@@ -179,6 +165,16 @@ pub fn decode_fetch_result(body: &[u8]) -> Result<(ReplicaFetchResult, Vec<&[u8]
 mod tests {
     use super::*;
     use crate::peer::{PeerFrameReader, encode_frame};
+
+    /// The body of a fetch result frame written out plainly (docs/peer-protocol.md §2.2): what the pieces
+    /// must add up to.
+    fn encode_fetch_result(result: &ReplicaFetchResult, records: &[&[u8]]) -> Vec<u8> {
+        let control = encode_message(result);
+        let mut body = (control.len() as u32).to_be_bytes().to_vec();
+        body.extend_from_slice(&control);
+        records.iter().for_each(|bytes| body.extend_from_slice(bytes));
+        body
+    }
 
     fn result(lens: &[u32]) -> ReplicaFetchResult {
         ReplicaFetchResult {

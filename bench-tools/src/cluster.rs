@@ -340,8 +340,12 @@ impl Cluster {
                     && let Some(status) = child.try_wait()?
                 {
                     let log = std::fs::read_to_string(&broker.log).unwrap_or_default();
-                    let tail: Vec<&str> = log.lines().rev().take(5).collect();
-                    let tail: Vec<&str> = tail.into_iter().rev().collect();
+                    // What the broker said before any backtrace: the backtrace would hide the reason.
+                    let said: Vec<&str> = log
+                        .lines()
+                        .take_while(|l| !l.trim_start().to_lowercase().starts_with("stack backtrace"))
+                        .collect();
+                    let tail = &said[said.len().saturating_sub(5)..];
                     bail!(
                         "broker {} exited with {status}; {} ends with:\n{}",
                         broker.id,

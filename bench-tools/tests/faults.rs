@@ -127,6 +127,7 @@ fn tps_table_scenario_five_kills_brokers_and_loses_nothing_acknowledged() {
     // Columns: acks, replicas, min.insync, retries, method, seed TPS, seed disk, seed errors, TPS,
     // acknowledged, given up (stored), acknowledged and lost, stored twice, errors seen.
     for row in &rows {
+        assert!(row.len() > 11, "every column of the row measured\n{report}");
         assert!(row[9].parse::<u64>().unwrap() > 0, "records were acknowledged\n{report}");
         assert_eq!(row[11], "0", "no acknowledged record lost\n{report}");
     }

@@ -142,7 +142,7 @@ fn markdown(tables: &[Table], flush: &str, brokers: usize) -> String {
                     cells.extend(["-".into(), "-".into(), "-".into(), "-".into()]);
                 }
                 Outcome::Failed(reason) => {
-                    cells.push(format!("failed: {}", reason.replace('|', "/")));
+                    cells.push(format!("failed: {}", table_cell(reason)));
                     cells.extend(["-".into(), "-".into(), "-".into(), "-".into()]);
                 }
             }
@@ -359,4 +359,26 @@ where
     }
     root.present().map_err(plot_err)?;
     Ok(())
+}
+
+/// `text` as one Markdown table cell: a `|` would start another column and a line break end the row
+/// (a failed start's error quotes the broker's log, several lines).
+pub fn table_cell(text: &str) -> String {
+    text.split('\n')
+        .map(str::trim_end)
+        .filter(|line| !line.is_empty())
+        .collect::<Vec<_>>()
+        .join(" / ")
+        .replace('|', "/")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::table_cell;
+
+    #[test]
+    fn a_multi_line_error_stays_in_one_cell() {
+        let cell = table_cell("start the cluster: broker 2 exited\n  listen on 127.0.0.1:5 | in use\n\n");
+        assert_eq!(cell, "start the cluster: broker 2 exited /   listen on 127.0.0.1:5 / in use");
+    }
 }

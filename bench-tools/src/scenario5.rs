@@ -118,7 +118,7 @@ pub fn run(duration: Duration, shardlog: Option<&Path>, out: &Path) -> Result<St
                     if errors.is_empty() { "none".into() } else { errors.join(", ") }
                 )
             }
-            Err(e) => format!("failed: {} | - | - | - | - | -", format!("{e:#}").replace('|', "/")),
+            Err(e) => format!("failed: {} | - | - | - | - | -", crate::report::table_cell(&format!("{e:#}"))),
         };
         let _ = writeln!(
             text,

@@ -349,3 +349,100 @@ fn group_commit_covers_a_thousand_concurrent_appends_with_few_fsyncs() {
         assert!(fsyncs >= 1);
     });
 }
+
+/// The file's extents as (start, end, unwritten), from the filesystem (FIEMAP).
+fn extents(path: &Path) -> Vec<(u64, u64, bool)> {
+    use std::os::fd::AsRawFd;
+    const FS_IOC_FIEMAP: libc::c_ulong = 0xC020_660B;
+    const FIEMAP_FLAG_SYNC: u32 = 1;
+    const FIEMAP_EXTENT_UNWRITTEN: u32 = 0x800;
+    const SLOTS: usize = 512;
+    // struct fiemap (32 bytes) followed by SLOTS struct fiemap_extent (56 bytes each), in u64 words.
+    let mut words = vec![0u64; 4 + SLOTS * 7];
+    words[1] = u64::MAX; // fm_length
+    words[2] = u64::from(FIEMAP_FLAG_SYNC); // fm_flags (fm_mapped_extents above it, written back)
+    words[3] = SLOTS as u64; // fm_extent_count (fm_reserved above it is 0)
+    let file = std::fs::File::open(path).unwrap();
+    // SAFETY: FS_IOC_FIEMAP reads the header and writes at most fm_extent_count extents after it, all
+    // inside `words`.
+    let rc = unsafe { libc::ioctl(file.as_raw_fd(), FS_IOC_FIEMAP, words.as_mut_ptr()) };
+    assert_eq!(rc, 0, "FIEMAP on {}: {}", path.display(), std::io::Error::last_os_error());
+    let mapped = (words[2] >> 32) as usize;
+    assert!(mapped < SLOTS, "more extents than asked for");
+    (0..mapped)
+        .map(|i| {
+            let e = &words[4 + i * 7..4 + (i + 1) * 7];
+            let flags = e[5] as u32;
+            (e[0], e[0] + e[2], flags & FIEMAP_EXTENT_UNWRITTEN != 0)
+        })
+        .collect()
+}
+
+/// Whether every byte of `[from, to)` is in an extent that holds written blocks.
+fn written(extents: &[(u64, u64, bool)], from: u64, to: u64) -> bool {
+    let mut at = from;
+    for &(start, end, unwritten) in extents {
+        if start <= at && at < end {
+            if unwritten {
+                return false;
+            }
+            at = end;
+        }
+    }
+    at >= to
+}
+
+#[test]
+fn small_synced_appends_land_in_blocks_already_written_and_big_ones_write_no_zeros() {
+    let tmp = tempfile::tempdir_in(test_root()).unwrap();
+    let dir = tmp.path().to_path_buf();
+    let config = || LogConfig { retention_ms: None, ..LogConfig::default() };
+    run(async || {
+        let (logs, _) = LogDir::open(DmaFs, Rc::new(SystemClock), &dir, |_| config()).await.unwrap();
+        let small = logs.get_or_create(&TopicPartition::new(TP, 0), config()).await.unwrap();
+        let big = logs.get_or_create(&TopicPartition::new(TP, 1), config()).await.unwrap();
+        let mut sent = Vec::new();
+        for i in 0..300u64 {
+            let batch = make_batch(i, 4, 900, 1_700_000_000_000);
+            let info = small.append(&batch, LeaderEpoch(1)).await.unwrap();
+            small.wait_durable(info.next_offset()).await.unwrap();
+            sent.push(batch);
+        }
+        for i in 0..12u64 {
+            let info = big.append(&make_batch(i, 64, 4000, 1_700_000_000_000), LeaderEpoch(1)).await.unwrap();
+            big.wait_durable(info.next_offset()).await.unwrap();
+        }
+
+        let data_end: u64 = sent.iter().map(|b| b.len() as u64).sum();
+        let path = last_segment(&dir);
+        let file_len = std::fs::metadata(&path).unwrap().len();
+        let map = extents(&path);
+        // Reservations run ahead of the data (at least 64 KiB); the data and the next half megabyte of the
+        // reservation are in written blocks, so the next appends' fdatasyncs have no extent to convert.
+        let data_blocks = data_end.next_multiple_of(4096);
+        assert!(file_len >= data_blocks + (64 << 10), "reserved ahead: {file_len} for {data_end}");
+        let ahead = (data_blocks + (512 << 10)).min(file_len);
+        assert!(written(&map, 0, ahead), "blocks up to {ahead} written: {map:?}");
+        // The zeros go a megabyte ahead at most, not over the whole reservation.
+        let zeroed = small.stats().bytes_zeroed;
+        assert!(zeroed > 0 && zeroed <= data_blocks + (1 << 20), "{zeroed} bytes of zeros for {data_end} of data");
+        assert_eq!(big.stats().bytes_zeroed, 0, "write-outs of 256 KiB and more get no zeros");
+        let big_path = dir.join(format!("{TP}-1")).join(last_segment(&dir).file_name().unwrap());
+        let big_end = big.read(Offset(0), usize::MAX).await.unwrap().bytes.len() as u64;
+        let big_len = std::fs::metadata(&big_path).unwrap().len();
+        assert!(big_len > big_end.next_multiple_of(4096), "reserved ahead: {big_len} for {big_end}");
+        assert!(!written(&extents(&big_path), big_end.next_multiple_of(4096), big_len), "only allocated past the data");
+
+        let read = small.read(Offset(0), usize::MAX).await.unwrap();
+        assert_eq!(read.bytes.len() as u64, data_end);
+        let batches = split_batches(&read.bytes);
+        assert_eq!(batches.len(), sent.len());
+    });
+    // After a restart (no clean close: the file still ends in zeros and reservation) every batch is read back as it was appended: the zeros never covered data.
+    run(async || {
+        let (_logs, log, _) = reopen(&dir).await;
+        assert_eq!(log.log_end_offset(), Offset(1200));
+        let read = log.read(Offset(0), usize::MAX).await.unwrap();
+        assert_eq!(split_batches(&read.bytes).len(), 300);
+    });
+}

@@ -366,6 +366,7 @@ impl<F: Fs> PartitionLog<F> {
             file: handle,
             size: cleaned.size,
             allocated: cleaned.size,
+            zeroed: 0,
             next_offset: last.next_offset,
             persisted_index: None,
             created_ms: self.inner.borrow().segments[start].created_ms,

@@ -37,6 +37,7 @@ pub(super) async fn create_segment<F: Fs>(
         file: files.adopt(path, file),
         size: 0,
         allocated: 0,
+        zeroed: 0,
         next_offset: base,
         index: SegmentIndex::new(base),
         persisted_index: None,
@@ -292,6 +293,7 @@ impl<F: Fs> PartitionLog<F> {
             active.index.truncate(cut_pos, cut_offset);
             active.size = cut_pos;
             active.allocated = cut_pos;
+            active.zeroed = active.zeroed.min(cut_pos);
             active.next_offset = cut_offset;
             inner.tail = Tail::from_disk(tail_start, tail_bytes, cut_pos);
             inner.durable = inner.durable.min(cut_offset);

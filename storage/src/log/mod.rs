@@ -151,6 +151,8 @@ pub struct LogStats {
     pub appends: u64,
     pub writes: u64,
     pub bytes_written: u64,
+    /// Bytes written with zeros ahead of small write-outs (not counted in `bytes_written`).
+    pub bytes_zeroed: u64,
     pub fsyncs: u64,
 }
 

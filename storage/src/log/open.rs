@@ -547,6 +547,7 @@ async fn load_segment<F: Fs>(
         file: files.adopt(log_path, file),
         size,
         allocated: file_size,
+        zeroed: 0,
         next_offset,
         index,
         persisted_index,

@@ -49,6 +49,9 @@ pub struct Segment<F: Fs> {
     /// Bytes of the file allocated, as far as this process made or found them (the active segment is
     /// preallocated ahead of its writes; see `LogConfig::preallocate_bytes`).
     pub allocated: u64,
+    /// The active segment's blocks below this were written with zeros ahead of its data by this process
+    /// (see `log::durability`), so writes into them change no extent; 0 when none were.
+    pub zeroed: u64,
     /// The offset after the segment's last batch.
     pub next_offset: Offset,
     pub index: SegmentIndex,

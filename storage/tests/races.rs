@@ -392,3 +392,37 @@ fn a_truncation_cut_short_after_the_cut_leaves_no_producer_state_of_the_cut_batc
     assert_eq!(again.base_offset, cut.base_offset);
     assert_eq!(log.producer_states().get(7).unwrap().batches.len(), 2);
 }
+
+/// While an fdatasync is under way, a small append's durability wait starts no second one: it waits and
+/// goes with the next, so appends arriving one by one share fdatasyncs. A write-out big enough to be
+/// worth overlapping with the sync under way starts its own at once.
+#[test]
+fn a_small_append_waits_for_the_sync_under_way_and_a_big_one_overlaps_it() {
+    let fs = new_fs();
+    let log = open(fs.clone(), cfg(), ManualClock::new(1_700_000_000_000));
+    // The leader-epoch file is written (and synced) by the first sync: out of the way before the gate.
+    block_on(log.append(&make_batch(0, 2, 100, 1), LeaderEpoch(0))).unwrap();
+    block_on(log.flush()).unwrap();
+    let first = block_on(log.append(&make_batch(1, 2, 100, 1), LeaderEpoch(0))).unwrap();
+    fs.gate.armed.set(Some(Gate::Fdatasync));
+    let mut first_sync = Box::pin(log.wait_durable(first.next_offset()));
+    poll_until_held(first_sync.as_mut(), &fs.gate);
+
+    let writes = fs.sim.write_count();
+    let small = block_on(log.append(&make_batch(2, 2, 100, 1), LeaderEpoch(0))).unwrap();
+    let mut small_sync = Box::pin(log.wait_durable(small.next_offset()));
+    for _ in 0..100 {
+        assert!(poll(small_sync.as_mut()).is_pending(), "a small append waits for the sync under way");
+    }
+    assert_eq!(fs.sim.write_count(), writes, "no second sync (its write-out) for a small append");
+
+    let big = block_on(log.append(&make_batch(3, 40, 4000, 1), LeaderEpoch(0))).unwrap();
+    finish(Box::pin(log.wait_durable(big.next_offset())).as_mut()).unwrap();
+    assert!(fs.gate.held.get(), "the big append's sync ran beside the one still under way");
+    assert!(fs.sim.write_count() > writes);
+
+    fs.gate.released.set(true);
+    finish(first_sync.as_mut()).unwrap();
+    finish(small_sync.as_mut()).unwrap();
+    assert_eq!(log.durable_offset(), big.next_offset());
+}

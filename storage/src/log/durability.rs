@@ -13,7 +13,8 @@ use crate::fs::{Fs, SegmentFile, align_down, align_up};
 use crate::types::Offset;
 
 /// Syncs of one log that may be under way at once: while one fdatasync runs, the next group is already
-/// written, so its fdatasync can start without waiting for a full round.
+/// written, so its fdatasync can start without waiting for a full round (for a group of at least
+/// `SMALL_WRITE_OUT_BYTES`; a smaller one waits and grows).
 const MAX_SYNCS_IN_FLIGHT: u32 = 2;
 
 /// The largest single direct write; larger write-outs are split and submitted together.
@@ -21,9 +22,9 @@ const WRITE_CHUNK_BYTES: u64 = 1 << 20;
 /// The least an active segment is reserved ahead of its end (see `reserve_locked`).
 const MIN_RESERVE_BYTES: u64 = 64 << 10;
 
-/// A write-out smaller than this is followed by an fdatasync that costs more than the write: zeros are
-/// written ahead of it (see `zero_ahead`).
-const ZERO_AHEAD_BELOW_BYTES: u64 = 128 << 10;
+/// A write-out smaller than this is small: the fdatasync after it costs more than the write. Zeros are
+/// written ahead of it (see `zero_ahead`), and it starts no second sync beside one under way.
+const SMALL_WRITE_OUT_BYTES: u64 = 128 << 10;
 /// How far ahead of a small write-out's end the zeros go, written together with it once the data comes
 /// within half of this of the zeroed blocks' end.
 const ZERO_AHEAD_BYTES: u64 = 1 << 20;
@@ -41,7 +42,7 @@ const ZERO_AHEAD_BYTES: u64 = 1 << 20;
 /// reserved blocks past the data are zeroed: never a byte of data, and never a block that is not allocated
 /// (a full disk is met when reserving, not here).
 fn zero_ahead(end: u64, len: u64, zeroed: u64, allocated: u64) -> Option<(u64, u64)> {
-    if len >= ZERO_AHEAD_BELOW_BYTES || allocated == u64::MAX {
+    if len >= SMALL_WRITE_OUT_BYTES || allocated == u64::MAX {
         return None;
     }
     let data_end = align_up(end);
@@ -88,7 +89,10 @@ impl<F: Fs> PartitionLog<F> {
                     return Err(StorageError::Truncated { offset, log_end: inner.log_end() });
                 }
                 let covered_by_one_under_way = inner.syncs_in_flight > 0 && inner.sync_covering >= offset;
-                if covered_by_one_under_way || inner.syncs_in_flight >= MAX_SYNCS_IN_FLIGHT {
+                // A second sync overlaps the first only for a big write-out: small appends wait for the
+                // sync under way and then go together, one fdatasync for all that came meanwhile.
+                let little_for_another = inner.syncs_in_flight > 0 && inner.unwritten_bytes() < SMALL_WRITE_OUT_BYTES;
+                if covered_by_one_under_way || little_for_another || inner.syncs_in_flight >= MAX_SYNCS_IN_FLIGHT {
                     Some(self.progress.listen())
                 } else {
                     inner.syncs_in_flight += 1;

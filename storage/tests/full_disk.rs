@@ -45,3 +45,48 @@ fn index_and_checkpoint_writes_on_a_full_disk_are_refused_and_written_once_space
     assert_eq!(log.log_end_offset(), Offset(80), "every record");
     assert_eq!(log.high_watermark(), Offset(80));
 }
+
+/// A roll that fails on a full disk after its seal cut the active segment's file leaves that segment
+/// active: a later small append that fits in it reserves its blocks again and is refused with `NoSpace`,
+/// rather than being written (or preceded by zeros) past the cut, where the full disk would fail the
+/// write itself. Once space is back, appends go on and nothing acknowledged is lost.
+#[test]
+fn after_a_roll_fails_on_a_full_disk_an_append_into_the_cut_segment_is_refused_not_written_past_it() {
+    let fs = SimFs::new();
+    let clock = ManualClock::new(1_700_000_000_000);
+    let config = LogConfig {
+        segment_bytes: 16 << 10,
+        index_interval_bytes: 300,
+        tail_cache_bytes: 0,
+        retention_ms: None,
+        ..LogConfig::default()
+    };
+    let tp = TopicPartition::new("t", 0);
+    let (dir, _) = block_on(LogDir::open(fs.clone(), clock.clone(), Path::new("/data"), |_| config.clone())).unwrap();
+    let log = block_on(dir.get_or_create(&tp, config.clone())).unwrap();
+    let mut acknowledged = 0;
+    // 16 batches of about 900 bytes: the segment is 14 KiB full.
+    while acknowledged < 16 {
+        let info = block_on(log.append(&make_batch(acknowledged, 2, 400, 0), LeaderEpoch(0))).unwrap();
+        block_on(log.wait_durable(info.next_offset())).unwrap();
+        acknowledged += 1;
+    }
+
+    fs.set_full(true);
+    let err = block_on(log.append(&make_batch(100, 8, 400, 0), LeaderEpoch(0))).unwrap_err();
+    assert!(matches!(err, StorageError::NoSpace { .. }), "the roll's index files: {err}");
+    assert_eq!(log.segment_count(), 1, "the cut segment is still the active one");
+    let err = block_on(log.append(&make_batch(101, 1, 100, 0), LeaderEpoch(0))).unwrap_err();
+    assert!(matches!(err, StorageError::NoSpace { .. }), "the small append: {err}");
+
+    fs.set_full(false);
+    for i in 0..4 {
+        let info = block_on(log.append(&make_batch(200 + i, 2, 400, 0), LeaderEpoch(0))).unwrap();
+        block_on(log.wait_durable(info.next_offset())).unwrap();
+        acknowledged += 1;
+    }
+    block_on(dir.close()).unwrap();
+    drop((log, dir));
+    let (dir, _) = block_on(LogDir::open(fs, clock, Path::new("/data"), |_| config.clone())).unwrap();
+    assert_eq!(dir.get(&tp).unwrap().log_end_offset(), Offset(acknowledged * 2), "every acknowledged record");
+}

@@ -179,6 +179,15 @@ impl<F: Fs> PartitionLog<F> {
         if let Err(e) = file.truncate(size).await {
             fatal::disk_failure("truncate", &path, &e);
         }
+        {
+            // The reservation is gone with the cut. The segment may stay active (a roll whose new segment
+            // could not be made, a close that failed): its next appends reserve again, and no zeros go
+            // past the cut.
+            let mut inner = self.inner.borrow_mut();
+            let active = inner.active_mut();
+            active.allocated = size;
+            active.zeroed = active.zeroed.min(size);
+        }
         let started = std::time::Instant::now();
         if let Err(e) = file.fdatasync().await {
             fatal::disk_failure("fdatasync", &path, &e);

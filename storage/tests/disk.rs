@@ -56,7 +56,11 @@ fn partition_dir(dir: &Path) -> PathBuf {
 }
 
 fn last_segment(dir: &Path) -> PathBuf {
-    let mut logs: Vec<PathBuf> = std::fs::read_dir(partition_dir(dir))
+    last_segment_of(&partition_dir(dir))
+}
+
+fn last_segment_of(partition_dir: &Path) -> PathBuf {
+    let mut logs: Vec<PathBuf> = std::fs::read_dir(partition_dir)
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.to_str().unwrap().ends_with(LOG_SUFFIX))
@@ -382,6 +386,9 @@ fn extents(path: &Path) -> Vec<(u64, u64, bool)> {
 fn written(extents: &[(u64, u64, bool)], from: u64, to: u64) -> bool {
     let mut at = from;
     for &(start, end, unwritten) in extents {
+        if at >= to {
+            break;
+        }
         if start <= at && at < end {
             if unwritten {
                 return false;
@@ -397,15 +404,21 @@ fn small_synced_appends_land_in_blocks_already_written_and_big_ones_write_no_zer
     let tmp = tempfile::tempdir_in(test_root()).unwrap();
     let dir = tmp.path().to_path_buf();
     let config = || LogConfig { retention_ms: None, ..LogConfig::default() };
-    run(async || {
+    let (data_end, count) = run(async || {
         let (logs, _) = LogDir::open(DmaFs, Rc::new(SystemClock), &dir, |_| config()).await.unwrap();
         let small = logs.get_or_create(&TopicPartition::new(TP, 0), config()).await.unwrap();
         let big = logs.get_or_create(&TopicPartition::new(TP, 1), config()).await.unwrap();
+        // Small synced appends until the segment's reservation runs 2 MiB past them (it grows by as much
+        // as the segment holds, so this comes right after one of its steps).
+        let path = last_segment(&dir);
         let mut sent = Vec::new();
-        for i in 0..300u64 {
-            let batch = make_batch(i, 4, 900, 1_700_000_000_000);
+        let mut data_end = 0u64;
+        while std::fs::metadata(&path).map_or(0, |m| m.len()) < data_end.next_multiple_of(4096) + (2 << 20) {
+            assert!(sent.len() < 5000, "the reservation never ran 2 MiB ahead");
+            let batch = make_batch(sent.len() as u64, 4, 900, 1_700_000_000_000);
             let info = small.append(&batch, LeaderEpoch(1)).await.unwrap();
             small.wait_durable(info.next_offset()).await.unwrap();
+            data_end += batch.len() as u64;
             sent.push(batch);
         }
         for i in 0..12u64 {
@@ -413,21 +426,22 @@ fn small_synced_appends_land_in_blocks_already_written_and_big_ones_write_no_zer
             big.wait_durable(info.next_offset()).await.unwrap();
         }
 
-        let data_end: u64 = sent.iter().map(|b| b.len() as u64).sum();
-        let path = last_segment(&dir);
         let file_len = std::fs::metadata(&path).unwrap().len();
         let map = extents(&path);
-        // Reservations run ahead of the data (at least 64 KiB); the data and the next half megabyte of the
-        // reservation are in written blocks, so the next appends' fdatasyncs have no extent to convert.
+        // The data and the next half megabyte of the reservation are in written blocks, so the next
+        // appends' fdatasyncs have no extent to convert.
         let data_blocks = data_end.next_multiple_of(4096);
-        assert!(file_len >= data_blocks + (64 << 10), "reserved ahead: {file_len} for {data_end}");
-        let ahead = (data_blocks + (512 << 10)).min(file_len);
-        assert!(written(&map, 0, ahead), "blocks up to {ahead} written: {map:?}");
-        // The zeros go a megabyte ahead at most, not over the whole reservation.
+        assert!(
+            written(&map, 0, data_blocks + (512 << 10)),
+            "blocks up to {data_blocks} + 512 KiB written ({file_len}): {map:?}"
+        );
+        // The zeros go at most 1.5 MiB ahead (a megabyte from where the last ones ended, once the data is
+        // within half a megabyte of that): the rest of the reservation is still only allocated.
+        assert!(!written(&map, data_blocks + (3 << 19), file_len), "the far reservation is not written: {map:?}");
         let zeroed = small.stats().bytes_zeroed;
-        assert!(zeroed > 0 && zeroed <= data_blocks + (1 << 20), "{zeroed} bytes of zeros for {data_end} of data");
+        assert!(zeroed > 0 && zeroed <= data_blocks + (3 << 19), "{zeroed} bytes of zeros for {data_end} of data");
         assert_eq!(big.stats().bytes_zeroed, 0, "write-outs of 256 KiB and more get no zeros");
-        let big_path = dir.join(format!("{TP}-1")).join(last_segment(&dir).file_name().unwrap());
+        let big_path = last_segment_of(&dir.join(format!("{TP}-1")));
         let big_end = big.read(Offset(0), usize::MAX).await.unwrap().bytes.len() as u64;
         let big_len = std::fs::metadata(&big_path).unwrap().len();
         assert!(big_len > big_end.next_multiple_of(4096), "reserved ahead: {big_len} for {big_end}");
@@ -437,12 +451,50 @@ fn small_synced_appends_land_in_blocks_already_written_and_big_ones_write_no_zer
         assert_eq!(read.bytes.len() as u64, data_end);
         let batches = split_batches(&read.bytes);
         assert_eq!(batches.len(), sent.len());
+        (data_end, sent.len() as u64)
     });
-    // After a restart (no clean close: the file still ends in zeros and reservation) every batch is read back as it was appended: the zeros never covered data.
+    // After a restart without a clean close (the file still ends in zeros and reservation), every batch
+    // is read back: the zeros never covered data.
     run(async || {
         let (_logs, log, _) = reopen(&dir).await;
-        assert_eq!(log.log_end_offset(), Offset(1200));
         let read = log.read(Offset(0), usize::MAX).await.unwrap();
-        assert_eq!(split_batches(&read.bytes).len(), 300);
+        assert_eq!(log.log_end_offset(), Offset(count * 4));
+        assert_eq!(split_batches(&read.bytes).len() as u64, count);
+        assert_eq!(read.bytes.len() as u64, data_end);
+    });
+}
+
+/// A write-out whose caller goes away part-way (its future dropped after the writes were submitted)
+/// still completes, and the file's next write waits for it: the late zeros never land over the newer
+/// data written to the same blocks.
+#[test]
+fn writes_left_by_a_dropped_caller_finish_before_the_next_write_to_the_file() {
+    use shardlog_storage::fs::{Fs, SegmentFile};
+    let tmp = tempfile::tempdir_in(test_root()).unwrap();
+    let path = tmp.path().join("00000000000000000000.log");
+    run(async || {
+        let file = DmaFs.open(&path, true).await.unwrap();
+        for round in 0..60u8 {
+            let at = u64::from(round) * (1 << 20);
+            let zeros: Vec<_> = (0..4u64)
+                .map(|i| {
+                    let mut buf = file.alloc(256 << 10);
+                    buf.as_mut().fill(0);
+                    (buf, at + i * (256 << 10))
+                })
+                .collect();
+            let mut abandoned = Box::pin(file.write_many(zeros));
+            assert!(futures_lite::future::poll_once(abandoned.as_mut()).await.is_none(), "the writes are under way");
+            // The writes' tasks run and submit their requests; then the caller goes away, in some rounds
+            // before they finish (writes that were cancelled instead failed this test in one run of three).
+            glommio::timer::sleep(std::time::Duration::from_micros(20)).await;
+            drop(abandoned);
+            let mut data = file.alloc(4096);
+            data.as_mut().fill(round + 1);
+            file.write_many(vec![(data, at + (512 << 10))]).await.unwrap();
+            file.fdatasync().await.unwrap();
+            let read = file.read_at(at + (512 << 10), 4096).await.unwrap();
+            assert!(read.iter().all(|&b| b == round + 1), "round {round}: the newer data was overwritten");
+        }
     });
 }

@@ -53,6 +53,30 @@ pub struct DmaSegmentFile {
     /// A second descriptor without O_DIRECT, opened on the first write through the page cache (the file
     /// status flag is shared by duplicated descriptors, so it must be its own open).
     cached: RefCell<Option<std::fs::File>>,
+    /// Writes submitted by `write_many` that have not completed yet.
+    writes: Rc<WritesInFlight>,
+}
+
+/// Direct writes under way on one file. They run in a task of their own, so a caller that goes away
+/// (its future dropped) leaves them to finish rather than cancelling them part-way; the io_uring requests
+/// already submitted would land anyway. The file's next write, truncation or sync waits for them, so a
+/// late write can never land over newer bytes. (The count is the open file's: a file the shard's cache
+/// closed meanwhile and opened again starts a new one.)
+#[derive(Debug, Default)]
+struct WritesInFlight {
+    count: std::cell::Cell<usize>,
+    done: event_listener::Event,
+}
+
+impl WritesInFlight {
+    async fn settled(&self) {
+        while self.count.get() > 0 {
+            let listener = self.done.listen();
+            if self.count.get() > 0 {
+                listener.await;
+            }
+        }
+    }
 }
 
 async fn write_whole(file: &DmaFile, buf: DmaBuffer, pos: u64) -> io::Result<()> {
@@ -76,27 +100,38 @@ impl SegmentFile for DmaSegmentFile {
     }
 
     async fn write_at(&self, buf: DmaBuffer, pos: u64) -> io::Result<()> {
+        self.writes.settled().await;
         write_whole(&self.file, buf, pos).await
     }
 
     async fn write_many(&self, writes: Vec<(DmaBuffer, u64)>) -> io::Result<()> {
-        // Submit every write at once: the device sees them queued together, like a sequential writer with
-        // several requests in flight.
-        let tasks: Vec<_> = writes
-            .into_iter()
-            .map(|(buf, pos)| {
-                let file = self.file.clone();
-                glommio::spawn_local(async move { write_whole(&file, buf, pos).await })
-            })
-            .collect();
-        let mut result = Ok(());
-        for task in tasks {
-            let r = task.await;
-            if result.is_ok() {
-                result = r;
+        self.writes.settled().await;
+        let in_flight = self.writes.clone();
+        in_flight.count.set(in_flight.count.get() + 1);
+        let file = self.file.clone();
+        let all = glommio::spawn_local(async move {
+            // Submit every write at once: the device sees them queued together, like a sequential writer
+            // with several requests in flight.
+            let tasks: Vec<_> = writes
+                .into_iter()
+                .map(|(buf, pos)| {
+                    let file = file.clone();
+                    glommio::spawn_local(async move { write_whole(&file, buf, pos).await })
+                })
+                .collect();
+            let mut result = Ok(());
+            for task in tasks {
+                let r = task.await;
+                if result.is_ok() {
+                    result = r;
+                }
             }
-        }
-        result
+            in_flight.count.set(in_flight.count.get() - 1);
+            in_flight.done.notify(usize::MAX);
+            result
+        })
+        .detach();
+        all.await.unwrap_or_else(|| Err(io::Error::other("direct writes cancelled")))
     }
 
     fn write_cached(&self, pos: u64, bytes: &[u8]) -> io::Result<()> {
@@ -137,10 +172,12 @@ impl SegmentFile for DmaSegmentFile {
     }
 
     async fn fdatasync(&self) -> io::Result<()> {
+        self.writes.settled().await;
         self.file.fdatasync().await.map_err(io::Error::from)
     }
 
     async fn truncate(&self, len: u64) -> io::Result<()> {
+        self.writes.settled().await;
         self.file.truncate(len).await.map_err(io::Error::from)
     }
 
@@ -160,7 +197,12 @@ impl Fs for DmaFs {
         probe_device(path.parent().unwrap_or(Path::new("."))).await?;
         let file =
             OpenOptions::new().read(true).write(true).create(create).dma_open(path).await.map_err(io::Error::from)?;
-        Ok(DmaSegmentFile { file: Rc::new(file), path: path.to_path_buf(), cached: RefCell::new(None) })
+        Ok(DmaSegmentFile {
+            file: Rc::new(file),
+            path: path.to_path_buf(),
+            cached: RefCell::new(None),
+            writes: Rc::default(),
+        })
     }
 
     async fn remove(&self, path: &Path) -> io::Result<()> {

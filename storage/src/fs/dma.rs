@@ -1,6 +1,6 @@
 //! The real file layer: glommio DMA files (O_DIRECT, io_uring). Must be used inside a glommio executor.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashSet;
 use std::io;
 use std::os::unix::fs::MetadataExt;
@@ -64,7 +64,7 @@ pub struct DmaSegmentFile {
 /// closed meanwhile and opened again starts a new one.)
 #[derive(Debug, Default)]
 struct WritesInFlight {
-    count: std::cell::Cell<usize>,
+    count: Cell<usize>,
     done: event_listener::Event,
 }
 

@@ -56,6 +56,21 @@ fn zero_ahead(end: u64, len: u64, zeroed: u64, allocated: u64) -> Option<(u64, u
     (to > from).then_some((from, to))
 }
 
+/// Direct writes of zeros over the (aligned) file range `[from, to)`, in chunks of at most
+/// `WRITE_CHUNK_BYTES`.
+fn zero_writes<Fi: SegmentFile>(file: &Fi, from: u64, to: u64) -> Vec<(Fi::Buf, u64)> {
+    let mut writes = Vec::new();
+    let mut pos = from;
+    while pos < to {
+        let len = (to - pos).min(WRITE_CHUNK_BYTES);
+        let mut buf = file.alloc(len as usize);
+        buf.as_mut().fill(0);
+        writes.push((buf, pos));
+        pos += len;
+    }
+    writes
+}
+
 /// Ends a sync turn, also when its future is dropped, and wakes the waiters.
 struct SyncTurn<'a, F: Fs>(&'a PartitionLog<F>);
 
@@ -226,9 +241,7 @@ impl<F: Fs> PartitionLog<F> {
         let len: u64 = writes.iter().map(|(b, _)| b.as_ref().len() as u64).sum();
         let count = writes.len() as u64;
         if let Some((from, to)) = zeros {
-            let mut buf = file.alloc((to - from) as usize);
-            buf.as_mut().fill(0);
-            writes.push((buf, from));
+            writes.extend(zero_writes(&*file, from, to));
         }
         if let Err(e) = file.write_many(writes).await {
             fatal::disk_failure("write", &path, &e);
@@ -278,16 +291,7 @@ impl<F: Fs> PartitionLog<F> {
             // From the end of what is written (never over data: the tail block is rewritten by the
             // write-outs, and everything past `align_up(size)` is unwritten).
             let from = align_up(self.inner.borrow().active().size).max(allocated);
-            let mut writes = Vec::new();
-            let mut pos = from;
-            while pos < want {
-                let len = (want - pos).min(WRITE_CHUNK_BYTES);
-                let mut buf = file.alloc(len as usize);
-                buf.as_mut().fill(0);
-                writes.push((buf, pos));
-                pos += len;
-            }
-            file.write_many(writes).await
+            file.write_many(zero_writes(&*file, from, want)).await
         } else {
             file.allocate(want).await
         };

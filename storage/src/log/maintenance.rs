@@ -179,15 +179,9 @@ impl<F: Fs> PartitionLog<F> {
         if let Err(e) = file.truncate(size).await {
             fatal::disk_failure("truncate", &path, &e);
         }
-        {
-            // The reservation is gone with the cut. The segment may stay active (a roll whose new segment
-            // could not be made, a close that failed): its next appends reserve again, and no zeros go
-            // past the cut.
-            let mut inner = self.inner.borrow_mut();
-            let active = inner.active_mut();
-            active.allocated = size;
-            active.zeroed = active.zeroed.min(size);
-        }
+        // The reservation is gone with the cut. The segment may stay active (a roll whose new segment could
+        // not be made, a close that failed): its next appends reserve again, and no zeros go past the cut.
+        self.inner.borrow_mut().active_mut().cut_reservation(size);
         let started = std::time::Instant::now();
         if let Err(e) = file.fdatasync().await {
             fatal::disk_failure("fdatasync", &path, &e);
@@ -301,8 +295,7 @@ impl<F: Fs> PartitionLog<F> {
             let active = inner.active_mut();
             active.index.truncate(cut_pos, cut_offset);
             active.size = cut_pos;
-            active.allocated = cut_pos;
-            active.zeroed = active.zeroed.min(cut_pos);
+            active.cut_reservation(cut_pos);
             active.next_offset = cut_offset;
             inner.tail = Tail::from_disk(tail_start, tail_bytes, cut_pos);
             inner.durable = inner.durable.min(cut_offset);

@@ -64,6 +64,12 @@ pub struct Segment<F: Fs> {
 }
 
 impl<F: Fs> Segment<F> {
+    /// The file was cut at `len`: nothing past it is reserved or zeroed any more.
+    pub fn cut_reservation(&mut self, len: u64) {
+        self.allocated = len;
+        self.zeroed = self.zeroed.min(len);
+    }
+
     pub fn log_path(&self) -> PathBuf {
         self.dir.join(file_name(self.base, LOG_SUFFIX))
     }

@@ -20,7 +20,8 @@ use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedPr
 use rdkafka::{Message, Offset, TopicPartitionList};
 use shardlog_broker::client::KafkaClient;
 
-use common::Broker;
+use common::requests::{batch, create, fetch_request, produce_request};
+use common::{Broker, receive, send};
 
 const TOPIC: &str = "scraped";
 const PARTITIONS: i32 = 3;
@@ -328,4 +329,77 @@ fn a_consumer_catching_up_from_the_start_takes_the_reads_made_ahead_and_reads_ev
     // takes it (all but the last few, which the consumer may not have asked for yet).
     assert!(started >= 10.0, "{started} reads made ahead");
     assert!(used >= started * 0.8 && used <= started, "{used} of {started} reads made ahead were taken");
+}
+
+/// Fetches `(partition, offset)`s of topic "held" at their ends on `s`, held up to `max_wait_ms`:
+/// the record bytes of each partition's answer.
+fn held_fetch(s: &mut TcpStream, at: &[(i32, i64)], max_wait_ms: i32) -> Vec<usize> {
+    let mut request = fetch_request("held", at[0].0, at[0].1, max_wait_ms);
+    let asked = &mut request.topics[0].partitions;
+    for &(partition, offset) in &at[1..] {
+        let mut more = asked[0].clone();
+        more.partition = partition;
+        more.fetch_offset = offset;
+        asked.push(more);
+    }
+    send(s, ApiKey::Fetch, 11, 1, &request);
+    let (_, body) = receive(s, ApiKey::Fetch, 11);
+    let ResponseKind::Fetch(answer) = body else { panic!("wrong response") };
+    let partitions = &answer.responses[0].partitions;
+    assert!(partitions.iter().all(|p| p.error_code == 0), "{partitions:?}");
+    partitions.iter().map(|p| p.records.as_ref().map_or(0, |r| r.len())).collect()
+}
+
+/// A fetch held for records (Kafka's delayed fetch) is woken by their arrival: after an acknowledged
+/// produce, after acks=0 records the broker syncs in the background, and when one of several partitions
+/// (on either shard) gets some. With nothing arriving it expires at max.wait.ms. Each fetch that waits
+/// for records may wait a minute: one that nothing woke would expire, and be counted so.
+#[test]
+fn a_held_fetch_is_answered_when_records_arrive_and_expires_when_none_do() {
+    let metrics_port = free_port();
+    let listen = format!("metrics.listen=\"127.0.0.1:{metrics_port}\"");
+    let broker = Broker::start_with(2, &["--set", &listen]);
+    let mut s = broker.connect();
+    s.set_read_timeout(Some(Duration::from_secs(90))).unwrap();
+    assert_eq!(create(&mut s, "held", 2, 1, &[]), 0);
+    let port = broker.port;
+    let held = |samples: &BTreeMap<String, f64>| {
+        let count = |outcome: &str| sum(samples, "shardlog_fetch_held_total", &[&format!("outcome=\"{outcome}\"")]);
+        (count("answered"), count("expired"))
+    };
+    // Produces one record to `partition` with `acks` on a connection of its own, once the fetch waits.
+    let produce_later = |partition: i32, acks: i16| {
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            let mut p = TcpStream::connect(("127.0.0.1", port)).unwrap();
+            send(&mut p, ApiKey::Produce, 9, 1, &produce_request("held", partition, &batch(7, 1, 0), acks));
+            if acks != 0 {
+                let (_, body) = receive(&mut p, ApiKey::Produce, 9);
+                let ResponseKind::Produce(answer) = body else { panic!("wrong response") };
+                assert_eq!(answer.responses[0].partition_responses[0].error_code, 0);
+            }
+            // Held open until the fetch is answered: closing may drop what acks=0 sent.
+            p
+        })
+    };
+
+    let before = held(&scrape(metrics_port));
+    let producer = produce_later(0, -1);
+    assert!(held_fetch(&mut s, &[(0, 0)], 60_000)[0] > 0, "the acknowledged record is answered");
+    drop(producer.join().unwrap());
+    let producer = produce_later(1, 0);
+    assert!(held_fetch(&mut s, &[(1, 0)], 60_000)[0] > 0, "the acks=0 record is answered once synced");
+    drop(producer.join().unwrap());
+    let producer = produce_later(1, 1);
+    let answered = held_fetch(&mut s, &[(0, 1), (1, 1)], 60_000);
+    assert_eq!((answered[0], answered[1] > 0), (0, true), "the partition that got a record answers the fetch");
+    drop(producer.join().unwrap());
+    let after = held(&scrape(metrics_port));
+    assert_eq!(after.1 - before.1, 0.0, "no fetch waiting for records expired");
+    assert!(after.0 - before.0 >= 1.0, "held fetches answered: {}", after.0 - before.0);
+
+    // Nothing arrives: the fetch expires at its max.wait.ms, empty.
+    assert_eq!(held_fetch(&mut s, &[(0, 1), (1, 2)], 200), vec![0, 0]);
+    let expired = held(&scrape(metrics_port));
+    assert_eq!((expired.0 - after.0, expired.1 - after.1), (0.0, 1.0), "one fetch expired");
 }

@@ -23,7 +23,7 @@ pub mod types;
 
 pub use error::{Result, StorageError};
 pub use log::{
-    AppendInfo, CleanedSegment, ClosedSegment, CompactionConfig, FlushPolicy, LogConfig, LogRead, OpenReport,
+    AppendInfo, CleanedSegment, ClosedSegment, CompactionConfig, FlushPolicy, LogConfig, LogNews, LogRead, OpenReport,
     PartitionLog, Recovery,
 };
 pub use log_dir::{LogDir, LogDirScope};

@@ -252,6 +252,11 @@ impl<F: Fs> LogDir<F> {
         self.logs.borrow().values().cloned().collect()
     }
 
+    /// Every log this directory holds, with its partition.
+    pub fn entries(&self) -> Vec<(TopicPartition, Rc<PartitionLog<F>>)> {
+        self.logs.borrow().iter().map(|(tp, log)| (tp.clone(), log.clone())).collect()
+    }
+
     /// Creates an empty log for `tp`, or returns the existing one.
     pub async fn get_or_create(&self, tp: &TopicPartition, config: LogConfig) -> Result<Rc<PartitionLog<F>>> {
         if let Some(log) = self.get(tp) {

@@ -2,10 +2,13 @@
 //! the shards owning the partitions and merged into one answer.
 
 use super::*;
+use crate::shard::NewsSeen;
+use crate::shutdown::Shutdown;
 use crate::topics::configs::Compression;
 use crate::topics::recompress::{RecompressError, recompress};
 use crate::topics::records::every_record_keyed;
 use bytes::Bytes;
+use futures_lite::future;
 use shardlog_storage::batch::BatchError;
 
 /// A produce request whose batches have been handed to their shards, waiting for the outcomes.
@@ -126,21 +129,54 @@ pub const FETCH_MAX_BYTES: usize = 57_671_680;
 pub(super) async fn fetch(ctx: &Arc<BrokerContext>, req: FetchRequest) -> FetchResponse {
     let deadline = Instant::now() + Duration::from_millis(req.max_wait_ms.clamp(0, 60_000) as u64);
     let min_bytes = req.min_bytes.max(0) as usize;
+    let (mut held, mut expired) = (false, false);
     loop {
-        let (response, bytes) = fetch_once(ctx, &req).await;
+        let (response, bytes, seen) = fetch_once(ctx, &req).await;
         let any_error = response.responses.iter().flat_map(|t| &t.partitions).any(|p| p.error_code != 0);
-        if bytes >= min_bytes || any_error || Instant::now() >= deadline || ctx.shutdown.is_triggered() {
+        let enough = bytes >= min_bytes || any_error;
+        if enough || expired || Instant::now() >= deadline || ctx.shutdown.is_triggered() {
+            if held {
+                crate::metrics::fetch_held(expired || !enough);
+            }
             return response;
         }
-        // Long poll: look again shortly, until enough data arrived or max.wait.ms passed.
-        glommio::timer::sleep(Duration::from_millis(5)).await;
+        // Kafka's delayed fetch: held until one of its partitions has news, then read again; at
+        // max.wait.ms read once more and answer with what is there.
+        held = true;
+        expired = !news_or_deadline(&seen, deadline, &ctx.shutdown).await;
     }
+}
+
+/// Returns true when one of `seen` has news since its read (a new high watermark, a new leader, the log
+/// closed); false at `deadline` or when the broker stops. Listens before it looks, so news that lands in
+/// between still wakes it.
+async fn news_or_deadline(seen: &[NewsSeen], deadline: Instant, shutdown: &Shutdown) -> bool {
+    let mut listeners: Vec<_> = seen.iter().map(|s| s.news.listen()).collect();
+    if seen.iter().any(NewsSeen::moved) {
+        return true;
+    }
+    let Some(left) = deadline.checked_duration_since(Instant::now()) else { return false };
+    let news = std::future::poll_fn(|cx| {
+        for listener in &mut listeners {
+            if std::pin::Pin::new(listener).poll(cx).is_ready() {
+                return std::task::Poll::Ready(true);
+            }
+        }
+        std::task::Poll::Pending
+    });
+    let end = async {
+        future::or(glommio::timer::sleep(left), shutdown.wait()).await;
+        false
+    };
+    future::or(news, end).await
 }
 
 /// Partitions of one fetch being read at once, at most.
 const FETCH_READS_IN_FLIGHT: usize = 32;
 
-pub(super) async fn fetch_once(ctx: &Arc<BrokerContext>, req: &FetchRequest) -> (FetchResponse, usize) {
+/// One read of every partition a Fetch asks for: the answer, its record bytes, and where to listen for
+/// news of the partitions read.
+pub(super) async fn fetch_once(ctx: &Arc<BrokerContext>, req: &FetchRequest) -> (FetchResponse, usize, Vec<NewsSeen>) {
     // Kafka's fetch.max.bytes bounds what one answer holds, whatever the client asks for, filled in
     // request order. Partitions are read several at once (their reads, on several shards and disks,
     // overlap), each promised up to its partition limit out of what is not yet promised; when nothing is
@@ -193,6 +229,7 @@ pub(super) async fn fetch_once(ctx: &Arc<BrokerContext>, req: &FetchRequest) -> 
         };
         outcomes.push(settle(promised, outcome, &mut unpromised, &mut total));
     }
+    let seen = outcomes.iter().flatten().filter_map(|o| o.news.clone()).collect();
     let mut outcomes = outcomes.into_iter();
     let mut topics = Vec::new();
     for topic in &req.topics {
@@ -215,7 +252,7 @@ pub(super) async fn fetch_once(ctx: &Arc<BrokerContext>, req: &FetchRequest) -> 
         }
         topics.push(FetchableTopicResponse::default().with_topic(topic.topic.clone()).with_partitions(partitions));
     }
-    (FetchResponse::default().with_responses(topics), total)
+    (FetchResponse::default().with_responses(topics), total, seen)
 }
 
 /// ListOffsets' `replica_id` for tools that read a replica's own offsets (Kafka's

@@ -18,6 +18,7 @@ const FETCHED_RECORDS: &str = "shardlog_fetch_records_total";
 const FETCHED_BYTES: &str = "shardlog_fetch_bytes_total";
 const READAHEAD_STARTED: &str = "shardlog_fetch_readahead_started_total";
 const READAHEAD_USED: &str = "shardlog_fetch_readahead_used_total";
+const FETCHES_HELD: &str = "shardlog_fetch_held_total";
 
 struct ShardHandles {
     shard: String,
@@ -31,6 +32,9 @@ struct ShardHandles {
     fetched_bytes: Counter,
     readahead_started: Counter,
     readahead_used: Counter,
+    /// Fetches held for `fetch.min.bytes`, answered early and expired at `max.wait.ms`.
+    held_answered: Counter,
+    held_expired: Counter,
 }
 
 thread_local! {
@@ -50,6 +54,8 @@ pub fn register_shard(shard: usize) {
             fetched_bytes: metrics::counter!(FETCHED_BYTES, "shard" => label.clone()),
             readahead_started: metrics::counter!(READAHEAD_STARTED, "shard" => label.clone()),
             readahead_used: metrics::counter!(READAHEAD_USED, "shard" => label.clone()),
+            held_answered: metrics::counter!(FETCHES_HELD, "shard" => label.clone(), "outcome" => "answered"),
+            held_expired: metrics::counter!(FETCHES_HELD, "shard" => label.clone(), "outcome" => "expired"),
             shard: label,
             requests: RefCell::default(),
             errors: RefCell::default(),
@@ -77,6 +83,11 @@ fn describe() {
         "reads of a partition's next range started for a consumer catching up (shard.fetch.readahead.bytes)"
     );
     metrics::describe_counter!(READAHEAD_USED, "reads made ahead that a consumer's next fetch took");
+    metrics::describe_counter!(
+        FETCHES_HELD,
+        "Fetches held until fetch.min.bytes were there (Kafka's delayed fetches), by how they ended: answered \
+         once enough arrived (or an error), or expired at max.wait.ms"
+    );
 }
 
 fn with(record: impl FnOnce(&ShardHandles)) {
@@ -129,6 +140,11 @@ pub fn observe_request(api: ApiKey, took: Duration, answer: Option<&ResponseKind
 /// A read ahead was started (`used`: false), or a fetch took one (`used`: true).
 pub fn read_ahead(used: bool) {
     with(|h| if used { h.readahead_used.increment(1) } else { h.readahead_started.increment(1) });
+}
+
+/// A fetch held for `fetch.min.bytes` ended: answered once enough arrived, or `expired` at `max.wait.ms`.
+pub fn fetch_held(expired: bool) {
+    with(|h| if expired { h.held_expired.increment(1) } else { h.held_answered.increment(1) });
 }
 
 /// A produce's batch of `records` records in `bytes` bytes appended (not a retried duplicate).

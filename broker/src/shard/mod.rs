@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -14,7 +15,8 @@ use kafka_protocol::ResponseError;
 use shardlog_storage::durable;
 use shardlog_storage::fs::dma::DmaFs;
 use shardlog_storage::{
-    Clock, FlushPolicy, LeaderEpoch, LogConfig, LogDir, Offset, PartitionLog, StorageError, SystemClock, TopicPartition,
+    Clock, FlushPolicy, LeaderEpoch, LogConfig, LogDir, LogNews, Offset, PartitionLog, StorageError, SystemClock,
+    TopicPartition,
 };
 
 use crate::config::ShardLimits;
@@ -130,9 +132,31 @@ pub struct ProduceOutcome {
 impl FetchOutcome {
     /// No records and no offsets known; `error` if the partition could not be read at all.
     pub fn empty(error: Option<ResponseError>) -> Self {
-        FetchOutcome { error, records: Bytes::new(), high_watermark: -1, log_start_offset: -1 }
+        FetchOutcome { error, records: Bytes::new(), high_watermark: -1, log_start_offset: -1, news: None }
     }
 }
+
+/// Where a fetch that found too little listens for more: the partition's [`LogNews`] and its version when
+/// the read began. The news has moved when the version has.
+#[derive(Debug, Clone)]
+pub struct NewsSeen {
+    pub news: Arc<LogNews>,
+    pub version: u64,
+}
+
+impl NewsSeen {
+    pub fn moved(&self) -> bool {
+        self.news.version() != self.version
+    }
+}
+
+impl PartialEq for NewsSeen {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.news, &other.news) && self.version == other.version
+    }
+}
+
+impl Eq for NewsSeen {}
 
 /// A fetch result.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -141,6 +165,8 @@ pub struct FetchOutcome {
     pub records: Bytes,
     pub high_watermark: i64,
     pub log_start_offset: i64,
+    /// For a fetch held until there is more (none for a partition not served here).
+    pub news: Option<NewsSeen>,
 }
 
 /// A ListOffsets result.
@@ -222,7 +248,7 @@ pub async fn upkeep(
         }
         since_retention += FLUSH_CHECK_INTERVAL;
         since_checkpoint += FLUSH_CHECK_INTERVAL;
-        for log in logs.logs() {
+        for (tp, log) in logs.entries() {
             // Under the default policy only acknowledged produces sync; acks=0 data would otherwise stay
             // above the high watermark until the next one.
             let result = match log.config().flush {
@@ -230,8 +256,11 @@ pub async fn upkeep(
                 FlushPolicy::Always => Ok(false),
                 FlushPolicy::Interval { .. } => log.flush_if_due().await,
             };
-            if let Err(e) = result {
-                tracing::warn!(log = %log.dir().display(), error = %e, "background flush failed");
+            match result {
+                // The HW follows at once, so consumers held for news of the partition hear of it.
+                Ok(true) => replicas.log_moved(&tp, &log),
+                Ok(false) => {}
+                Err(e) => tracing::warn!(log = %log.dir().display(), error = %e, "background flush failed"),
             }
         }
         release_caches(&logs, &limits).await;
@@ -540,8 +569,9 @@ async fn fetch(
     let Some(log) = logs.get(tp) else {
         return FetchOutcome::empty(Some(missing(logs, tp)));
     };
-    // Read first: it brings the replica's HW up to date.
+    // Read first: it brings the replica's HW up to date. Any news after it is news to this fetch.
     let hw = replicas.high_watermark(tp, &log);
+    let news = NewsSeen { news: log.news().clone(), version: log.news().version() };
     if !replicas.offsets_available(tp) {
         // KIP-207's rule, for Fetch as for ListOffsets: a new leader's HW can be below the one the
         // previous leader showed until it reaches the start of the new epoch, and a consumer must never
@@ -553,6 +583,7 @@ async fn fetch(
         records,
         high_watermark: hw.as_i64(),
         log_start_offset: log.log_start_offset().as_i64(),
+        news: Some(news.clone()),
     };
     let Ok(offset) = u64::try_from(offset).map(Offset) else {
         return outcome(Some(ResponseError::OffsetOutOfRange), Bytes::new());

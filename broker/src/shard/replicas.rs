@@ -170,6 +170,8 @@ impl ShardReplicas {
         part.replica.apply_record(record, SystemClock.now_ms(), &view);
         let now = (part.replica.leading(), part.replica.following());
         if was != now {
+            // Fetches held here for news read again and find out (NOT_LEADER_OR_FOLLOWER, or a new HW).
+            log.news().bump();
             match now {
                 (Some(epoch), _) => tracing::info!(partition = %tp, %epoch, isr = ?record.isr, "leading partition"),
                 (_, Some((leader, epoch))) => tracing::info!(partition = %tp, %epoch, ?leader, "following partition"),

@@ -313,6 +313,7 @@ impl<F: Fs> PartitionLog<F> {
             // Reads that started while the cut was under way saw an old size: make them read again.
             inner.generation += 1;
         }
+        self.news.bump();
         self.recompute_max_timestamp_locked(cut_pos).await?;
         self.persist_epochs_locked().await?;
         self.rebuild_producers_locked(false).await?;
@@ -434,6 +435,7 @@ impl<F: Fs> PartitionLog<F> {
             self.count_producers(&mut inner);
             inner.epochs_version += 1;
         }
+        self.news.bump();
         self.persist_epochs_locked().await
     }
 
@@ -546,6 +548,7 @@ impl<F: Fs> PartitionLog<F> {
             self.write_producer_snapshot_locked().await?;
         }
         self.inner.borrow_mut().closed = true;
+        self.news.bump();
         Ok(())
     }
 
@@ -561,6 +564,7 @@ impl<F: Fs> PartitionLog<F> {
             inner.generation += 1;
             inner.end_cuts += 1;
         }
+        self.news.bump();
         let mut doomed = self.dir.clone().into_os_string();
         doomed.push(DELETED_SUFFIX);
         let doomed = std::path::PathBuf::from(doomed);
@@ -585,6 +589,7 @@ impl<F: Fs> PartitionLog<F> {
             inner.generation += 1;
             inner.end_cuts += 1;
         }
+        self.news.bump();
         if let Err(e) = self.fs.rename(&self.dir, to).await {
             fatal::disk_failure("rename", &self.dir, &e);
         }

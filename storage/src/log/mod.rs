@@ -30,6 +30,8 @@ use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_lock::Mutex;
 
@@ -142,6 +144,33 @@ impl LogRead {
         let head = LogRead { bytes: self.bytes.split_to(at), first_offset: self.first_offset, next_offset };
         self.first_offset = rest_first;
         Some(head)
+    }
+}
+
+/// News of a log for fetches held until there is some (Kafka's delayed fetch), watched from any shard:
+/// bumped when the high watermark moves or the log closes, and when the owner says so (a change of
+/// leader). A fetch notes the version when its read begins, listens, and reads again only when the version
+/// moved since, so a bump between the read and the listening is not missed and nothing spins.
+#[derive(Debug, Default)]
+pub struct LogNews {
+    version: AtomicU64,
+    event: event_listener::Event,
+}
+
+impl LogNews {
+    pub fn version(&self) -> u64 {
+        self.version.load(Ordering::Acquire)
+    }
+
+    /// A listener woken by the next bump.
+    pub fn listen(&self) -> event_listener::EventListener {
+        self.event.listen()
+    }
+
+    /// Wakes every fetch held for this log.
+    pub fn bump(&self) {
+        self.version.fetch_add(1, Ordering::AcqRel);
+        self.event.notify(usize::MAX);
     }
 }
 
@@ -295,6 +324,8 @@ pub struct PartitionLog<F: Fs> {
     maintenance: Mutex<()>,
     /// Notified whenever a write-out or a sync completes.
     progress: event_listener::Event,
+    /// For fetches held for news of this log, on any shard.
+    news: Arc<LogNews>,
     /// How many producer ids the owner's logs remember together (see [`ProducerBudget`]).
     producer_budget: Rc<ProducerBudget>,
 }
@@ -421,7 +452,15 @@ impl<F: Fs> PartitionLog<F> {
     pub fn set_high_watermark(&self, hw: Offset) {
         let mut inner = self.inner.borrow_mut();
         assert!(hw <= inner.log_end(), "high watermark {hw} beyond log end {}", inner.log_end());
-        inner.high_watermark = hw;
+        if inner.high_watermark != hw {
+            inner.high_watermark = hw;
+            self.news.bump();
+        }
+    }
+
+    /// What fetches held for news of this log watch (see [`LogNews`]).
+    pub fn news(&self) -> &Arc<LogNews> {
+        &self.news
     }
 
     /// Bumped whenever bytes already in the log are removed (truncation, retention, compaction's swap,

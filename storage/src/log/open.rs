@@ -357,6 +357,7 @@ impl<F: Fs> PartitionLog<F> {
             io: Mutex::new(()),
             maintenance: Mutex::new(()),
             progress: event_listener::Event::new(),
+            news: Default::default(),
             producer_budget,
         };
         {

@@ -20,7 +20,7 @@ use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedPr
 use rdkafka::{Message, Offset, TopicPartitionList};
 use shardlog_broker::client::KafkaClient;
 
-use common::requests::{batch, create, fetch_request, produce_request};
+use common::requests::{batch, create, fetch_request, produce_request, stored};
 use common::{Broker, receive, send};
 
 const TOPIC: &str = "scraped";
@@ -334,7 +334,12 @@ fn a_consumer_catching_up_from_the_start_takes_the_reads_made_ahead_and_reads_ev
 /// Fetches `(partition, offset)`s of topic "held" at their ends on `s`, held up to `max_wait_ms`:
 /// the record bytes of each partition's answer.
 fn held_fetch(s: &mut TcpStream, at: &[(i32, i64)], max_wait_ms: i32) -> Vec<usize> {
-    let mut request = fetch_request("held", at[0].0, at[0].1, max_wait_ms);
+    held_fetch_for(s, at, max_wait_ms, 1)
+}
+
+/// [`held_fetch`] held until `min_bytes` of records are there.
+fn held_fetch_for(s: &mut TcpStream, at: &[(i32, i64)], max_wait_ms: i32, min_bytes: i32) -> Vec<usize> {
+    let mut request = fetch_request("held", at[0].0, at[0].1, max_wait_ms).with_min_bytes(min_bytes);
     let asked = &mut request.topics[0].partitions;
     for &(partition, offset) in &at[1..] {
         let mut more = asked[0].clone();
@@ -351,8 +356,9 @@ fn held_fetch(s: &mut TcpStream, at: &[(i32, i64)], max_wait_ms: i32) -> Vec<usi
 }
 
 /// A fetch held for records (Kafka's delayed fetch) is woken by their arrival: after an acknowledged
-/// produce, after acks=0 records the broker syncs in the background, and when one of several partitions
-/// (on either shard) gets some. With nothing arriving it expires at max.wait.ms. Each fetch that waits
+/// produce, after acks=0 records the broker syncs in the background, when one of several partitions
+/// (on either shard) gets some, and, held for fetch.min.bytes of three batches, once the third is there.
+/// With nothing arriving it expires at max.wait.ms. Each fetch that waits
 /// for records may wait a minute: one that nothing woke would expire, and be counted so.
 #[test]
 fn a_held_fetch_is_answered_when_records_arrive_and_expires_when_none_do() {
@@ -367,21 +373,25 @@ fn a_held_fetch_is_answered_when_records_arrive_and_expires_when_none_do() {
         let count = |outcome: &str| sum(samples, "shardlog_fetch_held_total", &[&format!("outcome=\"{outcome}\"")]);
         (count("answered"), count("expired"))
     };
-    // Produces one record to `partition` with `acks` on a connection of its own, once the fetch waits.
-    let produce_later = |partition: i32, acks: i16| {
+    // Produces `batches` batches of one record to `partition` with `acks` on a connection of its own, one
+    // at a time, once the fetch waits.
+    let produce_later_n = |partition: i32, acks: i16, batches: usize| {
         std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(300));
             let mut p = TcpStream::connect(("127.0.0.1", port)).unwrap();
-            send(&mut p, ApiKey::Produce, 9, 1, &produce_request("held", partition, &batch(7, 1, 0), acks));
-            if acks != 0 {
-                let (_, body) = receive(&mut p, ApiKey::Produce, 9);
-                let ResponseKind::Produce(answer) = body else { panic!("wrong response") };
-                assert_eq!(answer.responses[0].partition_responses[0].error_code, 0);
+            for _ in 0..batches {
+                send(&mut p, ApiKey::Produce, 9, 1, &produce_request("held", partition, &batch(7, 1, 0), acks));
+                if acks != 0 {
+                    let (_, body) = receive(&mut p, ApiKey::Produce, 9);
+                    let ResponseKind::Produce(answer) = body else { panic!("wrong response") };
+                    assert_eq!(answer.responses[0].partition_responses[0].error_code, 0);
+                }
             }
             // Held open until the fetch is answered: closing may drop what acks=0 sent.
             p
         })
     };
+    let produce_later = |partition: i32, acks: i16| produce_later_n(partition, acks, 1);
 
     let before = held(&scrape(metrics_port));
     let producer = produce_later(0, -1);
@@ -394,12 +404,18 @@ fn a_held_fetch_is_answered_when_records_arrive_and_expires_when_none_do() {
     let answered = held_fetch(&mut s, &[(0, 1), (1, 1)], 60_000);
     assert_eq!((answered[0], answered[1] > 0), (0, true), "the partition that got a record answers the fetch");
     drop(producer.join().unwrap());
+    // Held for more than one batch holds: answered once the third of three batches is there.
+    let one = stored(&batch(7, 1, 0), 0).len();
+    let producer = produce_later_n(0, 1, 3);
+    let answered = held_fetch_for(&mut s, &[(0, 1)], 60_000, (2 * one + 1) as i32);
+    assert_eq!(answered, vec![3 * one], "the fetch waited for all three batches");
+    drop(producer.join().unwrap());
     let after = held(&scrape(metrics_port));
     assert_eq!(after.1 - before.1, 0.0, "no fetch waiting for records expired");
     assert!(after.0 - before.0 >= 1.0, "held fetches answered: {}", after.0 - before.0);
 
     // Nothing arrives: the fetch expires at its max.wait.ms, empty.
-    assert_eq!(held_fetch(&mut s, &[(0, 1), (1, 2)], 200), vec![0, 0]);
+    assert_eq!(held_fetch(&mut s, &[(0, 4), (1, 2)], 200), vec![0, 0]);
     let expired = held(&scrape(metrics_port));
     assert_eq!((expired.0 - after.0, expired.1 - after.1), (0.0, 1.0), "one fetch expired");
 }

@@ -131,7 +131,11 @@ pub(super) async fn fetch(ctx: &Arc<BrokerContext>, req: FetchRequest) -> FetchR
     let min_bytes = req.min_bytes.max(0) as usize;
     let (mut held, mut expired) = (false, false);
     loop {
-        let (response, bytes, seen) = fetch_once(ctx, &req).await;
+        // Before the read: a partition that stops being led here meanwhile is news.
+        let metadata = NewsSeen { news: ctx.metadata_news.clone(), version: ctx.metadata_news.version() };
+        let read_at = Instant::now();
+        let (response, bytes, mut seen) = fetch_once(ctx, &req).await;
+        seen.push(metadata);
         let any_error = response.responses.iter().flat_map(|t| &t.partitions).any(|p| p.error_code != 0);
         let enough = bytes >= min_bytes || any_error;
         if enough || expired || Instant::now() >= deadline || ctx.shutdown.is_triggered() {
@@ -144,8 +148,19 @@ pub(super) async fn fetch(ctx: &Arc<BrokerContext>, req: FetchRequest) -> FetchR
         // max.wait.ms read once more and answer with what is there.
         held = true;
         expired = !news_or_deadline(&seen, deadline, &ctx.shutdown).await;
+        if !expired && min_bytes > 1 {
+            // Each new record is news, and a fetch that waits for many would otherwise read all its
+            // partitions again for each; paced as the fetches were before they waited for news.
+            let next = (read_at + MIN_BYTES_RECHECK).min(deadline);
+            if let Some(pause) = next.checked_duration_since(Instant::now()) {
+                glommio::timer::sleep(pause).await;
+            }
+        }
     }
 }
+
+/// The least time between two reads of a fetch held for `fetch.min.bytes` above one.
+const MIN_BYTES_RECHECK: Duration = Duration::from_millis(5);
 
 /// Returns true when one of `seen` has news since its read (a new high watermark, a new leader, the log
 /// closed); false at `deadline` or when the broker stops. Listens before it looks, so news that lands in

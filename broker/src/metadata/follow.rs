@@ -45,11 +45,15 @@ pub async fn follow(ctx: Arc<BrokerContext>, images: flume::Receiver<Arc<Metadat
         }
         // Most images only move heartbeat times: the logs need nothing unless the topics changed (or the
         // last image could not be applied whole, which the next one retries).
-        if applied.as_ref().is_none_or(|last| last.state.topics != image.state.topics) {
+        let topics_changed = applied.as_ref().is_none_or(|last| last.state.topics != image.state.topics);
+        if topics_changed {
             let whole = apply(&ctx, &mut hosted, &image, ctx.ready.load(Ordering::SeqCst)).await;
             applied = whole.then(|| image.clone());
         }
         *ctx.metadata.write().expect("metadata lock") = image.clone();
+        if topics_changed {
+            ctx.metadata_news.bump();
+        }
         // Admin requests wait for this: a change is reported applied only once its logs are in place.
         if applied.is_some() {
             ctx.mark_reconciled(image.applied);

@@ -490,6 +490,8 @@ impl<F: Fs> PartitionLog<F> {
                 if inner.epochs.clamp(offset, log_end) {
                     inner.epochs_version += 1;
                 }
+                // A fetch held below the new start is now out of range.
+                self.news.bump();
             }
             let n = inner.segments.len();
             inner.segments[..n - 1].iter().take_while(|s| s.next_offset <= inner.log_start).count()
@@ -517,6 +519,7 @@ impl<F: Fs> PartitionLog<F> {
             inner.generation += 1;
             doomed
         };
+        self.news.bump();
         for base in &doomed {
             remove_segment_files(&self.fs, &self.dir, *base).await?;
         }

@@ -2,7 +2,7 @@
 //! the shards owning the partitions and merged into one answer.
 
 use super::*;
-use crate::shard::NewsSeen;
+use crate::shard::{NewsSeen, ProduceBatch};
 use crate::shutdown::Shutdown;
 use crate::topics::configs::Compression;
 use crate::topics::recompress::{RecompressError, recompress};
@@ -15,22 +15,34 @@ use shardlog_storage::batch::BatchError;
 #[derive(Debug)]
 pub struct DispatchedProduce {
     acks: i16,
-    pending: Vec<(TopicName, i32, Result<flume::Receiver<ProduceOutcome>, ResponseError>)>,
+    /// Each partition of the request in its order: where its outcome comes from.
+    pending: Vec<(TopicName, i32, Result<Slot, ResponseError>)>,
+    /// By shard, for the shards the request went to: the outcomes of their batches in the order sent.
+    replies: Vec<Option<flume::Receiver<Vec<ProduceOutcome>>>>,
+}
+
+/// Where a batch's outcome comes from: its shard's reply, at `index`.
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    shard: usize,
+    index: usize,
 }
 
 /// Hands every batch of a produce request to the shard owning its partition, without waiting: nothing in
 /// here awaits, so the batches of requests dispatched one after another reach each shard in that order,
-/// and each shard appends a partition's batches in the order they arrive.
+/// and each shard appends a partition's batches in the order they arrive. A shard gets all of its batches
+/// of the request in one message, and answers them in one.
 pub fn dispatch_produce(ctx: &Arc<BrokerContext>, req: ProduceRequest) -> DispatchedProduce {
     let acks = req.acks;
     let mut pending = Vec::new();
+    let mut by_shard: Vec<Vec<ProduceBatch>> = (0..ctx.shards.len()).map(|_| Vec::new()).collect();
     let image = ctx.image();
     for topic in req.topic_data {
         let name = topic.name.0.as_str().to_string();
         let compression = ctx.compression(&image, &name);
         let compacted = ctx.compacted(&image, &name);
         for partition in topic.partition_data {
-            let outcome = if ![-1, 0, 1].contains(&acks) {
+            let slot = if ![-1, 0, 1].contains(&acks) {
                 Err(ResponseError::InvalidRequiredAcks)
             } else if crate::topics::is_internal(&name) {
                 // Only the broker writes there (the group coordinator).
@@ -39,45 +51,55 @@ pub fn dispatch_produce(ctx: &Arc<BrokerContext>, req: ProduceRequest) -> Dispat
                 match (ctx.leader_in(&image, &name, partition.index), partition.records) {
                     // The disk is nearly full: refused before anything is written, retriable.
                     (Ok(_), Some(_)) if ctx.disk.below_floor() => Err(ResponseError::KafkaStorageError),
-                    (Ok(led), Some(batch)) => stored_form(batch, compression, compacted).and_then(|batch| {
-                        let (reply, outcome) = flume::bounded(1);
-                        let request = PartitionRequest::Produce {
-                            tp: TopicPartition::new(name.clone(), partition.index as u32),
-                            batch,
-                            epoch: led.epoch,
-                            acks,
-                            timeout_ms: req.timeout_ms,
-                            reply,
-                        };
-                        // Shard channels are unbounded: the number of requests in flight is bounded per
-                        // connection instead.
-                        ctx.shards[led.shard]
-                            .send(request)
-                            .map(|()| outcome)
-                            .map_err(|_| ResponseError::KafkaStorageError)
+                    (Ok(led), Some(batch)) => stored_form(batch, compression, compacted).map(|batch| {
+                        let tp = TopicPartition::new(name.clone(), partition.index as u32);
+                        let batches = &mut by_shard[led.shard];
+                        batches.push(ProduceBatch { tp, batch, epoch: led.epoch });
+                        Slot { shard: led.shard, index: batches.len() - 1 }
                     }),
                     (Ok(_), None) => Err(ResponseError::CorruptMessage),
                     (Err(e), _) => Err(e),
                 }
             };
-            pending.push((topic.name.clone(), partition.index, outcome));
+            pending.push((topic.name.clone(), partition.index, slot));
         }
     }
-    DispatchedProduce { acks, pending }
+    // Shard channels are unbounded: the number of requests in flight is bounded per connection instead.
+    let replies = by_shard
+        .into_iter()
+        .enumerate()
+        .map(|(shard, batches)| {
+            (!batches.is_empty()).then(|| {
+                let (reply, outcomes) = flume::bounded(1);
+                let request = PartitionRequest::Produce { batches, acks, timeout_ms: req.timeout_ms, reply };
+                // A shard that is gone drops the request: its batches are answered KAFKA_STORAGE_ERROR.
+                let _ = ctx.shards[shard].send(request);
+                outcomes
+            })
+        })
+        .collect();
+    DispatchedProduce { acks, pending, replies }
 }
 
 impl DispatchedProduce {
     /// The answer once every partition has replied; `None` for acks=0 (Kafka sends nothing back).
     pub async fn answer(self) -> Option<ProduceResponse> {
+        let mut outcomes = Vec::with_capacity(self.replies.len());
+        for reply in self.replies {
+            outcomes.push(match reply {
+                Some(reply) => reply.recv_async().await.unwrap_or_default(),
+                None => Vec::new(),
+            });
+        }
         let mut by_topic: Vec<TopicProduceResponse> = Vec::new();
-        for (name, index, outcome) in self.pending {
-            let outcome = match outcome {
-                Ok(rx) => rx.recv_async().await.unwrap_or(ProduceOutcome {
-                    error: Some(ResponseError::KafkaStorageError),
-                    base_offset: -1,
-                    log_start_offset: -1,
-                }),
-                Err(error) => ProduceOutcome { error: Some(error), base_offset: -1, log_start_offset: -1 },
+        for (name, index, slot) in self.pending {
+            let failed = |error| ProduceOutcome { error: Some(error), base_offset: -1, log_start_offset: -1 };
+            let outcome = match slot {
+                Ok(slot) => outcomes[slot.shard]
+                    .get(slot.index)
+                    .cloned()
+                    .unwrap_or_else(|| failed(ResponseError::KafkaStorageError)),
+                Err(error) => failed(error),
             };
             let partition = PartitionProduceResponse::default()
                 .with_index(index)

@@ -82,15 +82,14 @@ pub enum PartitionRequest {
     Hosted {
         reply: flume::Sender<Vec<(TopicPartition, Option<uuid::Uuid>)>>,
     },
-    /// `epoch`: the leader epoch the handler routed by. `timeout_ms`: how long acks=all waits for the
-    /// in-sync replicas (the request's timeout).
+    /// The batches of one produce request for partitions of this shard, answered together (one message
+    /// and one task for all of them, whatever their number), outcomes in the order of `batches`.
+    /// `timeout_ms`: how long acks=all waits for the in-sync replicas (the request's timeout).
     Produce {
-        tp: TopicPartition,
-        batch: Bytes,
-        epoch: LeaderEpoch,
+        batches: Vec<ProduceBatch>,
         acks: i16,
         timeout_ms: i32,
-        reply: flume::Sender<ProduceOutcome>,
+        reply: flume::Sender<Vec<ProduceOutcome>>,
     },
     /// A negative `offset` is out of range (answered with the partition's offsets, as Kafka does).
     /// `whole_first_batch`: a first batch larger than `max_bytes` is still returned (only for the first
@@ -158,6 +157,14 @@ impl PartialEq for NewsSeen {
 
 impl Eq for NewsSeen {}
 
+/// One batch of a produce request. `epoch`: the leader epoch the handler routed by.
+#[derive(Debug)]
+pub struct ProduceBatch {
+    pub tp: TopicPartition,
+    pub batch: Bytes,
+    pub epoch: LeaderEpoch,
+}
+
 /// A fetch result.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FetchOutcome {
@@ -188,20 +195,23 @@ pub async fn serve(
 ) {
     let mut last_appends: HashMap<TopicPartition, flume::Receiver<()>> = HashMap::new();
     while let Ok(request) = requests.recv_async().await {
-        let turn = match &request {
-            PartitionRequest::Produce { tp, .. } => Some(AppendTurn::take(&mut last_appends, tp)),
+        // Taken here, in the order requests arrive, so that appends to a partition keep that order.
+        let turns = match &request {
+            PartitionRequest::Produce { batches, .. } => {
+                batches.iter().map(|b| AppendTurn::take(&mut last_appends, &b.tp)).collect()
+            }
             PartitionRequest::Delete { tp, .. } => {
                 last_appends.remove(tp);
-                None
+                Vec::new()
             }
-            _ => None,
+            _ => Vec::new(),
         };
         if last_appends.len() > 1024 {
             // Forget partitions whose last append is done; a later produce to them need not wait.
             last_appends.retain(|_, done| !done.is_disconnected());
         }
         let (logs, replicas, readahead) = (logs.clone(), replicas.clone(), readahead.clone());
-        glommio::spawn_local(async move { handle(&logs, &replicas, &readahead, request, turn).await }).detach();
+        glommio::spawn_local(async move { handle(&logs, &replicas, &readahead, request, turns).await }).detach();
     }
 }
 
@@ -321,7 +331,7 @@ async fn handle(
     replicas: &ShardReplicas,
     readahead: &ReadAhead<DmaFs>,
     request: PartitionRequest,
-    turn: Option<AppendTurn>,
+    turns: Vec<AppendTurn>,
 ) {
     match request {
         PartitionRequest::Create { tp, topic_id, config, record, min_insync_replicas, reply } => {
@@ -352,10 +362,15 @@ async fn handle(
             replicas.remove(&tp);
             let _ = reply.send(logs.delete(&tp).await.map_err(|e| e.to_string()));
         }
-        PartitionRequest::Produce { tp, batch, epoch, acks, timeout_ms, reply } => {
-            let turn = turn.expect("every produce gets an append turn");
-            let asked = Produce { epoch, acks, timeout_ms };
-            let _ = reply.send(produce(logs, replicas, &tp, &batch, asked, turn).await);
+        PartitionRequest::Produce { batches, acks, timeout_ms, reply } => {
+            assert_eq!(turns.len(), batches.len(), "every batch gets an append turn");
+            // Appended one after another in this one task, their waits for the disk and the followers
+            // overlapping.
+            let produces = batches.iter().zip(turns).map(|(b, turn)| {
+                let asked = Produce { epoch: b.epoch, acks, timeout_ms };
+                produce(logs, replicas, &b.tp, &b.batch, asked, turn)
+            });
+            let _ = reply.send(futures_util::future::join_all(produces).await);
         }
         PartitionRequest::Fetch { tp, offset, max_bytes, whole_first_batch, reply } => {
             let _ = reply.send(fetch(logs, replicas, readahead, &tp, offset, max_bytes, whole_first_batch).await);

@@ -36,7 +36,7 @@ use super::call::{CoordinatorRequest, GroupCall, GroupListing, GroupOp, OffsetTo
 use super::classic::{Effects, GroupSettings, GroupState, JoinAnswer, Reply, SyncAnswer, Ticket};
 use super::records::{CommittedOffset, OffsetsRecord};
 use crate::context::{BrokerContext, ask_shard};
-use crate::shard::{OffsetSpec, PartitionRequest};
+use crate::shard::{OffsetSpec, PartitionRequest, ProduceBatch};
 
 /// How often groups are checked for expired sessions and rebalance timeouts, and leadership of the
 /// offsets partitions for changes.
@@ -343,9 +343,11 @@ impl Coordinator {
         let sent = encode_batch(records).and_then(|batch| {
             let (reply, outcome) = flume::bounded(1);
             let request = PartitionRequest::Produce {
-                tp: TopicPartition::new(OFFSETS_TOPIC.to_string(), partition as u32),
-                batch,
-                epoch,
+                batches: vec![ProduceBatch {
+                    tp: TopicPartition::new(OFFSETS_TOPIC.to_string(), partition as u32),
+                    batch,
+                    epoch,
+                }],
                 acks: -1,
                 timeout_ms: self.ctx.config.groups.commit_timeout_ms,
                 reply,
@@ -354,7 +356,8 @@ impl Coordinator {
             self.ctx.shards[self.shard].send(request).map(|()| outcome).map_err(|_| ResponseError::NotCoordinator)
         });
         async move {
-            let outcome = sent?.recv_async().await.map_err(|_| ResponseError::NotCoordinator)?;
+            let mut outcomes = sent?.recv_async().await.map_err(|_| ResponseError::NotCoordinator)?;
+            let outcome = outcomes.pop().ok_or(ResponseError::NotCoordinator)?;
             match outcome.error {
                 None => Ok(outcome.base_offset),
                 Some(e) => Err(e),

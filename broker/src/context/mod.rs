@@ -91,9 +91,6 @@ pub struct BrokerContext {
     pub cluster_id: String,
     /// The cluster metadata as last applied to the shards ([`crate::metadata::follow`]).
     pub metadata: RwLock<Arc<MetadataImage>>,
-    /// Moves when an image that changed the topics (leaders among them) is published in `metadata`: held
-    /// fetches read again and learn of a partition no longer led here.
-    pub metadata_news: Arc<shardlog_storage::LogNews>,
     /// Commits topic changes through the quorum.
     pub quorum: QuorumHandle,
     /// Set once the broker is registered and has applied the metadata up to its registration.
@@ -174,7 +171,6 @@ impl BrokerContext {
             cluster_id: format!("shardlog-{lowest_voter}"),
             apis,
             metadata: RwLock::new(Arc::new(MetadataImage::default())),
-            metadata_news: Default::default(),
             quorum,
             ready: AtomicBool::new(false),
             liveness: crate::notify::Liveness::new(shards_count),

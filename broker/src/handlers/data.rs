@@ -154,7 +154,8 @@ pub(super) async fn fetch(ctx: &Arc<BrokerContext>, req: FetchRequest) -> FetchR
     let (mut held, mut expired) = (false, false);
     loop {
         // Before the read: a partition that stops being led here meanwhile is news.
-        let metadata = NewsSeen { news: ctx.metadata_news.clone(), version: ctx.metadata_news.version() };
+        let leadership = ctx.quorum.leadership_news();
+        let metadata = NewsSeen { news: leadership.clone(), version: leadership.version() };
         let read_at = Instant::now();
         let (response, bytes, mut seen) = fetch_once(ctx, &req).await;
         seen.push(metadata);

@@ -52,7 +52,7 @@ pub async fn follow(ctx: Arc<BrokerContext>, images: flume::Receiver<Arc<Metadat
         }
         *ctx.metadata.write().expect("metadata lock") = image.clone();
         if topics_changed {
-            ctx.metadata_news.bump();
+            ctx.quorum.leadership_news().bump();
         }
         // Admin requests wait for this: a change is reported applied only once its logs are in place.
         if applied.is_some() {

@@ -22,6 +22,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use shardlog_net::peer::{decode_message, encode_message};
+use shardlog_storage::LogNews;
 
 use super::image::MetadataImage;
 use crate::quorum::network::{CallError, PeerConnection, WireWrite};
@@ -97,6 +98,9 @@ pub struct QuorumHandle {
     in_session: Arc<AtomicBool>,
     /// Set when a topic record from before the quorum could not be wholly imported (see `import`).
     import_incomplete: Arc<AtomicBool>,
+    /// Moves when what this broker leads may have changed: its session was lost or regained, or an image
+    /// that changed the topics was published (see `follow`). Held fetches read again and find out.
+    leadership_news: Arc<LogNews>,
 }
 
 impl std::fmt::Debug for QuorumHandle {
@@ -119,6 +123,11 @@ impl QuorumHandle {
     /// the session timeout). A broker out of session leads nothing.
     pub fn in_session(&self) -> bool {
         self.in_session.load(Ordering::SeqCst)
+    }
+
+    /// See the field.
+    pub fn leadership_news(&self) -> &Arc<LogNews> {
+        &self.leadership_news
     }
 
     /// Whether logs the metadata does not give to this broker may be set aside as strays: not while some
@@ -191,8 +200,10 @@ impl QuorumLink {
             registered_at: Arc::new(AtomicU64::new(u64::MAX)),
             in_session: Arc::new(AtomicBool::new(false)),
             import_incomplete: Arc::new(AtomicBool::new(false)),
+            leadership_news: Arc::default(),
         };
         let (registered_at, in_session) = (handle.registered_at.clone(), handle.in_session.clone());
+        let leadership_news = handle.leadership_news.clone();
         let import_incomplete = handle.import_incomplete.clone();
         let (ended_tx, ended) = flume::bounded::<()>(0);
         let thread = std::thread::Builder::new()
@@ -210,6 +221,7 @@ impl QuorumLink {
                     import_incomplete,
                     registered_at,
                     in_session,
+                    leadership_news,
                     shutdown,
                     previous_incarnation,
                 };
@@ -256,6 +268,7 @@ pub(super) struct Link {
     import_incomplete: Arc<AtomicBool>,
     registered_at: Arc<AtomicU64>,
     in_session: Arc<AtomicBool>,
+    leadership_news: Arc<LogNews>,
     shutdown: Shutdown,
     previous_incarnation: Option<u64>,
 }
@@ -339,6 +352,7 @@ impl Link {
                 WireWriteResult::Applied { index, outcome: Ok(_) } => {
                     acknowledged = tokio::time::Instant::now();
                     if registered && !self.in_session.swap(true, Ordering::SeqCst) {
+                        self.leadership_news.bump();
                         tracing::info!(node = %settings.node, "heartbeats acknowledged again; back in session");
                     }
                     if !registered {
@@ -346,6 +360,7 @@ impl Link {
                         let index = super::import::import_topics_file(self, index, incarnation).await;
                         self.in_session.store(true, Ordering::SeqCst);
                         self.registered_at.store(index, Ordering::SeqCst);
+                        self.leadership_news.bump();
                         tracing::info!(node = %settings.node, incarnation, index, "registered with the quorum");
                     }
                     settings.heartbeat_interval
@@ -377,6 +392,7 @@ impl Link {
                 }
             };
             if registered && acknowledged.elapsed() >= session && self.in_session.swap(false, Ordering::SeqCst) {
+                self.leadership_news.bump();
                 tracing::error!(
                     node = %settings.node,
                     "no heartbeat acknowledged for a whole session: the quorum has fenced this broker; leading nothing"

@@ -143,6 +143,66 @@ fn create_produce_fetch_list_offsets_across_shards() {
     assert_eq!((err, hw), (0, 14), "acks=0 records reach the high watermark");
 }
 
+/// One produce request for many partitions of both shards, one of them twice, one unknown, and a second
+/// topic between them: each partition's answer is its own (its base offset, its error), in the order
+/// asked, and every batch reads back where its answer says.
+#[test]
+fn a_request_for_many_partitions_answers_each_with_its_own_outcome() {
+    let broker = Broker::start(2);
+    let mut s = broker.connect();
+    assert_eq!(create(&mut s, "multi", 6, 1, &[]), 0);
+    assert_eq!(create(&mut s, "other", 2, 1, &[]), 0);
+    // Partition p starts with p records, so every partition's next base offset differs.
+    for p in 1..6 {
+        for i in 0..p {
+            assert_eq!(produce(&mut s, "multi", p, &batch(i as u8, 1, 0), -1, i).unwrap(), (0, i as i64));
+        }
+    }
+    // In the order asked: the partition, and the error and base offset it must be answered with.
+    let asked: [(&str, i32, i16, i64); 8] = [
+        ("multi", 5, 0, 5),
+        ("multi", 0, 0, 0),
+        ("multi", 3, 0, 3),
+        ("other", 1, 0, 0),
+        ("multi", 1, 0, 1),
+        ("multi", 9, 3, -1),
+        ("multi", 0, 0, 2),
+        ("multi", 4, 0, 4),
+    ];
+    let batches: Vec<Vec<u8>> = (0..asked.len()).map(|i| batch(100 + i as u8, 2, 0)).collect();
+    let mut request = produce_request("multi", 0, &[], -1);
+    request.topic_data.clear();
+    for ((topic, partition, ..), b) in asked.iter().zip(&batches) {
+        let one = produce_request(topic, *partition, b, -1).topic_data.remove(0);
+        match request.topic_data.iter_mut().find(|t| t.name == one.name) {
+            Some(t) => t.partition_data.extend(one.partition_data),
+            None => request.topic_data.push(one),
+        }
+    }
+    send(&mut s, ApiKey::Produce, 9, 77, &request);
+    let (cid, body) = receive(&mut s, ApiKey::Produce, 9);
+    assert_eq!(cid, 77);
+    let ResponseKind::Produce(answer) = body else { panic!("wrong response") };
+    let answered: Vec<(String, i32, i16, i64)> = answer
+        .responses
+        .iter()
+        .flat_map(|t| {
+            t.partition_responses.iter().map(|p| (t.name.0.to_string(), p.index, p.error_code, p.base_offset))
+        })
+        .collect();
+    // Kafka answers by topic, each topic's partitions in the order asked.
+    let by_topic = asked.iter().filter(|a| a.0 == "multi").chain(asked.iter().filter(|a| a.0 == "other"));
+    let expected: Vec<(String, i32, i16, i64)> = by_topic.map(|&(t, p, e, b)| (t.to_string(), p, e, b)).collect();
+    assert_eq!(answered, expected);
+    for (&(topic, partition, error, base), b) in asked.iter().zip(&batches) {
+        if error == 0 {
+            let (err, _, records) = fetch(&mut s, topic, partition, base, 0);
+            assert_eq!(err, 0);
+            assert!(records.starts_with(&stored(b, base)), "{topic}-{partition} holds its batch at {base}");
+        }
+    }
+}
+
 #[test]
 fn long_poll_returns_when_data_arrives() {
     let broker = Broker::start(2);

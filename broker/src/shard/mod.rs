@@ -258,7 +258,8 @@ pub async fn upkeep(
         }
         since_retention += FLUSH_CHECK_INTERVAL;
         since_checkpoint += FLUSH_CHECK_INTERVAL;
-        for (tp, log) in logs.entries() {
+        let mut synced = std::collections::HashSet::new();
+        for log in logs.logs() {
             // Under the default policy only acknowledged produces sync; acks=0 data would otherwise stay
             // above the high watermark until the next one.
             let result = match log.config().flush {
@@ -267,10 +268,19 @@ pub async fn upkeep(
                 FlushPolicy::Interval { .. } => log.flush_if_due().await,
             };
             match result {
-                // The HW follows at once, so consumers held for news of the partition hear of it.
-                Ok(true) => replicas.log_moved(&tp, &log),
+                Ok(true) => {
+                    synced.insert(Rc::as_ptr(&log));
+                }
                 Ok(false) => {}
                 Err(e) => tracing::warn!(log = %log.dir().display(), error = %e, "background flush failed"),
+            }
+        }
+        if !synced.is_empty() {
+            // The HW follows at once, so consumers held for news of these partitions hear of it.
+            for (tp, log) in logs.entries() {
+                if synced.contains(&Rc::as_ptr(&log)) {
+                    replicas.log_moved(&tp, &log);
+                }
             }
         }
         release_caches(&logs, &limits).await;

@@ -228,7 +228,11 @@ struct AppendTurn {
 impl AppendTurn {
     fn take(last_appends: &mut HashMap<TopicPartition, flume::Receiver<()>>, tp: &TopicPartition) -> AppendTurn {
         let (done, next) = flume::bounded(1);
-        let previous = last_appends.insert(tp.clone(), next);
+        // The partition's name is cloned only the first time it is seen.
+        let previous = match last_appends.get_mut(tp) {
+            Some(last) => Some(std::mem::replace(last, next)),
+            None => last_appends.insert(tp.clone(), next),
+        };
         AppendTurn { previous, done }
     }
 

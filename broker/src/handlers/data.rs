@@ -2,7 +2,7 @@
 //! the shards owning the partitions and merged into one answer.
 
 use super::*;
-use crate::shard::{NewsSeen, ProduceBatch};
+use crate::shard::{FetchRead, NewsSeen, ProduceBatch};
 use crate::shutdown::Shutdown;
 use crate::topics::configs::Compression;
 use crate::topics::recompress::{RecompressError, recompress};
@@ -209,64 +209,21 @@ async fn news_or_deadline(seen: &[NewsSeen], deadline: Instant, shutdown: &Shutd
     future::or(news, end).await
 }
 
-/// Partitions of one fetch being read at once, at most.
+/// Partitions of one fetch being read at once, at most, when their limits together exceed the answer's.
 const FETCH_READS_IN_FLIGHT: usize = 32;
 
 /// One read of every partition a Fetch asks for: the answer, its record bytes, and where to listen for
 /// news of the partitions read.
 pub(super) async fn fetch_once(ctx: &Arc<BrokerContext>, req: &FetchRequest) -> (FetchResponse, usize, Vec<NewsSeen>) {
-    // Kafka's fetch.max.bytes bounds what one answer holds, whatever the client asks for, filled in
-    // request order. Partitions are read several at once (their reads, on several shards and disks,
-    // overlap), each promised up to its partition limit out of what is not yet promised; when nothing is
-    // left to promise, the oldest read is settled first and what it did not use goes on to the next
-    // partitions. Only the first partition may go over (by one batch), so that the consumer always makes
-    // progress. So the bytes read for one answer stay within the limit plus one batch, however the
-    // request is made, and a partition gets nothing only when the answer is full.
     let limit = if req.max_bytes <= 0 { FETCH_MAX_BYTES } else { (req.max_bytes as usize).min(FETCH_MAX_BYTES) };
-    let mut unpromised = limit;
-    let mut total = 0usize;
-    type Reply = Result<flume::Receiver<FetchOutcome>, ResponseError>;
-    let mut pending: std::collections::VecDeque<(usize, Reply)> = std::collections::VecDeque::new();
-    let mut outcomes: Vec<Option<FetchOutcome>> = Vec::new();
-    let settle = |promised: usize, outcome: Option<FetchOutcome>, unpromised: &mut usize, total: &mut usize| {
-        let used = outcome.as_ref().map_or(0, |o| o.records.len());
-        *unpromised += promised.saturating_sub(used);
-        *total += used;
-        outcome
+    let asked = req.topics.iter().flat_map(|t| &t.partitions).map(|p| p.partition_max_bytes.max(0) as usize);
+    let outcomes = if asked.fold(0, usize::saturating_add) <= limit {
+        read_together(ctx, req).await
+    } else {
+        read_within(ctx, req, limit).await
     };
-    let mut index = 0usize;
-    for topic in &req.topics {
-        let name = topic.topic.0.as_str().to_string();
-        for p in &topic.partitions {
-            while pending.len() == FETCH_READS_IN_FLIGHT || (unpromised == 0 && !pending.is_empty()) {
-                let (promised, reply) = pending.pop_front().expect("a read in flight");
-                let outcome = match reply {
-                    Ok(reply) => reply.recv_async().await.ok(),
-                    Err(e) => Some(FetchOutcome::empty(Some(e))),
-                };
-                outcomes.push(settle(promised, outcome, &mut unpromised, &mut total));
-            }
-            let first = index == 0;
-            index += 1;
-            let max_bytes = (p.partition_max_bytes.max(0) as usize).min(unpromised);
-            unpromised -= max_bytes;
-            let reply = ctx.leader_here(&name, p.partition).and_then(|led| {
-                let (reply, outcome) = flume::bounded(1);
-                let tp = TopicPartition::new(name.clone(), p.partition as u32);
-                let request =
-                    PartitionRequest::Fetch { tp, offset: p.fetch_offset, max_bytes, whole_first_batch: first, reply };
-                ctx.shards[led.shard].send(request).map(|()| outcome).map_err(|_| ResponseError::KafkaStorageError)
-            });
-            pending.push_back((max_bytes, reply));
-        }
-    }
-    for (promised, reply) in pending {
-        let outcome = match reply {
-            Ok(reply) => reply.recv_async().await.ok(),
-            Err(e) => Some(FetchOutcome::empty(Some(e))),
-        };
-        outcomes.push(settle(promised, outcome, &mut unpromised, &mut total));
-    }
+    let total = outcomes.iter().flatten().map(|o| o.records.len()).sum();
+
     let seen = outcomes.iter().flatten().filter_map(|o| o.news.clone()).collect();
     let mut outcomes = outcomes.into_iter();
     let mut topics = Vec::new();
@@ -291,6 +248,106 @@ pub(super) async fn fetch_once(ctx: &Arc<BrokerContext>, req: &FetchRequest) -> 
         topics.push(FetchableTopicResponse::default().with_topic(topic.topic.clone()).with_partitions(partitions));
     }
     (FetchResponse::default().with_responses(topics), total, seen)
+}
+
+/// Every partition read at once, each shard's reads in one message: when the partitions' limits together
+/// fit in the answer, none can take another's room, so each is read up to its own limit.
+async fn read_together(ctx: &Arc<BrokerContext>, req: &FetchRequest) -> Vec<Option<FetchOutcome>> {
+    let mut by_shard: Vec<Vec<FetchRead>> = (0..ctx.shards.len()).map(|_| Vec::new()).collect();
+    let mut slots = Vec::new();
+    for topic in &req.topics {
+        let name = topic.topic.0.as_str();
+        for p in &topic.partitions {
+            let whole_first_batch = slots.is_empty();
+            slots.push(ctx.leader_here(name, p.partition).map(|led| {
+                let reads = &mut by_shard[led.shard];
+                reads.push(FetchRead {
+                    tp: TopicPartition::new(name.to_string(), p.partition as u32),
+                    offset: p.fetch_offset,
+                    max_bytes: p.partition_max_bytes.max(0) as usize,
+                    whole_first_batch,
+                });
+                Slot { shard: led.shard, index: reads.len() - 1 }
+            }));
+        }
+    }
+    let replies: Vec<_> = by_shard
+        .into_iter()
+        .enumerate()
+        .map(|(shard, reads)| {
+            (!reads.is_empty()).then(|| {
+                let (reply, outcomes) = flume::bounded(1);
+                // A shard that is gone drops the request: its partitions are answered as unknown.
+                let _ = ctx.shards[shard].send(PartitionRequest::Fetch { reads, reply });
+                outcomes
+            })
+        })
+        .collect();
+    let mut answers = Vec::with_capacity(replies.len());
+    for reply in replies {
+        let outcomes = match reply {
+            Some(reply) => reply.recv_async().await.unwrap_or_default(),
+            None => Vec::new(),
+        };
+        answers.push(outcomes.into_iter().map(Some).collect::<Vec<_>>());
+    }
+    slots
+        .into_iter()
+        .map(|slot| match slot {
+            Ok(slot) => answers[slot.shard].get_mut(slot.index).and_then(Option::take),
+            Err(e) => Some(FetchOutcome::empty(Some(e))),
+        })
+        .collect()
+}
+
+/// The partitions read several at once when their limits together exceed the answer's `limit` (Kafka's
+/// fetch.max.bytes, which bounds what one answer holds whatever the client asks for, filled in request
+/// order). Each is promised up to its partition limit out of what is not yet promised; when nothing is
+/// left to promise, the oldest read is settled first and what it did not use goes on to the next
+/// partitions. Only the first partition may go over (by one batch), so that the consumer always makes
+/// progress. So the bytes read for one answer stay within the limit plus one batch, however the request
+/// is made, and a partition gets nothing only when the answer is full.
+async fn read_within(ctx: &Arc<BrokerContext>, req: &FetchRequest, limit: usize) -> Vec<Option<FetchOutcome>> {
+    let mut unpromised = limit;
+    type Reply = Result<flume::Receiver<Vec<FetchOutcome>>, ResponseError>;
+    let mut pending: std::collections::VecDeque<(usize, Reply)> = std::collections::VecDeque::new();
+    let mut outcomes: Vec<Option<FetchOutcome>> = Vec::new();
+    // A read's outcome, and what it did not use of what it was promised back to be promised again.
+    async fn settle(promised: usize, reply: Reply, unpromised: &mut usize) -> Option<FetchOutcome> {
+        let outcome = match reply {
+            Ok(reply) => reply.recv_async().await.ok().and_then(|mut outcomes| outcomes.pop()),
+            Err(e) => Some(FetchOutcome::empty(Some(e))),
+        };
+        let used = outcome.as_ref().map_or(0, |o| o.records.len());
+        *unpromised += promised.saturating_sub(used);
+        outcome
+    }
+    let mut index = 0usize;
+    for topic in &req.topics {
+        let name = topic.topic.0.as_str().to_string();
+        for p in &topic.partitions {
+            while pending.len() == FETCH_READS_IN_FLIGHT || (unpromised == 0 && !pending.is_empty()) {
+                let (promised, reply) = pending.pop_front().expect("a read in flight");
+                outcomes.push(settle(promised, reply, &mut unpromised).await);
+            }
+            let whole_first_batch = index == 0;
+            index += 1;
+            let max_bytes = (p.partition_max_bytes.max(0) as usize).min(unpromised);
+            unpromised -= max_bytes;
+            let reply = ctx.leader_here(&name, p.partition).and_then(|led| {
+                let (reply, outcome) = flume::bounded(1);
+                let tp = TopicPartition::new(name.clone(), p.partition as u32);
+                let reads = vec![FetchRead { tp, offset: p.fetch_offset, max_bytes, whole_first_batch }];
+                let request = PartitionRequest::Fetch { reads, reply };
+                ctx.shards[led.shard].send(request).map(|()| outcome).map_err(|_| ResponseError::KafkaStorageError)
+            });
+            pending.push_back((max_bytes, reply));
+        }
+    }
+    for (promised, reply) in pending {
+        outcomes.push(settle(promised, reply, &mut unpromised).await);
+    }
+    outcomes
 }
 
 /// ListOffsets' `replica_id` for tools that read a replica's own offsets (Kafka's

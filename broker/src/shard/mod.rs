@@ -91,15 +91,11 @@ pub enum PartitionRequest {
         timeout_ms: i32,
         reply: flume::Sender<Vec<ProduceOutcome>>,
     },
-    /// A negative `offset` is out of range (answered with the partition's offsets, as Kafka does).
-    /// `whole_first_batch`: a first batch larger than `max_bytes` is still returned (only for the first
-    /// partition of a fetch, so that the consumer makes progress); otherwise `max_bytes` is a hard limit.
+    /// Reads of partitions of this shard for one fetch, made together in one task and answered in one
+    /// reply, outcomes in the order of `reads`.
     Fetch {
-        tp: TopicPartition,
-        offset: i64,
-        max_bytes: usize,
-        whole_first_batch: bool,
-        reply: flume::Sender<FetchOutcome>,
+        reads: Vec<FetchRead>,
+        reply: flume::Sender<Vec<FetchOutcome>>,
     },
     ListOffsets {
         tp: TopicPartition,
@@ -156,6 +152,18 @@ impl PartialEq for NewsSeen {
 }
 
 impl Eq for NewsSeen {}
+
+/// One partition's read for a fetch. A negative `offset` is out of range (answered with the partition's
+/// offsets, as Kafka does). `whole_first_batch`: a first batch larger than `max_bytes` is still returned
+/// (only for the first partition of a fetch, so that the consumer makes progress); otherwise `max_bytes`
+/// is a hard limit.
+#[derive(Debug)]
+pub struct FetchRead {
+    pub tp: TopicPartition,
+    pub offset: i64,
+    pub max_bytes: usize,
+    pub whole_first_batch: bool,
+}
 
 /// One batch of a produce request. `epoch`: the leader epoch the handler routed by.
 #[derive(Debug)]
@@ -386,8 +394,11 @@ async fn handle(
             });
             let _ = reply.send(futures_util::future::join_all(produces).await);
         }
-        PartitionRequest::Fetch { tp, offset, max_bytes, whole_first_batch, reply } => {
-            let _ = reply.send(fetch(logs, replicas, readahead, &tp, offset, max_bytes, whole_first_batch).await);
+        PartitionRequest::Fetch { reads, reply } => {
+            let fetches = reads
+                .iter()
+                .map(|r| fetch(logs, replicas, readahead, &r.tp, r.offset, r.max_bytes, r.whole_first_batch));
+            let _ = reply.send(futures_util::future::join_all(fetches).await);
         }
         PartitionRequest::ListOffsets { tp, spec, reply } => {
             let _ = reply.send(list_offsets(logs, replicas, &tp, spec).await);

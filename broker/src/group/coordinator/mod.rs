@@ -36,7 +36,7 @@ use super::call::{CoordinatorRequest, GroupCall, GroupListing, GroupOp, OffsetTo
 use super::classic::{Effects, GroupSettings, GroupState, JoinAnswer, Reply, SyncAnswer, Ticket};
 use super::records::{CommittedOffset, OffsetsRecord};
 use crate::context::{BrokerContext, ask_shard};
-use crate::shard::{OffsetSpec, PartitionRequest, ProduceBatch};
+use crate::shard::{FetchRead, OffsetSpec, PartitionRequest, ProduceBatch};
 
 /// How often groups are checked for expired sessions and rebalance timeouts, and leadership of the
 /// offsets partitions for changes.
@@ -231,15 +231,11 @@ impl Coordinator {
                 return Err("no longer the leader".into());
             }
             let tp = tp.clone();
-            let read = ask_shard(&self.ctx, self.shard, move |reply| PartitionRequest::Fetch {
-                tp,
-                offset: next,
-                max_bytes: LOAD_READ_BYTES,
-                whole_first_batch: true,
-                reply,
-            })
-            .await
-            .ok_or("shard gone")?;
+            let reads = vec![FetchRead { tp, offset: next, max_bytes: LOAD_READ_BYTES, whole_first_batch: true }];
+            let read = ask_shard(&self.ctx, self.shard, move |reply| PartitionRequest::Fetch { reads, reply })
+                .await
+                .and_then(|mut outcomes| outcomes.pop())
+                .ok_or("shard gone")?;
             match read.error {
                 None if !read.records.is_empty() => next = replay.batches(read.records, next)?,
                 // The high watermark has not reached the log end yet (a new leader's followers catch up).

@@ -217,7 +217,8 @@ const FETCH_READS_IN_FLIGHT: usize = 32;
 pub(super) async fn fetch_once(ctx: &Arc<BrokerContext>, req: &FetchRequest) -> (FetchResponse, usize, Vec<NewsSeen>) {
     let limit = if req.max_bytes <= 0 { FETCH_MAX_BYTES } else { (req.max_bytes as usize).min(FETCH_MAX_BYTES) };
     let asked = req.topics.iter().flat_map(|t| &t.partitions).map(|p| p.partition_max_bytes.max(0) as usize);
-    let outcomes = if asked.fold(0, usize::saturating_add) <= limit {
+    let (partitions, asked_bytes) = asked.fold((0usize, 0usize), |(n, bytes), b| (n + 1, bytes.saturating_add(b)));
+    let outcomes = if asked_bytes <= limit && partitions <= FETCH_READS_IN_FLIGHT {
         read_together(ctx, req).await
     } else {
         read_within(ctx, req, limit).await
@@ -251,7 +252,8 @@ pub(super) async fn fetch_once(ctx: &Arc<BrokerContext>, req: &FetchRequest) -> 
 }
 
 /// Every partition read at once, each shard's reads in one message: when the partitions' limits together
-/// fit in the answer, none can take another's room, so each is read up to its own limit.
+/// fit in the answer, none can take another's room, so each is read up to its own limit. For at most
+/// `FETCH_READS_IN_FLIGHT` partitions, as many reads as the other path has under way at most.
 async fn read_together(ctx: &Arc<BrokerContext>, req: &FetchRequest) -> Vec<Option<FetchOutcome>> {
     let mut by_shard: Vec<Vec<FetchRead>> = (0..ctx.shards.len()).map(|_| Vec::new()).collect();
     let mut slots = Vec::new();
@@ -277,24 +279,28 @@ async fn read_together(ctx: &Arc<BrokerContext>, req: &FetchRequest) -> Vec<Opti
         .map(|(shard, reads)| {
             (!reads.is_empty()).then(|| {
                 let (reply, outcomes) = flume::bounded(1);
-                // A shard that is gone drops the request: its partitions are answered as unknown.
-                let _ = ctx.shards[shard].send(PartitionRequest::Fetch { reads, reply });
-                outcomes
+                let request = PartitionRequest::Fetch { reads, reply };
+                ctx.shards[shard].send(request).map(|()| outcomes).map_err(|_| ResponseError::KafkaStorageError)
             })
         })
         .collect();
     let mut answers = Vec::with_capacity(replies.len());
     for reply in replies {
-        let outcomes = match reply {
-            Some(reply) => reply.recv_async().await.unwrap_or_default(),
-            None => Vec::new(),
-        };
-        answers.push(outcomes.into_iter().map(Some).collect::<Vec<_>>());
+        // As on the other path: a shard that cannot be reached is KAFKA_STORAGE_ERROR, and one that drops
+        // the reads leaves its partitions unknown.
+        answers.push(match reply {
+            Some(Ok(reply)) => Ok(reply.recv_async().await.unwrap_or_default().into_iter().map(Some).collect()),
+            Some(Err(e)) => Err(e),
+            None => Ok(Vec::new()),
+        });
     }
     slots
         .into_iter()
         .map(|slot| match slot {
-            Ok(slot) => answers[slot.shard].get_mut(slot.index).and_then(Option::take),
+            Ok(slot) => match &mut answers[slot.shard] {
+                Ok(outcomes) => outcomes.get_mut(slot.index).and_then(Option::take),
+                Err(e) => Some(FetchOutcome::empty(Some(*e))),
+            },
             Err(e) => Some(FetchOutcome::empty(Some(e))),
         })
         .collect()

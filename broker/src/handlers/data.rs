@@ -17,15 +17,83 @@ pub struct DispatchedProduce {
     acks: i16,
     /// Each partition of the request in its order: where its outcome comes from.
     pending: Vec<(TopicName, i32, Result<Slot, ResponseError>)>,
-    /// By shard, for the shards the request went to: the outcomes of their batches in the order sent.
-    replies: Vec<Option<flume::Receiver<Vec<ProduceOutcome>>>>,
+    replies: ShardReplies<ProduceOutcome>,
 }
 
-/// Where a batch's outcome comes from: its shard's reply, at `index`.
+/// Where an item's outcome comes from: its shard's reply, at `index`.
 #[derive(Debug, Clone, Copy)]
 struct Slot {
     shard: usize,
     index: usize,
+}
+
+/// The items of one request (a produce's batches, a fetch's reads) split by the shard that owns them, so
+/// that each shard gets its share in one message and answers it in one reply.
+struct ByShard<T>(Vec<Vec<T>>);
+
+impl<T> ByShard<T> {
+    fn new(shards: usize) -> ByShard<T> {
+        ByShard((0..shards).map(|_| Vec::new()).collect())
+    }
+
+    /// Adds an item for `shard`; its outcome will be at the slot returned.
+    fn push(&mut self, shard: usize, item: T) -> Slot {
+        let items = &mut self.0[shard];
+        items.push(item);
+        Slot { shard, index: items.len() - 1 }
+    }
+
+    /// Sends each shard with items its share, made into a request by `request`, without waiting.
+    fn send<O>(
+        self,
+        ctx: &BrokerContext,
+        request: impl Fn(Vec<T>, flume::Sender<Vec<O>>) -> PartitionRequest,
+    ) -> ShardReplies<O> {
+        let replies = self.0.into_iter().enumerate().map(|(shard, items)| {
+            (!items.is_empty()).then(|| {
+                let (reply, outcomes) = flume::bounded(1);
+                // Shard channels are unbounded: the requests in flight are bounded per connection instead.
+                ctx.shards[shard]
+                    .send(request(items, reply))
+                    .map(|()| outcomes)
+                    .map_err(|_| ResponseError::KafkaStorageError)
+            })
+        });
+        ShardReplies(replies.collect())
+    }
+}
+
+/// By shard, for the shards a request went to: the reply with their outcomes in the order sent, or why
+/// the shard could not be reached.
+#[derive(Debug)]
+struct ShardReplies<O>(Vec<Option<Result<flume::Receiver<Vec<O>>, ResponseError>>>);
+
+impl<O> ShardReplies<O> {
+    /// Every shard's outcomes by shard, indexed by [`Slot`]; a shard that dropped the request answers none.
+    async fn gather(self) -> Vec<Result<Vec<Option<O>>, ResponseError>> {
+        let mut gathered = Vec::with_capacity(self.0.len());
+        for reply in self.0 {
+            gathered.push(match reply {
+                Some(Ok(reply)) => Ok(reply.recv_async().await.unwrap_or_default().into_iter().map(Some).collect()),
+                Some(Err(e)) => Err(e),
+                None => Ok(Vec::new()),
+            });
+        }
+        gathered
+    }
+}
+
+/// The outcome at `slot` of what [`ShardReplies::gather`] returned: `None` if its shard dropped the
+/// request, the send's error if it could not be reached.
+fn take_outcome<O>(
+    gathered: &mut [Result<Vec<Option<O>>, ResponseError>],
+    slot: Slot,
+    failed: impl FnOnce(ResponseError) -> O,
+) -> Option<O> {
+    match &mut gathered[slot.shard] {
+        Ok(outcomes) => outcomes.get_mut(slot.index).and_then(Option::take),
+        Err(e) => Some(failed(*e)),
+    }
 }
 
 /// Hands every batch of a produce request to the shard owning its partition, without waiting: nothing in
@@ -35,7 +103,7 @@ struct Slot {
 pub fn dispatch_produce(ctx: &Arc<BrokerContext>, req: ProduceRequest) -> DispatchedProduce {
     let acks = req.acks;
     let mut pending = Vec::new();
-    let mut by_shard: Vec<Vec<ProduceBatch>> = (0..ctx.shards.len()).map(|_| Vec::new()).collect();
+    let mut by_shard = ByShard::new(ctx.shards.len());
     let image = ctx.image();
     for topic in req.topic_data {
         let name = topic.name.0.as_str().to_string();
@@ -53,9 +121,7 @@ pub fn dispatch_produce(ctx: &Arc<BrokerContext>, req: ProduceRequest) -> Dispat
                     (Ok(_), Some(_)) if ctx.disk.below_floor() => Err(ResponseError::KafkaStorageError),
                     (Ok(led), Some(batch)) => stored_form(batch, compression, compacted).map(|batch| {
                         let tp = TopicPartition::new(name.clone(), partition.index as u32);
-                        let batches = &mut by_shard[led.shard];
-                        batches.push(ProduceBatch { tp, batch, epoch: led.epoch });
-                        Slot { shard: led.shard, index: batches.len() - 1 }
+                        by_shard.push(led.shard, ProduceBatch { tp, batch, epoch: led.epoch })
                     }),
                     (Ok(_), None) => Err(ResponseError::CorruptMessage),
                     (Err(e), _) => Err(e),
@@ -64,40 +130,21 @@ pub fn dispatch_produce(ctx: &Arc<BrokerContext>, req: ProduceRequest) -> Dispat
             pending.push((topic.name.clone(), partition.index, slot));
         }
     }
-    // Shard channels are unbounded: the number of requests in flight is bounded per connection instead.
-    let replies = by_shard
-        .into_iter()
-        .enumerate()
-        .map(|(shard, batches)| {
-            (!batches.is_empty()).then(|| {
-                let (reply, outcomes) = flume::bounded(1);
-                let request = PartitionRequest::Produce { batches, acks, timeout_ms: req.timeout_ms, reply };
-                // A shard that is gone drops the request: its batches are answered KAFKA_STORAGE_ERROR.
-                let _ = ctx.shards[shard].send(request);
-                outcomes
-            })
-        })
-        .collect();
+    let timeout_ms = req.timeout_ms;
+    let replies = by_shard.send(ctx, |batches, reply| PartitionRequest::Produce { batches, acks, timeout_ms, reply });
     DispatchedProduce { acks, pending, replies }
 }
 
 impl DispatchedProduce {
     /// The answer once every partition has replied; `None` for acks=0 (Kafka sends nothing back).
     pub async fn answer(self) -> Option<ProduceResponse> {
-        let mut outcomes = Vec::with_capacity(self.replies.len());
-        for reply in self.replies {
-            outcomes.push(match reply {
-                Some(reply) => reply.recv_async().await.unwrap_or_default(),
-                None => Vec::new(),
-            });
-        }
+        let mut outcomes = self.replies.gather().await;
+        let failed = |error| ProduceOutcome { error: Some(error), base_offset: -1, log_start_offset: -1 };
         let mut by_topic: Vec<TopicProduceResponse> = Vec::new();
         for (name, index, slot) in self.pending {
-            let failed = |error| ProduceOutcome { error: Some(error), base_offset: -1, log_start_offset: -1 };
+            // A shard that is gone answers KAFKA_STORAGE_ERROR for every batch it had.
             let outcome = match slot {
-                Ok(slot) => outcomes[slot.shard]
-                    .get(slot.index)
-                    .cloned()
+                Ok(slot) => take_outcome(&mut outcomes, slot, failed)
                     .unwrap_or_else(|| failed(ResponseError::KafkaStorageError)),
                 Err(error) => failed(error),
             };
@@ -154,11 +201,10 @@ pub(super) async fn fetch(ctx: &Arc<BrokerContext>, req: FetchRequest) -> FetchR
     let (mut held, mut expired) = (false, false);
     loop {
         // Before the read: a partition that stops being led here meanwhile is news.
-        let leadership = ctx.quorum.leadership_news();
-        let metadata = NewsSeen { news: leadership.clone(), version: leadership.version() };
+        let leadership = NewsSeen::now(ctx.quorum.leadership_news());
         let read_at = Instant::now();
         let (response, bytes, mut seen) = fetch_once(ctx, &req).await;
-        seen.push(metadata);
+        seen.push(leadership);
         let any_error = response.responses.iter().flat_map(|t| &t.partitions).any(|p| p.error_code != 0);
         let enough = bytes >= min_bytes || any_error;
         if enough || expired || Instant::now() >= deadline || ctx.shutdown.is_triggered() {
@@ -224,7 +270,6 @@ pub(super) async fn fetch_once(ctx: &Arc<BrokerContext>, req: &FetchRequest) -> 
         read_within(ctx, req, limit).await
     };
     let total = outcomes.iter().flatten().map(|o| o.records.len()).sum();
-
     let seen = outcomes.iter().flatten().filter_map(|o| o.news.clone()).collect();
     let mut outcomes = outcomes.into_iter();
     let mut topics = Vec::new();
@@ -255,53 +300,28 @@ pub(super) async fn fetch_once(ctx: &Arc<BrokerContext>, req: &FetchRequest) -> 
 /// fit in the answer, none can take another's room, so each is read up to its own limit. For at most
 /// `FETCH_READS_IN_FLIGHT` partitions, as many reads as the other path has under way at most.
 async fn read_together(ctx: &Arc<BrokerContext>, req: &FetchRequest) -> Vec<Option<FetchOutcome>> {
-    let mut by_shard: Vec<Vec<FetchRead>> = (0..ctx.shards.len()).map(|_| Vec::new()).collect();
+    let mut by_shard = ByShard::new(ctx.shards.len());
     let mut slots = Vec::new();
     for topic in &req.topics {
         let name = topic.topic.0.as_str();
         for p in &topic.partitions {
             let whole_first_batch = slots.is_empty();
             slots.push(ctx.leader_here(name, p.partition).map(|led| {
-                let reads = &mut by_shard[led.shard];
-                reads.push(FetchRead {
-                    tp: TopicPartition::new(name.to_string(), p.partition as u32),
-                    offset: p.fetch_offset,
-                    max_bytes: p.partition_max_bytes.max(0) as usize,
-                    whole_first_batch,
-                });
-                Slot { shard: led.shard, index: reads.len() - 1 }
+                let tp = TopicPartition::new(name.to_string(), p.partition as u32);
+                let max_bytes = p.partition_max_bytes.max(0) as usize;
+                by_shard.push(led.shard, FetchRead { tp, offset: p.fetch_offset, max_bytes, whole_first_batch })
             }));
         }
     }
-    let replies: Vec<_> = by_shard
-        .into_iter()
-        .enumerate()
-        .map(|(shard, reads)| {
-            (!reads.is_empty()).then(|| {
-                let (reply, outcomes) = flume::bounded(1);
-                let request = PartitionRequest::Fetch { reads, reply };
-                ctx.shards[shard].send(request).map(|()| outcomes).map_err(|_| ResponseError::KafkaStorageError)
-            })
-        })
-        .collect();
-    let mut answers = Vec::with_capacity(replies.len());
-    for reply in replies {
-        // As on the other path: a shard that cannot be reached is KAFKA_STORAGE_ERROR, and one that drops
-        // the reads leaves its partitions unknown.
-        answers.push(match reply {
-            Some(Ok(reply)) => Ok(reply.recv_async().await.unwrap_or_default().into_iter().map(Some).collect()),
-            Some(Err(e)) => Err(e),
-            None => Ok(Vec::new()),
-        });
-    }
+    let mut gathered = by_shard.send(ctx, |reads, reply| PartitionRequest::Fetch { reads, reply }).gather().await;
+    // As on the other path: a shard that cannot be reached is KAFKA_STORAGE_ERROR, and one that drops the
+    // reads leaves its partitions unknown.
+    let failed = |error| FetchOutcome::empty(Some(error));
     slots
         .into_iter()
         .map(|slot| match slot {
-            Ok(slot) => match &mut answers[slot.shard] {
-                Ok(outcomes) => outcomes.get_mut(slot.index).and_then(Option::take),
-                Err(e) => Some(FetchOutcome::empty(Some(*e))),
-            },
-            Err(e) => Some(FetchOutcome::empty(Some(e))),
+            Ok(slot) => take_outcome(&mut gathered, slot, failed),
+            Err(e) => Some(failed(e)),
         })
         .collect()
 }

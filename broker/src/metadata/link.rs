@@ -125,7 +125,7 @@ impl QuorumHandle {
         self.in_session.load(Ordering::SeqCst)
     }
 
-    /// See the field.
+    /// What held fetches listen to for changes of what this broker leads.
     pub fn leadership_news(&self) -> &Arc<LogNews> {
         &self.leadership_news
     }

@@ -140,6 +140,11 @@ pub struct NewsSeen {
 }
 
 impl NewsSeen {
+    /// `news` as it is now.
+    pub fn now(news: &Arc<LogNews>) -> NewsSeen {
+        NewsSeen { news: news.clone(), version: news.version() }
+    }
+
     pub fn moved(&self) -> bool {
         self.news.version() != self.version
     }
@@ -611,7 +616,7 @@ async fn fetch(
     };
     // Read first: it brings the replica's HW up to date. Any news after it is news to this fetch.
     let hw = replicas.high_watermark(tp, &log);
-    let news = NewsSeen { news: log.news().clone(), version: log.news().version() };
+    let news = NewsSeen::now(log.news());
     if !replicas.offsets_available(tp) {
         // KIP-207's rule, for Fetch as for ListOffsets: a new leader's HW can be below the one the
         // previous leader showed until it reaches the start of the new epoch, and a consumer must never

@@ -140,6 +140,11 @@ fn counters_move_by_what_was_sent_and_gauges_match_list_offsets() {
     let appends = delta(&after_produce, "shardlog_log_append_seconds_count", &[]);
     assert!(appends >= 1.0 && batches_synced == appends, "{batches_synced} batches synced, {appends} appended");
     assert!(sum(&after_produce, "shardlog_log_fdatasync_seconds_bucket", &["le=\"+Inf\""]) >= syncs);
+    // Every byte appended reached the disk by a direct write (a partial last block is written again with
+    // the next bytes, so some count twice).
+    let written = delta(&after_produce, "shardlog_log_written_bytes_total", &[]);
+    let produced = delta(&after_produce, "shardlog_produce_bytes_total", &[]);
+    assert!(written >= produced, "{written} bytes written for {produced} produced");
 
     // The log gauges are sampled every second: they reach what ListOffsets says, and the bytes
     // produced are the bytes the partitions' logs hold.

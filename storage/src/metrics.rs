@@ -15,12 +15,16 @@ pub const APPEND_SECONDS: &str = "shardlog_log_append_seconds";
 pub const FDATASYNC_SECONDS: &str = "shardlog_log_fdatasync_seconds";
 pub const FDATASYNCS: &str = "shardlog_log_fdatasyncs_total";
 pub const BATCHES_PER_FDATASYNC: &str = "shardlog_log_batches_per_fdatasync";
+pub const WRITTEN_BYTES: &str = "shardlog_log_written_bytes_total";
 
 struct Handles {
     append_seconds: Histogram,
     fdatasync_seconds: Histogram,
     fdatasyncs: Counter,
     batches_per_fdatasync: Histogram,
+    /// Direct writes of appended data: from the in-memory tail's own blocks, and copied into write buffers.
+    written_from_tail: Counter,
+    written_copied: Counter,
 }
 
 thread_local! {
@@ -33,14 +37,27 @@ pub fn register_thread(labels: Vec<Label>) {
     metrics::describe_histogram!(FDATASYNC_SECONDS, metrics::Unit::Seconds, "one fdatasync of a partition log");
     metrics::describe_counter!(FDATASYNCS, "fdatasyncs of partition logs");
     metrics::describe_histogram!(BATCHES_PER_FDATASYNC, "batches one fdatasync made durable (group commit)");
+    metrics::describe_counter!(
+        WRITTEN_BYTES,
+        metrics::Unit::Bytes,
+        "bytes of appended data written to partition logs with direct I/O, by where the write took them from"
+    );
     HANDLES.with(|handles| {
         handles.get_or_init(|| Handles {
             append_seconds: metrics::histogram!(APPEND_SECONDS, labels.clone()),
             fdatasync_seconds: metrics::histogram!(FDATASYNC_SECONDS, labels.clone()),
             fdatasyncs: metrics::counter!(FDATASYNCS, labels.clone()),
-            batches_per_fdatasync: metrics::histogram!(BATCHES_PER_FDATASYNC, labels),
+            batches_per_fdatasync: metrics::histogram!(BATCHES_PER_FDATASYNC, labels.clone()),
+            written_from_tail: metrics::counter!(WRITTEN_BYTES, with_label(&labels, "from", "tail")),
+            written_copied: metrics::counter!(WRITTEN_BYTES, with_label(&labels, "from", "copy")),
         });
     });
+}
+
+fn with_label(labels: &[Label], key: &'static str, value: &'static str) -> Vec<Label> {
+    let mut labels = labels.to_vec();
+    labels.push(Label::new(key, value));
+    labels
 }
 
 fn with(record: impl FnOnce(&Handles)) {
@@ -60,5 +77,14 @@ pub(crate) fn synced(took: Duration, batches: u64) {
         h.fdatasync_seconds.record(took.as_secs_f64());
         h.fdatasyncs.increment(1);
         h.batches_per_fdatasync.record(batches as f64);
+    });
+}
+
+/// A write-out's direct writes: `from_tail` bytes written from the tail's own blocks, `copied` bytes copied
+/// into write buffers first.
+pub(crate) fn written(from_tail: u64, copied: u64) {
+    with(|h| {
+        h.written_from_tail.increment(from_tail);
+        h.written_copied.increment(copied);
     });
 }

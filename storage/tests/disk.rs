@@ -469,7 +469,7 @@ fn small_synced_appends_land_in_blocks_already_written_and_big_ones_write_no_zer
 /// data written to the same blocks.
 #[test]
 fn writes_left_by_a_dropped_caller_finish_before_the_next_write_to_the_file() {
-    use shardlog_storage::fs::{Fs, SegmentFile};
+    use shardlog_storage::fs::{Fs, SegmentFile, WriteBuf};
     let tmp = tempfile::tempdir_in(test_root()).unwrap();
     let path = tmp.path().join("00000000000000000000.log");
     run(async || {
@@ -480,7 +480,7 @@ fn writes_left_by_a_dropped_caller_finish_before_the_next_write_to_the_file() {
                 .map(|i| {
                     let mut buf = file.alloc(256 << 10);
                     buf.as_mut().fill(0);
-                    (buf, at + i * (256 << 10))
+                    (WriteBuf::Owned(buf), at + i * (256 << 10))
                 })
                 .collect();
             let mut abandoned = Box::pin(file.write_many(zeros));
@@ -491,10 +491,53 @@ fn writes_left_by_a_dropped_caller_finish_before_the_next_write_to_the_file() {
             drop(abandoned);
             let mut data = file.alloc(4096);
             data.as_mut().fill(round + 1);
-            file.write_many(vec![(data, at + (512 << 10))]).await.unwrap();
+            file.write_many(vec![(WriteBuf::Owned(data), at + (512 << 10))]).await.unwrap();
             file.fdatasync().await.unwrap();
             let read = file.read_at(at + (512 << 10), 4096).await.unwrap();
             assert!(read.iter().all(|&b| b == round + 1), "round {round}: the newer data was overwritten");
         }
+    });
+}
+
+/// Synced appends of large batches go to the disk from the in-memory tail's own buffers, not copied into
+/// write buffers first, and the file then holds exactly the batches appended, also across a restart.
+#[test]
+fn large_synced_appends_are_written_from_the_tail_as_they_are() {
+    let tmp = tempfile::tempdir_in(test_root()).unwrap();
+    let dir = tmp.path().to_path_buf();
+    let config = || LogConfig { retention_ms: None, segment_bytes: 64 << 20, ..LogConfig::default() };
+    let appended = run(async || {
+        let (logs, _) = LogDir::open(DmaFs, Rc::new(SystemClock), &dir, |_| config()).await.unwrap();
+        let log = logs.get_or_create(&TopicPartition::new(TP, 0), config()).await.unwrap();
+        let mut offset = 0;
+        for round in 0..40u64 {
+            // One to three batches of 100-300 KiB per sync, of sizes that leave the last block partial.
+            let mut last = None;
+            for k in 0..=(round % 3) {
+                let value_len = 1000 + ((round * 7 + k * 13) % 50) as usize * 41;
+                let batch = make_batch(offset, 200, value_len, 1_700_000_000_000);
+                let info = log.append(&batch, LeaderEpoch(1)).await.unwrap();
+                offset = info.next_offset().0;
+                last = Some(info.next_offset());
+            }
+            log.wait_durable(last.unwrap()).await.unwrap();
+        }
+        let stats = log.stats();
+        assert!(
+            stats.bytes_written_from_tail * 10 >= stats.bytes_written * 9,
+            "{} of {} bytes written from the tail's buffers",
+            stats.bytes_written_from_tail,
+            stats.bytes_written
+        );
+        log.read(Offset(0), usize::MAX).await.unwrap().bytes.to_vec()
+    });
+    assert_eq!(split_batches(&appended).len(), (0..40).map(|r| r % 3 + 1).sum::<usize>());
+    let file = std::fs::read(last_segment(&dir)).unwrap();
+    assert_eq!(&file[..appended.len()], &appended[..], "the file holds the batches as appended");
+    run(async || {
+        let (logs, _) = LogDir::open(DmaFs, Rc::new(SystemClock), &dir, |_| config()).await.unwrap();
+        let log = logs.get(&TopicPartition::new(TP, 0)).unwrap();
+        let read = log.read(Offset(0), usize::MAX).await.unwrap();
+        assert_eq!(read.bytes[..], appended[..], "read back after a restart");
     });
 }

@@ -82,6 +82,9 @@ impl SegmentFile for GateFile {
     async fn write_at(&self, buf: Vec<u8>, pos: u64) -> io::Result<()> {
         self.file.write_at(buf, pos).await
     }
+    async fn write_shared(&self, buf: Rc<Vec<u8>>, pos: u64) -> io::Result<()> {
+        self.file.write_shared(buf, pos).await
+    }
     fn write_cached(&self, pos: u64, bytes: &[u8]) -> io::Result<()> {
         self.file.write_cached(pos, bytes)
     }
@@ -144,6 +147,9 @@ impl Fs for GateFs {
     }
     fn is_dir(&self, path: &Path) -> bool {
         self.sim.is_dir(path)
+    }
+    fn alloc_kept(&self, len: usize) -> Vec<u8> {
+        self.sim.alloc_kept(len)
     }
 }
 

@@ -39,7 +39,13 @@ pub async fn probe_device(dir: &Path) -> io::Result<()> {
     Ok(())
 }
 
-use super::{ALIGN, Fs, SegmentFile};
+use super::{ALIGN, DirectBuf, Fs, SegmentFile, WriteBuf};
+
+impl DirectBuf for DmaBuffer {
+    fn truncate(&mut self, len: usize) {
+        self.trim_to_size(len);
+    }
+}
 
 /// Files on a real disk through glommio's direct I/O.
 #[derive(Debug, Default, Clone, Copy)]
@@ -79,10 +85,14 @@ impl WritesInFlight {
     }
 }
 
-async fn write_whole(file: &DmaFile, buf: DmaBuffer, pos: u64) -> io::Result<()> {
+async fn write_whole(file: &DmaFile, buf: WriteBuf<DmaBuffer>, pos: u64) -> io::Result<()> {
     assert!(pos.is_multiple_of(ALIGN), "direct write position {pos} is not aligned");
-    let len = buf.len();
-    let written = file.write_at(buf, pos).await.map_err(io::Error::from)?;
+    let len = buf.as_ref().len();
+    let written = match buf {
+        WriteBuf::Owned(buf) => file.write_at(buf, pos).await,
+        WriteBuf::Shared(buf) => file.write_rc_at(buf, pos).await,
+    }
+    .map_err(io::Error::from)?;
     if written != len {
         // A short direct write means the device is out of space or failing; the caller treats any write
         // error as fatal, so report it rather than retrying a partial block.
@@ -101,10 +111,15 @@ impl SegmentFile for DmaSegmentFile {
 
     async fn write_at(&self, buf: DmaBuffer, pos: u64) -> io::Result<()> {
         self.writes.settled().await;
-        write_whole(&self.file, buf, pos).await
+        write_whole(&self.file, WriteBuf::Owned(buf), pos).await
     }
 
-    async fn write_many(&self, writes: Vec<(DmaBuffer, u64)>) -> io::Result<()> {
+    async fn write_shared(&self, buf: Rc<DmaBuffer>, pos: u64) -> io::Result<()> {
+        self.writes.settled().await;
+        write_whole(&self.file, WriteBuf::Shared(buf), pos).await
+    }
+
+    async fn write_many(&self, writes: Vec<(WriteBuf<DmaBuffer>, u64)>) -> io::Result<()> {
         self.writes.settled().await;
         let in_flight = self.writes.clone();
         in_flight.count.set(in_flight.count.get() + 1);
@@ -245,5 +260,11 @@ impl Fs for DmaFs {
 
     fn is_dir(&self, path: &Path) -> bool {
         path.is_dir()
+    }
+
+    fn alloc_kept(&self, len: usize) -> DmaBuffer {
+        assert!((len as u64).is_multiple_of(ALIGN), "direct write length {len} is not aligned");
+        // From the heap rather than the ring's registered memory, which is for buffers of one request.
+        glommio::allocate_dma_buffer_global(len)
     }
 }

@@ -14,6 +14,7 @@
 
 use std::io;
 use std::path::Path;
+use std::rc::Rc;
 
 pub mod dma;
 pub mod open_files;
@@ -32,10 +33,39 @@ pub fn align_up(v: u64) -> u64 {
     v.checked_add(ALIGN - 1).expect("alignment overflow") & !(ALIGN - 1)
 }
 
+/// A buffer suitable for a direct write: aligned in memory, of an aligned length.
+pub trait DirectBuf: AsRef<[u8]> + AsMut<[u8]> + std::fmt::Debug + 'static {
+    /// Shortens the buffer to its first `len` bytes (a multiple of [`ALIGN`]): a write of it writes those.
+    fn truncate(&mut self, len: usize);
+}
+
+impl DirectBuf for Vec<u8> {
+    fn truncate(&mut self, len: usize) {
+        Vec::truncate(self, len);
+    }
+}
+
+/// What a direct write writes: a buffer of its own, or one the log's in-memory tail goes on reading from
+/// while the write is under way (so the tail's bytes go to the disk without a copy).
+#[derive(Debug)]
+pub enum WriteBuf<B> {
+    Owned(B),
+    Shared(Rc<B>),
+}
+
+impl<B: AsRef<[u8]>> AsRef<[u8]> for WriteBuf<B> {
+    fn as_ref(&self) -> &[u8] {
+        match self {
+            WriteBuf::Owned(b) => b.as_ref(),
+            WriteBuf::Shared(b) => b.as_ref().as_ref(),
+        }
+    }
+}
+
 /// A file opened for direct I/O.
 pub trait SegmentFile: std::fmt::Debug + 'static {
     /// A buffer suitable for a direct write: aligned in memory, of an aligned length.
-    type Buf: AsRef<[u8]> + AsMut<[u8]>;
+    type Buf: DirectBuf;
 
     /// Allocates a write buffer of `len` bytes (a multiple of [`ALIGN`]). Its contents are unspecified.
     fn alloc(&self, len: usize) -> Self::Buf;
@@ -43,11 +73,17 @@ pub trait SegmentFile: std::fmt::Debug + 'static {
     /// Writes the whole buffer at `pos` (a multiple of [`ALIGN`]).
     async fn write_at(&self, buf: Self::Buf, pos: u64) -> io::Result<()>;
 
+    /// Writes the whole of a buffer that others keep reading meanwhile, at `pos` (a multiple of [`ALIGN`]).
+    async fn write_shared(&self, buf: Rc<Self::Buf>, pos: u64) -> io::Result<()>;
+
     /// Writes several buffers, each at its (aligned) position. Implementations may run them concurrently;
     /// it returns once all are complete.
-    async fn write_many(&self, writes: Vec<(Self::Buf, u64)>) -> io::Result<()> {
+    async fn write_many(&self, writes: Vec<(WriteBuf<Self::Buf>, u64)>) -> io::Result<()> {
         for (buf, pos) in writes {
-            self.write_at(buf, pos).await?;
+            match buf {
+                WriteBuf::Owned(buf) => self.write_at(buf, pos).await?,
+                WriteBuf::Shared(buf) => self.write_shared(buf, pos).await?,
+            }
         }
         Ok(())
     }
@@ -104,4 +140,8 @@ pub trait Fs: Clone + std::fmt::Debug + 'static {
 
     /// Whether `path` is a directory.
     fn is_dir(&self, path: &Path) -> bool;
+
+    /// A direct-write buffer of `len` bytes (a multiple of [`ALIGN`]) kept for long: a block of a log's
+    /// in-memory tail. Its contents are unspecified.
+    fn alloc_kept(&self, len: usize) -> <Self::File as SegmentFile>::Buf;
 }

@@ -222,6 +222,10 @@ impl SegmentFile for SimFile {
         Ok(())
     }
 
+    async fn write_shared(&self, buf: Rc<Vec<u8>>, pos: u64) -> io::Result<()> {
+        self.write_at(buf.as_ref().clone(), pos).await
+    }
+
     fn write_cached(&self, pos: u64, bytes: &[u8]) -> io::Result<()> {
         self.check_space(pos + bytes.len() as u64)?;
         self.record_write(pos, bytes.to_vec());
@@ -374,5 +378,10 @@ impl Fs for SimFs {
 
     fn is_dir(&self, path: &Path) -> bool {
         self.state.borrow().dirs.contains(path)
+    }
+
+    fn alloc_kept(&self, len: usize) -> Vec<u8> {
+        assert!((len as u64).is_multiple_of(ALIGN), "direct write length {len} is not aligned");
+        vec![0xAA; len]
     }
 }

@@ -31,7 +31,8 @@ pub struct LogConfig {
     pub retention_bytes: Option<u64>,
     /// `flush.messages` / `flush.ms`, or shardlog's `Always`.
     pub flush: FlushPolicy,
-    /// Bytes of the active segment kept in memory to serve reads of recent data. Default 4 MiB.
+    /// Memory that keeps the active segment's recent bytes to serve reads of recent data (the buffers it
+    /// holds, whole; see `tail`). Default 4 MiB.
     pub tail_cache_bytes: usize,
     /// Appended bytes that may wait in memory for a write before appends wait for one. Default 16 MiB.
     pub max_unwritten_bytes: usize,

@@ -9,7 +9,7 @@ use crate::durable;
 use crate::error::{Result, StorageError};
 use crate::fatal;
 use crate::fs::open_files::FileHandle;
-use crate::fs::{Fs, SegmentFile, align_down, align_up};
+use crate::fs::{Fs, SegmentFile, WriteBuf, align_down, align_up};
 use crate::types::Offset;
 
 /// Syncs of one log that may be under way at once: while one fdatasync runs, the next group is already
@@ -58,14 +58,14 @@ fn zero_ahead(end: u64, len: u64, zeroed: u64, allocated: u64) -> Option<(u64, u
 
 /// Direct writes of zeros over the (aligned) file range `[from, to)`, in chunks of at most
 /// `WRITE_CHUNK_BYTES`.
-fn zero_writes<Fi: SegmentFile>(file: &Fi, from: u64, to: u64) -> Vec<(Fi::Buf, u64)> {
+fn zero_writes<Fi: SegmentFile>(file: &Fi, from: u64, to: u64) -> Vec<(WriteBuf<Fi::Buf>, u64)> {
     let mut writes = Vec::new();
     let mut pos = from;
     while pos < to {
         let len = (to - pos).min(WRITE_CHUNK_BYTES);
         let mut buf = file.alloc(len as usize);
         buf.as_mut().fill(0);
-        writes.push((buf, pos));
+        writes.push((WriteBuf::Owned(buf), pos));
         pos += len;
     }
     writes
@@ -220,25 +220,15 @@ impl<F: Fs> PartitionLog<F> {
             let end = inner.active().size;
             let covered = inner.log_end();
             inner.appends_written = inner.stats.appends;
-            let tail = &inner.tail;
+            let first = align_down(inner.tail.written);
+            let writes = inner.tail.writes(WRITE_CHUNK_BYTES as usize, |len| file.alloc(len));
             let active = inner.active();
-            let first = align_down(tail.written);
-            assert!(first >= tail.start, "unwritten data was dropped from the tail");
-            let mut writes = Vec::new();
-            let mut pos = first;
-            while pos < end {
-                let len = (end - pos).min(WRITE_CHUNK_BYTES) as usize;
-                let from = (pos - tail.start) as usize;
-                let mut buf = file.alloc(align_up(len as u64) as usize);
-                tail.copy_out(from, &mut buf.as_mut()[..len]);
-                buf.as_mut()[len..].fill(0);
-                writes.push((buf, pos));
-                pos += len as u64;
-            }
             let zeros = zero_ahead(end, end - first, active.zeroed, active.allocated);
             (active.log_path(), writes, end, covered, zeros)
         };
         let len: u64 = writes.iter().map(|(b, _)| b.as_ref().len() as u64).sum();
+        let from_tail: u64 =
+            writes.iter().filter(|(b, _)| matches!(b, WriteBuf::Shared(_))).map(|(b, _)| b.as_ref().len() as u64).sum();
         let count = writes.len() as u64;
         if let Some((from, to)) = zeros {
             writes.extend(zero_writes(&*file, from, to));
@@ -246,16 +236,18 @@ impl<F: Fs> PartitionLog<F> {
         if let Err(e) = file.write_many(writes).await {
             fatal::disk_failure("write", &path, &e);
         }
+        crate::metrics::written(from_tail, len - from_tail);
         let mut inner = self.inner.borrow_mut();
         assert!(inner.active().file.same(&handle), "active segment changed during a locked write");
         inner.tail.written = end;
         inner.stats.writes += count;
         inner.stats.bytes_written += len;
+        inner.stats.bytes_written_from_tail += from_tail;
         if let Some((from, to)) = zeros {
             inner.active_mut().zeroed = to;
             inner.stats.bytes_zeroed += to - from;
         }
-        inner.trim_tail();
+        inner.trim_tail(&self.fs);
         drop(inner);
         self.progress.notify(usize::MAX);
         Ok(covered)
@@ -326,11 +318,8 @@ impl<F: Fs> PartitionLog<F> {
         let (end, covered) = (inner.active().size, inner.log_end());
         inner.appends_written = inner.stats.appends;
         let from = inner.tail.written;
-        let tail = &inner.tail;
-        assert!(from >= tail.start, "unwritten data was dropped from the tail");
-        let (first, second) = tail.slices_from((from - tail.start) as usize);
         let mut written = Ok(());
-        for (at, part) in [(from, first), (from + first.len() as u64, second)] {
+        for (at, part) in inner.tail.slices_from(from) {
             if written.is_ok() && !part.is_empty() {
                 written = file.write_cached(at, part);
             }
@@ -341,7 +330,7 @@ impl<F: Fs> PartitionLog<F> {
         inner.tail.written = end;
         inner.stats.writes += 1;
         inner.stats.bytes_written += end - from;
-        inner.trim_tail();
+        inner.trim_tail(&self.fs);
         drop(inner);
         self.progress.notify(usize::MAX);
         covered

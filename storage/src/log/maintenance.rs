@@ -72,7 +72,7 @@ pub(super) async fn remove_segment_files<F: Fs>(fs: &F, dir: &Path, base: Offset
 impl<F: Fs> PartitionLog<F> {
     /// Memory the log holds for its data now: the in-memory tail of the active segment.
     pub fn cached_bytes(&self) -> usize {
-        self.inner.borrow().tail.bytes.capacity()
+        self.inner.borrow().tail.held_bytes()
     }
 
     /// Whether any of the log's segment files is open now.
@@ -94,13 +94,7 @@ impl<F: Fs> PartitionLog<F> {
         self.check_open()?;
         self.write_out_locked().await?;
         let mut inner = self.inner.borrow_mut();
-        let tail = &mut inner.tail;
-        let keep_from = align_down(tail.written);
-        if keep_from > tail.start {
-            tail.bytes.drain(..(keep_from - tail.start) as usize);
-            tail.start = keep_from;
-        }
-        tail.bytes.shrink_to_fit();
+        inner.tail.release(|len| self.fs.alloc_kept(len));
         for segment in &inner.segments {
             segment.file.close_if_unused();
         }
@@ -252,7 +246,7 @@ impl<F: Fs> PartitionLog<F> {
                 // The kept segment was rolled: all its bytes are on disk, none in memory. (The tail is
                 // rebuilt block-aligned below, once the cut is known.)
                 let size = inner.active().size;
-                inner.tail = Tail::from_disk(size, Vec::new(), size);
+                inner.tail = Tail::from_disk(size, &[], size, |len| self.fs.alloc_kept(len));
             }
         }
         // Newest first, and durably before the kept segment is cut: after a crash at any point the
@@ -297,7 +291,7 @@ impl<F: Fs> PartitionLog<F> {
             active.size = cut_pos;
             active.cut_reservation(cut_pos);
             active.next_offset = cut_offset;
-            inner.tail = Tail::from_disk(tail_start, tail_bytes, cut_pos);
+            inner.tail = Tail::from_disk(tail_start, &tail_bytes, cut_pos, |len| self.fs.alloc_kept(len));
             inner.durable = inner.durable.min(cut_offset);
             inner.sync_covering = inner.sync_covering.min(cut_offset);
             inner.high_watermark = inner.high_watermark.min(cut_offset);

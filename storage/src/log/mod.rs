@@ -11,10 +11,11 @@
 //! waiter becomes the sync leader and syncs everything appended so far; waiters that arrive meanwhile wait
 //! for its wake-up, and the leader's next sync covers all of them.
 //!
-//! The active segment's bytes from the block-aligned position `tail.start` on are kept in memory. A
-//! write-out writes the memory from the block holding the first unwritten byte to the end, zero-padded to
-//! a whole block; the partial last block is rewritten with more bytes by the next write-out. Under the
-//! interval flush policy a write-out instead puts exactly the unwritten bytes into the page cache.
+//! The active segment's bytes from the block-aligned position `tail.start` on are kept in memory, in
+//! direct-write buffers ([`tail`]). A write-out writes them from the file block holding the first
+//! unwritten byte to the end, zero-padded to a whole block (large write-outs from the tail's own buffers,
+//! small ones copied); the partial last block is rewritten with more bytes by the next write-out. Under
+//! the interval flush policy a write-out instead puts exactly the unwritten bytes into the page cache.
 
 pub mod compaction;
 pub mod config;
@@ -25,9 +26,9 @@ mod open;
 mod producer_snapshots;
 mod read;
 mod replicated;
+mod tail;
 
 use std::cell::RefCell;
-use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::Arc;
@@ -40,11 +41,13 @@ use crate::durable::{self, read_failure};
 use crate::epoch_cache::LeaderEpochCache;
 use crate::error::{Result, StorageError};
 use crate::fs::open_files::OpenFiles;
-use crate::fs::{ALIGN, Fs, SegmentFile, align_down, align_up};
+use crate::fs::{Fs, SegmentFile, align_up};
 use crate::producer_state::{ProducerBudget, ProducerStates, Verdict};
 use crate::segment::Segment;
 use crate::segment::index::BatchMeta;
 use crate::types::{Clock, LeaderEpoch, Offset};
+
+use tail::Tail;
 
 pub use compaction::{CleanedSegment, ClosedSegment};
 pub use config::{CompactionConfig, FlushPolicy, LogConfig};
@@ -182,63 +185,9 @@ pub struct LogStats {
     pub bytes_written: u64,
     /// Bytes written with zeros ahead of small write-outs (not counted in `bytes_written`).
     pub bytes_zeroed: u64,
+    /// Of `bytes_written`, those written from the in-memory tail's own blocks (not copied first).
+    pub bytes_written_from_tail: u64,
     pub fsyncs: u64,
-}
-
-/// The active segment's in-memory tail.
-#[derive(Debug, Default)]
-struct Tail {
-    /// Block-aligned file position of `bytes[0]`.
-    start: u64,
-    /// The segment's bytes from `start` to its logical end. A ring, so that dropping cached bytes from the
-    /// front (`trim_tail`, `release_cache`) moves nothing.
-    bytes: VecDeque<u8>,
-    /// File bytes `[0, written)` hold the segment's data.
-    written: u64,
-    /// Bytes from here on were appended by this process (checked as they came in); those before it were
-    /// read back from the disk when the tail was set up.
-    appended_from: u64,
-}
-
-impl Tail {
-    /// A tail whose bytes from `start` to `written` were read back from the disk; appends go on from
-    /// `written`.
-    fn from_disk(start: u64, bytes: Vec<u8>, written: u64) -> Tail {
-        Tail { start, bytes: bytes.into(), written, appended_from: written }
-    }
-
-    /// Copies the cached bytes from `from` (counted from `start`) into `out`.
-    fn copy_out(&self, from: usize, out: &mut [u8]) {
-        let (first, second) = self.slices_from(from);
-        let (n, len) = (first.len().min(out.len()), out.len());
-        out[..n].copy_from_slice(&first[..n]);
-        out[n..].copy_from_slice(&second[..len - n]);
-    }
-
-    /// The cached bytes of `range` (counted from `start`).
-    fn to_vec(&self, range: std::ops::Range<usize>) -> Vec<u8> {
-        let (first, second) = self.slices_from(range.start);
-        let n = first.len().min(range.len());
-        let mut out = Vec::with_capacity(range.len());
-        out.extend_from_slice(&first[..n]);
-        out.extend_from_slice(&second[..range.len() - n]);
-        out
-    }
-
-    /// The cached bytes from `from` (counted from `start`) to the end, in at most two slices.
-    fn slices_from(&self, from: usize) -> (&[u8], &[u8]) {
-        let (first, second) = self.bytes.as_slices();
-        if from <= first.len() { (&first[from..], second) } else { (&second[from - first.len()..], &[]) }
-    }
-
-    /// Appends `batch` with its base offset and leader epoch stamped in.
-    fn push_stamped(&mut self, batch: &[u8], base: Offset, epoch: LeaderEpoch) {
-        let mut head = [0u8; 16];
-        head.copy_from_slice(&batch[..16]);
-        batch::stamp(&mut head, base, epoch);
-        self.bytes.extend(head.iter());
-        self.bytes.extend(batch[16..].iter());
-    }
 }
 
 #[derive(Debug)]
@@ -246,7 +195,7 @@ struct Inner<F: Fs> {
     config: LogConfig,
     /// Ordered by base offset, contiguous; the last one is active. Never empty.
     segments: Vec<Segment<F>>,
-    tail: Tail,
+    tail: Tail<<F::File as SegmentFile>::Buf>,
     log_start: Offset,
     /// Every offset below this is covered by a completed fdatasync.
     durable: Offset,
@@ -397,19 +346,9 @@ impl<F: Fs> Inner<F> {
     }
 
     /// Drops cached tail bytes beyond the cache size that are already on disk.
-    fn trim_tail(&mut self) {
+    fn trim_tail(&mut self, fs: &F) {
         let keep = self.config.tail_cache_bytes as u64;
-        let size = self.active().size;
-        let tail = &mut self.tail;
-        // Trim in large steps so the copy is amortised over many appends.
-        if (tail.bytes.len() as u64) < 2 * keep + ALIGN {
-            return;
-        }
-        let new_start = align_down(size.saturating_sub(keep)).min(align_down(tail.written));
-        if new_start > tail.start {
-            tail.bytes.drain(..(new_start - tail.start) as usize);
-            tail.start = new_start;
-        }
+        self.tail.trim(keep, |len| fs.alloc_kept(len));
     }
 
     /// The index of the segment holding `offset` (the last one whose base is not above it).
@@ -702,7 +641,7 @@ impl<F: Fs> PartitionLog<F> {
         }
         let interval = inner.config.index_interval_bytes;
         let position = inner.active().size;
-        inner.tail.push_stamped(batch, base, epoch);
+        inner.tail.push_stamped(batch, base, epoch, |len| self.fs.alloc_kept(len));
         let meta = BatchMeta {
             position,
             size: batch.len() as u64,
@@ -715,48 +654,9 @@ impl<F: Fs> PartitionLog<F> {
         active.index.on_batch(&meta, interval);
         active.size += batch.len() as u64;
         active.next_offset = info.next_offset();
-        debug_assert_eq!(inner.tail.start + inner.tail.bytes.len() as u64, inner.active().size);
+        debug_assert_eq!(inner.tail.end(), inner.active().size);
         inner.stats.appends += 1;
-        inner.trim_tail();
+        inner.trim_tail(&self.fs);
         info
-    }
-}
-
-#[cfg(test)]
-mod tail_tests {
-    use super::*;
-
-    #[test]
-    fn a_tail_that_wrapped_around_its_ring_reads_and_copies_as_one_run_of_bytes() {
-        let mut tail = Tail { bytes: VecDeque::with_capacity(16), ..Tail::default() };
-        let capacity = tail.bytes.capacity();
-        tail.bytes.extend((0..capacity as u8).collect::<Vec<_>>().iter());
-        tail.bytes.drain(..capacity - 3);
-        tail.bytes.extend([200u8, 201, 202, 203, 204].iter());
-        let (first, second) = tail.bytes.as_slices();
-        assert!(!first.is_empty() && !second.is_empty(), "the ring wrapped");
-        let linear: Vec<u8> = tail.bytes.iter().copied().collect();
-        for from in 0..linear.len() {
-            for to in from..=linear.len() {
-                assert_eq!(tail.to_vec(from..to), linear[from..to], "{from}..{to}");
-            }
-            let (a, b) = tail.slices_from(from);
-            assert_eq!([a, b].concat(), linear[from..], "from {from}");
-        }
-    }
-
-    #[test]
-    fn a_stamped_batch_across_the_wrap_gets_its_offset_and_epoch() {
-        let batch = batch::build_batch(1_700_000_000_000, &[b"value"]);
-        let mut tail = Tail { bytes: VecDeque::with_capacity(batch.len() + 8), ..Tail::default() };
-        let capacity = tail.bytes.capacity();
-        tail.bytes.extend(vec![0u8; capacity - 10].iter());
-        tail.bytes.drain(..capacity - 11);
-        tail.push_stamped(&batch, Offset(77), LeaderEpoch(3));
-        let (first, second) = tail.bytes.as_slices();
-        assert!(first.len() > 1 && !second.is_empty(), "the batch wrapped");
-        let mut want = batch.clone();
-        batch::stamp(&mut want, Offset(77), LeaderEpoch(3));
-        assert_eq!(tail.to_vec(1..1 + batch.len()), want);
     }
 }

@@ -306,7 +306,7 @@ impl<F: Fs> PartitionLog<F> {
                 detail: "shorter than its batches".into(),
             });
         }
-        let tail = Tail::from_disk(tail_start, tail_bytes, active.size);
+        let tail = Tail::from_disk(tail_start, &tail_bytes, active.size, |len| fs.alloc_kept(len));
         let cleaner_path = dir.join(compaction::CLEANER_CHECKPOINT_FILE);
         // Only the cleaner's dirty ratio depends on it: unreadable, the whole log counts as dirty.
         let cleaned_upto = durable::read_file(&fs, &cleaner_path, 64)

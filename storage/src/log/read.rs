@@ -294,12 +294,7 @@ impl<F: Fs> PartitionLog<F> {
             }
             let is_active = seg_idx + 1 == inner.segments.len();
             let mem_from = if is_active { inner.tail.start.max(pos).min(end) } else { end };
-            let mem_part = if mem_from < end {
-                let t = &inner.tail;
-                t.to_vec((mem_from - t.start) as usize..(end - t.start) as usize)
-            } else {
-                Vec::new()
-            };
+            let mem_part = if mem_from < end { inner.tail.to_vec(mem_from..end) } else { Vec::new() };
             let appended_from = if is_active { inner.tail.appended_from.max(mem_from) } else { u64::MAX };
             (seg.file.clone(), seg.log_path(), mem_part, mem_from - pos, appended_from)
         };

@@ -4,6 +4,7 @@
 //! a [`PartitionRequest`] over the owner's channel (the same path for the local shard) and awaits the
 //! reply, so logs are only ever touched from their own thread.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -206,54 +207,73 @@ pub async fn serve(
     readahead: Rc<ReadAhead<DmaFs>>,
     requests: flume::Receiver<PartitionRequest>,
 ) {
-    let mut last_appends: HashMap<TopicPartition, flume::Receiver<()>> = HashMap::new();
+    let mut lines: HashMap<TopicPartition, Rc<AppendLine>> = HashMap::new();
     while let Ok(request) = requests.recv_async().await {
         // Taken here, in the order requests arrive, so that appends to a partition keep that order.
         let turns = match &request {
             PartitionRequest::Produce { batches, .. } => {
-                batches.iter().map(|b| AppendTurn::take(&mut last_appends, &b.tp)).collect()
+                batches.iter().map(|b| AppendTurn::take(&mut lines, &b.tp)).collect()
             }
             PartitionRequest::Delete { tp, .. } => {
-                last_appends.remove(tp);
+                lines.remove(tp);
                 Vec::new()
             }
             _ => Vec::new(),
         };
-        if last_appends.len() > 1024 {
-            // Forget partitions whose last append is done; a later produce to them need not wait.
-            last_appends.retain(|_, done| !done.is_disconnected());
+        if lines.len() > 1024 {
+            // Forget partitions with no produce in line; a later produce to them need not wait.
+            lines.retain(|_, line| Rc::strong_count(line) > 1);
         }
         let (logs, replicas, readahead) = (logs.clone(), replicas.clone(), readahead.clone());
         glommio::spawn_local(async move { handle(&logs, &replicas, &readahead, request, turns).await }).detach();
     }
 }
 
+/// The produces to one partition in the order their requests arrived: each takes a ticket, and appends
+/// when the tickets before it are done.
+#[derive(Default)]
+struct AppendLine {
+    issued: Cell<u64>,
+    /// Produces with a ticket below this have appended.
+    done: Cell<u64>,
+    next: event_listener::Event,
+}
+
 /// A produce's place in its partition's line of appends: it appends after the produce that arrived
 /// before it has appended (not after that one is durable, so consecutive produces share fdatasyncs).
 /// An append that pauses (for a segment roll, or to write out buffered data) would otherwise let a later
-/// produce overtake it.
+/// produce overtake it. Taking and waiting for a turn allocates nothing.
 struct AppendTurn {
-    previous: Option<flume::Receiver<()>>,
-    /// Dropped once this produce's append is done, which lets the next one go.
-    done: flume::Sender<()>,
+    line: Rc<AppendLine>,
+    ticket: u64,
 }
 
 impl AppendTurn {
-    fn take(last_appends: &mut HashMap<TopicPartition, flume::Receiver<()>>, tp: &TopicPartition) -> AppendTurn {
-        let (done, next) = flume::bounded(1);
+    fn take(lines: &mut HashMap<TopicPartition, Rc<AppendLine>>, tp: &TopicPartition) -> AppendTurn {
         // The partition's name is cloned only the first time it is seen.
-        let previous = match last_appends.get_mut(tp) {
-            Some(last) => Some(std::mem::replace(last, next)),
-            None => last_appends.insert(tp.clone(), next),
+        let line = match lines.get(tp) {
+            Some(line) => line.clone(),
+            None => lines.entry(tp.clone()).or_default().clone(),
         };
-        AppendTurn { previous, done }
+        let ticket = line.issued.get();
+        line.issued.set(ticket + 1);
+        AppendTurn { line, ticket }
     }
 
-    async fn wait(&mut self) {
-        if let Some(previous) = self.previous.take() {
-            // Resolves with an error when the previous produce's `done` is dropped: that is the signal.
-            let _ = previous.recv_async().await;
+    async fn wait(&self) {
+        while self.line.done.get() < self.ticket {
+            event_listener::listener!(self.line.next => next);
+            next.await;
         }
+    }
+}
+
+impl Drop for AppendTurn {
+    /// Lets the next produce append (also when this one gave up before its turn came).
+    fn drop(&mut self) {
+        let line = &self.line;
+        line.done.set(line.done.get().max(self.ticket + 1));
+        line.next.notify(usize::MAX);
     }
 }
 
@@ -528,7 +548,7 @@ async fn produce(
     tp: &TopicPartition,
     batch: &[u8],
     asked: Produce,
-    mut turn: AppendTurn,
+    turn: AppendTurn,
 ) -> ProduceOutcome {
     let failed = |error| ProduceOutcome { error: Some(error), base_offset: -1, log_start_offset: -1 };
     turn.wait().await;
@@ -540,7 +560,7 @@ async fn produce(
         Err(error) => return failed(error),
     };
     let appended = log.append(batch, epoch).await;
-    drop(turn.done);
+    drop(turn);
     replicas.appended_as_leader(tp);
     let info = match appended {
         Ok(info) if info.duplicate => {

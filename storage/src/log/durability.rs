@@ -94,7 +94,7 @@ impl<F: Fs> PartitionLog<F> {
     /// finish and looks again, so one fdatasync covers every append written before it.
     pub async fn wait_durable(&self, offset: Offset) -> Result<()> {
         loop {
-            let listener = {
+            let wait = {
                 let mut inner = self.inner.borrow_mut();
                 if inner.durable >= offset {
                     return Ok(());
@@ -110,18 +110,20 @@ impl<F: Fs> PartitionLog<F> {
                 // sync under way and then go together, one fdatasync for all that came meanwhile.
                 let little_for_another = inner.syncs_in_flight > 0 && inner.unwritten_bytes() < SMALL_WRITE_OUT_BYTES;
                 if covered_by_one_under_way || little_for_another || inner.syncs_in_flight >= MAX_SYNCS_IN_FLIGHT {
-                    Some(self.progress.listen())
+                    true
                 } else {
                     inner.syncs_in_flight += 1;
-                    None
+                    false
                 }
             };
-            match listener {
-                Some(listener) => listener.await,
-                None => {
-                    let _turn = SyncTurn(self);
-                    self.sync_turn().await?;
-                }
+            if wait {
+                // On this future's own memory, not the heap: nothing can notify between the check above and
+                // this (no await comes between them).
+                event_listener::listener!(self.progress => progress);
+                progress.await;
+            } else {
+                let _turn = SyncTurn(self);
+                self.sync_turn().await?;
             }
         }
     }

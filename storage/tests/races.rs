@@ -23,7 +23,7 @@ use shardlog_storage::fs::{Fs, SegmentFile};
 use shardlog_storage::log::{LEADER_EPOCH_FILE, OpenHints};
 use shardlog_storage::{LeaderEpoch, LogConfig, Offset, PartitionLog, Recovery, StorageError};
 
-use common::{ManualClock, make_batch};
+use common::{ManualClock, make_batch, split_batches};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Gate {
@@ -36,6 +36,8 @@ enum Gate {
     TruncateNewSegment,
     /// The next `open` of the leader-epoch temporary file.
     OpenEpochTmp,
+    /// The next direct write (held before it lands).
+    Write,
 }
 
 #[derive(Debug, Default)]
@@ -80,9 +82,11 @@ impl SegmentFile for GateFile {
         self.file.alloc(len)
     }
     async fn write_at(&self, buf: Vec<u8>, pos: u64) -> io::Result<()> {
+        self.gate.pass(Gate::Write).await;
         self.file.write_at(buf, pos).await
     }
     async fn write_shared(&self, buf: Rc<Vec<u8>>, pos: u64) -> io::Result<()> {
+        self.gate.pass(Gate::Write).await;
         self.file.write_shared(buf, pos).await
     }
     fn write_cached(&self, pos: u64, bytes: &[u8]) -> io::Result<()> {
@@ -431,4 +435,25 @@ fn a_small_append_waits_for_the_sync_under_way_and_a_big_one_overlaps_it() {
     finish(first_sync.as_mut()).unwrap();
     finish(small_sync.as_mut()).unwrap();
     assert_eq!(log.durable_offset(), big.next_offset());
+}
+
+/// A batch appended while `release_cache` writes out what waited in memory stays in the log: the release
+/// keeps what came during its write.
+#[test]
+fn an_append_during_a_cache_release_is_kept() {
+    let fs = new_fs();
+    let clock = ManualClock::new(1_700_000_000_000);
+    let log = open(fs.clone(), cfg(), clock);
+    block_on(log.append(&make_batch(0, 1, 5000, 1), LeaderEpoch(0))).unwrap();
+    fs.gate.armed.set(Some(Gate::Write));
+    let mut release = Box::pin(log.release_cache());
+    poll_until_held(release.as_mut(), &fs.gate);
+    let during = block_on(log.append(&make_batch(1, 1, 5000, 1), LeaderEpoch(0))).unwrap();
+    fs.gate.released.set(true);
+    finish(release.as_mut()).expect("released");
+    block_on(log.flush()).unwrap();
+    let read = block_on(log.read(Offset(0), usize::MAX)).unwrap();
+    let batches = split_batches(&read.bytes);
+    assert_eq!(batches.len(), 2, "both batches are in the log");
+    assert_eq!(batches[1].0, during.base_offset.0);
 }

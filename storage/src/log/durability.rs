@@ -17,7 +17,8 @@ use crate::types::Offset;
 /// `SMALL_WRITE_OUT_BYTES`; a smaller one waits and grows).
 const MAX_SYNCS_IN_FLIGHT: u32 = 2;
 
-/// The largest single direct write; larger write-outs are split and submitted together.
+/// The largest direct write of copied bytes; larger write-outs are split and submitted together. (A
+/// block of the tail written as it is can be larger: it holds at least one whole batch.)
 const WRITE_CHUNK_BYTES: u64 = 1 << 20;
 /// The least an active segment is reserved ahead of its end (see `reserve_locked`).
 const MIN_RESERVE_BYTES: u64 = 64 << 10;

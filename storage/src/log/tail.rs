@@ -255,7 +255,7 @@ impl<B: DirectBuf> Tail<B> {
             self.held -= gone.cap;
             self.start = self.blocks[0].pos;
         }
-        if self.blocks.len() == 1 && self.len >= 2 * keep + ALIGN {
+        if self.blocks.len() == 1 && self.held as u64 >= 2 * keep + ALIGN {
             let from = align_down(self.end().saturating_sub(keep)).min(on_disk);
             if from > self.start {
                 self.keep_from(from, alloc);
@@ -263,10 +263,9 @@ impl<B: DirectBuf> Tail<B> {
         }
     }
 
-    /// Keeps only the partial last file block (which the next write-out rewrites), in a block of its own.
-    /// Everything cached must be written.
+    /// Keeps only what is not on the disk yet: the partial last file block (which the next write-out
+    /// rewrites) and whatever was appended after the last write-out, in a block of its own.
     pub(super) fn release(&mut self, alloc: impl FnOnce(usize) -> B) {
-        assert_eq!(self.written, self.end(), "released a tail with unwritten bytes");
         self.keep_from(align_down(self.written).max(self.start), alloc);
     }
 

@@ -24,8 +24,9 @@ const WRITE_CHUNK_BYTES: u64 = 1 << 20;
 const MIN_RESERVE_BYTES: u64 = 64 << 10;
 
 /// A write-out smaller than this is small: the fdatasync after it costs more than the write. Zeros are
-/// written ahead of it (see `zero_ahead`), and it starts no second sync beside one under way.
-const SMALL_WRITE_OUT_BYTES: u64 = 128 << 10;
+/// written ahead of it (see `zero_ahead`), it starts no second sync beside one under way, and its bytes
+/// are copied into write buffers rather than written from the tail's own (see `tail`).
+pub(super) const SMALL_WRITE_OUT_BYTES: u64 = 128 << 10;
 /// How far ahead of a small write-out's end the zeros go, written together with it once the data comes
 /// within half of this of the zeroed blocks' end.
 const ZERO_AHEAD_BYTES: u64 = 1 << 20;

@@ -21,11 +21,12 @@ use crate::batch;
 use crate::fs::{ALIGN, DirectBuf, WriteBuf, align_down, align_up};
 use crate::types::{LeaderEpoch, Offset};
 
-/// A write-out of at least this much goes from the blocks as they are. A smaller one is copied into
-/// write buffers, as its copy costs less than giving it blocks of its own: a block for each small
-/// write-out is an allocation from the heap (the ring's registered memory is for short-lived buffers),
-/// and its pages are pinned for the write, where the write buffers come from registered memory.
-const SHARED_WRITE_OUT_BYTES: usize = 128 << 10;
+/// A write-out of at least this much (one that is not small: `durability::SMALL_WRITE_OUT_BYTES`) goes
+/// from the blocks as they are. A smaller one is copied into write buffers, as its copy costs less than
+/// giving it blocks of its own: a block for each small write-out is an allocation from the heap (the
+/// ring's registered memory is for short-lived buffers), and its pages are pinned for the write, where the
+/// write buffers come from registered memory.
+const SHARED_WRITE_OUT_BYTES: usize = super::durability::SMALL_WRITE_OUT_BYTES as usize;
 /// The least a new block holds.
 const MIN_BLOCK_BYTES: usize = 8 << 10;
 /// The most a new block holds beyond what the batch that starts it needs.

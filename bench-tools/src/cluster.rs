@@ -108,9 +108,62 @@ pub struct Cluster {
     pub bootstrap: String,
 }
 
-/// A loopback port free right now (for local brokers and voters).
+/// A loopback port free right now, for a local broker or voter to bind a moment later.
+///
+/// A port the kernel hands out for `bind(0)` lies in the ephemeral range, where any outgoing connection
+/// or any other `bind(0)` on the machine may take it before the broker binds it: under a test suite's
+/// load that happened to one start in fifty ("Address already in use"). So the ports come from below
+/// that range, which the kernel never picks by itself, and in turn: every process handing them out
+/// goes through one counter file under a lock, so two launchers never give out the same port, and a
+/// port is given out again only once the whole range has gone round.
 pub fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    let Some(range) = ports_below_ephemeral() else {
+        // No room below the ephemeral range: the kernel's choice, with its race.
+        return Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port());
+    };
+    let width = range.end - range.start;
+    // The counter, when this user may open it (another user's file is not shared): a start of its own
+    // otherwise, and for a fresh or garbled file, rather than where every fresh machine would begin.
+    let mut counter = open_port_counter();
+    let recorded = counter.as_mut().and_then(|file| {
+        let mut text = String::new();
+        std::io::Read::read_to_string(file, &mut text).ok()?;
+        text.trim().parse::<u16>().ok().filter(|p| range.contains(p))
+    });
+    let start = recorded.unwrap_or_else(|| {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        let spread = u64::from(std::process::id()) ^ u64::from(now.subsec_nanos());
+        range.start + (spread % u64::from(width)) as u16
+    });
+    let port = (0..width)
+        .map(|step| range.start + (start - range.start + step) % width)
+        // Taken by something that binds fixed ports: skipped.
+        .find(|&port| std::net::TcpListener::bind(("127.0.0.1", port)).is_ok())
+        .with_context(|| format!("no free loopback port in {}..{}", range.start, range.end))?;
+    if let Some(file) = &mut counter {
+        let next = range.start + (port - range.start + 1) % width;
+        std::io::Seek::rewind(file)?;
+        file.set_len(0)?;
+        std::io::Write::write_all(file, format!("{next}\n").as_bytes())?;
+    }
+    // The lock goes with the file.
+    Ok(port)
+}
+
+/// The machine's port counter for [`free_port`], locked; `None` when this user cannot open it.
+fn open_port_counter() -> Option<std::fs::File> {
+    let path = std::env::temp_dir().join("shardlog-bench-ports");
+    let file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path).ok()?;
+    file.lock().ok()?;
+    Some(file)
+}
+
+/// The ports [`free_port`] gives out: from 20000 up to the start of the kernel's ephemeral range
+/// (`net.ipv4.ip_local_port_range`, 32768 by default), when there are at least a thousand.
+fn ports_below_ephemeral() -> Option<std::ops::Range<u16>> {
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
+    let ephemeral: u16 = range.split_whitespace().next()?.parse().ok()?;
+    (ephemeral >= 21_000).then_some(20_000..ephemeral)
 }
 
 /// The `shardlog` binary: `explicit`, else next to the running executable, else `shardlog` on PATH.
@@ -381,4 +434,24 @@ pub fn run(args: &ClusterArgs) -> Result<()> {
         std::thread::sleep(Duration::from_millis(100));
     }
     cluster.stop()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Launchers starting at once (threads here, each with its own lock on the counter, as processes
+    /// would have) are given different ports, none of them where the kernel picks ports by itself.
+    #[test]
+    fn ports_given_out_at_once_differ_and_lie_below_the_ephemeral_range() {
+        let range = ports_below_ephemeral().expect("this machine has room below the ephemeral range");
+        let handed: Vec<u16> = std::thread::scope(|scope| {
+            let launchers: Vec<_> =
+                (0..8).map(|_| scope.spawn(|| (0..100).map(|_| free_port().unwrap()).collect::<Vec<_>>())).collect();
+            launchers.into_iter().flat_map(|l| l.join().unwrap()).collect()
+        });
+        let distinct: std::collections::HashSet<u16> = handed.iter().copied().collect();
+        assert_eq!(distinct.len(), handed.len(), "no port given out twice: {handed:?}");
+        assert!(handed.iter().all(|p| range.contains(p)), "{range:?}: {handed:?}");
+    }
 }

@@ -128,11 +128,12 @@ fn tps_table_scenario_five_kills_brokers_and_loses_nothing_acknowledged() {
     // acknowledged, given up (stored), acknowledged and lost, stored twice, errors seen.
     for row in &rows {
         assert!(row.len() > 11, "every column of the row measured\n{report}");
-        assert!(row[9].parse::<u64>().unwrap() > 0, "records were acknowledged\n{report}");
+        let acknowledged = row[9].parse::<u64>().unwrap_or_else(|e| panic!("{e}: {:?}\n{report}", row[9]));
+        assert!(acknowledged > 0, "records were acknowledged\n{report}");
         assert_eq!(row[11], "0", "no acknowledged record lost\n{report}");
     }
     assert_eq!(rows[0][3], "0");
-    let given_up: u64 = rows[0][10].split(' ').next().unwrap().parse().unwrap();
+    let given_up: u64 = rows[0][10].split(' ').next().unwrap().parse().unwrap_or_else(|e| panic!("{e}\n{report}"));
     assert!(given_up > 0, "with retries=0 the killed leaders' records fail\n{report}");
     assert!(rows[0][13].contains("NETWORK_EXCEPTION"), "{report}");
     assert!(rows[2][4].contains("restart"), "{report}");

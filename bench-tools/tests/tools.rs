@@ -18,9 +18,11 @@ struct Cluster {
 
 impl Cluster {
     fn start(data: &Path) -> Cluster {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = shardlog_bench::cluster::free_port().unwrap();
+        let metrics = shardlog_bench::cluster::free_port().unwrap();
         let mut child = bench()
-            .args(["cluster", "--brokers", "1", "--shards", "2", "--base-port", &port.to_string(), "--data-dir"])
+            .args(["cluster", "--brokers", "1", "--shards", "2", "--base-port", &port.to_string()])
+            .args(["--metrics-base-port", &metrics.to_string(), "--data-dir"])
             .arg(data)
             .stdout(Stdio::piped())
             .spawn()

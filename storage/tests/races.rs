@@ -21,7 +21,7 @@ use shardlog_storage::epoch_cache::LeaderEpochCache;
 use shardlog_storage::fs::sim::{SimFile, SimFs, SimRng};
 use shardlog_storage::fs::{Fs, SegmentFile};
 use shardlog_storage::log::{LEADER_EPOCH_FILE, OpenHints};
-use shardlog_storage::{LeaderEpoch, LogConfig, Offset, PartitionLog, Recovery, StorageError};
+use shardlog_storage::{AppendInfo, LeaderEpoch, LogConfig, Offset, PartitionLog, Recovery, StorageError};
 
 use common::{ManualClock, make_batch, split_batches};
 
@@ -193,6 +193,19 @@ fn new_fs() -> GateFs {
 
 fn cfg() -> LogConfig {
     LogConfig { retention_ms: None, tail_cache_bytes: 0, ..LogConfig::default() }
+}
+
+/// A log holding one durable batch and one appended since, with the gate armed for the next fdatasync:
+/// waiting for the second batch's durability stops at the gate. The leader-epoch file is written (and
+/// synced) by the first sync, out of the way before the gate.
+fn log_with_an_append_before_an_armed_fdatasync() -> (GateFs, PartitionLog<GateFs>, AppendInfo) {
+    let fs = new_fs();
+    let log = open(fs.clone(), cfg(), ManualClock::new(1_700_000_000_000));
+    block_on(log.append(&make_batch(0, 2, 100, 1), LeaderEpoch(0))).unwrap();
+    block_on(log.flush()).unwrap();
+    let appended = block_on(log.append(&make_batch(1, 2, 100, 1), LeaderEpoch(0))).unwrap();
+    fs.gate.armed.set(Some(Gate::Fdatasync));
+    (fs, log, appended)
 }
 
 /// An append made while a roll seals the active segment must wait for the new segment: landing in the
@@ -408,13 +421,7 @@ fn a_truncation_cut_short_after_the_cut_leaves_no_producer_state_of_the_cut_batc
 /// worth overlapping with the sync under way starts its own at once.
 #[test]
 fn a_small_append_waits_for_the_sync_under_way_and_a_big_one_overlaps_it() {
-    let fs = new_fs();
-    let log = open(fs.clone(), cfg(), ManualClock::new(1_700_000_000_000));
-    // The leader-epoch file is written (and synced) by the first sync: out of the way before the gate.
-    block_on(log.append(&make_batch(0, 2, 100, 1), LeaderEpoch(0))).unwrap();
-    block_on(log.flush()).unwrap();
-    let first = block_on(log.append(&make_batch(1, 2, 100, 1), LeaderEpoch(0))).unwrap();
-    fs.gate.armed.set(Some(Gate::Fdatasync));
+    let (fs, log, first) = log_with_an_append_before_an_armed_fdatasync();
     let mut first_sync = Box::pin(log.wait_durable(first.next_offset()));
     poll_until_held(first_sync.as_mut(), &fs.gate);
 
@@ -456,4 +463,73 @@ fn an_append_during_a_cache_release_is_kept() {
     let batches = split_batches(&read.bytes);
     assert_eq!(batches.len(), 2, "both batches are in the log");
     assert_eq!(batches[1].0, during.base_offset.0);
+}
+
+/// A waker that counts how often it is woken.
+#[derive(Default)]
+struct CountingWaker(std::sync::atomic::AtomicUsize);
+
+impl std::task::Wake for CountingWaker {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &std::sync::Arc<Self>) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Appends waiting for the sync under way are woken when it ends, not by write-outs meanwhile: with
+/// hundreds of appends in flight on one partition, each write-out waking every waiter to look again cost
+/// more than the appends themselves.
+#[test]
+fn waiters_for_a_sync_are_woken_when_it_ends_and_not_by_write_outs() {
+    let (fs, log, first) = log_with_an_append_before_an_armed_fdatasync();
+    let mut first_sync = Box::pin(log.wait_durable(first.next_offset()));
+    poll_until_held(first_sync.as_mut(), &fs.gate);
+
+    let wakes = std::sync::Arc::new(CountingWaker::default());
+    let waker = Waker::from(wakes.clone());
+    let mut waiters = Vec::new();
+    for seq in 2..12 {
+        let appended = block_on(log.append(&make_batch(seq, 2, 100, 1), LeaderEpoch(0))).unwrap();
+        let mut waiter = Box::pin(log.wait_durable(appended.next_offset()));
+        assert!(waiter.as_mut().poll(&mut Context::from_waker(&waker)).is_pending());
+        waiters.push(waiter);
+    }
+    // Write-outs move nothing a waiter waits for.
+    for seq in 12..15 {
+        block_on(log.append(&make_batch(seq, 2, 100, 1), LeaderEpoch(0))).unwrap();
+        block_on(log.write_out()).unwrap();
+    }
+    assert_eq!(wakes.0.load(std::sync::atomic::Ordering::Relaxed), 0, "no waiter woken by a write-out");
+
+    fs.gate.released.set(true);
+    finish(first_sync.as_mut()).unwrap();
+    assert_eq!(wakes.0.load(std::sync::atomic::Ordering::Relaxed), 10, "every waiter woken when the sync ended");
+    for mut waiter in waiters {
+        finish(waiter.as_mut()).unwrap();
+    }
+    assert_eq!(log.durable_offset(), log.log_end_offset());
+}
+
+/// An append waiting for durability on a log that is deleted fails with Closed at once, rather than
+/// waiting for a sync that may never come.
+#[test]
+fn a_durability_waiter_of_a_deleted_log_fails_with_closed() {
+    let (fs, log, first) = log_with_an_append_before_an_armed_fdatasync();
+    let mut first_sync = Box::pin(log.wait_durable(first.next_offset()));
+    poll_until_held(first_sync.as_mut(), &fs.gate);
+    let second = block_on(log.append(&make_batch(2, 2, 100, 1), LeaderEpoch(0))).unwrap();
+    let mut waiter = Box::pin(log.wait_durable(second.next_offset()));
+    assert!(poll(waiter.as_mut()).is_pending(), "waits for the sync under way");
+
+    block_on(log.delete()).unwrap();
+    // The first sync is still held at its fdatasync.
+    assert!(fs.gate.held.get());
+    assert!(
+        matches!(poll(waiter.as_mut()), Poll::Ready(Err(StorageError::Closed(_)))),
+        "the waiter learns the log is gone while the sync under way is still held"
+    );
+    fs.gate.released.set(true);
+    let _ = finish(first_sync.as_mut());
 }

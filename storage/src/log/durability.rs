@@ -252,8 +252,6 @@ impl<F: Fs> PartitionLog<F> {
             inner.stats.bytes_zeroed += to - from;
         }
         inner.trim_tail(&self.fs);
-        drop(inner);
-        self.progress.notify(usize::MAX);
         Ok(covered)
     }
 
@@ -335,8 +333,6 @@ impl<F: Fs> PartitionLog<F> {
         inner.stats.writes += 1;
         inner.stats.bytes_written += end - from;
         inner.trim_tail(&self.fs);
-        drop(inner);
-        self.progress.notify(usize::MAX);
         covered
     }
 

@@ -561,6 +561,8 @@ impl<F: Fs> PartitionLog<F> {
             inner.generation += 1;
             inner.end_cuts += 1;
         }
+        // Durability waiters learn the log is gone.
+        self.progress.notify(usize::MAX);
         self.news.bump();
         let mut doomed = self.dir.clone().into_os_string();
         doomed.push(DELETED_SUFFIX);
@@ -586,6 +588,8 @@ impl<F: Fs> PartitionLog<F> {
             inner.generation += 1;
             inner.end_cuts += 1;
         }
+        // Durability waiters learn the log is gone.
+        self.progress.notify(usize::MAX);
         self.news.bump();
         if let Err(e) = self.fs.rename(&self.dir, to).await {
             fatal::disk_failure("rename", &self.dir, &e);

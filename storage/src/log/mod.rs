@@ -271,7 +271,8 @@ pub struct PartitionLog<F: Fs> {
     /// swap, close, deletion), before `io` when both are taken: a swap, which needs only this one, never
     /// holds appends' syncs back.
     maintenance: Mutex<()>,
-    /// Notified whenever a write-out or a sync completes.
+    /// Notified when what durability waiters and paused appends wait on may have changed: a sync ends,
+    /// appends resume, the log is closed. A write-out alone changes nothing they wait for.
     progress: event_listener::Event,
     /// For fetches held for news of this log, on any shard.
     news: Arc<LogNews>,

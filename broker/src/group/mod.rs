@@ -5,6 +5,7 @@
 
 pub mod call;
 pub mod classic;
+pub mod consumer;
 pub mod coordinator;
 pub mod records;
 

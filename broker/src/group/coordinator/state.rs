@@ -13,6 +13,7 @@ use kafka_protocol::records::{
 use shardlog_storage::{Clock, SystemClock};
 
 use crate::group::classic::{Group, GroupRecord, GroupSettings, GroupState};
+use crate::group::consumer::{Change, ConsumerGroup};
 use crate::group::records::{CommittedOffset, OffsetsRecord};
 
 /// A committed offset and where its record is in the log (a later write of an earlier decision must
@@ -27,6 +28,8 @@ pub(super) struct Stored {
 #[derive(Debug)]
 pub(super) struct Entry {
     pub(super) group: Group,
+    /// The group as the consumer protocol (KIP-848) keeps it, when it is of that protocol.
+    pub(super) consumer: Option<ConsumerGroup>,
     pub(super) offsets: BTreeMap<(String, i32), Stored>,
     /// Whether a membership record of it may be in the log (a tombstone is then written when it goes).
     pub(super) recorded: bool,
@@ -38,6 +41,7 @@ impl Entry {
     pub(super) fn new(id: &str, settings: GroupSettings, now: u64) -> Entry {
         Entry {
             group: Group::new(id, settings, now),
+            consumer: None,
             offsets: BTreeMap::new(),
             recorded: false,
             pending_commits: BTreeMap::new(),
@@ -46,7 +50,7 @@ impl Entry {
 
     /// Holds nothing worth keeping: no members, no member id to be used, no offsets, no commit out.
     pub(super) fn is_idle(&self) -> bool {
-        self.group.is_idle() && self.offsets.is_empty() && self.pending_commits.is_empty()
+        self.group.is_idle() && self.consumer.is_none() && self.offsets.is_empty() && self.pending_commits.is_empty()
     }
 
     pub(super) fn commits_started(&mut self, keys: &[(String, i32)]) {
@@ -101,8 +105,14 @@ impl Entry {
     }
 }
 
-/// A group's last membership record and its offsets, as a replay has found them so far.
-type Replayed = (Option<GroupRecord>, BTreeMap<(String, i32), Stored>);
+/// A group as a replay has found it so far: its last membership record, its offsets, and the changes of
+/// its consumer-protocol state since it was last deleted.
+#[derive(Default)]
+struct Replayed {
+    record: Option<GroupRecord>,
+    offsets: BTreeMap<(String, i32), Stored>,
+    consumer: Vec<Change>,
+}
 
 /// The partition's records, applied in log order.
 #[derive(Default)]
@@ -135,7 +145,7 @@ impl Replay {
     fn apply(&mut self, record: OffsetsRecord, at: i64) {
         match record {
             OffsetsRecord::Offset { group, topic, partition, value } => {
-                let offsets = &mut self.groups.entry(group).or_default().1;
+                let offsets = &mut self.groups.entry(group).or_default().offsets;
                 match value {
                     Some(value) => {
                         offsets.insert((topic, partition), Stored { value, at });
@@ -146,27 +156,43 @@ impl Replay {
                 }
             }
             OffsetsRecord::Group { group, value } => match value {
-                Some(value) => self.groups.entry(group).or_default().0 = Some(value),
+                Some(value) => self.groups.entry(group).or_default().record = Some(value),
                 None => {
                     if let Some(entry) = self.groups.get_mut(&group) {
-                        entry.0 = None;
+                        entry.record = None;
                     }
                 }
             },
+            OffsetsRecord::Consumer { group, change } => {
+                let changes = &mut self.groups.entry(group).or_default().consumer;
+                if change == Change::GroupEpoch(None) {
+                    changes.clear();
+                } else {
+                    changes.push(change);
+                }
+            }
+            OffsetsRecord::Unused => {}
         }
     }
 
     pub(super) fn into_groups(self, settings: GroupSettings, now: u64) -> HashMap<String, Entry> {
         self.groups
             .into_iter()
-            .filter(|(_, (record, offsets))| record.is_some() || !offsets.is_empty())
-            .map(|(id, (record, offsets))| {
+            .filter(|(_, r)| r.record.is_some() || !r.offsets.is_empty() || !r.consumer.is_empty())
+            .map(|(id, Replayed { record, offsets, consumer: changes })| {
                 let recorded = record.is_some();
                 let group = match record {
                     Some(record) => Group::restored(&id, settings, record, now),
                     None => Group::new(&id, settings, now),
                 };
-                (id, Entry { group, offsets, recorded, pending_commits: BTreeMap::new() })
+                let consumer = (!changes.is_empty()).then(|| {
+                    let mut consumer = ConsumerGroup::new(&id);
+                    for change in changes {
+                        consumer.replay(change, now);
+                    }
+                    consumer
+                });
+                (id, Entry { group, consumer, offsets, recorded, pending_commits: BTreeMap::new() })
             })
             .collect()
     }
@@ -233,6 +259,7 @@ mod tests {
         };
         let mut emptied = Entry {
             group: Group::restored("g", settings, record, 100 * MINUTE),
+            consumer: None,
             offsets: BTreeMap::new(),
             recorded: true,
             pending_commits: BTreeMap::new(),
@@ -247,6 +274,44 @@ mod tests {
         assert_eq!(emptied.offsets.len(), 1);
         emptied.forget(&("t".into(), 0), 10);
         assert!(emptied.offsets.is_empty());
+    }
+
+    #[test]
+    fn a_consumer_protocol_group_is_rebuilt_from_the_partitions_records_until_deleted() {
+        use crate::group::consumer::{Assignment, Current};
+        let topic = uuid::Uuid::from_u128(9);
+        let current = Current {
+            epoch: 1,
+            previous_epoch: 0,
+            assigned: Assignment::from([(topic, [0, 1].into_iter().collect())]),
+            ..Current::joined()
+        };
+        let changes = [
+            Change::Current("m".into(), Some(Current::joined())),
+            Change::GroupEpoch(Some(1)),
+            Change::Member("m".into(), Some(Default::default())),
+            Change::Target("m".into(), Some(current.assigned.clone())),
+            Change::AssignmentEpoch(Some(1)),
+            Change::Current("m".into(), Some(current.clone())),
+        ];
+        let records: Vec<OffsetsRecord> =
+            changes.iter().map(|c| OffsetsRecord::Consumer { group: "g".into(), change: c.clone() }).collect();
+        let mut replay = Replay::default();
+        assert_eq!(replay.batches(encode_batch(&records).unwrap(), 0), Ok(6));
+        let groups = replay.into_groups(GroupSettings::default(), 0);
+        let consumer = groups["g"].consumer.as_ref().expect("a consumer-protocol group");
+        assert_eq!((consumer.epoch, consumer.assignment_epoch), (1, 1));
+        assert_eq!(consumer.members["m"].current, current);
+        assert_eq!(consumer.holder(topic, 1), Some("m"));
+
+        let mut deleted = records.clone();
+        for change in [Change::Current("m".into(), None), Change::Target("m".into(), None)] {
+            deleted.push(OffsetsRecord::Consumer { group: "g".into(), change });
+        }
+        deleted.push(OffsetsRecord::Consumer { group: "g".into(), change: Change::GroupEpoch(None) });
+        let mut replay = Replay::default();
+        replay.batches(encode_batch(&deleted).unwrap(), 0).unwrap();
+        assert!(replay.into_groups(GroupSettings::default(), 0).is_empty(), "nothing left of a deleted group");
     }
 
     #[test]
@@ -271,6 +336,7 @@ mod tests {
         };
         let mut stable = Entry {
             group: Group::restored("g", settings, record, 0),
+            consumer: None,
             offsets: BTreeMap::new(),
             recorded: true,
             pending_commits: BTreeMap::new(),

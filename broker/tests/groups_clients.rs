@@ -1,7 +1,9 @@
 //! Consumer groups with real clients against the real binary: confluent-kafka and kafka-python
 //! (`scripts/client-tests/groups.py`, whose checks are in the script) and librdkafka through the `rdkafka`
 //! crate: sharing partitions, a member killed with SIGKILL, rejoining at the committed offsets, the
-//! cooperative-sticky assignor, and resuming after the broker itself is killed and restarted.
+//! cooperative-sticky assignor, and resuming after the broker itself is killed and restarted; the same
+//! with the consumer protocol of KIP-848 (`group.protocol=consumer`), and a group of each protocol side by
+//! side on one topic.
 
 mod common;
 
@@ -20,9 +22,25 @@ use common::Broker;
 /// Groups form without the 3 s wait for more members, to keep the tests short.
 const SETTINGS: [&str; 2] = ["--set", "group.initial.rebalance.delay.ms=0"];
 
+/// The consumer protocol (KIP-848) decides sessions on the broker: short ones for the tests.
+const CONSUMER_PROTOCOL: [&str; 6] = [
+    "--set",
+    "group.initial.rebalance.delay.ms=0",
+    "--set",
+    "group.consumer.session.timeout.ms=6000",
+    "--set",
+    "group.consumer.heartbeat.interval.ms=1000",
+];
+
 fn scenario(broker: &Broker, name: &str, extra: &[&str]) -> String {
+    scenario_with(broker, name, extra, "classic")
+}
+
+/// Runs a scenario of `groups.py` with its confluent-kafka consumers on `protocol` (classic or consumer).
+fn scenario_with(broker: &Broker, name: &str, extra: &[&str], protocol: &str) -> String {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/client-tests/groups.py");
     let out = Command::new("python3")
+        .env("GROUP_PROTOCOL", protocol)
         .arg(&script)
         .args([name, &format!("127.0.0.1:{}", broker.port)])
         .args(extra)
@@ -63,6 +81,31 @@ fn a_group_resumes_at_its_committed_offsets_after_the_broker_is_killed_and_resta
     broker.kill();
     let broker = Broker::start_at(data.path(), port, 2, &SETTINGS, None);
     scenario(&broker, "resume-check", &[committed.trim()]);
+}
+
+#[test]
+fn three_consumer_protocol_members_share_twelve_partitions_and_a_killed_ones_move_while_the_others_consume() {
+    let broker = Broker::start_with(2, &CONSUMER_PROTOCOL);
+    let out = scenario_with(&broker, "three-consumers", &[], "consumer");
+    assert!(out.contains("survivors consumed their new records"), "the consumer protocol's checks ran: {out}");
+}
+
+#[test]
+fn a_consumer_protocol_group_resumes_at_its_commits_after_the_broker_is_killed_and_restarted() {
+    let data = tempfile::tempdir().unwrap();
+    let broker = Broker::start_in(data.path(), 2, &CONSUMER_PROTOCOL);
+    let port = broker.port;
+    let out = scenario_with(&broker, "resume-commit", &[], "consumer");
+    let committed = out.lines().find_map(|l| l.strip_prefix("resume-commit: passed ")).expect("the committed offsets");
+    broker.kill();
+    let broker = Broker::start_at(data.path(), port, 2, &CONSUMER_PROTOCOL, None);
+    scenario_with(&broker, "resume-check", &[committed.trim()], "consumer");
+}
+
+#[test]
+fn a_classic_and_a_consumer_protocol_group_consume_one_topic_side_by_side() {
+    let broker = Broker::start_with(2, &CONSUMER_PROTOCOL);
+    scenario(&broker, "side-by-side", &[]);
 }
 
 fn rdkafka_consumer(bootstrap: &str, group: &str) -> BaseConsumer {

@@ -2,6 +2,10 @@
 
 Usage: python3 groups.py SCENARIO HOST:PORT[,...]
 
+With GROUP_PROTOCOL=consumer in the environment, the confluent-kafka consumers use the consumer protocol of
+KIP-848 (group.protocol=consumer: the broker assigns, members move partitions incrementally) instead of
+the classic one; the broker must then run with a short group.consumer.session.timeout.ms.
+
 Scenarios (each exits non-zero with a message on the first mismatch, and prints "<scenario>: passed"):
   three-consumers   three confluent-kafka consumer processes in one group on a 12-partition topic: each
                     partition has exactly one member and every record is consumed; one member is killed
@@ -13,6 +17,8 @@ Scenarios (each exits non-zero with a message on the first mismatch, and prints 
                     from the first without the first giving up the partitions it keeps
   resume-commit     (first half of a broker-restart test) consume and commit part of a topic, then close
   resume-check      (second half) a new member of the group starts at the offsets committed before
+  side-by-side      a classic group and a consumer-protocol group consume the same topic at once, each
+                    every record once; ListGroups tells their types apart and each is described
   member            (internal) one consumer process of three-consumers, reporting on stdout
 """
 
@@ -28,6 +34,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 SESSION_TIMEOUT_MS = 6000
+PROTOCOL = os.environ.get("GROUP_PROTOCOL", "classic")
 
 
 def check(cond, message):
@@ -50,15 +57,18 @@ def produce(bootstrap, topic, partitions, per_partition, first=0):
     check(producer.flush(30) == 0, "every record acknowledged")
 
 
-def confluent_consumer(bootstrap, group, **extra):
+def confluent_consumer(bootstrap, group, protocol=None, **extra):
     config = {
         "bootstrap.servers": bootstrap,
         "group.id": group,
         "auto.offset.reset": "earliest",
         "enable.auto.commit": False,
-        "session.timeout.ms": SESSION_TIMEOUT_MS,
-        "heartbeat.interval.ms": 1000,
     }
+    if (protocol or PROTOCOL) == "consumer":
+        # The broker decides the session timeout and heartbeat interval of this protocol.
+        config["group.protocol"] = "consumer"
+    else:
+        config.update({"session.timeout.ms": SESSION_TIMEOUT_MS, "heartbeat.interval.ms": 1000})
     config.update(extra)
     return Consumer(config)
 
@@ -83,11 +93,11 @@ def member(bootstrap, group, topic, name):
         say(committed={str(tp.partition): tp.offset for tp in done if tp.offset >= 0})
 
     def on_assign(c, partitions):
-        say(assigned=sorted(tp.partition for tp in partitions))
+        say(assigned=sorted(tp.partition for tp in partitions), t=time.time())
 
     def on_revoke(c, partitions):
         commit()
-        say(revoked=sorted(tp.partition for tp in partitions))
+        say(revoked=sorted(tp.partition for tp in partitions), t=time.time())
 
     consumer.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke)
     since_commit = 0
@@ -98,7 +108,7 @@ def member(bootstrap, group, topic, name):
         if message.error():
             say(error=str(message.error()))
             continue
-        say(p=message.partition(), o=message.offset())
+        say(p=message.partition(), o=message.offset(), t=time.time())
         since_commit += 1
         if since_commit == 7:
             commit()
@@ -111,6 +121,8 @@ class Members:
     def __init__(self):
         self.lock = threading.Lock()
         self.consumed = {}  # (partition, offset) -> [member names]
+        self.consumed_at = {}  # (partition, offset) -> when first consumed
+        self.changes = []  # (when, member, "assigned" or "revoked", partitions)
         self.assigned = {}  # member -> set of partitions
         self.committed = {}  # member -> {partition: offset}
         self.procs = {}
@@ -131,10 +143,13 @@ class Members:
             with self.lock:
                 if "p" in event:
                     self.consumed.setdefault((event["p"], event["o"]), []).append(name)
+                    self.consumed_at.setdefault((event["p"], event["o"]), event["t"])
                 elif "assigned" in event:
                     self.assigned[name] = set(self.assigned.get(name, set())) | set(event["assigned"])
+                    self.changes.append((event["t"], name, "assigned", set(event["assigned"])))
                 elif "revoked" in event:
                     self.assigned[name] = set(self.assigned.get(name, set())) - set(event["revoked"])
+                    self.changes.append((event["t"], name, "revoked", set(event["revoked"])))
                 elif "committed" in event:
                     mine = self.committed.setdefault(name, {})
                     for p, o in event["committed"].items():
@@ -191,6 +206,7 @@ def three_consumers(bootstrap):
             victim_partitions = set(members.assigned["a"])
             victim_committed = dict(members.committed.get("a", {}))
             os.kill(members.procs["a"].pid, signal.SIGKILL)
+            killed_at = time.time()
         members.procs["a"].wait()
         check(victim_partitions <= set(victim_committed),
               f"the member killed committed on each of its partitions {victim_partitions}: {victim_committed}")
@@ -209,6 +225,19 @@ def three_consumers(bootstrap):
                           f"{p}:{o} consumed by {by}, but not from the killed member's uncommitted tail "
                           f"(it committed {victim_committed.get(p)})")
             duplicates = sum(len(by) - 1 for by in members.consumed.values())
+            if PROTOCOL == "consumer":
+                # Incremental: the survivors gave up nothing and kept consuming their own partitions while
+                # the killed member's waited for its session to end.
+                after = [c for c in members.changes if c[0] >= killed_at]
+                check(all(kind == "assigned" for _, _, kind, _ in after), f"survivors revoked nothing: {after}")
+                takeover = min(t for t, _, _, ps in after if ps & victim_partitions)
+                own = [at for (p, o), at in members.consumed_at.items()
+                       if p not in victim_partitions and o >= 2 * per_partition]
+                check(len(own) == len(records(2)) - len(victim_partitions) * per_partition and max(own) < takeover,
+                      f"the survivors consumed their new records before the takeover, "
+                      f"{takeover - killed_at:.1f} s after the kill")
+                print(f"three-consumers: survivors consumed their new records {max(own) - killed_at:.1f} s after "
+                      f"the kill, took over its partitions {takeover - killed_at:.1f} s after it")
     finally:
         members.stop()
     print(f"three-consumers: passed ({len(everything)} records, {duplicates} consumed again after the kill)")
@@ -313,6 +342,60 @@ def cooperative(bootstrap):
     print("cooperative: passed")
 
 
+# --- side by side ----------------------------------------------------------------------------------------
+
+
+def side_by_side(bootstrap):
+    from confluent_kafka import ConsumerGroupType
+    topic, partitions, per_partition = "grp-side", 6, 50
+    create_topic(bootstrap, topic, partitions)
+    groups = {"side-classic": "classic", "side-consumer": "consumer"}
+    consumers = {g: [confluent_consumer(bootstrap, g, protocol=p) for _ in range(2)] for g, p in groups.items()}
+    for members in consumers.values():
+        for c in members:
+            c.subscribe([topic])
+
+    def pump(condition, what, seconds=60):
+        deadline = time.time() + seconds
+        while time.time() < deadline:
+            for members in consumers.values():
+                for c in members:
+                    m = c.poll(0.05)
+                    if m is not None and not m.error():
+                        seen[(c, m.partition(), m.offset())] = seen.get((c, m.partition(), m.offset()), 0) + 1
+            if condition():
+                return
+        check(False, f"{what} within {seconds} s")
+
+    seen = {}
+    pump(lambda: all(len(c.assignment()) == partitions // 2 for ms in consumers.values() for c in ms),
+         "each group shares the partitions 3/3")
+    produce(bootstrap, topic, partitions, per_partition)
+    expected = {(p, o) for p in range(partitions) for o in range(per_partition)}
+
+    def consumed(group):
+        return [(p, o) for (c, p, o), n in seen.items() for _ in range(n) if c in consumers[group]]
+
+    pump(lambda: all(set(consumed(g)) == expected for g in groups), "each group consumed every record")
+    for g in groups:
+        check(len(consumed(g)) == len(expected), f"{g}: every record once ({len(consumed(g))})")
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    listed = {l.group_id: l for l in admin.list_consumer_groups().result(timeout=30).valid}
+    check(listed["side-classic"].type == ConsumerGroupType.CLASSIC, f"classic type: {listed['side-classic']}")
+    check(listed["side-consumer"].type == ConsumerGroupType.CONSUMER, f"consumer type: {listed['side-consumer']}")
+    described = admin.describe_consumer_groups(list(groups))
+    for g, future in described.items():
+        d = future.result(timeout=30)
+        owned = sorted(tp.partition for m in d.members for tp in m.assignment.topic_partitions)
+        check(owned == list(range(partitions)), f"{g} described with every partition once: {owned}")
+        check(len(d.members) == 2, f"{g}: two members")
+    for members in consumers.values():
+        for c in members:
+            c.close()
+    print("side-by-side: passed")
+
+
 # --- resume across a broker restart ----------------------------------------------------------------------
 
 RESUME_TOPIC, RESUME_GROUP = "grp-resume", "resume"
@@ -368,5 +451,7 @@ if __name__ == "__main__":
         resume_commit(bootstrap)
     elif scenario == "resume-check":
         resume_check(bootstrap, sys.argv[3])
+    elif scenario == "side-by-side":
+        side_by_side(bootstrap)
     else:
         check(False, f"unknown scenario {scenario}")

@@ -168,6 +168,8 @@ pub struct GroupConfig {
     pub retention_check_interval_ms: u64,
     /// Session bounds, the initial rebalance delay and `group.max.size`.
     pub settings: crate::group::classic::GroupSettings,
+    /// The consumer protocol's (KIP-848) session, heartbeat interval, group size and assignors.
+    pub consumer: crate::group::consumer::ConsumerGroupSettings,
 }
 
 /// Per-shard bounds on what partitions hold, and how a shard waits for work (shardlog settings; Kafka has
@@ -479,7 +481,26 @@ impl Reader {
                 max_session_timeout_ms: self.int_set("group.max.session.timeout.ms")? as i32,
                 max_size: self.int_set("group.max.size")? as usize,
             },
+            consumer: crate::group::consumer::ConsumerGroupSettings {
+                session_timeout_ms: self.int_set("group.consumer.session.timeout.ms")? as i32,
+                heartbeat_interval_ms: self.int_set("group.consumer.heartbeat.interval.ms")? as i32,
+                max_size: self.int_set("group.consumer.max.size")? as usize,
+                assignors: {
+                    let names = self.text("group.consumer.assignors").unwrap_or_default();
+                    crate::group::consumer::Assignor::list(&names)
+                        .map_err(|reason| invalid("group.consumer.assignors", reason))?
+                },
+            },
         };
+        if groups.consumer.heartbeat_interval_ms >= groups.consumer.session_timeout_ms {
+            return Err(invalid(
+                "group.consumer.heartbeat.interval.ms",
+                format!(
+                    "{} is not below group.consumer.session.timeout.ms ({})",
+                    groups.consumer.heartbeat_interval_ms, groups.consumer.session_timeout_ms
+                ),
+            ));
+        }
         if groups.settings.min_session_timeout_ms > groups.settings.max_session_timeout_ms {
             return Err(invalid(
                 "group.max.session.timeout.ms",

@@ -433,6 +433,38 @@ pub const SETTINGS: &[Setting] = &[
         example: "100",
     },
     Setting {
+        key: "group.consumer.session.timeout.ms",
+        kind: int(1000, 3_600_000),
+        default: Default::Value("45000"),
+        unit: "ms",
+        meaning: "how long a member of a consumer-protocol group (group.protocol=consumer) may go without a heartbeat before it is removed",
+        example: "10000",
+    },
+    Setting {
+        key: "group.consumer.heartbeat.interval.ms",
+        kind: int(100, I32),
+        default: Default::Value("5000"),
+        unit: "ms",
+        meaning: "how often members of a consumer-protocol group are told to heartbeat; below group.consumer.session.timeout.ms",
+        example: "1000",
+    },
+    Setting {
+        key: "group.consumer.max.size",
+        kind: int(1, I32),
+        default: Default::Value("1000"),
+        unit: "",
+        meaning: "members one consumer-protocol group may have (GROUP_MAX_SIZE_REACHED beyond); Kafka leaves it unbounded",
+        example: "100",
+    },
+    Setting {
+        key: "group.consumer.assignors",
+        kind: Kind::Text,
+        default: Default::Value("uniform,range"),
+        unit: "",
+        meaning: "server-side assignors members may choose with group.remote.assignor (uniform, range), the first the default",
+        example: "range",
+    },
+    Setting {
         key: "replica.lag.time.max.ms",
         // Below a second an idle follower, whose fetches the leader holds for up to 500 ms, could drop out.
         kind: int(1000, FOREVER),

@@ -7,6 +7,7 @@ use kafka_protocol::ResponseError;
 use shardlog_storage::LeaderEpoch;
 
 use super::classic::{JoinAnswer, JoinArgs, MemberRef, SyncAnswer};
+use super::consumer::{Assignment, Heartbeat, HeartbeatAnswer, Refusal};
 use super::records::CommittedOffset;
 
 /// A request for one group, to the coordinator of `partition` (which the handler found led here at
@@ -63,6 +64,32 @@ pub struct GroupListing {
     pub group: String,
     pub protocol_type: String,
     pub state: &'static str,
+    /// "classic", or "consumer" for a group of the consumer protocol (KIP-848).
+    pub group_type: &'static str,
+}
+
+/// A consumer-protocol group as ConsumerGroupDescribe shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerGroupDescription {
+    pub state: &'static str,
+    pub epoch: i32,
+    pub assignment_epoch: i32,
+    pub assignor: &'static str,
+    pub members: Vec<ConsumerMemberDescription>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerMemberDescription {
+    pub member_id: String,
+    pub instance_id: Option<String>,
+    pub rack_id: Option<String>,
+    pub member_epoch: i32,
+    pub client_id: String,
+    pub client_host: String,
+    pub subscribed_topic_names: Vec<String>,
+    pub subscribed_topic_regex: Option<String>,
+    pub assignment: Assignment,
+    pub target: Assignment,
 }
 
 /// A group-level error, or the per-item outcome.
@@ -115,6 +142,15 @@ pub enum GroupOp {
     DeleteOffsets {
         partitions: Vec<(String, i32)>,
         reply: flume::Sender<PerItem>,
+    },
+    /// ConsumerGroupHeartbeat (KIP-848).
+    ConsumerHeartbeat {
+        heartbeat: Box<Heartbeat>,
+        reply: flume::Sender<Result<HeartbeatAnswer, Refusal>>,
+    },
+    /// ConsumerGroupDescribe; `Ok(None)`: no consumer-protocol group of that id.
+    ConsumerDescribe {
+        reply: flume::Sender<Result<Option<ConsumerGroupDescription>, ResponseError>>,
     },
 }
 

@@ -90,7 +90,15 @@ pub fn supported_apis() -> SupportedApis {
         (ApiKey::DescribeGroups, 0, 6),
         (ApiKey::DeleteGroups, 0, 2),
         (ApiKey::OffsetDelete, 0, 0),
+        // KIP-848's consumer protocol; librdkafka 2.12 speaks heartbeat v1 only.
+        (ApiKey::ConsumerGroupHeartbeat, 0, 1),
+        (ApiKey::ConsumerGroupDescribe, 0, 1),
     ])
+}
+
+/// A group member's host as Kafka shows it: `/IP`, from the client's `IP:PORT`.
+fn member_host(peer: &str) -> String {
+    format!("/{}", peer.rsplit_once(':').map_or(peer, |(ip, _)| ip))
 }
 
 /// Answers a decoded request from the client at `peer` (`IP:PORT`); `None` for requests Kafka does not
@@ -101,9 +109,15 @@ pub async fn handle(ctx: &Arc<BrokerContext>, request: DecodedRequest, peer: &st
         RequestKind::FindCoordinator(req) => ResponseKind::FindCoordinator(find_coordinator(ctx, req, version).await),
         RequestKind::JoinGroup(req) => {
             let client_id = request.header.client_id.as_ref().map_or("", |c| c.as_str());
-            // Kafka shows a member's host as `/IP`.
-            let host = format!("/{}", peer.rsplit_once(':').map_or(peer, |(ip, _)| ip));
-            ResponseKind::JoinGroup(join_group(ctx, req, version, client_id, &host).await)
+            ResponseKind::JoinGroup(join_group(ctx, req, version, client_id, &member_host(peer)).await)
+        }
+        RequestKind::ConsumerGroupHeartbeat(req) => {
+            let client_id = request.header.client_id.as_ref().map_or("", |c| c.as_str());
+            let host = member_host(peer);
+            ResponseKind::ConsumerGroupHeartbeat(consumer_group_heartbeat(ctx, req, version, client_id, &host).await)
+        }
+        RequestKind::ConsumerGroupDescribe(req) => {
+            ResponseKind::ConsumerGroupDescribe(consumer_group_describe(ctx, req).await)
         }
         RequestKind::SyncGroup(req) => ResponseKind::SyncGroup(sync_group(ctx, req).await),
         RequestKind::Heartbeat(req) => ResponseKind::Heartbeat(heartbeat(ctx, req).await),

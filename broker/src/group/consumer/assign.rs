@@ -26,6 +26,24 @@ impl Assignor {
         }
     }
 
+    /// The assignors a broker offers, from `group.consumer.assignors` (names separated by commas, the
+    /// first the default).
+    pub fn list(names: &str) -> Result<&'static [Assignor], String> {
+        let names: Vec<&str> = names.split(',').map(str::trim).collect();
+        for name in &names {
+            if Assignor::from_name(name).is_none() {
+                return Err(format!("unknown assignor `{name}` (uniform, range)"));
+            }
+        }
+        match names[..] {
+            ["uniform"] => Ok(&[Assignor::Uniform]),
+            ["range"] => Ok(&[Assignor::Range]),
+            ["uniform", "range"] => Ok(&[Assignor::Uniform, Assignor::Range]),
+            ["range", "uniform"] => Ok(&[Assignor::Range, Assignor::Uniform]),
+            _ => Err("each assignor at most once".to_string()),
+        }
+    }
+
     pub fn from_name(name: &str) -> Option<Assignor> {
         match name {
             "uniform" => Some(Assignor::Uniform),

@@ -43,7 +43,7 @@ const MAX_REGEX_BYTES: usize = 4096;
 const MAX_REGEX_PROGRAM_BYTES: usize = 1 << 20;
 
 /// Bounds and timings every consumer-protocol group of a broker shares (Kafka's broker settings).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConsumerGroupSettings {
     /// `group.consumer.session.timeout.ms`
     pub session_timeout_ms: i32,
@@ -52,7 +52,7 @@ pub struct ConsumerGroupSettings {
     /// `group.consumer.max.size`: members one group may have.
     pub max_size: usize,
     /// `group.consumer.assignors`: those members may choose, the first the default.
-    pub assignors: Vec<Assignor>,
+    pub assignors: &'static [Assignor],
 }
 
 impl Default for ConsumerGroupSettings {
@@ -61,7 +61,7 @@ impl Default for ConsumerGroupSettings {
             session_timeout_ms: 45_000,
             heartbeat_interval_ms: 5_000,
             max_size: 1_000,
-            assignors: vec![Assignor::Uniform, Assignor::Range],
+            assignors: &[Assignor::Uniform, Assignor::Range],
         }
     }
 }
@@ -260,6 +260,26 @@ impl ConsumerGroup {
         }
         let chosen = votes.iter().max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0))).map(|(name, _)| *name);
         chosen.and_then(Assignor::from_name).unwrap_or(settings.assignors[0])
+    }
+
+    /// The check of an OffsetCommit (KIP-848): a commit from outside the group (negative epoch) only
+    /// while it has no members; else from a member, at its current epoch (STALE_MEMBER_EPOCH otherwise,
+    /// which tells the client to heartbeat first).
+    pub fn check_commit(&self, member_id: &str, epoch: i32) -> Result<(), ResponseError> {
+        if epoch < 0 && self.members.is_empty() {
+            return Ok(());
+        }
+        let member = self.members.get(member_id).ok_or(ResponseError::UnknownMemberId)?;
+        if epoch != member.current.epoch {
+            return Err(ResponseError::StaleMemberEpoch);
+        }
+        Ok(())
+    }
+
+    /// The changes that delete the group, once it has no members.
+    pub fn deletion(&self) -> Vec<Change> {
+        debug_assert!(self.members.is_empty());
+        vec![Change::AssignmentEpoch(None), Change::GroupEpoch(None)]
     }
 
     /// Which member holds a partition (assigned, or pending revocation).

@@ -360,7 +360,10 @@ impl Sim {
         Sim {
             group: ConsumerGroup::new("g"),
             topics: Topics::with(&[("t0", 3), ("t1", 5), ("t2", 1)]),
-            settings: ConsumerGroupSettings { assignors: vec![assignor], ..settings() },
+            settings: ConsumerGroupSettings {
+                assignors: if assignor == Assignor::Range { &[Assignor::Range] } else { &[Assignor::Uniform] },
+                ..settings()
+            },
             clients: Vec::new(),
             now: 0,
             written: Vec::new(),

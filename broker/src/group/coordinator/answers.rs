@@ -7,8 +7,11 @@ use bytes::Bytes;
 use kafka_protocol::ResponseError;
 
 use super::state::Entry;
-use crate::group::call::{DescribedMember, FetchedOffset, GroupDescription, GroupOp};
+use crate::group::call::{
+    ConsumerGroupDescription, ConsumerMemberDescription, DescribedMember, FetchedOffset, GroupDescription, GroupOp,
+};
 use crate::group::classic::{Group, GroupState, JoinAnswer, SyncAnswer};
+use crate::group::consumer::{ConsumerGroup, ConsumerGroupSettings, Refusal};
 
 /// A write's error as a group request answers it (Kafka's mapping).
 pub(super) fn coordinator_error(e: ResponseError) -> ResponseError {
@@ -148,6 +151,38 @@ pub(super) fn refuse(op: GroupOp, error: ResponseError) {
         GroupOp::Delete { reply } => {
             let _ = reply.send(Some(error));
         }
+        GroupOp::ConsumerHeartbeat { reply, .. } => {
+            let _ = reply.send(Err(Refusal { error, message: String::new() }));
+        }
+        GroupOp::ConsumerDescribe { reply } => {
+            let _ = reply.send(Err(error));
+        }
+    }
+}
+
+/// A consumer-protocol group as ConsumerGroupDescribe shows it.
+pub(super) fn describe_consumer(group: &ConsumerGroup, settings: &ConsumerGroupSettings) -> ConsumerGroupDescription {
+    ConsumerGroupDescription {
+        state: group.state().name(),
+        epoch: group.epoch,
+        assignment_epoch: group.assignment_epoch,
+        assignor: group.assignor(settings).name(),
+        members: group
+            .members
+            .values()
+            .map(|m| ConsumerMemberDescription {
+                member_id: m.member_id.clone(),
+                instance_id: m.metadata.instance_id.clone(),
+                rack_id: m.metadata.rack_id.clone(),
+                member_epoch: m.current.epoch,
+                client_id: m.metadata.client_id.clone(),
+                client_host: m.metadata.client_host.clone(),
+                subscribed_topic_names: m.metadata.subscribed_topic_names.iter().cloned().collect(),
+                subscribed_topic_regex: m.metadata.subscribed_topic_regex.clone(),
+                assignment: m.current.assigned.clone(),
+                target: group.target.get(&m.member_id).cloned().unwrap_or_default(),
+            })
+            .collect(),
     }
 }
 

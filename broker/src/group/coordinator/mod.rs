@@ -1,5 +1,8 @@
-//! The group coordinator of one shard: the adapter between the classic group state machine
-//! ([`super::classic`]) and the shard's `__consumer_offsets` partitions.
+//! The group coordinator of one shard: the adapter between the group state machines (the classic
+//! protocol's, [`super::classic`], and the consumer protocol's of KIP-848, [`super::consumer`]) and the
+//! shard's `__consumer_offsets` partitions. A group id is of one protocol at a time: a consumer-protocol
+//! heartbeat takes over a classic group only while it has no members, and a JoinGroup an empty
+//! consumer-protocol group.
 //!
 //! The coordinator of a group is the leader of the group's offsets partition, on the shard that owns
 //! that partition. When this shard's broker becomes leader of one (seen on the coordinator's timer, or
@@ -28,14 +31,18 @@ use shardlog_storage::{Clock, LeaderEpoch, SystemClock, TopicPartition};
 mod answers;
 mod state;
 
-use answers::{commit_error, coordinator_error, describe, fetch_offsets, refuse, subscribed_topics};
+use answers::{commit_error, coordinator_error, describe, describe_consumer, fetch_offsets, refuse, subscribed_topics};
 use state::{Entry, Replay, encode_batch};
 
 use super::OFFSETS_TOPIC;
 use super::call::{CoordinatorRequest, GroupCall, GroupListing, GroupOp, OffsetToCommit};
 use super::classic::{Effects, GroupSettings, GroupState, JoinAnswer, Reply, SyncAnswer, Ticket};
+use super::consumer::{
+    Change, ConsumerGroup, ConsumerGroupSettings, Heartbeat, HeartbeatAnswer, JOIN_EPOCH, Refusal, TopicId, TopicsView,
+};
 use super::records::{CommittedOffset, OffsetsRecord};
 use crate::context::{BrokerContext, ask_shard};
+use crate::metadata::image::MetadataImage;
 use crate::shard::{FetchRead, OffsetSpec, PartitionRequest, ProduceBatch};
 
 /// How often groups are checked for expired sessions and rebalance timeouts, and leadership of the
@@ -58,11 +65,34 @@ enum Waiter {
     Sync(flume::Sender<SyncAnswer>),
 }
 
+/// The topics a consumer-protocol group's subscriptions are resolved against: the broker's metadata.
+struct ImageTopics<'a>(&'a MetadataImage);
+
+impl TopicsView for ImageTopics<'_> {
+    fn version(&self) -> u64 {
+        self.0.applied.unwrap_or(0)
+    }
+
+    fn lookup(&self, name: &str) -> Option<(TopicId, i32)> {
+        self.0.topic(name).map(|t| (t.id, t.partitions.len() as i32))
+    }
+
+    fn names(&self) -> Vec<String> {
+        self.0.state.topics.keys().filter(|name| !crate::topics::is_internal(name)).cloned().collect()
+    }
+}
+
+/// The records of a consumer-protocol group's changes.
+fn consumer_records(group: &str, changes: Vec<Change>) -> Vec<OffsetsRecord> {
+    changes.into_iter().map(|change| OffsetsRecord::Consumer { group: group.to_string(), change }).collect()
+}
+
 /// One shard's coordinator.
 struct Coordinator {
     ctx: Arc<BrokerContext>,
     shard: usize,
     settings: GroupSettings,
+    consumer_settings: ConsumerGroupSettings,
     partitions: RefCell<HashMap<i32, Slot>>,
     waiters: RefCell<HashMap<Ticket, Waiter>>,
     next_ticket: Cell<Ticket>,
@@ -80,6 +110,7 @@ pub async fn run(ctx: Arc<BrokerContext>, shard: usize, requests: flume::Receive
     metrics::describe_gauge!(COMMITTED_OFFSET, "the offset a consumer group committed for a partition (coordinator)");
     let me = Rc::new(Coordinator {
         settings: ctx.config.groups.settings,
+        consumer_settings: ctx.config.groups.consumer,
         ctx,
         shard,
         partitions: RefCell::new(HashMap::new()),
@@ -144,10 +175,19 @@ impl Coordinator {
         for slot in partitions.values() {
             match slot {
                 Slot::Loading(_) => return Err(ResponseError::CoordinatorLoadInProgress),
-                Slot::Loaded { groups, .. } => out.extend(groups.iter().map(|(id, e)| GroupListing {
-                    group: id.clone(),
-                    protocol_type: e.group.protocol_type.clone().unwrap_or_default(),
-                    state: e.group.state.name(),
+                Slot::Loaded { groups, .. } => out.extend(groups.iter().map(|(id, e)| match &e.consumer {
+                    Some(consumer) => GroupListing {
+                        group: id.clone(),
+                        protocol_type: "consumer".to_string(),
+                        state: consumer.state().name(),
+                        group_type: "consumer",
+                    },
+                    None => GroupListing {
+                        group: id.clone(),
+                        protocol_type: e.group.protocol_type.clone().unwrap_or_default(),
+                        state: e.group.state.name(),
+                        group_type: "classic",
+                    },
                 })),
             }
         }
@@ -374,6 +414,25 @@ impl Coordinator {
                 let ticket = self.wait_for(Waiter::Join(reply));
                 let effects = self.with_groups(partition, epoch, |groups| {
                     let entry = groups.entry(group.clone()).or_insert_with(|| Entry::new(&group, settings, now));
+                    if let Some(consumer) = &entry.consumer {
+                        if !consumer.members.is_empty() {
+                            let refused =
+                                JoinAnswer::refused(ResponseError::InconsistentGroupProtocol, &args.member_id);
+                            return Effects { replies: vec![Reply::Join(ticket, refused)], persist: false };
+                        }
+                        // An empty consumer-protocol group becomes a classic one: its records go first
+                        // (sent now, so before the membership record this join leads to).
+                        let deletion = consumer_records(&group, consumer.deletion());
+                        entry.consumer = None;
+                        let write = self.write(partition, epoch, &deletion);
+                        let id = group.clone();
+                        glommio::spawn_local(async move {
+                            if let Err(e) = write.await {
+                                tracing::debug!(group = id, ?e, "records of a taken-over consumer group not deleted");
+                            }
+                        })
+                        .detach();
+                    }
                     entry.group.join(args, ticket, now)
                 });
                 // (`ready` just found the partition loaded at this epoch, with no await since.)
@@ -437,8 +496,21 @@ impl Coordinator {
                 let _ = reply.send(fetched.ok_or(ResponseError::NotCoordinator));
             }
             GroupOp::Describe { reply } => {
-                let described = self.with_groups(partition, epoch, |groups| groups.get(&group).map(describe));
+                // DescribeGroups describes classic groups only.
+                let described = self.with_groups(partition, epoch, |groups| {
+                    groups.get(&group).filter(|e| e.consumer.is_none()).map(describe)
+                });
                 let _ = reply.send(described.ok_or(ResponseError::NotCoordinator));
+            }
+            GroupOp::ConsumerDescribe { reply } => {
+                let described = self.with_groups(partition, epoch, |groups| {
+                    let consumer = groups.get(&group).and_then(|e| e.consumer.as_ref());
+                    consumer.map(|c| describe_consumer(c, &self.consumer_settings))
+                });
+                let _ = reply.send(described.ok_or(ResponseError::NotCoordinator));
+            }
+            GroupOp::ConsumerHeartbeat { heartbeat, reply } => {
+                let _ = reply.send(self.consumer_heartbeat(partition, epoch, &group, *heartbeat, now).await);
             }
             GroupOp::Delete { reply } => {
                 let _ = reply.send(self.delete(partition, epoch, &group).await);
@@ -472,7 +544,10 @@ impl Coordinator {
                 }
                 None => return Err(ResponseError::IllegalGeneration),
             };
-            entry.group.check_commit(&member, generation, now)?;
+            match &entry.consumer {
+                Some(consumer) => consumer.check_commit(&member.member_id, generation)?,
+                None => entry.group.check_commit(&member, generation, now)?,
+            }
             // Counted until the write is answered: the group is not dropped meanwhile, and a delete
             // writes tombstones for these keys too.
             entry.commits_started(&keys);
@@ -517,10 +592,84 @@ impl Coordinator {
         }
     }
 
+    /// A ConsumerGroupHeartbeat: the group's state machine decides, its records are written (acks=all),
+    /// and the answer goes out once they are.
+    async fn consumer_heartbeat(
+        self: &Rc<Self>,
+        partition: i32,
+        epoch: LeaderEpoch,
+        group: &str,
+        heartbeat: Heartbeat,
+        now: u64,
+    ) -> Result<HeartbeatAnswer, Refusal> {
+        let (settings, consumer_settings) = (self.settings, self.consumer_settings);
+        let image = self.ctx.image();
+        let topics = ImageTopics(&image);
+        let decided = self.with_groups(partition, epoch, |groups| {
+            let joining = heartbeat.member_epoch == JOIN_EPOCH;
+            let not_found =
+                |why: &str| Refusal { error: ResponseError::GroupIdNotFound, message: format!("group {group} {why}") };
+            let entry = match groups.get_mut(group) {
+                Some(entry) => entry,
+                None if joining => groups.entry(group.to_string()).or_insert_with(|| Entry::new(group, settings, now)),
+                None => return Err(not_found("does not exist")),
+            };
+            let mut records = Vec::new();
+            let mut consumer = match entry.consumer.take() {
+                Some(consumer) => consumer,
+                None if !joining => return Err(not_found("is not a consumer group")),
+                None if entry.group.state != GroupState::Empty => {
+                    return Err(not_found("is a classic group with members"));
+                }
+                None => ConsumerGroup::new(group),
+            };
+            let taken_over = entry.group.state == GroupState::Empty && consumer.epoch == 0;
+            let outcome = consumer.heartbeat(heartbeat, &topics, &consumer_settings, now);
+            if outcome.is_ok() || consumer.epoch > 0 {
+                entry.consumer = Some(consumer);
+            }
+            let (answer, changes) = outcome?;
+            if taken_over && entry.recorded {
+                // The empty classic group's membership record goes; its offsets stay the group's.
+                records.push(OffsetsRecord::Group { group: group.to_string(), value: None });
+                entry.recorded = false;
+            }
+            records.extend(consumer_records(group, changes));
+            Ok((answer, records))
+        });
+        let (answer, records) =
+            decided.unwrap_or(Err(Refusal { error: ResponseError::NotCoordinator, message: String::new() }))?;
+        if records.is_empty() {
+            return Ok(answer);
+        }
+        match self.write(partition, epoch, &records).await {
+            Ok(_) => Ok(answer),
+            Err(e) => {
+                tracing::debug!(group, ?e, "consumer group records not written");
+                self.reload_after_failed_write(partition, epoch);
+                Err(Refusal { error: coordinator_error(e), message: String::new() })
+            }
+        }
+    }
+
+    /// After a write of group records failed, the groups in memory may be ahead of the log: they are
+    /// dropped and rebuilt from the log, if this shard still leads the partition.
+    fn reload_after_failed_write(self: &Rc<Self>, partition: i32, epoch: LeaderEpoch) {
+        let loaded =
+            matches!(self.partitions.borrow().get(&partition), Some(Slot::Loaded { epoch: e, .. }) if *e == epoch);
+        if loaded {
+            self.start_load(partition, epoch);
+        }
+    }
+
     async fn delete(&self, partition: i32, epoch: LeaderEpoch, group: &str) -> Option<ResponseError> {
         let planned = self.with_groups(partition, epoch, |groups| {
             let entry = groups.get_mut(group).ok_or(ResponseError::GroupIdNotFound)?;
+            if entry.consumer.as_ref().is_some_and(|c| !c.members.is_empty()) {
+                return Err(ResponseError::NonEmptyGroup);
+            }
             entry.group.check_delete()?;
+            let consumer_deletion = entry.consumer.take().map(|c| consumer_records(group, c.deletion()));
             let effects = entry.group.mark_dead(now_ms());
             let mut records: Vec<OffsetsRecord> = entry
                 .offsets
@@ -534,6 +683,7 @@ impl Coordinator {
                 })
                 .collect();
             records.push(OffsetsRecord::Group { group: group.to_string(), value: None });
+            records.extend(consumer_deletion.into_iter().flatten());
             Ok((records, effects))
         });
         let (records, effects) = match planned {
@@ -638,7 +788,7 @@ impl Coordinator {
             .detach();
         }
         let mut work: Vec<(i32, LeaderEpoch, String, Effects)> = Vec::new();
-        let mut gone: Vec<(i32, LeaderEpoch, String)> = Vec::new();
+        let mut gone: Vec<(i32, LeaderEpoch, Vec<OffsetsRecord>)> = Vec::new();
         for (partition, slot) in self.partitions.borrow_mut().iter_mut() {
             let Slot::Loaded { epoch, groups } = slot else { continue };
             for (id, entry) in groups.iter_mut() {
@@ -646,13 +796,29 @@ impl Coordinator {
                 if !effects.replies.is_empty() || effects.persist {
                     work.push((*partition, *epoch, id.clone(), effects));
                 }
+                // Members whose session or rebalance timeout ran out leave the group.
+                if let Some(consumer) = entry.consumer.as_mut() {
+                    let changes = consumer.tick(&self.consumer_settings, now);
+                    if !changes.is_empty() {
+                        gone.push((*partition, *epoch, consumer_records(id, changes)));
+                    }
+                }
             }
             groups.retain(|id, entry| {
-                let idle = entry.is_idle();
-                if idle && entry.recorded {
-                    gone.push((*partition, *epoch, id.clone()));
+                if !entry.is_idle() {
+                    return true;
                 }
-                !idle
+                let mut tombstones = Vec::new();
+                if entry.recorded {
+                    tombstones.push(OffsetsRecord::Group { group: id.clone(), value: None });
+                }
+                if let Some(consumer) = &entry.consumer {
+                    tombstones.extend(consumer_records(id, consumer.deletion()));
+                }
+                if !tombstones.is_empty() {
+                    gone.push((*partition, *epoch, tombstones));
+                }
+                false
             });
         }
         // Each write on a task of its own: a slow one must not hold up the next tick (sessions,
@@ -661,12 +827,13 @@ impl Coordinator {
             let me = self.clone();
             glommio::spawn_local(async move { me.settle(partition, epoch, &group, effects).await }).detach();
         }
-        for (partition, epoch, group) in gone {
-            let tombstone = [OffsetsRecord::Group { group: group.clone(), value: None }];
-            let write = self.write(partition, epoch, &tombstone);
+        for (partition, epoch, records) in gone {
+            let write = self.write(partition, epoch, &records);
+            let me = self.clone();
             glommio::spawn_local(async move {
                 if let Err(e) = write.await {
-                    tracing::debug!(group, ?e, "tombstone of an empty group not written");
+                    tracing::debug!(partition, ?e, "group records of the timer not written");
+                    me.reload_after_failed_write(partition, epoch);
                 }
             })
             .detach();

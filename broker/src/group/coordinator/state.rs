@@ -48,9 +48,13 @@ impl Entry {
         }
     }
 
-    /// Holds nothing worth keeping: no members, no member id to be used, no offsets, no commit out.
+    /// Holds nothing worth keeping: no members (of either protocol), no member id to be used, no offsets,
+    /// no commit out.
     pub(super) fn is_idle(&self) -> bool {
-        self.group.is_idle() && self.consumer.is_none() && self.offsets.is_empty() && self.pending_commits.is_empty()
+        self.group.is_idle()
+            && self.consumer.as_ref().is_none_or(|c| c.members.is_empty())
+            && self.offsets.is_empty()
+            && self.pending_commits.is_empty()
     }
 
     pub(super) fn commits_started(&mut self, keys: &[(String, i32)]) {

@@ -284,3 +284,44 @@ fn group_cli_lists_describes_with_lag_resets_offsets_and_deletes() {
     let (ok, _, err) = shardlog(&["group", "describe", "cli-group", "--bootstrap", b]);
     assert!(!ok && err.contains("does not exist"), "{err}");
 }
+
+#[test]
+fn group_cli_describes_a_consumer_protocol_group_with_its_epochs_and_assignments() {
+    let broker = Broker::start_with(2, &CONSUMER_PROTOCOL);
+    let b = &format!("127.0.0.1:{}", broker.port);
+    let (ok, _, err) =
+        shardlog(&["topic", "create", "cli-848", "--partitions", "4", "--replication-factor", "1", "--bootstrap", b]);
+    assert!(ok, "{err}");
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", b)
+        .set("group.id", "cli-848-group")
+        .set("group.protocol", "consumer")
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .expect("consumer");
+    consumer.subscribe(&["cli-848"]).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while consumer.assignment().unwrap().count() < 4 {
+        assert!(Instant::now() < deadline, "the only member gets every partition in time");
+        consumer.poll(Duration::from_millis(100));
+    }
+
+    let (ok, out, err) = shardlog(&["group", "describe", "cli-848-group", "--bootstrap", b]);
+    assert!(ok, "{err}");
+    let header = out.lines().next().unwrap();
+    for field in ["State: Stable", "GroupProtocol: consumer", "Assignor: uniform", "Members: 1"] {
+        assert!(header.contains(field), "{field} in {out}");
+    }
+    let epoch = |name: &str| -> i32 {
+        let at = header.find(&format!("{name}: ")).unwrap_or_else(|| panic!("{name} in {header}"));
+        header[at + name.len() + 2..].split('\t').next().unwrap().parse().unwrap()
+    };
+    assert!(epoch("GroupEpoch") >= 1 && epoch("AssignmentEpoch") == epoch("GroupEpoch"), "{header}");
+    let member = out.lines().find(|l| l.contains("Member: ")).expect("the member's line");
+    assert!(member.contains(&format!("Epoch: {}", epoch("AssignmentEpoch"))), "{member}");
+    assert!(member.contains("Assigned: cli-848:0,1,2,3\tTarget: cli-848:0,1,2,3"), "{member}");
+
+    let (ok, list, err) = shardlog(&["group", "list", "--bootstrap", b]);
+    assert!(ok, "{err}");
+    assert!(list.contains("cli-848-group\tStable"), "{list}");
+}

@@ -28,23 +28,41 @@ pub fn list(client: &mut KafkaClient) -> Result<String> {
 pub fn describe(client: &mut KafkaClient, group: &str) -> Result<String> {
     let Some(described) = client.describe_group(group)? else { bail!("group {group} does not exist") };
     let committed = client.committed_offsets(group)?;
-    let mut out = format!(
-        "Group: {group}\tState: {}\tProtocolType: {}\tProtocol: {}\tMembers: {}\n",
-        described.state,
-        dash(&described.protocol_type),
-        dash(&described.protocol),
-        described.members.len()
-    );
+    let mut out = match described.epochs {
+        // The consumer protocol (KIP-848): the broker's assignor, and the epochs reconciliation follows.
+        Some((group_epoch, assignment_epoch)) => format!(
+            "Group: {group}\tState: {}\tGroupProtocol: consumer\tAssignor: {}\tGroupEpoch: {group_epoch}\t\
+             AssignmentEpoch: {assignment_epoch}\tMembers: {}\n",
+            described.state,
+            dash(&described.protocol),
+            described.members.len()
+        ),
+        None => format!(
+            "Group: {group}\tState: {}\tProtocolType: {}\tProtocol: {}\tMembers: {}\n",
+            described.state,
+            dash(&described.protocol_type),
+            dash(&described.protocol),
+            described.members.len()
+        ),
+    };
     let mut owner: BTreeMap<(String, i32), String> = BTreeMap::new();
     for m in &described.members {
         out.push_str(&format!(
-            "\tMember: {}\tClientId: {}\tHost: {}\tInstanceId: {}\tPartitions: {}\n",
+            "\tMember: {}\tClientId: {}\tHost: {}\tInstanceId: {}\tPartitions: {}",
             m.member_id,
             dash(&m.client_id),
             dash(&m.client_host),
             m.instance_id.as_deref().unwrap_or("-"),
             m.assigned.len()
         ));
+        if let (Some(epoch), Some(target)) = (m.member_epoch, &m.target) {
+            out.push_str(&format!(
+                "\tEpoch: {epoch}\tAssigned: {}\tTarget: {}",
+                partition_list(&m.assigned),
+                partition_list(target)
+            ));
+        }
+        out.push('\n');
         for tp in &m.assigned {
             owner.insert(tp.clone(), m.member_id.clone());
         }
@@ -79,6 +97,22 @@ pub fn describe(client: &mut KafkaClient, group: &str) -> Result<String> {
         ));
     }
     Ok(out)
+}
+
+/// Partitions as `topic:0,1,2 other:3`, by topic.
+fn partition_list(partitions: &[(String, i32)]) -> String {
+    let mut by_topic: BTreeMap<&str, BTreeSet<i32>> = BTreeMap::new();
+    for (topic, p) in partitions {
+        by_topic.entry(topic).or_default().insert(*p);
+    }
+    if by_topic.is_empty() {
+        return "-".to_string();
+    }
+    let topics: Vec<String> = by_topic
+        .iter()
+        .map(|(t, ps)| format!("{t}:{}", ps.iter().map(i32::to_string).collect::<Vec<_>>().join(",")))
+        .collect();
+    topics.join(" ")
 }
 
 fn dash(s: &str) -> &str {

@@ -8,10 +8,11 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use kafka_protocol::ResponseError;
+use kafka_protocol::messages::consumer_group_describe_response;
 use kafka_protocol::messages::offset_commit_request::{OffsetCommitRequestPartition, OffsetCommitRequestTopic};
 use kafka_protocol::messages::{
-    ApiKey, DeleteGroupsRequest, DescribeGroupsRequest, FindCoordinatorRequest, GroupId, ListGroupsRequest,
-    OffsetCommitRequest, OffsetFetchRequest, ResponseKind,
+    ApiKey, ConsumerGroupDescribeRequest, DeleteGroupsRequest, DescribeGroupsRequest, FindCoordinatorRequest, GroupId,
+    ListGroupsRequest, OffsetCommitRequest, OffsetFetchRequest, ResponseKind,
 };
 use kafka_protocol::protocol::{Encodable, StrBytes};
 
@@ -38,6 +39,10 @@ pub struct GroupMember {
     pub client_host: String,
     /// (topic, partition) it is assigned.
     pub assigned: Vec<(String, i32)>,
+    /// A consumer-protocol (KIP-848) member's epoch.
+    pub member_epoch: Option<i32>,
+    /// A consumer-protocol member's target assignment (where its assignment is going).
+    pub target: Option<Vec<(String, i32)>>,
 }
 
 /// A group as `DescribeGroups` shows it.
@@ -45,8 +50,12 @@ pub struct GroupMember {
 pub struct DescribedGroup {
     pub state: String,
     pub protocol_type: String,
+    /// The classic protocol's chosen protocol (the client-side assignor), or the consumer protocol's
+    /// server-side assignor.
     pub protocol: String,
     pub members: Vec<GroupMember>,
+    /// A consumer-protocol group's (group epoch, target assignment epoch).
+    pub epochs: Option<(i32, i32)>,
 }
 
 fn gid(group: &str) -> GroupId {
@@ -154,7 +163,8 @@ impl KafkaClient {
         let ResponseKind::DescribeGroups(r) = answer else { bail!("DescribeGroups: unexpected response") };
         let g = r.groups.into_iter().next().context("DescribeGroups: no group in the answer")?;
         if g.error_code == ResponseError::GroupIdNotFound.code() || g.group_state.as_str() == "Dead" {
-            return Ok(None);
+            // DescribeGroups describes classic groups only.
+            return self.describe_consumer_group(group);
         }
         check(g.error_code, &format!("describe group {group}"))?;
         let consumer = g.protocol_type.as_str() == "consumer";
@@ -167,6 +177,8 @@ impl KafkaClient {
                 client_id: m.client_id.to_string(),
                 client_host: m.client_host.to_string(),
                 assigned: if consumer { consumer_assignment(&m.member_assignment) } else { Vec::new() },
+                member_epoch: None,
+                target: None,
             })
             .collect();
         Ok(Some(DescribedGroup {
@@ -174,6 +186,60 @@ impl KafkaClient {
             protocol_type: g.protocol_type.to_string(),
             protocol: g.protocol_data.to_string(),
             members,
+            epochs: None,
+        }))
+    }
+
+    /// A group of the consumer protocol (KIP-848) with ConsumerGroupDescribe; `None` if there is no such
+    /// group, or the broker does not serve that API.
+    fn describe_consumer_group(&mut self, group: &str) -> Result<Option<DescribedGroup>> {
+        let home = self.home.clone();
+        if self.connection(&home)?.negotiate(ApiKey::ConsumerGroupDescribe, (0, 0)).is_err() {
+            return Ok(None);
+        }
+        let (_, answer) = self.call_coordinator(
+            group,
+            ApiKey::ConsumerGroupDescribe,
+            (0, 0),
+            |_| ConsumerGroupDescribeRequest::default().with_group_ids(vec![gid(group)]),
+            |r| match r {
+                ResponseKind::ConsumerGroupDescribe(r) => r.groups.first().map_or(0, |g| g.error_code),
+                _ => 0,
+            },
+        )?;
+        let ResponseKind::ConsumerGroupDescribe(r) = answer else {
+            bail!("ConsumerGroupDescribe: unexpected response")
+        };
+        let g = r.groups.into_iter().next().context("ConsumerGroupDescribe: no group in the answer")?;
+        if g.error_code == ResponseError::GroupIdNotFound.code() {
+            return Ok(None);
+        }
+        check(g.error_code, &format!("describe group {group}"))?;
+        let partitions = |a: &consumer_group_describe_response::Assignment| -> Vec<(String, i32)> {
+            a.topic_partitions
+                .iter()
+                .flat_map(|t| t.partitions.iter().map(|p| (t.topic_name.0.to_string(), *p)))
+                .collect()
+        };
+        let members = g
+            .members
+            .iter()
+            .map(|m| GroupMember {
+                member_id: m.member_id.to_string(),
+                instance_id: m.instance_id.as_ref().map(|i| i.to_string()),
+                client_id: m.client_id.to_string(),
+                client_host: m.client_host.to_string(),
+                assigned: partitions(&m.assignment),
+                member_epoch: Some(m.member_epoch),
+                target: Some(partitions(&m.target_assignment)),
+            })
+            .collect();
+        Ok(Some(DescribedGroup {
+            state: g.group_state.to_string(),
+            protocol_type: "consumer".to_string(),
+            protocol: g.assignor_name.to_string(),
+            members,
+            epochs: Some((g.group_epoch, g.assignment_epoch)),
         }))
     }
 

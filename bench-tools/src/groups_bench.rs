@@ -250,7 +250,7 @@ pub struct GroupsReport {
     pub args: GroupsArgs,
 }
 
-fn median(mut values: Vec<Duration>) -> Duration {
+pub(crate) fn median(mut values: Vec<Duration>) -> Duration {
     values.sort();
     values.get(values.len() / 2).copied().unwrap_or_default()
 }
@@ -300,32 +300,38 @@ impl GroupsReport {
     }
 }
 
+/// The brokers to measure: `bootstrap`, or a local single broker started in `data_dir` (emptied first)
+/// with `settings`, which runs until the returned cluster is dropped.
+pub(crate) fn local_or(
+    bootstrap: &Option<String>,
+    data_dir: &std::path::Path,
+    settings: Vec<String>,
+) -> Result<(String, Option<Cluster>)> {
+    if let Some(b) = bootstrap {
+        return Ok((b.clone(), None));
+    }
+    let _ = std::fs::remove_dir_all(data_dir);
+    let cluster = Cluster::start(&ClusterArgs {
+        brokers: 1,
+        base_port: 0,
+        quorum_base_port: None,
+        metrics_base_port: None,
+        data_dir: data_dir.to_path_buf(),
+        shards: None,
+        shardlog: None,
+        settings,
+        log_dir: None,
+        die_with_parent: true,
+    })?;
+    Ok((cluster.bootstrap.clone(), Some(cluster)))
+}
+
 pub fn run(args: &GroupsArgs) -> Result<GroupsReport> {
     if args.rebalance_members < 2 || args.members == 0 || args.partitions <= 0 {
         bail!("--members and --partitions must be positive and --rebalance-members at least 2");
     }
-    let mut local = None;
-    let bootstrap = match &args.bootstrap {
-        Some(b) => b.clone(),
-        None => {
-            let _ = std::fs::remove_dir_all(&args.data_dir);
-            let cluster = Cluster::start(&ClusterArgs {
-                brokers: 1,
-                base_port: 0,
-                quorum_base_port: None,
-                metrics_base_port: None,
-                data_dir: args.data_dir.clone(),
-                shards: None,
-                shardlog: None,
-                settings: vec!["group.initial.rebalance.delay.ms=0".into()],
-                log_dir: None,
-                die_with_parent: true,
-            })?;
-            let bootstrap = cluster.bootstrap.clone();
-            local = Some(cluster);
-            bootstrap
-        }
-    };
+    let settings = vec!["group.initial.rebalance.delay.ms=0".into()];
+    let (bootstrap, local) = local_or(&args.bootstrap, &args.data_dir, settings)?;
     let run_id = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs();
     let topic = format!("bench-groups-{run_id}");
     let mut client = KafkaClient::connect(&bootstrap)?;

@@ -15,6 +15,7 @@ mod payload;
 mod probe;
 mod produce;
 mod quorum_bench;
+mod rebalance_bench;
 mod report;
 mod scenario5;
 mod stats;
@@ -56,6 +57,9 @@ enum Command {
     /// Consumer groups: offset commits per second from the members of one group, and how long a group
     /// takes to settle (and its members pause) when a member joins.
     Groups(groups_bench::GroupsArgs),
+    /// A member joins a group of real librdkafka consumers: the classic protocol (cooperative-sticky)
+    /// against the consumer protocol of KIP-848, how long until settled and how long members pause.
+    Rebalance(rebalance_bench::RebalanceArgs),
     /// Produce latency to a compacted topic while its cleaner works, beside a topic that is not compacted.
     Compaction(compaction_bench::CompactionArgs),
     /// What a hostile client can make a broker hold: partial frames, slowloris, large requests; the
@@ -86,6 +90,7 @@ fn main() -> anyhow::Result<()> {
         Command::Quorum(args) => quorum_bench::run(&args)?,
         Command::Probe(args) => probe::run(&args)?,
         Command::Groups(args) => print!("{}", groups_bench::run(&args)?.render()),
+        Command::Rebalance(args) => print!("{}", rebalance_bench::run(&args)?.render()),
         Command::Compaction(args) => print!("{}", compaction_bench::run(&args)?.render()),
         Command::Faults(args) => {
             let outcome = campaign::run(&args)?;

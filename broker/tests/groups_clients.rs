@@ -2,8 +2,8 @@
 //! (`scripts/client-tests/groups.py`, whose checks are in the script) and librdkafka through the `rdkafka`
 //! crate: sharing partitions, a member killed with SIGKILL, rejoining at the committed offsets, the
 //! cooperative-sticky assignor, and resuming after the broker itself is killed and restarted; the same
-//! with the consumer protocol of KIP-848 (`group.protocol=consumer`), and a group of each protocol side by
-//! side on one topic.
+//! with the consumer protocol of KIP-848 (`group.protocol=consumer`), its subscriptions by regular
+//! expression following new topics and partitions, and a group of each protocol side by side on one topic.
 
 mod common;
 
@@ -100,6 +100,12 @@ fn a_consumer_protocol_group_resumes_at_its_commits_after_the_broker_is_killed_a
     broker.kill();
     let broker = Broker::start_at(data.path(), port, 2, &CONSUMER_PROTOCOL, None);
     scenario_with(&broker, "resume-check", &[committed.trim()], "consumer");
+}
+
+#[test]
+fn a_consumer_protocol_member_subscribed_by_regex_gets_new_matching_topics_and_partitions() {
+    let broker = Broker::start_with(2, &CONSUMER_PROTOCOL);
+    scenario_with(&broker, "regex-and-grow", &[], "consumer");
 }
 
 #[test]

@@ -19,6 +19,8 @@ Scenarios (each exits non-zero with a message on the first mismatch, and prints 
   resume-check      (second half) a new member of the group starts at the offsets committed before
   side-by-side      a classic group and a consumer-protocol group consume the same topic at once, each
                     every record once; ListGroups tells their types apart and each is described
+  regex-and-grow    (consumer protocol) a member subscribed by regular expression gets the matching topics
+                    only, then a new matching topic and a matching topic's new partitions as they appear
   member            (internal) one consumer process of three-consumers, reporting on stdout
 """
 
@@ -396,6 +398,49 @@ def side_by_side(bootstrap):
     print("side-by-side: passed")
 
 
+# --- regex subscription, new topics and partitions -------------------------------------------------------
+
+
+def regex_and_grow(bootstrap):
+    from confluent_kafka.admin import NewPartitions
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for topic, partitions in [("grp-re-a", 2), ("grp-re-b", 2), ("grp-other", 1)]:
+        create_topic(bootstrap, topic, partitions)
+    c = confluent_consumer(bootstrap, "regex-group", protocol="consumer")
+    c.subscribe(["^grp-re-.*"])
+
+    def owned():
+        return {(tp.topic, tp.partition) for tp in c.assignment()}
+
+    def wait_for(expected, what, seconds=60):
+        deadline = time.time() + seconds
+        while time.time() < deadline:
+            c.poll(0.1)
+            if owned() == expected:
+                return
+        check(False, f"{what} within {seconds} s: {sorted(owned())}")
+
+    wait_for({("grp-re-a", 0), ("grp-re-a", 1), ("grp-re-b", 0), ("grp-re-b", 1)}, "the matching topics only")
+    create_topic(bootstrap, "grp-re-c", 1)
+    wait_for({("grp-re-a", 0), ("grp-re-a", 1), ("grp-re-b", 0), ("grp-re-b", 1), ("grp-re-c", 0)},
+             "the new matching topic")
+    admin.create_partitions([NewPartitions("grp-re-a", 3)])["grp-re-a"].result(timeout=30)
+    wait_for({("grp-re-a", 0), ("grp-re-a", 1), ("grp-re-a", 2), ("grp-re-b", 0), ("grp-re-b", 1), ("grp-re-c", 0)},
+             "the new partition")
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for topic, partition in [("grp-re-a", 2), ("grp-re-c", 0), ("grp-other", 0)]:
+        producer.produce(topic, value=b"v", partition=partition)
+    check(producer.flush(30) == 0, "every record acknowledged")
+    got, deadline = set(), time.time() + 60
+    while time.time() < deadline and len(got) < 2:
+        m = c.poll(0.2)
+        if m is not None and not m.error():
+            got.add((m.topic(), m.partition()))
+    check(got == {("grp-re-a", 2), ("grp-re-c", 0)}, f"consumed from the new topic and partition only: {got}")
+    c.close()
+    print("regex-and-grow: passed")
+
+
 # --- resume across a broker restart ----------------------------------------------------------------------
 
 RESUME_TOPIC, RESUME_GROUP = "grp-resume", "resume"
@@ -453,5 +498,7 @@ if __name__ == "__main__":
         resume_check(bootstrap, sys.argv[3])
     elif scenario == "side-by-side":
         side_by_side(bootstrap)
+    elif scenario == "regex-and-grow":
+        regex_and_grow(bootstrap)
     else:
         check(False, f"unknown scenario {scenario}")

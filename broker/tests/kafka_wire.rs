@@ -63,7 +63,10 @@ fn api_versions_lists_exactly_what_is_served() {
             (45, 0, 1),
             (46, 0, 0),
             (47, 0, 0),
-            (60, 0, 2)
+            (60, 0, 2),
+            // KIP-848's ConsumerGroupHeartbeat and ConsumerGroupDescribe.
+            (68, 0, 1),
+            (69, 0, 1)
         ]
     );
 }

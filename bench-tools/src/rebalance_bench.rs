@@ -3,12 +3,14 @@
 //! (`group.protocol=consumer`), on the same broker, one protocol after the other (each its own topic and
 //! group).
 //!
-//! A producer keeps writing a record to every partition every 20 ms. `--members` - 1 consumers of one
-//! group share `--partitions` partitions; then one more joins. Measured per round: the time from the
-//! new member's `subscribe` to the last change of any member's assignment that leaves every partition
-//! with exactly one member and every member with some; and, for each member that was already there, the
-//! longest gap between two records it consumed of a partition it kept throughout (its pause). Then the
-//! new member leaves, the group settles again, and the next round begins.
+//! A producer keeps writing a record to every partition every 20 ms, each carrying when it was sent.
+//! `--members` - 1 consumers of one group share `--partitions` partitions; then one more joins. Measured
+//! per round: the time from the new member's `subscribe` to the last change of any member's assignment
+//! that leaves every partition with exactly one member and every member with some; and, for each member
+//! that was already there, the longest a record of a partition it kept throughout waited between being
+//! sent and being consumed, from the join until a second after the group settled (its pause; a member
+//! that never stops consuming shows the stream's usual latency). Then the new member leaves, the group
+//! settles again, and the next round begins.
 //!
 //! Both protocols heartbeat every `--heartbeat-ms`: the classic members with `heartbeat.interval.ms`,
 //! the local broker's consumer-protocol groups with `group.consumer.heartbeat.interval.ms`.
@@ -49,10 +51,10 @@ pub struct RebalanceArgs {
     /// The local broker's data dir (emptied first).
     #[arg(long, default_value = "bench-rebalance")]
     pub data_dir: std::path::PathBuf,
+    /// The group protocols measured, in this order.
+    #[arg(long, value_delimiter = ',', default_value = "classic,consumer", value_parser = ["classic", "consumer"])]
+    pub protocols: Vec<String>,
 }
-
-/// The group protocols compared.
-const PROTOCOLS: [&str; 2] = ["classic", "consumer"];
 /// How long a group may take to settle before the run gives up.
 const SETTLE_LIMIT: Duration = Duration::from_secs(120);
 
@@ -62,10 +64,11 @@ struct Seen {
     assigned: BTreeSet<i32>,
     /// When its assignment last changed.
     changed: Option<Instant>,
-    /// The last record consumed per partition.
-    last: BTreeMap<i32, Instant>,
-    /// The longest gap between records per partition since the window opened.
-    gaps: BTreeMap<i32, Duration>,
+    /// The longest a record waited between being sent and consumed, per partition, since the window
+    /// opened.
+    waits: BTreeMap<i32, Duration>,
+    /// When the latest record consumed per partition was sent (microseconds on the run's clock).
+    latest_sent: BTreeMap<i32, u64>,
 }
 
 struct MemberThread {
@@ -75,7 +78,7 @@ struct MemberThread {
 }
 
 impl MemberThread {
-    fn start(config: ClientConfig, topic: &str) -> Result<MemberThread> {
+    fn start(config: ClientConfig, topic: &str, clock: Instant) -> Result<MemberThread> {
         let consumer: BaseConsumer = config.create()?;
         consumer.subscribe(&[topic])?;
         let seen = Arc::new(Mutex::new(Seen::default()));
@@ -95,10 +98,12 @@ impl MemberThread {
                     seen.changed = Some(now);
                 }
                 if let Some(Ok(m)) = message {
-                    let p = m.partition();
-                    if let Some(last) = seen.last.insert(p, now) {
-                        let gap = seen.gaps.entry(p).or_default();
-                        *gap = (*gap).max(now - last);
+                    let sent = m.payload().and_then(|b| b.try_into().ok()).map(u64::from_be_bytes);
+                    if let Some(sent) = sent {
+                        let waited = (now - clock).saturating_sub(Duration::from_micros(sent));
+                        let wait = seen.waits.entry(m.partition()).or_default();
+                        *wait = (*wait).max(waited);
+                        seen.latest_sent.insert(m.partition(), sent);
                     }
                 }
             }
@@ -146,11 +151,18 @@ fn measure(args: &RebalanceArgs, bootstrap: &str, protocol: &str, run_id: u64) -
     let producing = Arc::new(AtomicBool::new(true));
     let producer: BaseProducer =
         ClientConfig::new().set("bootstrap.servers", bootstrap).set("linger.ms", "5").create()?;
-    let (t, p, go) = (topic.clone(), args.partitions, producing.clone());
+    // Records the producer could not queue: a stream that stopped makes the waits meaningless.
+    let refused = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let (t, p, go, refused_by) = (topic.clone(), args.partitions, producing.clone(), refused.clone());
+    // Records carry when they were sent, in microseconds on this clock.
+    let clock = Instant::now();
     let writer = thread::spawn(move || {
         while go.load(Ordering::Relaxed) {
             for partition in 0..p {
-                let _ = producer.send(BaseRecord::<(), [u8]>::to(&t).payload(&b"x"[..]).partition(partition));
+                let sent = (clock.elapsed().as_micros() as u64).to_be_bytes();
+                if producer.send(BaseRecord::<(), [u8]>::to(&t).payload(&sent[..]).partition(partition)).is_err() {
+                    refused_by.fetch_add(1, Ordering::Relaxed);
+                }
             }
             producer.poll(Duration::ZERO);
             thread::sleep(Duration::from_millis(20));
@@ -173,7 +185,7 @@ fn measure(args: &RebalanceArgs, bootstrap: &str, protocol: &str, run_id: u64) -
     };
     let mut members = Vec::new();
     for _ in 0..args.members - 1 {
-        members.push(MemberThread::start(config(), &topic)?);
+        members.push(MemberThread::start(config(), &topic, clock)?);
     }
     wait_settled(&members, args.partitions, "the first members")?;
     let mut rounds = Vec::new();
@@ -184,28 +196,37 @@ fn measure(args: &RebalanceArgs, bootstrap: &str, protocol: &str, run_id: u64) -
             .iter()
             .map(|m| {
                 let mut seen = m.seen.lock().expect("not poisoned");
-                seen.gaps.clear();
+                seen.waits.clear();
                 seen.assigned.clone()
             })
             .collect();
         let joined = Instant::now();
-        members.push(MemberThread::start(config(), &topic)?);
+        members.push(MemberThread::start(config(), &topic, clock)?);
         let settled_at = wait_settled(&members, args.partitions, "after a join")?;
-        // Gaps still open count up to now.
+        // Measured until every old member has consumed, on each partition it kept, a record sent a
+        // second after the group settled: a pause still going on then is measured to its end.
         thread::sleep(Duration::from_secs(1));
-        let now = Instant::now();
+        let closing = clock.elapsed().as_micros() as u64;
+        let deadline = Instant::now() + SETTLE_LIMIT;
+        while Instant::now() < deadline
+            && members.iter().zip(&before).any(|(m, before)| {
+                let seen = m.seen.lock().expect("not poisoned");
+                let kept = before.intersection(&seen.assigned);
+                kept.into_iter().any(|p| seen.latest_sent.get(p).is_none_or(|sent| *sent < closing))
+            })
+        {
+            thread::sleep(Duration::from_millis(20));
+        }
+        eprintln!(
+            "{protocol}: round {}: settled in {:?}",
+            rounds.len() + 1,
+            settled_at.saturating_duration_since(joined)
+        );
         let mut pauses = Vec::new();
         for (m, before) in members.iter().zip(&before) {
             let seen = m.seen.lock().expect("not poisoned");
-            let kept: Vec<i32> = before.intersection(&seen.assigned).copied().collect();
-            let pause = kept
-                .iter()
-                .map(|p| {
-                    let open = seen.last.get(p).map_or(Duration::ZERO, |last| now - *last);
-                    seen.gaps.get(p).copied().unwrap_or_default().max(open)
-                })
-                .max();
-            pauses.extend(pause);
+            let kept = before.intersection(&seen.assigned);
+            pauses.extend(kept.map(|p| seen.waits.get(p).copied().unwrap_or_default()).max());
         }
         rounds.push((settled_at.saturating_duration_since(joined), pauses));
         members.pop().expect("the member that joined").finish();
@@ -216,12 +237,16 @@ fn measure(args: &RebalanceArgs, bootstrap: &str, protocol: &str, run_id: u64) -
     }
     producing.store(false, Ordering::Relaxed);
     let _ = writer.join();
+    let refused = refused.load(Ordering::Relaxed);
+    if refused > 0 {
+        eprintln!("{protocol}: the producer could not queue {refused} records (librdkafka's queue was full)");
+    }
     Ok(rounds)
 }
 
 pub struct RebalanceReport {
     /// Per protocol, its rounds.
-    pub rounds: Vec<(&'static str, Vec<Round>)>,
+    pub rounds: Vec<(String, Vec<Round>)>,
     pub args: RebalanceArgs,
 }
 
@@ -230,13 +255,13 @@ impl RebalanceReport {
         let a = &self.args;
         let mut out = format!(
             "rebalance: a member joins a group of {} librdkafka consumers on {} partitions, heartbeats every {} ms\n\
-             | protocol | settled, ms per round (median) | pause of members keeping partitions, ms: median (max) per round |\n|---|---|---|\n",
+             | protocol | settled, ms per round (median) | longest wait of a record on a kept partition, ms: median of members (max) per round |\n|---|---|---|\n",
             a.members - 1,
             a.partitions,
             a.heartbeat_ms
         );
         for (protocol, rounds) in &self.rounds {
-            let name = if *protocol == "consumer" { "consumer (KIP-848)" } else { "classic, cooperative-sticky" };
+            let name = if protocol == "consumer" { "consumer (KIP-848)" } else { "classic, cooperative-sticky" };
             let settles: Vec<String> = rounds.iter().map(|r| r.0.as_millis().to_string()).collect();
             let pauses: Vec<String> = rounds
                 .iter()
@@ -267,8 +292,8 @@ pub fn run(args: &RebalanceArgs) -> Result<RebalanceReport> {
     let (bootstrap, local) = local_or(&args.bootstrap, &args.data_dir, settings)?;
     let run_id = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs();
     let mut rounds = Vec::new();
-    for protocol in PROTOCOLS {
-        rounds.push((protocol, measure(args, &bootstrap, protocol, run_id)?));
+    for protocol in &args.protocols {
+        rounds.push((protocol.clone(), measure(args, &bootstrap, protocol, run_id)?));
     }
     drop(local);
     Ok(RebalanceReport { rounds, args: args.clone() })

@@ -29,20 +29,19 @@ use kafka_protocol::ResponseError;
 use shardlog_storage::{Clock, LeaderEpoch, SystemClock, TopicPartition};
 
 mod answers;
+mod consumer;
 mod state;
 
 use answers::{commit_error, coordinator_error, describe, describe_consumer, fetch_offsets, refuse, subscribed_topics};
+use consumer::consumer_records;
 use state::{Entry, Replay, encode_batch};
 
 use super::OFFSETS_TOPIC;
 use super::call::{CoordinatorRequest, GroupCall, GroupListing, GroupOp, OffsetToCommit};
 use super::classic::{Effects, GroupSettings, GroupState, JoinAnswer, Reply, SyncAnswer, Ticket};
-use super::consumer::{
-    Change, ConsumerGroup, ConsumerGroupSettings, Heartbeat, HeartbeatAnswer, JOIN_EPOCH, Refusal, TopicId, TopicsView,
-};
+use super::consumer::ConsumerGroupSettings;
 use super::records::{CommittedOffset, OffsetsRecord};
 use crate::context::{BrokerContext, ask_shard};
-use crate::metadata::image::MetadataImage;
 use crate::shard::{FetchRead, OffsetSpec, PartitionRequest, ProduceBatch};
 
 /// How often groups are checked for expired sessions and rebalance timeouts, and leadership of the
@@ -63,28 +62,6 @@ enum Slot {
 enum Waiter {
     Join(flume::Sender<JoinAnswer>),
     Sync(flume::Sender<SyncAnswer>),
-}
-
-/// The topics a consumer-protocol group's subscriptions are resolved against: the broker's metadata.
-struct ImageTopics<'a>(&'a MetadataImage);
-
-impl TopicsView for ImageTopics<'_> {
-    fn version(&self) -> u64 {
-        self.0.applied.unwrap_or(0)
-    }
-
-    fn lookup(&self, name: &str) -> Option<(TopicId, i32)> {
-        self.0.topic(name).map(|t| (t.id, t.partitions.len() as i32))
-    }
-
-    fn names(&self) -> Vec<String> {
-        self.0.state.topics.keys().filter(|name| !crate::topics::is_internal(name)).cloned().collect()
-    }
-}
-
-/// The records of a consumer-protocol group's changes.
-fn consumer_records(group: &str, changes: Vec<Change>) -> Vec<OffsetsRecord> {
-    changes.into_iter().map(|change| OffsetsRecord::Consumer { group: group.to_string(), change }).collect()
 }
 
 /// One shard's coordinator.
@@ -589,76 +566,6 @@ impl Coordinator {
                 tracing::debug!(group, ?e, "offset commit not written");
                 Ok(vec![Some(commit_error(e)); offsets.len()])
             }
-        }
-    }
-
-    /// A ConsumerGroupHeartbeat: the group's state machine decides, its records are written (acks=all),
-    /// and the answer goes out once they are.
-    async fn consumer_heartbeat(
-        self: &Rc<Self>,
-        partition: i32,
-        epoch: LeaderEpoch,
-        group: &str,
-        heartbeat: Heartbeat,
-        now: u64,
-    ) -> Result<HeartbeatAnswer, Refusal> {
-        let (settings, consumer_settings) = (self.settings, self.consumer_settings);
-        let image = self.ctx.image();
-        let topics = ImageTopics(&image);
-        let decided = self.with_groups(partition, epoch, |groups| {
-            let joining = heartbeat.member_epoch == JOIN_EPOCH;
-            let not_found =
-                |why: &str| Refusal { error: ResponseError::GroupIdNotFound, message: format!("group {group} {why}") };
-            let entry = match groups.get_mut(group) {
-                Some(entry) => entry,
-                None if joining => groups.entry(group.to_string()).or_insert_with(|| Entry::new(group, settings, now)),
-                None => return Err(not_found("does not exist")),
-            };
-            let mut records = Vec::new();
-            let mut consumer = match entry.consumer.take() {
-                Some(consumer) => consumer,
-                None if !joining => return Err(not_found("is not a consumer group")),
-                None if entry.group.state != GroupState::Empty => {
-                    return Err(not_found("is a classic group with members"));
-                }
-                None => ConsumerGroup::new(group),
-            };
-            let taken_over = entry.group.state == GroupState::Empty && consumer.epoch == 0;
-            let outcome = consumer.heartbeat(heartbeat, &topics, &consumer_settings, now);
-            if outcome.is_ok() || consumer.epoch > 0 {
-                entry.consumer = Some(consumer);
-            }
-            let (answer, changes) = outcome?;
-            if taken_over && entry.recorded {
-                // The empty classic group's membership record goes; its offsets stay the group's.
-                records.push(OffsetsRecord::Group { group: group.to_string(), value: None });
-                entry.recorded = false;
-            }
-            records.extend(consumer_records(group, changes));
-            Ok((answer, records))
-        });
-        let (answer, records) =
-            decided.unwrap_or(Err(Refusal { error: ResponseError::NotCoordinator, message: String::new() }))?;
-        if records.is_empty() {
-            return Ok(answer);
-        }
-        match self.write(partition, epoch, &records).await {
-            Ok(_) => Ok(answer),
-            Err(e) => {
-                tracing::debug!(group, ?e, "consumer group records not written");
-                self.reload_after_failed_write(partition, epoch);
-                Err(Refusal { error: coordinator_error(e), message: String::new() })
-            }
-        }
-    }
-
-    /// After a write of group records failed, the groups in memory may be ahead of the log: they are
-    /// dropped and rebuilt from the log, if this shard still leads the partition.
-    fn reload_after_failed_write(self: &Rc<Self>, partition: i32, epoch: LeaderEpoch) {
-        let loaded =
-            matches!(self.partitions.borrow().get(&partition), Some(Slot::Loaded { epoch: e, .. }) if *e == epoch);
-        if loaded {
-            self.start_load(partition, epoch);
         }
     }
 

@@ -2,7 +2,8 @@
 //! syncing, heartbeating and committing, Kafka's fencing errors for stale and unknown members and for a
 //! malformed JoinGroup (none of which disturbs the group), commits from outside the group, offsets
 //! listed, described, deleted; the offsets topic internal and out of clients' reach; committed offsets
-//! kept across a SIGKILL of the broker.
+//! kept across a SIGKILL of the broker; a consumer-protocol member's commits and fetches checked against its
+//! member epoch.
 
 mod common;
 
@@ -21,9 +22,10 @@ use kafka_protocol::messages::offset_delete_request::{OffsetDeleteRequestPartiti
 use kafka_protocol::messages::offset_fetch_request::{OffsetFetchRequestGroup, OffsetFetchRequestTopics};
 use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
 use kafka_protocol::messages::{
-    ApiKey, DeleteGroupsRequest, DeleteTopicsRequest, DescribeGroupsRequest, FindCoordinatorRequest, GroupId,
-    HeartbeatRequest, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, ListGroupsRequest, MetadataRequest,
-    OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest, OffsetFetchResponse, ResponseKind, SyncGroupRequest,
+    ApiKey, ConsumerGroupHeartbeatRequest, DeleteGroupsRequest, DeleteTopicsRequest, DescribeGroupsRequest,
+    FindCoordinatorRequest, GroupId, HeartbeatRequest, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest,
+    ListGroupsRequest, MetadataRequest, OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest,
+    OffsetFetchResponse, ResponseKind, SyncGroupRequest,
 };
 use kafka_protocol::protocol::{Encodable, StrBytes};
 
@@ -99,6 +101,11 @@ fn heartbeat(stream: &mut TcpStream, group: &str, member: &str, generation: i32)
 
 /// Commits `offset` for partitions 0 and 1 of [`TOPIC`]; the error of each.
 fn commit(stream: &mut TcpStream, group: &str, member: &str, generation: i32, offset: i64) -> Vec<i16> {
+    commit_v(stream, 8, group, member, generation, offset)
+}
+
+/// [`commit`] at a given OffsetCommit version.
+fn commit_v(stream: &mut TcpStream, version: i16, group: &str, member: &str, epoch: i32, offset: i64) -> Vec<i16> {
     let partitions = (0..2)
         .map(|p| {
             OffsetCommitRequestPartition::default()
@@ -110,10 +117,10 @@ fn commit(stream: &mut TcpStream, group: &str, member: &str, generation: i32, of
         .collect();
     let request = OffsetCommitRequest::default()
         .with_group_id(gid(group))
-        .with_generation_id_or_member_epoch(generation)
+        .with_generation_id_or_member_epoch(epoch)
         .with_member_id(s(member))
         .with_topics(vec![OffsetCommitRequestTopic::default().with_name(name(TOPIC)).with_partitions(partitions)]);
-    let ResponseKind::OffsetCommit(r) = call(stream, ApiKey::OffsetCommit, 8, &request) else {
+    let ResponseKind::OffsetCommit(r) = call(stream, ApiKey::OffsetCommit, version, &request) else {
         panic!("wrong response")
     };
     r.topics.iter().flat_map(|t| t.partitions.iter().map(|p| p.error_code)).collect()
@@ -121,18 +128,44 @@ fn commit(stream: &mut TcpStream, group: &str, member: &str, generation: i32, of
 
 /// OffsetFetch v8 for several groups, partitions 0 and 1 of [`TOPIC`].
 fn fetch_offsets(stream: &mut TcpStream, groups: &[&str]) -> OffsetFetchResponse {
-    let request = OffsetFetchRequest::default().with_groups(
-        groups
-            .iter()
-            .map(|g| {
-                OffsetFetchRequestGroup::default().with_group_id(gid(g)).with_topics(Some(vec![
-                    OffsetFetchRequestTopics::default().with_name(name(TOPIC)).with_partition_indexes(vec![0, 1]),
-                ]))
-            })
-            .collect(),
-    );
+    let request = OffsetFetchRequest::default().with_groups(groups.iter().map(|g| fetch_group(g)).collect());
     let ResponseKind::OffsetFetch(r) = call(stream, ApiKey::OffsetFetch, 8, &request) else { panic!("wrong response") };
     r
+}
+
+fn fetch_group(group: &str) -> OffsetFetchRequestGroup {
+    OffsetFetchRequestGroup::default().with_group_id(gid(group)).with_topics(Some(vec![
+        OffsetFetchRequestTopics::default().with_name(name(TOPIC)).with_partition_indexes(vec![0, 1]),
+    ]))
+}
+
+/// OffsetFetch v9 for one group, asked as `member` at `epoch`: the group's error and offsets.
+fn fetch_offsets_as(stream: &mut TcpStream, group: &str, member: Option<&str>, epoch: i32) -> (i16, Vec<i64>) {
+    let asked = fetch_group(group).with_member_id(member.map(s)).with_member_epoch(epoch);
+    let request = OffsetFetchRequest::default().with_groups(vec![asked]);
+    let ResponseKind::OffsetFetch(r) = call(stream, ApiKey::OffsetFetch, 9, &request) else { panic!("wrong response") };
+    committed(&r, group)
+}
+
+/// ConsumerGroupHeartbeat v1 for `member` subscribed to [`TOPIC`]: the answer's error, epoch and how
+/// many partitions it assigns (`None`: no assignment in the answer).
+fn consumer_heartbeat(stream: &mut TcpStream, group: &str, member: &str, epoch: i32) -> (i16, i32, Option<usize>) {
+    let mut request = ConsumerGroupHeartbeatRequest::default()
+        .with_group_id(gid(group))
+        .with_member_id(s(member))
+        .with_member_epoch(epoch);
+    if epoch == 0 {
+        // A join says everything: the subscription, the timeout, and that it owns nothing.
+        request = request
+            .with_rebalance_timeout_ms(10_000)
+            .with_subscribed_topic_names(Some(vec![name(TOPIC)]))
+            .with_topic_partitions(Some(Vec::new()));
+    }
+    let ResponseKind::ConsumerGroupHeartbeat(r) = call(stream, ApiKey::ConsumerGroupHeartbeat, 1, &request) else {
+        panic!("wrong response")
+    };
+    let assigned = r.assignment.as_ref().map(|a| a.topic_partitions.iter().map(|t| t.partitions.len()).sum());
+    (r.error_code, r.member_epoch, assigned)
 }
 
 /// The committed offsets of partitions 0 and 1 of one group in an OffsetFetch v8 answer.
@@ -284,6 +317,58 @@ fn a_member_joins_syncs_commits_and_leaves_and_stale_or_unknown_members_are_fenc
 /// exactly those versions (FindCoordinator v6, JoinGroup v9, SyncGroup v5, Heartbeat v4, OffsetCommit v9,
 /// OffsetFetch v9, LeaveGroup v5 with a reason, DescribeGroups v6, ListGroups v5). The Java client itself
 /// cannot be run here (no Maven registry is reachable), so its requests are made by hand.
+/// KIP-848's checks of a consumer-protocol group's offsets: a member commits and fetches at its current
+/// epoch only (STALE_MEMBER_EPOCH otherwise, UNKNOWN_MEMBER_ID for a stranger); a client outside the
+/// group fetches always and commits only once the group has no members.
+#[test]
+fn a_consumer_protocol_member_commits_and_fetches_offsets_at_its_current_epoch_only() {
+    let broker = start();
+    let mut st = broker.connect();
+    assert_eq!(create(&mut st, TOPIC, 2, 1, &[]), 0);
+    find_coordinator(&mut st, "cg");
+    let member = "m-7c1e0f2a";
+
+    // The only member gets both partitions at once: nobody else holds them.
+    let (code, (joined, assigned)) = until_coordinated(|| {
+        let (code, epoch, assigned) = consumer_heartbeat(&mut st, "cg", member, 0);
+        (code, (epoch, assigned))
+    });
+    assert_eq!(code, 0);
+    assert!(joined >= 1, "{joined}");
+    assert_eq!(assigned, Some(2));
+    assert_eq!(consumer_heartbeat(&mut st, "cg", member, joined), (0, joined, None));
+
+    // OffsetCommit v9 carries the member epoch: only the current one is taken.
+    assert_eq!(commit_v(&mut st, 9, "cg", member, joined, 40), vec![0, 0]);
+    let stale = ResponseError::StaleMemberEpoch.code();
+    assert_eq!(commit_v(&mut st, 9, "cg", member, joined - 1, 90), vec![stale, stale]);
+    assert_eq!(commit_v(&mut st, 9, "cg", "stranger", joined, 90), vec![ResponseError::UnknownMemberId.code(); 2]);
+    // From outside the group (epoch -1) while it has a member: refused too.
+    let outside = commit_v(&mut st, 9, "cg", "", -1, 90);
+    assert_eq!(outside, vec![ResponseError::UnknownMemberId.code(); 2]);
+
+    // OffsetFetch v9 likewise, and the offsets are the member's own commit.
+    assert_eq!(fetch_offsets_as(&mut st, "cg", Some(member), joined), (0, vec![40, 41]));
+    assert_eq!(fetch_offsets_as(&mut st, "cg", Some(member), joined - 1), (stale, vec![]));
+    assert_eq!(fetch_offsets_as(&mut st, "cg", Some(member), joined + 1), (stale, vec![]));
+    let unknown = ResponseError::UnknownMemberId.code();
+    assert_eq!(fetch_offsets_as(&mut st, "cg", Some("stranger"), joined), (unknown, vec![]));
+    // Naming no member but an epoch is not "outside the group".
+    assert_eq!(fetch_offsets_as(&mut st, "cg", None, joined), (unknown, vec![]));
+    // An admin client names neither: always answered, as are older versions.
+    assert_eq!(fetch_offsets_as(&mut st, "cg", None, -1), (0, vec![40, 41]));
+    assert_eq!(committed(&fetch_offsets(&mut st, &["cg"]), "cg"), (0, vec![40, 41]));
+
+    // A heartbeat from an epoch ahead of the member's is fenced.
+    let (code, _, _) = consumer_heartbeat(&mut st, "cg", member, joined + 5);
+    assert_eq!(code, ResponseError::FencedMemberEpoch.code());
+    // The member leaves; the group, empty now, takes commits from outside it.
+    assert_eq!(consumer_heartbeat(&mut st, "cg", member, -1).0, 0);
+    assert_eq!(commit_v(&mut st, 9, "cg", "", -1, 70), vec![0, 0]);
+    assert_eq!(fetch_offsets_as(&mut st, "cg", None, -1), (0, vec![70, 71]));
+    assert_eq!(fetch_offsets_as(&mut st, "cg", Some(member), joined), (unknown, vec![]));
+}
+
 #[test]
 fn a_group_lives_through_the_newest_versions_the_java_client_sends() {
     use kafka_protocol::messages::{DescribeGroupsResponse, JoinGroupResponse, SyncGroupResponse};

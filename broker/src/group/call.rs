@@ -40,6 +40,21 @@ pub struct FetchedOffset {
 }
 
 /// A group as DescribeGroups shows it.
+/// Who asks for a group's offsets: OffsetFetch v9's member id and epoch. Older versions, and clients
+/// outside the group, name no member and epoch -1.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchingMember {
+    pub member_id: Option<String>,
+    pub member_epoch: i32,
+}
+
+impl FetchingMember {
+    /// A fetch from outside any group.
+    pub fn outsider() -> Self {
+        Self { member_id: None, member_epoch: -1 }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupDescription {
     pub state: &'static str,
@@ -126,9 +141,11 @@ pub enum GroupOp {
         offsets: Vec<OffsetToCommit>,
         reply: flume::Sender<PerItem>,
     },
-    /// `None`: every committed offset of the group.
+    /// `partitions` `None`: every committed offset of the group. `member` is who asks (OffsetFetch
+    /// v9+), checked against a consumer-protocol group.
     FetchOffsets {
         partitions: Option<Vec<(String, i32)>>,
+        member: FetchingMember,
         reply: flume::Sender<Result<Vec<FetchedOffset>, ResponseError>>,
     },
     /// `Ok(None)`: no such group.

@@ -31,7 +31,9 @@ use kafka_protocol::messages::{
 };
 
 use super::*;
-use crate::group::call::{CoordinatorRequest, FetchedOffset, GroupCall, GroupOp, OffsetToCommit, PerItem};
+use crate::group::call::{
+    CoordinatorRequest, FetchedOffset, FetchingMember, GroupCall, GroupOp, OffsetToCommit, PerItem,
+};
 use crate::group::classic::{JoinAnswer, JoinArgs, MemberRef, SyncAnswer};
 use crate::group::consumer::{Assignment, Heartbeat, Refusal};
 use crate::group::{OFFSETS_TOPIC, offsets_partition};
@@ -421,9 +423,10 @@ async fn fetch_group(
     ctx: &BrokerContext,
     group: &str,
     partitions: Option<Vec<(String, i32)>>,
+    member: FetchingMember,
 ) -> Result<Vec<FetchedOffset>, ResponseError> {
     check_group_id(group, false)?;
-    ask(ctx, group, |reply| GroupOp::FetchOffsets { partitions, reply }).await.and_then(|r| r)
+    ask(ctx, group, |reply| GroupOp::FetchOffsets { partitions, member, reply }).await.and_then(|r| r)
 }
 
 /// The offsets by topic, in the order they came.
@@ -457,7 +460,9 @@ pub(super) async fn offset_fetch(
             let wanted = g.topics.as_ref().map(|topics| {
                 topics.iter().flat_map(|t| t.partition_indexes.iter().map(|p| (text(&t.name.0), *p))).collect()
             });
-            let answer = match fetch_group(ctx, &group, wanted).await {
+            // Before v9 the fields are absent and read as no member and epoch -1.
+            let member = FetchingMember { member_id: g.member_id.as_ref().map(text), member_epoch: g.member_epoch };
+            let answer = match fetch_group(ctx, &group, wanted, member).await {
                 Ok(fetched) => OffsetFetchResponseGroup::default().with_group_id(g.group_id.clone()).with_topics(
                     by_topic(fetched)
                         .into_iter()
@@ -490,7 +495,7 @@ pub(super) async fn offset_fetch(
         .topics
         .as_ref()
         .map(|topics| topics.iter().flat_map(|t| t.partition_indexes.iter().map(|p| (text(&t.name.0), *p))).collect());
-    let outcome = fetch_group(ctx, &group, wanted.clone()).await;
+    let outcome = fetch_group(ctx, &group, wanted.clone(), FetchingMember::outsider()).await;
     let (fetched, error) = match outcome {
         Ok(fetched) => (fetched, None),
         // Before v2 there is no group-level error: each partition carries it.

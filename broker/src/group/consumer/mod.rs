@@ -269,6 +269,21 @@ impl ConsumerGroup {
         if epoch < 0 && self.members.is_empty() {
             return Ok(());
         }
+        self.check_member_epoch(member_id, epoch)
+    }
+
+    /// The check of an OffsetFetch v9+: a fetch that names no member and no epoch comes from outside
+    /// the group (an admin client, a consumer that assigns itself) and is always answered; else the
+    /// member must exist and be at its current epoch, so a fenced member does not read offsets that
+    /// may already be its successor's.
+    pub fn check_fetch(&self, member_id: Option<&str>, epoch: i32) -> Result<(), ResponseError> {
+        match member_id {
+            None if epoch < 0 => Ok(()),
+            member_id => self.check_member_epoch(member_id.unwrap_or_default(), epoch),
+        }
+    }
+
+    fn check_member_epoch(&self, member_id: &str, epoch: i32) -> Result<(), ResponseError> {
         let member = self.members.get(member_id).ok_or(ResponseError::UnknownMemberId)?;
         if epoch != member.current.epoch {
             return Err(ResponseError::StaleMemberEpoch);

@@ -467,10 +467,17 @@ impl Coordinator {
             GroupOp::Commit { member, generation, offsets, reply } => {
                 let _ = reply.send(self.commit(partition, epoch, &group, member, generation, offsets, now).await);
             }
-            GroupOp::FetchOffsets { partitions, reply } => {
-                let fetched =
-                    self.with_groups(partition, epoch, |groups| fetch_offsets(groups.get(&group), partitions));
-                let _ = reply.send(fetched.ok_or(ResponseError::NotCoordinator));
+            GroupOp::FetchOffsets { partitions, member, reply } => {
+                let fetched = self.with_groups(partition, epoch, |groups| {
+                    let entry = groups.get(&group);
+                    // Classic groups answer anyone, as Kafka's do; a consumer-protocol group checks
+                    // its members' epochs.
+                    if let Some(consumer) = entry.and_then(|e| e.consumer.as_ref()) {
+                        consumer.check_fetch(member.member_id.as_deref(), member.member_epoch)?;
+                    }
+                    Ok(fetch_offsets(entry, partitions))
+                });
+                let _ = reply.send(fetched.unwrap_or(Err(ResponseError::NotCoordinator)));
             }
             GroupOp::Describe { reply } => {
                 // DescribeGroups describes classic groups only.

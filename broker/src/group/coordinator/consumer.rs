@@ -40,7 +40,8 @@ pub(super) fn consumer_records(group: &str, changes: Vec<Change>) -> Vec<Offsets
 
 impl Coordinator {
     /// A ConsumerGroupHeartbeat: the group's state machine decides, its records are written (acks=all),
-    /// and the answer goes out once they are.
+    /// and the answer goes out once they are; an answer without records once the partition's writes sent
+    /// before it are.
     pub(super) async fn consumer_heartbeat(
         self: &Rc<Self>,
         partition: i32,
@@ -84,10 +85,15 @@ impl Coordinator {
             records.extend(consumer_records(group, changes));
             Ok((answer, records))
         });
-        let (answer, records) =
-            decided.unwrap_or(Err(Refusal { error: ResponseError::NotCoordinator, message: String::new() }))?;
+        let not_coordinator = Refusal { error: ResponseError::NotCoordinator, message: String::new() };
+        let (answer, records) = decided.unwrap_or(Err(not_coordinator.clone()))?;
         if records.is_empty() {
-            return Ok(answer);
+            // Nothing of its own to write, but it may reflect others' changes still being written.
+            let mark = self.writes.mark(partition);
+            return match self.writes.settled(mark).await {
+                Ok(()) => Ok(answer),
+                Err(error) => Err(Refusal { error, message: String::new() }),
+            };
         }
         match self.write(partition, epoch, &records).await {
             Ok(_) => Ok(answer),

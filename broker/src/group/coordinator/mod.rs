@@ -31,10 +31,12 @@ use shardlog_storage::{Clock, LeaderEpoch, SystemClock, TopicPartition};
 mod answers;
 mod consumer;
 mod state;
+mod writes;
 
 use answers::{commit_error, coordinator_error, describe, describe_consumer, fetch_offsets, refuse, subscribed_topics};
 use consumer::consumer_records;
 use state::{Entry, Replay, encode_batch};
+use writes::Writes;
 
 use super::OFFSETS_TOPIC;
 use super::call::{CoordinatorRequest, GroupCall, GroupListing, GroupOp, OffsetToCommit};
@@ -73,6 +75,8 @@ struct Coordinator {
     partitions: RefCell<HashMap<i32, Slot>>,
     waiters: RefCell<HashMap<Ticket, Waiter>>,
     next_ticket: Cell<Ticket>,
+    /// The writes in flight, which answers without records of their own wait for.
+    writes: Rc<Writes>,
     /// When offsets were last checked for expiry (wall ms), and whether a check is under way.
     last_expiry: Cell<u64>,
     expiring: Cell<bool>,
@@ -93,6 +97,7 @@ pub async fn run(ctx: Arc<BrokerContext>, shard: usize, requests: flume::Receive
         partitions: RefCell::new(HashMap::new()),
         waiters: RefCell::new(HashMap::new()),
         next_ticket: Cell::new(1),
+        writes: Rc::default(),
         last_expiry: Cell::new(now_ms()),
         expiring: Cell::new(false),
     });
@@ -194,7 +199,7 @@ impl Coordinator {
     fn start_load(self: &Rc<Self>, partition: i32, epoch: LeaderEpoch) {
         let old = self.partitions.borrow_mut().insert(partition, Slot::Loading(epoch));
         if let Some(Slot::Loaded { groups, .. }) = old {
-            self.abandon(groups);
+            self.abandon(partition, groups);
         }
         let me = self.clone();
         glommio::spawn_local(async move {
@@ -222,8 +227,10 @@ impl Coordinator {
         .detach();
     }
 
-    /// Answers every waiting request of groups this shard no longer coordinates.
-    fn abandon(&self, groups: HashMap<String, Entry>) {
+    /// Answers every waiting request of groups this shard no longer coordinates, and refuses answers
+    /// still waiting for the partition's writes.
+    fn abandon(&self, partition: i32, groups: HashMap<String, Entry>) {
+        self.writes.dropped(partition);
         for (_, mut entry) in groups {
             self.deliver(entry.group.abandon(ResponseError::NotCoordinator), None);
         }
@@ -353,6 +360,7 @@ impl Coordinator {
         epoch: LeaderEpoch,
         records: &[OffsetsRecord],
     ) -> impl Future<Output = Result<i64, ResponseError>> + use<> {
+        let in_flight = self.writes.start(partition);
         let sent = encode_batch(records).and_then(|batch| {
             let (reply, outcome) = flume::bounded(1);
             let request = PartitionRequest::Produce {
@@ -369,6 +377,7 @@ impl Coordinator {
             self.ctx.shards[self.shard].send(request).map(|()| outcome).map_err(|_| ResponseError::NotCoordinator)
         });
         async move {
+            let _in_flight = in_flight;
             let mut outcomes = sent?.recv_async().await.map_err(|_| ResponseError::NotCoordinator)?;
             let outcome = outcomes.pop().ok_or(ResponseError::NotCoordinator)?;
             match outcome.error {
@@ -842,7 +851,7 @@ impl Coordinator {
         for p in stale {
             if let Some(Slot::Loaded { groups, .. }) = self.partitions.borrow_mut().remove(&p) {
                 tracing::info!(partition = p, groups = groups.len(), "no longer coordinating these consumer groups");
-                self.abandon(groups);
+                self.abandon(p, groups);
             }
         }
         for (p, epoch) in led {

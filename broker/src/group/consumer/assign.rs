@@ -2,7 +2,8 @@
 //! maps each member to the partitions it should own, given what every member subscribes to and, for
 //! stickiness, the assignment it had before. It does no I/O and keeps no state.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use super::{Assignment, TopicId};
 
@@ -124,63 +125,76 @@ fn uniform(
     members: &BTreeMap<String, AssignmentSpec>,
     partitions: &BTreeMap<TopicId, i32>,
 ) -> BTreeMap<String, Assignment> {
-    let by_topic = subscribers(members, partitions);
-    let mut out = empty_assignments(members);
-    let mut count: BTreeMap<&str, usize> = members.keys().map(|id| (id.as_str(), 0)).collect();
-    let mut taken: BTreeSet<(TopicId, i32)> = BTreeSet::new();
+    // Members by index (in id order), so that counts are a vector: the least-holding subscriber of a
+    // topic is looked for once per partition placed or moved.
+    let specs: Vec<&AssignmentSpec> = members.values().collect();
+    let mut held: Vec<Assignment> = vec![Assignment::new(); specs.len()];
+    let mut count: Vec<usize> = vec![0; specs.len()];
+    let mut by_topic: BTreeMap<TopicId, Vec<usize>> = BTreeMap::new();
+    for (i, spec) in specs.iter().enumerate() {
+        for topic in spec.subscribed.iter().filter(|t| partitions.get(t).is_some_and(|&n| n > 0)) {
+            by_topic.entry(*topic).or_default().push(i);
+        }
+    }
+    // The first (lowest id) of the subscribers holding the fewest.
+    let least = |subscribed: &[usize], count: &[usize]| {
+        *subscribed.iter().min_by_key(|m| count[**m]).expect("a topic with subscribers")
+    };
 
-    for (id, spec) in members {
+    let mut taken: HashSet<(TopicId, i32)> = HashSet::new();
+    for (i, spec) in specs.iter().enumerate() {
         for (topic, kept) in &spec.previous {
             let Some(&n) = partitions.get(topic) else { continue };
             if !spec.subscribed.contains(topic) {
                 continue;
             }
-            for &p in kept.iter().filter(|&&p| p < n) {
+            for &p in kept.iter().filter(|&&p| (0..n).contains(&p)) {
                 if taken.insert((*topic, p)) {
-                    out.get_mut(id).expect("a member").entry(*topic).or_default().insert(p);
-                    *count.get_mut(id.as_str()).expect("a member") += 1;
+                    held[i].entry(*topic).or_default().insert(p);
+                    count[i] += 1;
                 }
             }
         }
     }
 
     for (topic, subscribed) in &by_topic {
-        for p in 0..partitions[topic] {
-            if taken.contains(&(*topic, p)) {
-                continue;
-            }
-            let least = *subscribed.iter().min_by_key(|m| count[**m]).expect("a topic with subscribers");
-            out.get_mut(least).expect("a member").entry(*topic).or_default().insert(p);
-            *count.get_mut(least).expect("a member") += 1;
+        for p in (0..partitions[topic]).filter(|p| !taken.contains(&(*topic, *p))) {
+            let to = least(subscribed, &count);
+            held[to].entry(*topic).or_default().insert(p);
+            count[to] += 1;
         }
     }
 
     // The member holding the most gives one partition to the least-holding subscriber of its topic, if
-    // that one holds two or more fewer; again until no such pair is left.
+    // that one holds two or more fewer; again until no such pair is left. Members by count, most first.
+    let mut by_count: BTreeSet<(Reverse<usize>, usize)> =
+        count.iter().enumerate().map(|(i, c)| (Reverse(*c), i)).collect();
     'balance: loop {
-        let mut order: Vec<&str> = count.keys().copied().collect();
-        order.sort_by_key(|m| std::cmp::Reverse(count[m]));
-        for from in order {
-            let held = out[from].iter().flat_map(|(t, ps)| ps.iter().map(move |p| (*t, *p)));
-            let found = held
-                .map(|(topic, p)| {
-                    let to = *by_topic[&topic].iter().min_by_key(|m| count[**m]).expect("the holder subscribes");
-                    (topic, p, to)
-                })
-                .find(|(_, _, to)| count[*to] + 1 < count[from]);
-            if let Some((topic, p, to)) = found {
-                let from_topic = out.get_mut(from).expect("a member").get_mut(&topic).expect("held");
-                from_topic.remove(&p);
+        let fewest = by_count.last().map_or(0, |(Reverse(c), _)| *c);
+        for &(Reverse(most), from) in &by_count {
+            if most <= fewest + 1 {
+                break;
+            }
+            let found = held[from].keys().find_map(|topic| {
+                let to = least(&by_topic[topic], &count);
+                (count[to] + 1 < most).then_some((*topic, to))
+            });
+            if let Some((topic, to)) = found {
+                let from_topic = held[from].get_mut(&topic).expect("held");
+                let p = from_topic.pop_first().expect("a topic held has partitions");
                 if from_topic.is_empty() {
-                    out.get_mut(from).expect("a member").remove(&topic);
+                    held[from].remove(&topic);
                 }
-                out.get_mut(to).expect("a member").entry(topic).or_default().insert(p);
-                *count.get_mut(from).expect("a member") -= 1;
-                *count.get_mut(to).expect("a member") += 1;
+                held[to].entry(topic).or_default().insert(p);
+                for (member, delta) in [(from, -1isize), (to, 1)] {
+                    by_count.remove(&(Reverse(count[member]), member));
+                    count[member] = count[member].checked_add_signed(delta).expect("counts stay positive");
+                    by_count.insert((Reverse(count[member]), member));
+                }
                 continue 'balance;
             }
         }
-        return out;
+        return members.keys().cloned().zip(held).collect();
     }
 }
 

@@ -126,6 +126,19 @@ fn commit_v(stream: &mut TcpStream, version: i16, group: &str, member: &str, epo
     r.topics.iter().flat_map(|t| t.partitions.iter().map(|p| p.error_code)).collect()
 }
 
+/// OffsetDelete of partition 0 of [`TOPIC`]: the group's error and the partition's.
+fn delete_offset(stream: &mut TcpStream, group: &str) -> (i16, i16) {
+    let request = OffsetDeleteRequest::default().with_group_id(gid(group)).with_topics(vec![
+        OffsetDeleteRequestTopic::default()
+            .with_name(name(TOPIC))
+            .with_partitions(vec![OffsetDeleteRequestPartition::default().with_partition_index(0)]),
+    ]);
+    let ResponseKind::OffsetDelete(r) = call(stream, ApiKey::OffsetDelete, 0, &request) else {
+        panic!("wrong response")
+    };
+    (r.error_code, r.topics[0].partitions[0].error_code)
+}
+
 /// OffsetFetch v8 for several groups, partitions 0 and 1 of [`TOPIC`].
 fn fetch_offsets(stream: &mut TcpStream, groups: &[&str]) -> OffsetFetchResponse {
     let request = OffsetFetchRequest::default().with_groups(groups.iter().map(|g| fetch_group(g)).collect());
@@ -295,15 +308,7 @@ fn a_member_joins_syncs_commits_and_leaves_and_stale_or_unknown_members_are_fenc
     assert_eq!(committed(&fetch_offsets(&mut st, &["g1"]), "g1"), (0, vec![70, 71]));
 
     // OffsetDelete of partition 0, then DeleteGroups: the group is gone.
-    let offset_delete = OffsetDeleteRequest::default().with_group_id(gid("g1")).with_topics(vec![
-        OffsetDeleteRequestTopic::default()
-            .with_name(name(TOPIC))
-            .with_partitions(vec![OffsetDeleteRequestPartition::default().with_partition_index(0)]),
-    ]);
-    let ResponseKind::OffsetDelete(od) = call(&mut st, ApiKey::OffsetDelete, 0, &offset_delete) else {
-        panic!("wrong response")
-    };
-    assert_eq!((od.error_code, od.topics[0].partitions[0].error_code), (0, 0));
+    assert_eq!(delete_offset(&mut st, "g1"), (0, 0));
     assert_eq!(committed(&fetch_offsets(&mut st, &["g1"]), "g1"), (0, vec![-1, 71]));
     let ResponseKind::DeleteGroups(d) = call(&mut st, ApiKey::DeleteGroups, 2, &delete) else {
         panic!("wrong response")
@@ -319,7 +324,8 @@ fn a_member_joins_syncs_commits_and_leaves_and_stale_or_unknown_members_are_fenc
 /// cannot be run here (no Maven registry is reachable), so its requests are made by hand.
 /// KIP-848's checks of a consumer-protocol group's offsets: a member commits and fetches at its current
 /// epoch only (STALE_MEMBER_EPOCH otherwise, UNKNOWN_MEMBER_ID for a stranger); a client outside the
-/// group fetches always and commits only once the group has no members.
+/// group fetches always and commits only once the group has no members; the offsets of a topic a
+/// member subscribes to are not deleted.
 #[test]
 fn a_consumer_protocol_member_commits_and_fetches_offsets_at_its_current_epoch_only() {
     let broker = start();
@@ -359,6 +365,10 @@ fn a_consumer_protocol_member_commits_and_fetches_offsets_at_its_current_epoch_o
     assert_eq!(fetch_offsets_as(&mut st, "cg", None, -1), (0, vec![40, 41]));
     assert_eq!(committed(&fetch_offsets(&mut st, &["cg"]), "cg"), (0, vec![40, 41]));
 
+    // The member's topic keeps its offsets: OffsetDelete is refused for it.
+    assert_eq!(delete_offset(&mut st, "cg"), (0, ResponseError::GroupSubscribedToTopic.code()));
+    assert_eq!(fetch_offsets_as(&mut st, "cg", None, -1), (0, vec![40, 41]));
+
     // A heartbeat from an epoch ahead of the member's is fenced.
     let (code, _, _) = consumer_heartbeat(&mut st, "cg", member, joined + 5);
     assert_eq!(code, ResponseError::FencedMemberEpoch.code());
@@ -367,6 +377,9 @@ fn a_consumer_protocol_member_commits_and_fetches_offsets_at_its_current_epoch_o
     assert_eq!(commit_v(&mut st, 9, "cg", "", -1, 70), vec![0, 0]);
     assert_eq!(fetch_offsets_as(&mut st, "cg", None, -1), (0, vec![70, 71]));
     assert_eq!(fetch_offsets_as(&mut st, "cg", Some(member), joined), (unknown, vec![]));
+    // Nobody subscribes to the topic now: its offsets may go.
+    assert_eq!(delete_offset(&mut st, "cg"), (0, 0));
+    assert_eq!(fetch_offsets_as(&mut st, "cg", None, -1), (0, vec![-1, 71]));
 }
 
 #[test]

@@ -15,6 +15,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use kafka_protocol::ResponseError;
 use uuid::Uuid;
 
+use crate::topics::MAX_TOPIC_NAME_LEN;
+
 pub mod assign;
 pub mod reconcile;
 #[cfg(test)]
@@ -39,6 +41,9 @@ pub const STATIC_LEAVE_EPOCH: i32 = -2;
 
 /// Longest subscription regular expression accepted, in bytes.
 const MAX_REGEX_BYTES: usize = 4096;
+/// The longest member id, instance id or rack id taken: ids are written to records whose strings an
+/// int16 counts, and no client makes ids anywhere near this long.
+const MAX_ID_BYTES: usize = 1024;
 /// Most memory one compiled regular expression may take.
 const MAX_REGEX_PROGRAM_BYTES: usize = 1 << 20;
 
@@ -297,6 +302,14 @@ impl ConsumerGroup {
         vec![Change::AssignmentEpoch(None), Change::GroupEpoch(None)]
     }
 
+    /// Whether a member subscribes to `topic`, by name or by its regular expression: such a topic's
+    /// committed offsets are the group's to keep (never expired, not deleted by OffsetDelete).
+    pub fn is_subscribed_to(&self, topic: &str) -> bool {
+        self.members.values().any(|m| {
+            m.metadata.subscribed_topic_names.contains(topic) || m.regex.as_ref().is_some_and(|r| r.is_match(topic))
+        })
+    }
+
     /// Which member holds a partition (assigned, or pending revocation).
     pub fn holder(&self, topic: TopicId, partition: i32) -> Option<&str> {
         self.holders.get(&(topic, partition)).map(String::as_str)
@@ -356,7 +369,7 @@ impl ConsumerGroup {
             member.metadata = metadata.clone();
             changes.push(Change::Member(member_id.clone(), Some(metadata)));
         }
-        if subscription_changed && !joined_now {
+        if subscription_changed || joined_now {
             self.bump_epoch(&mut changes);
         }
         self.refresh_subscribed_topics(topics, subscription_changed || joined_now, &mut changes);
@@ -376,6 +389,10 @@ impl ConsumerGroup {
         };
         if next != before {
             self.set_current(&member_id, next.clone());
+        }
+        // Records in Kafka's order: a new member's metadata, the group epoch, the target, then its
+        // current assignment (written even when it is still the joining one).
+        if next != before || joined_now {
             changes.push(Change::Current(member_id.clone(), Some(next.clone())));
         }
         self.members.get_mut(&member_id).expect("a member").revoke_by_ms = revoke_by;
@@ -463,9 +480,8 @@ impl ConsumerGroup {
         let mut member = Member::new(hb.member_id.clone(), now_ms);
         member.metadata.instance_id = hb.instance_id.clone();
         member.metadata.rebalance_timeout_ms = hb.rebalance_timeout_ms;
+        // Its records (metadata, the group epoch, its current assignment) follow in the heartbeat.
         self.members.insert(hb.member_id.clone(), member);
-        changes.push(Change::Current(hb.member_id.clone(), Some(Current::joined())));
-        self.bump_epoch(changes);
         Ok(true)
     }
 
@@ -755,6 +771,19 @@ fn validate(hb: &Heartbeat, settings: &ConsumerGroupSettings) -> Result<(), Refu
     }
     if hb.rack_id.as_deref().is_some_and(|r| r.trim().is_empty()) {
         return invalid("RackId can't be empty.");
+    }
+    let ids = [
+        ("MemberId", Some(hb.member_id.as_str())),
+        ("InstanceId", hb.instance_id.as_deref()),
+        ("RackId", hb.rack_id.as_deref()),
+    ];
+    for (field, id) in ids {
+        if id.is_some_and(|id| id.len() > MAX_ID_BYTES) {
+            return invalid(&format!("{field} is longer than {MAX_ID_BYTES} bytes."));
+        }
+    }
+    if let Some(name) = hb.subscribed_topic_names.iter().flatten().find(|n| n.len() > MAX_TOPIC_NAME_LEN) {
+        return invalid(&format!("SubscribedTopicNames has a name of {} bytes, not a topic name.", name.len()));
     }
     match hb.member_epoch {
         JOIN_EPOCH => {

@@ -87,6 +87,19 @@ fn a_first_member_gets_every_partition_at_once() {
     assert_eq!(answer.member_epoch, 1);
     assert_eq!(answer.assignment, Some(Assignment::from([(topics.id("t"), (0..6).collect())])));
     assert_eq!(answer.heartbeat_interval_ms, 5_000);
+    // The records in Kafka's order: member metadata (5), group epoch (3), target (6), target epoch (7),
+    // current assignment (8).
+    let kinds: Vec<&str> = changes
+        .iter()
+        .map(|c| match c {
+            Change::Member(..) => "member",
+            Change::GroupEpoch(_) => "group epoch",
+            Change::Target(..) => "target",
+            Change::AssignmentEpoch(_) => "target epoch",
+            Change::Current(..) => "current",
+        })
+        .collect();
+    assert_eq!(kinds, ["member", "group epoch", "target", "target epoch", "current"]);
     assert!(changes.contains(&Change::GroupEpoch(Some(1))));
     assert!(changes.contains(&Change::AssignmentEpoch(Some(1))));
     assert_eq!(group.state(), ConsumerGroupState::Stable);
@@ -196,6 +209,12 @@ fn bad_heartbeats_are_refused_with_the_protocols_errors() {
     bad_regex.subscribed_topic_regex = Some("(".into());
     let mut huge_regex = join("a", &[]);
     huge_regex.subscribed_topic_regex = Some("a".repeat(MAX_REGEX_BYTES + 1));
+    let long_id = "m".repeat(MAX_ID_BYTES + 1);
+    let mut long_instance = join("a", &["t"]);
+    long_instance.instance_id = Some(long_id.clone());
+    let mut long_rack = join("a", &["t"]);
+    long_rack.rack_id = Some(long_id.clone());
+    let long_name = "t".repeat(250);
     for (hb, error) in [
         (join("", &["t"]), ResponseError::InvalidRequest),
         (no_timeout, ResponseError::InvalidRequest),
@@ -206,6 +225,10 @@ fn bad_heartbeats_are_refused_with_the_protocols_errors() {
         (unknown_assignor, ResponseError::UnsupportedAssignor),
         (bad_regex, ResponseError::InvalidRegularExpression),
         (huge_regex, ResponseError::InvalidRegularExpression),
+        (join(&long_id, &["t"]), ResponseError::InvalidRequest),
+        (long_instance, ResponseError::InvalidRequest),
+        (long_rack, ResponseError::InvalidRequest),
+        (join("a", &["t", &long_name]), ResponseError::InvalidRequest),
     ] {
         assert_eq!(group.heartbeat(hb.clone(), &topics, &s, 0).unwrap_err().error, error, "{hb:?}");
     }

@@ -75,6 +75,7 @@ impl Coordinator {
             let outcome = consumer.heartbeat(heartbeat, &topics, &consumer_settings, now);
             if outcome.is_ok() || consumer.epoch > 0 {
                 entry.consumer = Some(consumer);
+                entry.note_consumer_members(now);
             }
             let (answer, changes) = outcome?;
             if taken_over && entry.recorded {

@@ -398,6 +398,7 @@ impl Coordinator {
         match op {
             GroupOp::Join { args, reply } => {
                 let ticket = self.wait_for(Waiter::Join(reply));
+                let me = self.clone();
                 let effects = self.with_groups(partition, epoch, |groups| {
                     let entry = groups.entry(group.clone()).or_insert_with(|| Entry::new(&group, settings, now));
                     if let Some(consumer) = &entry.consumer {
@@ -414,7 +415,10 @@ impl Coordinator {
                         let id = group.clone();
                         glommio::spawn_local(async move {
                             if let Err(e) = write.await {
+                                // The log may still hold the consumer group: read it again, as after any
+                                // failed write of group records.
                                 tracing::debug!(group = id, ?e, "records of a taken-over consumer group not deleted");
+                                me.reload_after_failed_write(partition, epoch);
                             }
                         })
                         .detach();
@@ -592,7 +596,10 @@ impl Coordinator {
                 return Err(ResponseError::NonEmptyGroup);
             }
             entry.group.check_delete()?;
-            let consumer_deletion = entry.consumer.take().map(|c| consumer_records(group, c.deletion()));
+            // Taken out while the deletion is written, so no heartbeat joins it meanwhile; put back if
+            // the write fails.
+            let consumer = entry.consumer.take();
+            let consumer_deletion = consumer.as_ref().map(|c| consumer_records(group, c.deletion()));
             let effects = entry.group.mark_dead(now_ms());
             let mut records: Vec<OffsetsRecord> = entry
                 .offsets
@@ -607,9 +614,9 @@ impl Coordinator {
                 .collect();
             records.push(OffsetsRecord::Group { group: group.to_string(), value: None });
             records.extend(consumer_deletion.into_iter().flatten());
-            Ok((records, effects))
+            Ok((records, effects, consumer))
         });
-        let (records, effects) = match planned {
+        let (records, effects, consumer) = match planned {
             None => return Some(ResponseError::NotCoordinator),
             Some(Err(e)) => return Some(e),
             Some(Ok(planned)) => planned,
@@ -634,6 +641,7 @@ impl Coordinator {
                         && entry.group.state == GroupState::Dead
                     {
                         entry.group.state = GroupState::Empty;
+                        entry.consumer = consumer;
                     }
                 });
                 Some(coordinator_error(e))
@@ -653,16 +661,20 @@ impl Coordinator {
                 .get(group)
                 .filter(|e| e.group.state != GroupState::Dead)
                 .ok_or(ResponseError::GroupIdNotFound)?;
+            let refused = |subscribed: &dyn Fn(&str) -> bool| {
+                let each = partitions.iter().map(|(topic, _)| subscribed(topic));
+                each.map(|yes| yes.then_some(ResponseError::GroupSubscribedToTopic)).collect::<Vec<_>>()
+            };
+            if let Some(consumer) = &entry.consumer {
+                return Ok(refused(&|topic| consumer.is_subscribed_to(topic)));
+            }
             let consumer = entry.group.protocol_type.as_deref() == Some("consumer");
             if !consumer && entry.group.state != GroupState::Empty {
                 // Which topics a non-consumer group uses is not known: only an empty one loses offsets.
                 return Err(ResponseError::NonEmptyGroup);
             }
             let subscribed = subscribed_topics(&entry.group);
-            Ok(partitions
-                .iter()
-                .map(|(topic, _)| subscribed.contains(topic).then_some(ResponseError::GroupSubscribedToTopic))
-                .collect::<Vec<_>>())
+            Ok(refused(&|topic| subscribed.contains(topic)))
         });
         let errors = planned.ok_or(ResponseError::NotCoordinator)??;
         let records: Vec<OffsetsRecord> = partitions
@@ -724,6 +736,7 @@ impl Coordinator {
                     let changes = consumer.tick(&self.consumer_settings, now);
                     if !changes.is_empty() {
                         gone.push((*partition, *epoch, consumer_records(id, changes)));
+                        entry.note_consumer_members(now);
                     }
                 }
             }

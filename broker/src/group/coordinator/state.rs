@@ -35,6 +35,8 @@ pub(super) struct Entry {
     pub(super) recorded: bool,
     /// Offset commits whose writes are out, by key: how many.
     pub(super) pending_commits: BTreeMap<(String, i32), u32>,
+    /// Since when (wall ms) the consumer-protocol group has had no members; `None` while it has some.
+    pub(super) consumer_empty_since: Option<u64>,
 }
 
 impl Entry {
@@ -45,6 +47,17 @@ impl Entry {
             offsets: BTreeMap::new(),
             recorded: false,
             pending_commits: BTreeMap::new(),
+            consumer_empty_since: None,
+        }
+    }
+
+    /// Notes, after the consumer-protocol group's members changed, whether it has any left.
+    pub(super) fn note_consumer_members(&mut self, now: u64) {
+        match &self.consumer {
+            Some(c) if c.members.is_empty() => {
+                self.consumer_empty_since.get_or_insert(now);
+            }
+            _ => self.consumer_empty_since = None,
         }
     }
 
@@ -74,18 +87,25 @@ impl Entry {
         }
     }
 
-    /// The offsets that have outlived `retention_ms` at wall time `now_ms`: only a group without members
-    /// loses offsets, each counted from its commit or from when the group last became empty, whichever
-    /// is later (Kafka's rule since KIP-211).
+    /// The offsets that have outlived `retention_ms` at wall time `now_ms`, each counted from its commit
+    /// or from when the group last became empty, whichever is later (Kafka's rule since KIP-211). A
+    /// classic group with members loses none (which topics it uses is the client's to know); a
+    /// consumer-protocol group with members keeps those of the topics they subscribe to and loses the
+    /// others' from their commits (KIP-848).
     pub(super) fn expired_offsets(&self, now_ms: u64, retention_ms: u64) -> Vec<(String, i32)> {
-        if self.group.state != GroupState::Empty {
-            return Vec::new();
-        }
-        let empty_since = self.group.state_since_ms;
+        let (counted_from, subscribed) = match &self.consumer {
+            Some(c) if !c.members.is_empty() => (0, Some(c)),
+            Some(_) => (self.consumer_empty_since.unwrap_or(now_ms), None),
+            None if self.group.state == GroupState::Empty => (self.group.state_since_ms, None),
+            None => return Vec::new(),
+        };
         self.offsets
             .iter()
-            .filter(|(_, s)| {
-                let since = empty_since.max(s.value.commit_timestamp_ms.max(0) as u64);
+            .filter(|((topic, _), s)| {
+                if subscribed.is_some_and(|c| c.is_subscribed_to(topic)) {
+                    return false;
+                }
+                let since = counted_from.max(s.value.commit_timestamp_ms.max(0) as u64);
                 now_ms.saturating_sub(since) > retention_ms
             })
             .map(|(key, _)| key.clone())
@@ -196,7 +216,16 @@ impl Replay {
                     }
                     consumer
                 });
-                (id, Entry { group, consumer, offsets, recorded, pending_commits: BTreeMap::new() })
+                let mut entry = Entry {
+                    group,
+                    consumer,
+                    offsets,
+                    recorded,
+                    pending_commits: BTreeMap::new(),
+                    consumer_empty_since: None,
+                };
+                entry.note_consumer_members(now);
+                (id, entry)
             })
             .collect()
     }
@@ -267,6 +296,7 @@ mod tests {
             offsets: BTreeMap::new(),
             recorded: true,
             pending_commits: BTreeMap::new(),
+            consumer_empty_since: None,
         };
         emptied.store(("t".into(), 0), committed_at(0), 1);
         assert!(emptied.expired_offsets(150 * MINUTE, 60 * MINUTE).is_empty());
@@ -319,6 +349,35 @@ mod tests {
     }
 
     #[test]
+    fn a_consumer_protocol_group_keeps_its_subscribed_topics_offsets_while_it_has_members() {
+        use crate::group::consumer::MemberMetadata;
+        let settings = GroupSettings::default();
+        let mut entry = Entry::new("g", settings, 0);
+        let mut group = ConsumerGroup::new("g");
+        let by_name = MemberMetadata { subscribed_topic_names: ["a".to_string()].into(), ..Default::default() };
+        let by_regex = MemberMetadata { subscribed_topic_regex: Some("r-.*".into()), ..Default::default() };
+        group.replay(Change::Member("m1".into(), Some(by_name)), 0);
+        group.replay(Change::Member("m2".into(), Some(by_regex)), 0);
+        entry.consumer = Some(group);
+        entry.note_consumer_members(0);
+        for topic in ["a", "b", "r-1"] {
+            entry.store((topic.into(), 0), committed_at(0), 1);
+        }
+        // With members: the subscribed topics' offsets stay however old; the others' go.
+        assert_eq!(entry.expired_offsets(1_000 * MINUTE, MINUTE), vec![("b".to_string(), 0)]);
+
+        // Without members: every offset counts from the later of its commit and the group's emptying.
+        let group = entry.consumer.as_mut().unwrap();
+        for id in ["m1", "m2"] {
+            group.replay(Change::Member(id.into(), None), 0);
+        }
+        entry.note_consumer_members(500 * MINUTE);
+        entry.note_consumer_members(700 * MINUTE);
+        assert!(entry.expired_offsets(560 * MINUTE, 60 * MINUTE).is_empty(), "emptied at 500 minutes");
+        assert_eq!(entry.expired_offsets(561 * MINUTE, 60 * MINUTE).len(), 3);
+    }
+
+    #[test]
     fn a_group_with_members_keeps_its_offsets() {
         let settings = GroupSettings::default();
         let record = GroupRecord {
@@ -344,6 +403,7 @@ mod tests {
             offsets: BTreeMap::new(),
             recorded: true,
             pending_commits: BTreeMap::new(),
+            consumer_empty_since: None,
         };
         stable.store(("t".into(), 0), committed_at(0), 1);
         assert!(stable.expired_offsets(1_000 * MINUTE, MINUTE).is_empty());

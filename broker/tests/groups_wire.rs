@@ -365,6 +365,11 @@ fn a_consumer_protocol_member_commits_and_fetches_offsets_at_its_current_epoch_o
     assert_eq!(fetch_offsets_as(&mut st, "cg", None, -1), (0, vec![40, 41]));
     assert_eq!(committed(&fetch_offsets(&mut st, &["cg"]), "cg"), (0, vec![40, 41]));
 
+    // A refused first heartbeat (v1 needs the client's member id) leaves no group behind.
+    let (code, ()) = until_coordinated(|| (consumer_heartbeat(&mut st, "cg-refused", "", 0).0, ()));
+    assert_eq!(code, ResponseError::InvalidRequest.code());
+    assert!(!list(&mut st, &[]).iter().any(|(g, _)| g == "cg-refused"));
+
     // The member's topic keeps its offsets: OffsetDelete is refused for it.
     assert_eq!(delete_offset(&mut st, "cg"), (0, ResponseError::GroupSubscribedToTopic.code()));
     assert_eq!(fetch_offsets_as(&mut st, "cg", None, -1), (0, vec![40, 41]));

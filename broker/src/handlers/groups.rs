@@ -683,8 +683,11 @@ pub(super) async fn consumer_group_heartbeat(
             .with_error_message(Some(str_bytes(message)))
             .with_member_epoch(-1)
     };
-    if group.trim().is_empty() || group.len() > MAX_GROUP_ID_BYTES {
+    if group.trim().is_empty() {
         return refused(ResponseError::InvalidRequest, "GroupId can't be empty.".into());
+    }
+    if group.len() > MAX_GROUP_ID_BYTES {
+        return refused(ResponseError::InvalidRequest, format!("GroupId is longer than {MAX_GROUP_ID_BYTES} bytes."));
     }
     let mut member_id = text(&req.member_id);
     if version == 0 && member_id.is_empty() && req.member_epoch == 0 {

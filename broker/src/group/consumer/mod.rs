@@ -550,12 +550,6 @@ impl ConsumerGroup {
         changes
     }
 
-    /// The earliest time [`ConsumerGroup::tick`] may remove a member.
-    pub fn next_deadline_ms(&self, settings: &ConsumerGroupSettings) -> Option<u64> {
-        let session = settings.session_timeout_ms.max(0) as u64;
-        self.members.values().flat_map(|m| [Some(m.last_seen_ms + session), m.revoke_by_ms]).flatten().min()
-    }
-
     fn remove_member(&mut self, id: &str, changes: &mut Vec<Change>) {
         self.set_current(id, Current::joined());
         self.members.remove(id);

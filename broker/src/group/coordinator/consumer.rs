@@ -57,6 +57,7 @@ impl Coordinator {
             let joining = heartbeat.member_epoch == JOIN_EPOCH;
             let not_found =
                 |why: &str| Refusal { error: ResponseError::GroupIdNotFound, message: format!("group {group} {why}") };
+            let created = !groups.contains_key(group);
             let entry = match groups.get_mut(group) {
                 Some(entry) => entry,
                 None if joining => groups.entry(group.to_string()).or_insert_with(|| Entry::new(group, settings, now)),
@@ -73,11 +74,22 @@ impl Coordinator {
             };
             let taken_over = entry.group.state == GroupState::Empty && consumer.epoch == 0;
             let outcome = consumer.heartbeat(heartbeat, &topics, &consumer_settings, now);
-            if outcome.is_ok() || consumer.epoch > 0 {
+            let keep = outcome.is_ok() || consumer.epoch > 0;
+            if keep {
                 entry.consumer = Some(consumer);
                 entry.note_consumer_members(now);
             }
-            let (answer, changes) = outcome?;
+            let (answer, changes) = match outcome {
+                Ok(answered) => answered,
+                Err(refusal) => {
+                    if !keep && created {
+                        // A refused first join leaves no group behind (ListGroups would show it until
+                        // the next tick).
+                        groups.remove(group);
+                    }
+                    return Err(refusal);
+                }
+            };
             if taken_over && entry.recorded {
                 // The empty classic group's membership record goes; its offsets stay the group's.
                 records.push(OffsetsRecord::Group { group: group.to_string(), value: None });

@@ -298,19 +298,7 @@ fn group_cli_describes_a_consumer_protocol_group_with_its_epochs_and_assignments
     let (ok, _, err) =
         shardlog(&["topic", "create", "cli-848", "--partitions", "4", "--replication-factor", "1", "--bootstrap", b]);
     assert!(ok, "{err}");
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", b)
-        .set("group.id", "cli-848-group")
-        .set("group.protocol", "consumer")
-        .set("auto.offset.reset", "earliest")
-        .create()
-        .expect("consumer");
-    consumer.subscribe(&["cli-848"]).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while consumer.assignment().unwrap().count() < 4 {
-        assert!(Instant::now() < deadline, "the only member gets every partition in time");
-        consumer.poll(Duration::from_millis(100));
-    }
+    let _consumer = consumer_protocol_member(b, "cli-848-group", None);
 
     let (ok, out, err) = shardlog(&["group", "describe", "cli-848-group", "--bootstrap", b]);
     assert!(ok, "{err}");
@@ -330,4 +318,32 @@ fn group_cli_describes_a_consumer_protocol_group_with_its_epochs_and_assignments
     let (ok, list, err) = shardlog(&["group", "list", "--bootstrap", b]);
     assert!(ok, "{err}");
     assert!(list.contains("cli-848-group\tStable"), "{list}");
+
+    // A member asking for the range assignor (`group.remote.assignor`) gets it.
+    let _ranged = consumer_protocol_member(b, "cli-848-range", Some("range"));
+    let (ok, out, err) = shardlog(&["group", "describe", "cli-848-range", "--bootstrap", b]);
+    assert!(ok, "{err}");
+    assert!(out.lines().next().unwrap().contains("Assignor: range"), "{out}");
+}
+
+/// A librdkafka member of `group` speaking the consumer protocol, subscribed to `cli-848` (4 partitions),
+/// once it has every partition.
+fn consumer_protocol_member(bootstrap: &str, group: &str, assignor: Option<&str>) -> BaseConsumer {
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", group)
+        .set("group.protocol", "consumer")
+        .set("auto.offset.reset", "earliest");
+    if let Some(assignor) = assignor {
+        config.set("group.remote.assignor", assignor);
+    }
+    let consumer: BaseConsumer = config.create().expect("consumer");
+    consumer.subscribe(&["cli-848"]).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while consumer.assignment().unwrap().count() < 4 {
+        assert!(Instant::now() < deadline, "the only member gets every partition in time");
+        consumer.poll(Duration::from_millis(100));
+    }
+    consumer
 }

@@ -622,3 +622,26 @@ proptest! {
         sim.check_written()?;
     }
 }
+
+#[test]
+fn the_assignor_most_members_ask_for_is_used_and_a_change_of_it_recomputes_the_target() {
+    let topics = Topics::with(&[("t1", 3), ("t2", 3)]);
+    let s = settings();
+    let mut group = ConsumerGroup::new("g");
+    let mut a = join("a", &["t1", "t2"]);
+    a.server_assignor = Some("range".into());
+    group.heartbeat(a, &topics, &s, 0).unwrap();
+    group.heartbeat(join("b", &["t1", "t2"]), &topics, &s, 0).unwrap();
+    assert_eq!(group.assignor(&s), Assignor::Range, "b asks for none: a's choice stands");
+    // Range per topic, in member-id order: a takes 0-1 of each topic, b the last one of each.
+    let counts = |g: &ConsumerGroup| (count(&g.target["a"]), count(&g.target["b"]));
+    assert_eq!(counts(&group), (4, 2));
+
+    let epoch = group.epoch;
+    let mut uniform = beat("a", group.members["a"].current.epoch, None);
+    uniform.server_assignor = Some("uniform".into());
+    group.heartbeat(uniform, &topics, &s, 1).unwrap();
+    assert_eq!(group.assignor(&s), Assignor::Uniform);
+    assert!(group.epoch > epoch);
+    assert_eq!(counts(&group), (3, 3));
+}

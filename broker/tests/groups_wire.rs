@@ -318,10 +318,6 @@ fn a_member_joins_syncs_commits_and_leaves_and_stale_or_unknown_members_are_fenc
     assert_eq!(committed(&fetch_offsets(&mut st, &["g1"]), "g1"), (0, vec![-1, -1]));
 }
 
-/// The Java client (3.x and 4.x, classic protocol) negotiates each API's newest version: a group's life at
-/// exactly those versions (FindCoordinator v6, JoinGroup v9, SyncGroup v5, Heartbeat v4, OffsetCommit v9,
-/// OffsetFetch v9, LeaveGroup v5 with a reason, DescribeGroups v6, ListGroups v5). The Java client itself
-/// cannot be run here (no Maven registry is reachable), so its requests are made by hand.
 /// KIP-848's checks of a consumer-protocol group's offsets: a member commits and fetches at its current
 /// epoch only (STALE_MEMBER_EPOCH otherwise, UNKNOWN_MEMBER_ID for a stranger); a client outside the
 /// group fetches always and commits only once the group has no members; the offsets of a topic a
@@ -387,6 +383,10 @@ fn a_consumer_protocol_member_commits_and_fetches_offsets_at_its_current_epoch_o
     assert_eq!(fetch_offsets_as(&mut st, "cg", None, -1), (0, vec![-1, 71]));
 }
 
+/// The Java client (3.x and 4.x, classic protocol) negotiates each API's newest version: a group's life at
+/// exactly those versions (FindCoordinator v6, JoinGroup v9, SyncGroup v5, Heartbeat v4, OffsetCommit v9,
+/// OffsetFetch v9, LeaveGroup v5 with a reason, DescribeGroups v6, ListGroups v5). The Java client itself
+/// cannot be run here (no Maven registry is reachable), so its requests are made by hand.
 #[test]
 fn a_group_lives_through_the_newest_versions_the_java_client_sends() {
     use kafka_protocol::messages::{DescribeGroupsResponse, JoinGroupResponse, SyncGroupResponse};

@@ -39,7 +39,6 @@ pub struct FetchedOffset {
     pub committed: Option<CommittedOffset>,
 }
 
-/// A group as DescribeGroups shows it.
 /// Who asks for a group's offsets: OffsetFetch v9's member id and epoch. Older versions, and clients
 /// outside the group, name no member and epoch -1.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,6 +54,7 @@ impl FetchingMember {
     }
 }
 
+/// A group as DescribeGroups shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupDescription {
     pub state: &'static str,

@@ -108,7 +108,10 @@ impl Coordinator {
                 Err(error) => Err(Refusal { error, message: String::new() }),
             };
         }
+        let mark = self.writes.mark(partition);
         match self.write(partition, epoch, &records).await {
+            // Decided on state that a failed earlier write may have left out of the log.
+            Ok(_) if self.writes.dropped_since(mark) => Err(not_coordinator),
             Ok(_) => Ok(answer),
             Err(e) => {
                 tracing::debug!(group, ?e, "consumer group records not written");

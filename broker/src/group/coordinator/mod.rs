@@ -741,7 +741,9 @@ impl Coordinator {
                 }
             }
             groups.retain(|id, entry| {
-                if !entry.is_idle() {
+                // A group being deleted is settled by its deletion (removed, or put back if the write
+                // fails).
+                if !entry.is_idle() || entry.group.state == GroupState::Dead {
                     return true;
                 }
                 let mut tombstones = Vec::new();

@@ -64,6 +64,14 @@ impl Writes {
     /// before may not be in the log.
     pub(super) fn dropped(&self, partition: i32) {
         self.partitions.borrow_mut().entry(partition).or_default().drops += 1;
+        // Answers waiting on the partition's writes are refused now, not when those writes end.
+        self.answered.notify(usize::MAX);
+    }
+
+    /// Whether the partition's groups were dropped since `mark`: an answer decided before then may
+    /// reflect changes the log does not have, even if its own write went through.
+    pub(super) fn dropped_since(&self, mark: Mark) -> bool {
+        self.partitions.borrow().get(&mark.partition).is_some_and(|p| p.drops != mark.drops)
     }
 
     /// Where the partition's writes stand now.
@@ -139,5 +147,20 @@ mod tests {
         assert_eq!(ready(writes.settled(mark)), Some(Err(ResponseError::NotCoordinator)));
         // A mark taken after the drop is not refused for it.
         assert_eq!(ready(writes.settled(writes.mark(0))), Some(Ok(())));
+    }
+
+    #[test]
+    fn a_drop_refuses_a_waiting_answer_at_once_and_marks_answers_whose_own_write_went_through() {
+        let writes = Rc::new(Writes::default());
+        let _stuck = writes.start(1);
+        let mark = writes.mark(1);
+        let mut waiting = Box::pin(writes.settled(mark));
+        assert_eq!(future::block_on(future::poll_once(&mut waiting)), None);
+        assert!(!writes.dropped_since(mark));
+        writes.dropped(1);
+        // Refused although the write it waits for is still out.
+        assert_eq!(future::block_on(future::poll_once(&mut waiting)), Some(Err(ResponseError::NotCoordinator)));
+        assert!(writes.dropped_since(mark));
+        assert!(!writes.dropped_since(writes.mark(1)));
     }
 }

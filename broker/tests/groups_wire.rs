@@ -3,7 +3,7 @@
 //! malformed JoinGroup (none of which disturbs the group), commits from outside the group, offsets
 //! listed, described, deleted; the offsets topic internal and out of clients' reach; committed offsets
 //! kept across a SIGKILL of the broker; a consumer-protocol member's commits and fetches checked against its
-//! member epoch.
+//! member epoch; a group id changing protocol only while it has no members.
 
 mod common;
 
@@ -298,11 +298,7 @@ fn a_member_joins_syncs_commits_and_leaves_and_stale_or_unknown_members_are_fenc
 
     // LeaveGroup v3 (batched): the group is empty; then a client outside the group (assign() and commit,
     // generation -1) may commit.
-    let leave = LeaveGroupRequest::default()
-        .with_group_id(gid("g1"))
-        .with_members(vec![MemberIdentity::default().with_member_id(s(&member))]);
-    let ResponseKind::LeaveGroup(left) = call(&mut st, ApiKey::LeaveGroup, 3, &leave) else { panic!("wrong response") };
-    assert_eq!((left.error_code, left.members[0].error_code), (0, 0));
+    leave_classic(&mut st, "g1", &member);
     assert_eq!(describe(&mut st, "g1"), (0, "Empty".to_string(), 0));
     assert_eq!(commit(&mut st, "g1", "", -1, 70), vec![0, 0]);
     assert_eq!(committed(&fetch_offsets(&mut st, &["g1"]), "g1"), (0, vec![70, 71]));
@@ -381,6 +377,61 @@ fn a_consumer_protocol_member_commits_and_fetches_offsets_at_its_current_epoch_o
     // Nobody subscribes to the topic now: its offsets may go.
     assert_eq!(delete_offset(&mut st, "cg"), (0, 0));
     assert_eq!(fetch_offsets_as(&mut st, "cg", None, -1), (0, vec![-1, 71]));
+}
+
+/// The group type of `group` as ListGroups v5 gives it ("classic", "consumer"), if listed.
+fn group_type(stream: &mut TcpStream, group: &str) -> Option<String> {
+    let ResponseKind::ListGroups(l) = call(stream, ApiKey::ListGroups, 5, &ListGroupsRequest::default()) else {
+        panic!("wrong response")
+    };
+    l.groups.iter().find(|g| g.group_id.0.as_str() == group).map(|g| g.group_type.as_str().to_string())
+}
+
+fn leave_classic(stream: &mut TcpStream, group: &str, member: &str) {
+    let leave = LeaveGroupRequest::default()
+        .with_group_id(gid(group))
+        .with_members(vec![MemberIdentity::default().with_member_id(s(member))]);
+    let ResponseKind::LeaveGroup(left) = call(stream, ApiKey::LeaveGroup, 3, &leave) else { panic!("wrong response") };
+    assert_eq!((left.error_code, left.members[0].error_code), (0, 0));
+}
+
+/// A group id is of one protocol at a time: a consumer-protocol heartbeat does not join a classic group
+/// with members, but takes one over once it is empty, offsets and all; a JoinGroup is refused
+/// INCONSISTENT_GROUP_PROTOCOL while the consumer-protocol group has members, and takes it back once it
+/// has none.
+#[test]
+fn an_empty_group_changes_protocol_and_one_with_members_keeps_its_own() {
+    let broker = start();
+    let mut st = broker.connect();
+    assert_eq!(create(&mut st, TOPIC, 2, 1, &[]), 0);
+    find_coordinator(&mut st, "mig");
+
+    let (code, first) = until_coordinated(|| {
+        let r = join(&mut st, "mig", "", &[("range", b"r-meta")]);
+        (r.error_code, r)
+    });
+    assert_eq!(code, ResponseError::MemberIdRequired.code());
+    let classic = first.member_id.as_str().to_string();
+    assert_eq!(join(&mut st, "mig", &classic, &[("range", b"r-meta")]).error_code, 0);
+    assert_eq!(group_type(&mut st, "mig").as_deref(), Some("classic"));
+    let (code, _, _) = consumer_heartbeat(&mut st, "mig", "m-new", 0);
+    assert_eq!(code, ResponseError::GroupIdNotFound.code(), "a classic group with a member");
+
+    leave_classic(&mut st, "mig", &classic);
+    assert_eq!(commit(&mut st, "mig", "", -1, 5), vec![0, 0]);
+    let (code, joined, assigned) = consumer_heartbeat(&mut st, "mig", "m-new", 0);
+    assert_eq!((code, assigned), (0, Some(2)), "the empty classic group is taken over");
+    assert_eq!(group_type(&mut st, "mig").as_deref(), Some("consumer"));
+    assert_eq!(fetch_offsets_as(&mut st, "mig", Some("m-new"), joined), (0, vec![5, 6]), "its offsets stay");
+
+    let refused = join(&mut st, "mig", "", &[("range", b"r-meta")]);
+    assert_eq!(refused.error_code, ResponseError::InconsistentGroupProtocol.code());
+    assert_eq!(consumer_heartbeat(&mut st, "mig", "m-new", -1).0, 0);
+    let back = join(&mut st, "mig", "", &[("range", b"r-meta")]);
+    assert_eq!(back.error_code, ResponseError::MemberIdRequired.code(), "the empty group is classic again");
+    assert_eq!(join(&mut st, "mig", back.member_id.as_str(), &[("range", b"r-meta")]).error_code, 0);
+    assert_eq!(group_type(&mut st, "mig").as_deref(), Some("classic"));
+    assert_eq!(committed(&fetch_offsets(&mut st, &["mig"]), "mig"), (0, vec![5, 6]));
 }
 
 /// The Java client (3.x and 4.x, classic protocol) negotiates each API's newest version: a group's life at

@@ -36,6 +36,7 @@ use shardlog_storage::{LeaderEpoch, TopicPartition};
 
 mod admin;
 mod cluster;
+mod consumer_groups;
 mod data;
 mod elect;
 mod groups;
@@ -45,6 +46,7 @@ mod reassign;
 pub use admin::admin;
 use admin::*;
 use cluster::*;
+use consumer_groups::*;
 use data::*;
 pub use data::{DispatchedProduce, FETCH_MAX_BYTES, dispatch_produce};
 use groups::*;

@@ -1,5 +1,6 @@
 //! The coordinator's side of the consumer protocol (KIP-848): the topics its groups resolve
-//! subscriptions against, and ConsumerGroupHeartbeat decided, written and answered.
+//! subscriptions against, ConsumerGroupHeartbeat decided, written and answered, and the hand-over of an
+//! empty group to a JoinGroup.
 
 use std::rc::Rc;
 
@@ -119,6 +120,36 @@ impl Coordinator {
                 Err(Refusal { error: coordinator_error(e), message: String::new() })
             }
         }
+    }
+
+    /// Before a JoinGroup: a consumer-protocol group with members refuses it
+    /// (INCONSISTENT_GROUP_PROTOCOL); an empty one becomes a classic group, its records' deletion sent
+    /// now, so before the membership record the join leads to.
+    pub(super) fn make_classic(
+        self: &Rc<Self>,
+        partition: i32,
+        epoch: LeaderEpoch,
+        group: &str,
+        entry: &mut Entry,
+    ) -> Result<(), ResponseError> {
+        let Some(consumer) = &entry.consumer else { return Ok(()) };
+        if !consumer.members.is_empty() {
+            return Err(ResponseError::InconsistentGroupProtocol);
+        }
+        let write = self.write(partition, epoch, &consumer_records(group, consumer.deletion()));
+        entry.consumer = None;
+        let me = self.clone();
+        let id = group.to_string();
+        glommio::spawn_local(async move {
+            if let Err(e) = write.await {
+                // The log may still hold the consumer group: read it again, as after any failed write
+                // of group records.
+                tracing::debug!(group = id, ?e, "records of a taken-over consumer group not deleted");
+                me.reload_after_failed_write(partition, epoch);
+            }
+        })
+        .detach();
+        Ok(())
     }
 
     /// After a write of group records failed, the groups in memory may be ahead of the log: they are

@@ -30,19 +30,20 @@ use shardlog_storage::{Clock, LeaderEpoch, SystemClock, TopicPartition};
 
 mod answers;
 mod consumer;
+mod offsets;
 mod state;
 mod writes;
 
-use answers::{commit_error, coordinator_error, describe, describe_consumer, fetch_offsets, refuse, subscribed_topics};
+use answers::{coordinator_error, describe, describe_consumer, fetch_offsets, refuse};
 use consumer::consumer_records;
 use state::{Entry, Replay, encode_batch};
 use writes::Writes;
 
 use super::OFFSETS_TOPIC;
-use super::call::{CoordinatorRequest, GroupCall, GroupListing, GroupOp, OffsetToCommit};
+use super::call::{CoordinatorRequest, GroupCall, GroupListing, GroupOp};
 use super::classic::{Effects, GroupSettings, GroupState, JoinAnswer, Reply, SyncAnswer, Ticket};
 use super::consumer::ConsumerGroupSettings;
-use super::records::{CommittedOffset, OffsetsRecord};
+use super::records::OffsetsRecord;
 use crate::context::{BrokerContext, ask_shard};
 use crate::shard::{FetchRead, OffsetSpec, PartitionRequest, ProduceBatch};
 
@@ -398,30 +399,11 @@ impl Coordinator {
         match op {
             GroupOp::Join { args, reply } => {
                 let ticket = self.wait_for(Waiter::Join(reply));
-                let me = self.clone();
                 let effects = self.with_groups(partition, epoch, |groups| {
                     let entry = groups.entry(group.clone()).or_insert_with(|| Entry::new(&group, settings, now));
-                    if let Some(consumer) = &entry.consumer {
-                        if !consumer.members.is_empty() {
-                            let refused =
-                                JoinAnswer::refused(ResponseError::InconsistentGroupProtocol, &args.member_id);
-                            return Effects { replies: vec![Reply::Join(ticket, refused)], persist: false };
-                        }
-                        // An empty consumer-protocol group becomes a classic one: its records go first
-                        // (sent now, so before the membership record this join leads to).
-                        let deletion = consumer_records(&group, consumer.deletion());
-                        entry.consumer = None;
-                        let write = self.write(partition, epoch, &deletion);
-                        let id = group.clone();
-                        glommio::spawn_local(async move {
-                            if let Err(e) = write.await {
-                                // The log may still hold the consumer group: read it again, as after any
-                                // failed write of group records.
-                                tracing::debug!(group = id, ?e, "records of a taken-over consumer group not deleted");
-                                me.reload_after_failed_write(partition, epoch);
-                            }
-                        })
-                        .detach();
+                    if let Err(error) = self.make_classic(partition, epoch, &group, entry) {
+                        let refused = JoinAnswer::refused(error, &args.member_id);
+                        return Effects { replies: vec![Reply::Join(ticket, refused)], persist: false };
                     }
                     entry.group.join(args, ticket, now)
                 });
@@ -518,77 +500,6 @@ impl Coordinator {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    async fn commit(
-        &self,
-        partition: i32,
-        epoch: LeaderEpoch,
-        group: &str,
-        member: super::classic::MemberRef,
-        generation: i32,
-        offsets: Vec<OffsetToCommit>,
-        now: u64,
-    ) -> super::call::PerItem {
-        let settings = self.settings;
-        let keys: Vec<(String, i32)> = offsets.iter().map(|o| (o.topic.clone(), o.partition)).collect();
-        let checked = self.with_groups(partition, epoch, |groups| {
-            let entry = match groups.get_mut(group) {
-                Some(entry) => entry,
-                // A client outside any group (assign() and commit) creates an empty group; a member of a
-                // generation the coordinator does not know is from before a move: refused.
-                None if generation < 0 => {
-                    groups.entry(group.to_string()).or_insert_with(|| Entry::new(group, settings, now))
-                }
-                None => return Err(ResponseError::IllegalGeneration),
-            };
-            match &entry.consumer {
-                Some(consumer) => consumer.check_commit(&member.member_id, generation)?,
-                None => entry.group.check_commit(&member, generation, now)?,
-            }
-            // Counted until the write is answered: the group is not dropped meanwhile, and a delete
-            // writes tombstones for these keys too.
-            entry.commits_started(&keys);
-            Ok(())
-        });
-        checked.ok_or(ResponseError::NotCoordinator)??;
-        let timestamp = SystemClock.now_ms();
-        let records: Vec<OffsetsRecord> = offsets
-            .iter()
-            .map(|o| OffsetsRecord::Offset {
-                group: group.to_string(),
-                topic: o.topic.clone(),
-                partition: o.partition,
-                value: Some(CommittedOffset {
-                    offset: o.offset,
-                    leader_epoch: o.leader_epoch,
-                    metadata: o.metadata.clone(),
-                    commit_timestamp_ms: timestamp,
-                }),
-            })
-            .collect();
-        let written = if records.is_empty() { Ok(0) } else { self.write(partition, epoch, &records).await };
-        self.with_groups(partition, epoch, |groups| {
-            // Gone only if deleted meanwhile, and then its tombstones covered these keys.
-            if let Some(entry) = groups.get_mut(group) {
-                entry.commits_done(&keys);
-                if let Ok(base) = written {
-                    for (i, record) in records.into_iter().enumerate() {
-                        if let OffsetsRecord::Offset { topic, partition, value: Some(value), .. } = record {
-                            entry.store((topic, partition), value, base + i as i64);
-                        }
-                    }
-                }
-            }
-        });
-        match written {
-            Ok(_) => Ok(vec![None; offsets.len()]),
-            Err(e) => {
-                tracing::debug!(group, ?e, "offset commit not written");
-                Ok(vec![Some(commit_error(e)); offsets.len()])
-            }
-        }
-    }
-
     async fn delete(&self, partition: i32, epoch: LeaderEpoch, group: &str) -> Option<ResponseError> {
         let planned = self.with_groups(partition, epoch, |groups| {
             let entry = groups.get_mut(group).ok_or(ResponseError::GroupIdNotFound)?;
@@ -646,64 +557,6 @@ impl Coordinator {
                 });
                 Some(coordinator_error(e))
             }
-        }
-    }
-
-    async fn delete_offsets(
-        &self,
-        partition: i32,
-        epoch: LeaderEpoch,
-        group: &str,
-        partitions: Vec<(String, i32)>,
-    ) -> super::call::PerItem {
-        let planned = self.with_groups(partition, epoch, |groups| {
-            let entry = groups
-                .get(group)
-                .filter(|e| e.group.state != GroupState::Dead)
-                .ok_or(ResponseError::GroupIdNotFound)?;
-            let refused = |subscribed: &dyn Fn(&str) -> bool| {
-                let each = partitions.iter().map(|(topic, _)| subscribed(topic));
-                each.map(|yes| yes.then_some(ResponseError::GroupSubscribedToTopic)).collect::<Vec<_>>()
-            };
-            if let Some(consumer) = &entry.consumer {
-                return Ok(refused(&|topic| consumer.is_subscribed_to(topic)));
-            }
-            let consumer = entry.group.protocol_type.as_deref() == Some("consumer");
-            if !consumer && entry.group.state != GroupState::Empty {
-                // Which topics a non-consumer group uses is not known: only an empty one loses offsets.
-                return Err(ResponseError::NonEmptyGroup);
-            }
-            let subscribed = subscribed_topics(&entry.group);
-            Ok(refused(&|topic| subscribed.contains(topic)))
-        });
-        let errors = planned.ok_or(ResponseError::NotCoordinator)??;
-        let records: Vec<OffsetsRecord> = partitions
-            .iter()
-            .zip(&errors)
-            .filter(|(_, e)| e.is_none())
-            .map(|((topic, p), _)| OffsetsRecord::Offset {
-                group: group.to_string(),
-                topic: topic.clone(),
-                partition: *p,
-                value: None,
-            })
-            .collect();
-        if records.is_empty() {
-            return Ok(errors);
-        }
-        match self.write(partition, epoch, &records).await {
-            Ok(base) => {
-                self.with_groups(partition, epoch, |groups| {
-                    if let Some(entry) = groups.get_mut(group) {
-                        let deleted = partitions.iter().zip(&errors).filter(|(_, e)| e.is_none());
-                        for (i, ((topic, p), _)) in deleted.enumerate() {
-                            entry.forget(&(topic.clone(), *p), base + i as i64);
-                        }
-                    }
-                });
-                Ok(errors)
-            }
-            Err(e) => Err(coordinator_error(e)),
         }
     }
 
@@ -775,63 +628,6 @@ impl Coordinator {
                 }
             })
             .detach();
-        }
-    }
-
-    /// Deletes the offsets of groups without members that have outlived `offsets.retention.minutes`
-    /// (tombstones, then forgotten here); a group left with neither members nor offsets goes at the
-    /// next tick.
-    async fn expire_offsets(&self, now: u64) {
-        let retention = self.ctx.config.groups.offsets_retention_ms;
-        let candidates: Vec<(i32, LeaderEpoch, String)> = self
-            .partitions
-            .borrow()
-            .iter()
-            .filter_map(|(partition, slot)| match slot {
-                Slot::Loaded { epoch, groups } => Some((partition, epoch, groups)),
-                Slot::Loading(_) => None,
-            })
-            .flat_map(|(partition, epoch, groups)| groups.keys().map(move |id| (*partition, *epoch, id.clone())))
-            .collect();
-        for (partition, epoch, group) in candidates {
-            // Decided just before the tombstones are sent (no await between): the group is still empty,
-            // and keys with a commit in flight are left for the next pass (a later commit outlives them).
-            let decided = self.with_groups(partition, epoch, |groups| {
-                let entry = groups.get(&group)?;
-                let keys: Vec<(String, i32)> = entry
-                    .expired_offsets(now, retention)
-                    .into_iter()
-                    .filter(|key| !entry.pending_commits.contains_key(key))
-                    .collect();
-                (!keys.is_empty()).then_some(keys)
-            });
-            let Some(Some(keys)) = decided else { continue };
-            let tombstones: Vec<OffsetsRecord> = keys
-                .iter()
-                .map(|(topic, p)| OffsetsRecord::Offset {
-                    group: group.clone(),
-                    topic: topic.clone(),
-                    partition: *p,
-                    value: None,
-                })
-                .collect();
-            match self.write(partition, epoch, &tombstones).await {
-                Ok(base) => {
-                    self.with_groups(partition, epoch, |groups| {
-                        if let Some(entry) = groups.get_mut(&group) {
-                            for (i, key) in keys.iter().enumerate() {
-                                entry.forget(key, base + i as i64);
-                            }
-                        }
-                    });
-                    tracing::info!(
-                        group,
-                        offsets = keys.len(),
-                        "expired committed offsets (offsets.retention.minutes)"
-                    );
-                }
-                Err(e) => tracing::debug!(group, ?e, "tombstones of expired offsets not written"),
-            }
         }
     }
 

@@ -15,15 +15,15 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use kafka_protocol::ResponseError;
 use uuid::Uuid;
 
-use crate::topics::MAX_TOPIC_NAME_LEN;
-
 pub mod assign;
 pub mod reconcile;
 #[cfg(test)]
 mod tests;
+mod validate;
 
 pub use assign::{AssignmentSpec, Assignor};
 pub use reconcile::{Current, MemberState};
+use validate::{compile, validate};
 
 /// A topic's id.
 pub type TopicId = Uuid;
@@ -38,14 +38,6 @@ pub const LEAVE_EPOCH: i32 = -1;
 /// The member epoch of a static member's heartbeat that leaves for now: it keeps its partitions until its
 /// session times out, for a new process with its instance id to take over.
 pub const STATIC_LEAVE_EPOCH: i32 = -2;
-
-/// Longest subscription regular expression accepted, in bytes.
-const MAX_REGEX_BYTES: usize = 4096;
-/// The longest member id, instance id or rack id taken: ids are written to records whose strings an
-/// int16 counts, and no client makes ids anywhere near this long.
-const MAX_ID_BYTES: usize = 1024;
-/// Most memory one compiled regular expression may take.
-const MAX_REGEX_PROGRAM_BYTES: usize = 1 << 20;
 
 /// Bounds and timings every consumer-protocol group of a broker shares (Kafka's broker settings).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -747,71 +739,4 @@ fn check_epoch(member: &Member, hb: &Heartbeat) -> Result<(), Refusal> {
         ResponseError::FencedMemberEpoch,
         format!("member epoch {} is not the member's epoch {}", hb.member_epoch, current.epoch),
     ))
-}
-
-fn compile(pattern: &str) -> Result<regex::Regex, regex::Error> {
-    regex::RegexBuilder::new(&format!("^(?:{pattern})$")).size_limit(MAX_REGEX_PROGRAM_BYTES).build()
-}
-
-/// The checks of a heartbeat that need no group: INVALID_REQUEST for fields the protocol requires,
-/// UNSUPPORTED_ASSIGNOR, INVALID_REGULAR_EXPRESSION.
-fn validate(hb: &Heartbeat, settings: &ConsumerGroupSettings) -> Result<(), Refusal> {
-    let invalid = |message: &str| Err(refuse(ResponseError::InvalidRequest, message));
-    if hb.member_id.trim().is_empty() {
-        return invalid("MemberId can't be empty.");
-    }
-    if hb.instance_id.as_deref().is_some_and(|i| i.trim().is_empty()) {
-        return invalid("InstanceId can't be empty.");
-    }
-    if hb.rack_id.as_deref().is_some_and(|r| r.trim().is_empty()) {
-        return invalid("RackId can't be empty.");
-    }
-    let ids = [
-        ("MemberId", Some(hb.member_id.as_str())),
-        ("InstanceId", hb.instance_id.as_deref()),
-        ("RackId", hb.rack_id.as_deref()),
-    ];
-    for (field, id) in ids {
-        if id.is_some_and(|id| id.len() > MAX_ID_BYTES) {
-            return invalid(&format!("{field} is longer than {MAX_ID_BYTES} bytes."));
-        }
-    }
-    if let Some(name) = hb.subscribed_topic_names.iter().flatten().find(|n| n.len() > MAX_TOPIC_NAME_LEN) {
-        return invalid(&format!("SubscribedTopicNames has a name of {} bytes, not a topic name.", name.len()));
-    }
-    match hb.member_epoch {
-        JOIN_EPOCH => {
-            if hb.rebalance_timeout_ms < 0 {
-                return invalid("RebalanceTimeoutMs must be provided in first request.");
-            }
-            if hb.subscribed_topic_names.is_none() && hb.subscribed_topic_regex.is_none() {
-                return invalid("SubscribedTopicNames or SubscribedTopicRegex must be set in first request.");
-            }
-            if hb.owned.as_ref().is_none_or(|owned| owned.values().any(|ps| !ps.is_empty())) {
-                return invalid("TopicPartitions must be empty when (re-)joining.");
-            }
-        }
-        STATIC_LEAVE_EPOCH if hb.instance_id.is_none() => {
-            return invalid("InstanceId can't be null when leaving as a static member.");
-        }
-        epoch if epoch < STATIC_LEAVE_EPOCH => return invalid("MemberEpoch is invalid."),
-        _ => {}
-    }
-    if let Some(name) = &hb.server_assignor
-        && !settings.assignors.iter().any(|a| a.name() == name)
-    {
-        return Err(refuse(ResponseError::UnsupportedAssignor, format!("assignor {name} is not supported")));
-    }
-    if let Some(pattern) = hb.subscribed_topic_regex.as_deref().filter(|r| !r.is_empty()) {
-        if pattern.len() > MAX_REGEX_BYTES {
-            return Err(refuse(
-                ResponseError::InvalidRegularExpression,
-                format!("the regular expression is longer than {MAX_REGEX_BYTES} bytes"),
-            ));
-        }
-        if let Err(e) = compile(pattern) {
-            return Err(refuse(ResponseError::InvalidRegularExpression, e.to_string()));
-        }
-    }
-    Ok(())
 }

@@ -4,6 +4,7 @@ use kafka_protocol::ResponseError;
 use proptest::prelude::*;
 use uuid::Uuid;
 
+use super::validate::{MAX_ID_BYTES, MAX_REGEX_BYTES};
 use super::*;
 
 /// Topics for the tests: name to (id, partitions), with a version bumped on every change.

@@ -101,15 +101,15 @@ impl Coordinator {
         });
         let not_coordinator = Refusal { error: ResponseError::NotCoordinator, message: String::new() };
         let (answer, records) = decided.unwrap_or(Err(not_coordinator.clone()))?;
+        // Taken with no await since the decision: where the partition's writes stood when it was made.
+        let mark = self.writes.mark(partition);
         if records.is_empty() {
             // Nothing of its own to write, but it may reflect others' changes still being written.
-            let mark = self.writes.mark(partition);
             return match self.writes.settled(mark).await {
                 Ok(()) => Ok(answer),
                 Err(error) => Err(Refusal { error, message: String::new() }),
             };
         }
-        let mark = self.writes.mark(partition);
         match self.write(partition, epoch, &records).await {
             // Decided on state that a failed earlier write may have left out of the log.
             Ok(_) if self.writes.dropped_since(mark) => Err(not_coordinator),

@@ -2,7 +2,8 @@
 //! that has no records of its own may still reflect changes whose records are not yet written (another
 //! member's join, a timer's removal): it waits until every write sent before it has been answered, and
 //! is refused NOT_COORDINATOR if the partition's groups were dropped meanwhile (a write failed and they
-//! are read again, or leadership moved), so no client acts on a state the log does not have. Kafka's coordinator holds such answers the same way.
+//! are read again, or leadership moved), so no client acts on a state the log does not have. Kafka's
+//! coordinator holds such answers the same way.
 
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
@@ -86,15 +87,12 @@ impl Writes {
     pub(super) async fn settled(&self, mark: Mark) -> Result<(), ResponseError> {
         loop {
             let listener = self.answered.listen();
-            let (pending, drops) = {
-                let partitions = self.partitions.borrow();
-                let p = partitions.get(&mark.partition).expect("marked partitions are kept");
-                (p.in_flight.first().is_some_and(|first| *first <= mark.last_sent), p.drops)
-            };
-            if drops != mark.drops {
+            if self.dropped_since(mark) {
                 return Err(ResponseError::NotCoordinator);
             }
-            if !pending {
+            let first_in_flight =
+                self.partitions.borrow().get(&mark.partition).and_then(|p| p.in_flight.first().copied());
+            if first_in_flight.is_none_or(|first| first > mark.last_sent) {
                 return Ok(());
             }
             listener.await;

@@ -12,20 +12,25 @@ pub enum Choice {
     /// A live replica outside the ISR, allowed only by `unclean.leader.election.enable`: records committed
     /// while it was out of sync may be lost.
     Unclean(NodeId),
+    /// The last ISR member, live but offline (its log is damaged): nobody else may lead, so it does, to
+    /// serve what is intact below the damage, taking no writes until it is repaired.
+    ReadOnly(NodeId),
     /// Nobody may lead: the partition stays offline until an ISR member comes back.
     None,
 }
 
-/// Picks a leader: the first replica (in assignment order) that is live and in the ISR; failing that,
-/// when `unclean` is allowed, the first live replica (one being added by a reassignment last); otherwise
-/// none. `excluded` (a broker going away) is never chosen.
+/// Picks a leader: the first replica (in assignment order) that is live, online and in the ISR; failing
+/// that, when `unclean` is allowed, the first live online replica (one being added by a reassignment
+/// last); failing that, the ISR's last member if it is live but offline, to lead read-only; otherwise
+/// none. `excluded` (a broker going away) is never chosen, and an offline replica (a damaged log) only
+/// read-only.
 pub fn choose_leader(
     partition: &PartitionRecord,
     is_live: impl Fn(NodeId) -> bool,
     unclean: bool,
     excluded: Option<NodeId>,
 ) -> Choice {
-    let eligible = |id: &&NodeId| is_live(**id) && Some(**id) != excluded;
+    let eligible = |id: &&NodeId| is_live(**id) && Some(**id) != excluded && !partition.offline_replicas.contains(*id);
     if let Some(&id) = partition.replicas.iter().filter(|id| partition.isr.contains(id)).find(eligible) {
         return Choice::Clean(id);
     }
@@ -36,7 +41,12 @@ pub fn choose_leader(
     if unclean && let Some(&id) = original.into_iter().chain(adding).find(eligible) {
         return Choice::Unclean(id);
     }
-    Choice::None
+    match partition.isr.as_slice() {
+        [last] if partition.offline_replicas.contains(last) && is_live(*last) && Some(*last) != excluded => {
+            Choice::ReadOnly(*last)
+        }
+        _ => Choice::None,
+    }
 }
 
 /// Replica lists for `count` new partitions with `replication_factor` replicas over `brokers` (sorted,
@@ -85,6 +95,7 @@ mod tests {
             partition_epoch: PartitionEpoch(7),
             adding_replicas: Vec::new(),
             removing_replicas: Vec::new(),
+            offline_replicas: Vec::new(),
         }
     }
 

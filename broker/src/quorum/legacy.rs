@@ -1,6 +1,7 @@
 //! The layouts of [`ClusterState`] that older snapshot files hold, read at start and rewritten in today's
 //! layout with the next snapshot. Each older layout converts to today's without losing anything: what
-//! it lacks starts at its default (no producer ids handed out, no reassignment in progress).
+//! it lacks starts at its default (no producer ids handed out, no reassignment in progress, no replica
+//! offline).
 
 use std::collections::BTreeMap;
 
@@ -10,10 +11,11 @@ use uuid::Uuid;
 
 use super::state::{BrokerRecord, ClusterState, NodeId, PartitionEpoch, PartitionRecord, TopicRecord};
 
-/// Snapshot frame kinds: before producer ids, before reassignments, today's.
+/// Snapshot frame kinds: before producer ids, before reassignments, before offline replicas, today's.
 pub const RECORD_SNAPSHOT_V0: u16 = 5;
 pub const RECORD_SNAPSHOT_V1: u16 = 6;
-pub const RECORD_SNAPSHOT: u16 = 7;
+pub const RECORD_SNAPSHOT_V2: u16 = 7;
+pub const RECORD_SNAPSHOT: u16 = 8;
 
 /// A partition's record before reassignments.
 #[derive(Debug, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
@@ -47,6 +49,52 @@ pub struct ClusterStateV1 {
     pub next_producer_id: i64,
 }
 
+/// A partition's record before offline replicas.
+#[derive(Debug, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub struct PartitionRecordV2 {
+    pub replicas: Vec<NodeId>,
+    pub isr: Vec<NodeId>,
+    pub leader: Option<NodeId>,
+    pub leader_epoch: LeaderEpoch,
+    pub partition_epoch: PartitionEpoch,
+    pub adding_replicas: Vec<NodeId>,
+    pub removing_replicas: Vec<NodeId>,
+}
+
+#[derive(Debug, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub struct TopicRecordV2 {
+    pub id: Uuid,
+    pub configs: BTreeMap<String, String>,
+    pub partitions: Vec<PartitionRecordV2>,
+}
+
+/// Snapshot kind [`RECORD_SNAPSHOT_V2`].
+#[derive(Debug, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub struct ClusterStateV2 {
+    pub brokers: BTreeMap<NodeId, BrokerRecord>,
+    pub topics: BTreeMap<String, TopicRecordV2>,
+    pub next_producer_id: i64,
+}
+
+fn topics_v2(old: BTreeMap<String, TopicRecordV2>) -> BTreeMap<String, TopicRecord> {
+    old.into_iter()
+        .map(|(name, t)| {
+            let partitions = t
+                .partitions
+                .into_iter()
+                .map(|p| PartitionRecord {
+                    leader_epoch: p.leader_epoch,
+                    partition_epoch: p.partition_epoch,
+                    adding_replicas: p.adding_replicas,
+                    removing_replicas: p.removing_replicas,
+                    ..PartitionRecord::new(p.replicas, p.isr, p.leader)
+                })
+                .collect();
+            (name, TopicRecord { id: t.id, configs: t.configs, partitions })
+        })
+        .collect()
+}
+
 fn topics(old: BTreeMap<String, TopicRecordV0>) -> BTreeMap<String, TopicRecord> {
     old.into_iter()
         .map(|(name, t)| {
@@ -68,6 +116,14 @@ fn topics(old: BTreeMap<String, TopicRecordV0>) -> BTreeMap<String, TopicRecord>
 pub fn decode_state(kind: u16, bytes: &[u8]) -> Result<ClusterState, String> {
     match kind {
         RECORD_SNAPSHOT => decode_message::<ClusterState>(bytes).map_err(|e| e.to_string()),
+        RECORD_SNAPSHOT_V2 => {
+            let old: ClusterStateV2 = decode_message(bytes).map_err(|e| e.to_string())?;
+            Ok(ClusterState {
+                brokers: old.brokers,
+                topics: topics_v2(old.topics),
+                next_producer_id: old.next_producer_id,
+            })
+        }
         RECORD_SNAPSHOT_V1 => {
             let old: ClusterStateV1 = decode_message(bytes).map_err(|e| e.to_string())?;
             Ok(ClusterState {

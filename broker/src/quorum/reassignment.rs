@@ -40,11 +40,13 @@ impl ClusterState {
                 "it would leave the partition without an in-sync replica".to_string(),
             ));
         }
+        let offline_replicas = p.offline_replicas.iter().copied().filter(|id| replicas.contains(id)).collect();
         let mut next = PartitionRecord {
             replicas,
             isr,
             adding_replicas: adding,
             removing_replicas: removing,
+            offline_replicas,
             partition_epoch: PartitionEpoch(p.partition_epoch.0 + 1),
             ..p.clone()
         };
@@ -52,7 +54,7 @@ impl ClusterState {
             // The leader was a replica being added, and the cancel (or new target) drops it.
             match election::choose_leader(&next, |id| live.contains(&id), false, None) {
                 Choice::Clean(leader) => set_leader(&mut next, Some(leader)),
-                Choice::Unclean(_) | Choice::None => {
+                Choice::Unclean(_) | Choice::ReadOnly(_) | Choice::None => {
                     set_leader(&mut next, None);
                     events.push(Event::Offline { topic: topic.to_string(), partition });
                 }
@@ -92,6 +94,7 @@ pub(super) fn complete_reassignment(
     }
     let mut next = PartitionRecord {
         isr: p.isr.iter().copied().filter(|id| target.contains(id)).collect(),
+        offline_replicas: p.offline_replicas.iter().copied().filter(|id| target.contains(id)).collect(),
         replicas: target,
         adding_replicas: Vec::new(),
         removing_replicas: Vec::new(),
@@ -102,7 +105,7 @@ pub(super) fn complete_reassignment(
         Some(leader) if next.replicas.contains(&leader) => {}
         _ => match election::choose_leader(&next, |id| live.contains(&id), false, None) {
             Choice::Clean(leader) => set_leader(&mut next, Some(leader)),
-            Choice::Unclean(_) | Choice::None => return,
+            Choice::Unclean(_) | Choice::ReadOnly(_) | Choice::None => return,
         },
     }
     events.push(Event::ReassignmentCompleted {

@@ -109,6 +109,11 @@ pub struct PartitionRecord {
     /// `replicas`).
     #[serde(default)]
     pub removing_replicas: Vec<NodeId>,
+    /// Replicas whose brokers reported their logs offline (damaged; members of `replicas`): they never
+    /// lead and never join the ISR, and one leaves the ISR when reported unless it is the last member,
+    /// until its broker reports the log back (rebuilt or repaired). Kafka's offline replicas.
+    #[serde(default)]
+    pub offline_replicas: Vec<NodeId>,
 }
 
 impl PartitionRecord {
@@ -122,6 +127,7 @@ impl PartitionRecord {
             partition_epoch: PartitionEpoch(0),
             adding_replicas: Vec::new(),
             removing_replicas: Vec::new(),
+            offline_replicas: Vec::new(),
         }
     }
 
@@ -263,6 +269,18 @@ pub enum Command {
         partition: u32,
         target: Option<Vec<NodeId>>,
     },
+    /// A broker reports its replica of a partition offline (`offline`: its log is damaged) or back
+    /// (rebuilt or repaired). Offline, the replica leaves the ISR and its leadership moves to an eligible
+    /// replica at a new epoch; as the ISR's last member it stays, and leads read-only if nobody else may
+    /// (see [`election::Choice::ReadOnly`]). Back, it may lead or join the ISR again as the rules allow.
+    /// Reporting what the state already says changes nothing.
+    SetReplicaOffline {
+        id: NodeId,
+        incarnation: u64,
+        topic: String,
+        partition: u32,
+        offline: bool,
+    },
 }
 
 /// Why a command was refused. Each maps to the Kafka error code a client or broker understands.
@@ -317,6 +335,8 @@ pub enum CommandError {
     EligibleLeadersNotAvailable,
     #[error("no reassignment of this partition is in progress")]
     NoReassignmentInProgress,
+    #[error("broker {id} holds no replica of partition {partition} of topic {topic:?}")]
+    NotAReplica { id: NodeId, topic: String, partition: u32 },
 }
 
 impl CommandError {
@@ -338,6 +358,7 @@ impl CommandError {
             CommandError::ElectionNotNeeded => 84,
             CommandError::EligibleLeadersNotAvailable => 83,
             CommandError::NoReassignmentInProgress => 85,
+            CommandError::NotAReplica { .. } => 9,
             // UNKNOWN_SERVER_ERROR: a block of ids cannot be had (an empty block, or the id space is used up).
             CommandError::ProducerIdsExhausted(_) => -1,
         }
@@ -515,6 +536,9 @@ impl ClusterState {
                 if joining_fenced {
                     return invalid("a fenced broker cannot join the ISR");
                 }
+                if isr.iter().any(|id| !p.isr.contains(id) && p.offline_replicas.contains(id)) {
+                    return invalid("an offline replica cannot join the ISR");
+                }
                 p.isr = isr.clone();
                 p.partition_epoch.0 += 1;
                 complete_reassignment(topic, *partition, p, &live, &mut events);
@@ -535,7 +559,8 @@ impl ClusterState {
                 if p.leader == Some(preferred) {
                     return Err(CommandError::ElectionNotNeeded);
                 }
-                if !live.contains(&preferred) || !p.isr.contains(&preferred) {
+                if !live.contains(&preferred) || !p.isr.contains(&preferred) || p.offline_replicas.contains(&preferred)
+                {
                     return Err(CommandError::PreferredLeaderNotAvailable);
                 }
                 set_leader(p, Some(preferred));
@@ -543,7 +568,9 @@ impl ClusterState {
             Command::ElectUncleanLeader { topic, partition } => {
                 let live = self.live();
                 let p = self.partition_mut(topic, *partition)?;
-                if p.leader.is_some() {
+                // A leader whose log is offline serves only reads: an unclean election may replace it.
+                let read_only = p.leader.is_some_and(|l| p.offline_replicas.contains(&l));
+                if p.leader.is_some() && !read_only {
                     return Err(CommandError::ElectionNotNeeded);
                 }
                 match election::choose_leader(p, |id| live.contains(&id), true, None) {
@@ -553,7 +580,8 @@ impl ClusterState {
                         set_leader(p, Some(leader));
                         events.push(Event::UncleanElection { topic: topic.clone(), partition: *partition, leader });
                     }
-                    Choice::None => return Err(CommandError::EligibleLeadersNotAvailable),
+                    Choice::ReadOnly(leader) if p.leader != Some(leader) => set_leader(p, Some(leader)),
+                    Choice::ReadOnly(_) | Choice::None => return Err(CommandError::EligibleLeadersNotAvailable),
                 }
                 let live = self.live();
                 let p = self.partition_mut(topic, *partition)?;
@@ -561,6 +589,10 @@ impl ClusterState {
             }
             Command::AlterReassignment { topic, partition, target } => {
                 self.alter_reassignment(topic, *partition, target.as_deref(), &mut events)?;
+            }
+            Command::SetReplicaOffline { id, incarnation, topic, partition, offline } => {
+                self.registered(*id, *incarnation)?;
+                self.set_replica_offline(*id, topic, *partition, *offline, &mut events)?;
             }
         }
         Ok(events)
@@ -585,7 +617,7 @@ impl ClusterState {
                 entry.total += 1;
                 if p.leader != Some(first) {
                     entry.missed += 1;
-                    if p.isr.contains(&first) {
+                    if p.isr.contains(&first) && !p.offline_replicas.contains(&first) {
                         entry
                             .movable
                             .push(Command::ElectPreferredLeader { topic: name.clone(), partition: index as u32 });
@@ -716,6 +748,50 @@ impl ClusterState {
         }
     }
 
+    /// Marks `id`'s replica of a partition offline or back (see [`Command::SetReplicaOffline`]).
+    fn set_replica_offline(
+        &mut self,
+        id: NodeId,
+        topic: &str,
+        partition: u32,
+        offline: bool,
+        events: &mut Vec<Event>,
+    ) -> Result<(), CommandError> {
+        let live = self.live();
+        let unclean = self.topics.get(topic).is_some_and(TopicRecord::unclean_election);
+        let p = self.partition_mut(topic, partition)?;
+        if !p.replicas.contains(&id) {
+            return Err(CommandError::NotAReplica { id, topic: topic.to_string(), partition });
+        }
+        if p.offline_replicas.contains(&id) == offline {
+            return Ok(());
+        }
+        if offline {
+            p.offline_replicas.push(id);
+            p.partition_epoch.0 += 1;
+            if p.leader == Some(id) {
+                match election::choose_leader(p, |r| live.contains(&r), unclean, None) {
+                    // The last ISR member keeps leading, read-only: what is intact below the damage stays
+                    // readable, and nothing committed is given up.
+                    Choice::ReadOnly(_) => {}
+                    // Another replica leads, at a new epoch.
+                    _ => elect(topic, partition, p, &live, unclean, events),
+                }
+            } else if p.isr.contains(&id) && p.isr.len() > 1 {
+                p.isr.retain(|r| *r != id);
+            }
+        } else {
+            p.offline_replicas.retain(|r| *r != id);
+            p.partition_epoch.0 += 1;
+            if p.leader.is_none()
+                && !matches!(election::choose_leader(p, |r| live.contains(&r), unclean, None), Choice::None)
+            {
+                elect(topic, partition, p, &live, unclean, events);
+            }
+        }
+        Ok(())
+    }
+
     /// Gives a leader to every partition without one where the rules allow it, and completes the
     /// reassignments that waited for a live target replica to lead.
     fn elect_leaderless(&mut self, events: &mut Vec<Event>) {
@@ -769,6 +845,11 @@ fn elect(
             p.isr = vec![leader];
             set_leader(p, Some(leader));
             events.push(Event::UncleanElection { topic: topic.to_string(), partition: index, leader });
+        }
+        Choice::ReadOnly(leader) => {
+            if outgoing != Some(leader) {
+                set_leader(p, Some(leader));
+            }
         }
         Choice::None => {
             if outgoing.is_some() {

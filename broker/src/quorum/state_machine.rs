@@ -340,6 +340,38 @@ mod tests {
     }
 
     #[test]
+    fn a_snapshot_file_from_before_offline_replicas_opens_with_every_replica_online() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut topic = old_topic();
+        let p = topic.partitions.remove(0);
+        let old = legacy::ClusterStateV2 {
+            brokers: [(NodeId(1), broker())].into(),
+            topics: [(
+                "t".to_string(),
+                legacy::TopicRecordV2 {
+                    id: topic.id,
+                    configs: topic.configs,
+                    partitions: vec![legacy::PartitionRecordV2 {
+                        replicas: p.replicas,
+                        isr: p.isr,
+                        leader: p.leader,
+                        leader_epoch: p.leader_epoch,
+                        partition_epoch: p.partition_epoch,
+                        adding_replicas: Vec::new(),
+                        removing_replicas: Vec::new(),
+                    }],
+                },
+            )]
+            .into(),
+            next_producer_id: 4000,
+        };
+        write_snapshot(dir.path(), legacy::RECORD_SNAPSHOT_V2, encode_message(&old));
+        let state = open_and_check(dir.path());
+        assert_eq!(state.next_producer_id, 4000);
+        assert!(state.topics["t"].partitions[0].offline_replicas.is_empty());
+    }
+
+    #[test]
     fn a_snapshot_of_an_unknown_kind_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         write_snapshot(dir.path(), 99, encode_message(&ClusterState::default()));

@@ -101,7 +101,9 @@ impl Leader {
         self.partition_epoch = record.partition_epoch;
         self.replicas = record.replicas.clone();
         self.isr = record.isr.clone();
-        let followers = self.replicas.iter().copied().filter(|id| *id != self.me);
+        // A replica whose log is offline fetches nothing and may not join the ISR until it is back.
+        let followers =
+            self.replicas.iter().copied().filter(|id| *id != self.me && !record.offline_replicas.contains(id));
         let mut kept = BTreeMap::new();
         for id in followers {
             // A follower starts counted as caught up now: it gets a full lag time to show it is.

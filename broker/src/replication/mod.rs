@@ -472,6 +472,7 @@ mod tests {
             partition_epoch: PartitionEpoch(partition_epoch),
             adding_replicas: Vec::new(),
             removing_replicas: Vec::new(),
+            offline_replicas: Vec::new(),
         }
     }
 

@@ -503,6 +503,7 @@ mod tests {
             partition_epoch: PartitionEpoch(4),
             adding_replicas: Vec::new(),
             removing_replicas: Vec::new(),
+            offline_replicas: Vec::new(),
         };
         let topic_id = uuid::Uuid::from_u128(7);
         let progress = Arc::new(event_listener::Event::new());
@@ -557,6 +558,7 @@ mod tests {
             partition_epoch: PartitionEpoch(0),
             adding_replicas: Vec::new(),
             removing_replicas: Vec::new(),
+            offline_replicas: Vec::new(),
         };
         let leader = ShardReplicas::new(NodeId(1), 30_000, || true, Arc::default());
         leader.apply_record(&tp, uuid::Uuid::from_u128(1), &record, 1, &log);

@@ -527,7 +527,16 @@ fn command() -> impl Strategy<Value = Command> {
         3 => (name, 0u32..2, prop::option::of(prop::collection::vec(1u32..=5, 0..4))).prop_map(|(n, p, target)| {
             Command::AlterReassignment { topic: n.into(), partition: p, target: target.map(|t| ids(&t)) }
         }),
-        1 => (id, 0u32..3).prop_map(|(i, count)| Command::AllocateProducerIds { broker: NodeId(i), count }),
+        1 => (id.clone(), 0u32..3).prop_map(|(i, count)| Command::AllocateProducerIds { broker: NodeId(i), count }),
+        2 => (id, 0u64..3, prop::sample::select(vec!["a", "b", "c"]), 0u32..4, any::<bool>()).prop_map(
+            |(i, inc, n, p, offline)| Command::SetReplicaOffline {
+                id: NodeId(i),
+                incarnation: inc,
+                topic: n.into(),
+                partition: p,
+                offline,
+            }
+        ),
     ]
 }
 
@@ -579,7 +588,16 @@ proptest! {
                     if let Some(leader) = p.leader {
                         prop_assert!(p.isr.contains(&leader), "{}-{}: leader {} not in ISR {:?}", name, i, leader, p.isr);
                         prop_assert!(live.contains(&leader), "{}-{}: fenced leader {}", name, i, leader);
+                        // An offline replica leads (read-only) only as the ISR's last member.
+                        prop_assert!(!p.offline_replicas.contains(&leader) || p.isr == vec![leader],
+                            "{}-{}: offline leader {} with ISR {:?}", name, i, leader, p.isr);
                     }
+                    // An offline replica is a replica, listed once, and in the ISR only as its last member.
+                    prop_assert!(p.offline_replicas.iter().all(|r| p.replicas.contains(r)), "{}-{}: offline outside replicas", name, i);
+                    prop_assert!(p.offline_replicas.iter().collect::<std::collections::BTreeSet<_>>().len() == p.offline_replicas.len(),
+                        "{}-{}: an offline replica twice", name, i);
+                    prop_assert!(p.offline_replicas.iter().all(|r| !p.isr.contains(r) || p.isr.len() == 1),
+                        "{}-{}: offline {:?} in ISR {:?}", name, i, p.offline_replicas, p.isr);
                     // A new leader was in sync (before, or by this very ISR change), unless the election
                     // was unclean and said so.
                     let was = before.topics.get(name).filter(|t| t.id == topic.id).and_then(|t| t.partitions.get(i));
@@ -685,4 +703,114 @@ fn an_unclean_election_asked_for_takes_a_live_out_of_sync_replica_only_when_noth
     // Nobody live: ELIGIBLE_LEADERS_NOT_AVAILABLE.
     state.apply(&fence_now(&state, follower.0, fi)).unwrap();
     assert_eq!(refused(&mut state, elect()).kafka_code(), 83);
+}
+
+/// Broker `id`'s report of its replica of `topic`-0 (registered with incarnation `id`, as [`cluster`] does).
+fn report(id: u32, topic: &str, offline: bool) -> Command {
+    Command::SetReplicaOffline { id: NodeId(id), incarnation: id as u64, topic: topic.into(), partition: 0, offline }
+}
+
+#[test]
+fn an_offline_replica_loses_its_leadership_and_isr_place_and_leads_again_only_once_reported_back() {
+    let mut state = cluster(3);
+    state.apply(&create_assigned("d", &[&[1, 2, 3]])).unwrap();
+    let before = state.topics["d"].partitions[0].clone();
+
+    // The leader's log is damaged: an in-sync replica leads at a new epoch, and the damaged one leaves the ISR.
+    let events = state.apply(&report(1, "d", true)).unwrap();
+    assert!(events.is_empty(), "a clean election: {events:?}");
+    let p = state.topics["d"].partitions[0].clone();
+    assert_eq!((p.leader, p.isr.clone(), p.offline_replicas.clone()), (Some(NodeId(2)), ids(&[2, 3]), ids(&[1])));
+    assert!(p.leader_epoch > before.leader_epoch && p.partition_epoch > before.partition_epoch);
+    // Reported again: nothing changes.
+    state.apply(&report(1, "d", true)).unwrap();
+    assert_eq!(state.topics["d"].partitions[0], p);
+
+    // Never the preferred leader, never back in the ISR, never chosen while it is offline.
+    let preferred = Command::ElectPreferredLeader { topic: "d".into(), partition: 0 };
+    assert_eq!(refused(&mut state, preferred.clone()).kafka_code(), 80, "PREFERRED_LEADER_NOT_AVAILABLE");
+    assert!(state.preferred_elections(0).is_empty(), "auto rebalance leaves it alone");
+    let rejoin = |p: &shardlog_broker::quorum::state::PartitionRecord| Command::AlterPartition {
+        topic: "d".into(),
+        partition: 0,
+        leader: p.leader.unwrap(),
+        leader_epoch: p.leader_epoch,
+        partition_epoch: p.partition_epoch,
+        isr: ids(&[2, 3, 1]),
+    };
+    assert_eq!(refused(&mut state, rejoin(&p)).kafka_code(), 107, "INELIGIBLE_REPLICA: offline");
+    state.apply(&fence_now(&state, 2, 2)).unwrap();
+    assert_eq!(state.topics["d"].partitions[0].leader, Some(NodeId(3)), "3, not the offline 1");
+
+    // Rebuilt, it is reported back; it joins the ISR through the leader, and may then lead again.
+    state.apply(&report(1, "d", false)).unwrap();
+    let p = state.topics["d"].partitions[0].clone();
+    assert!(p.offline_replicas.is_empty());
+    assert_eq!((p.leader, p.isr.clone()), (Some(NodeId(3)), ids(&[3])), "back is not in sync");
+    let alter = Command::AlterPartition {
+        topic: "d".into(),
+        partition: 0,
+        leader: NodeId(3),
+        leader_epoch: p.leader_epoch,
+        partition_epoch: p.partition_epoch,
+        isr: ids(&[3, 1]),
+    };
+    state.apply(&alter).unwrap();
+    state.apply(&preferred).unwrap();
+    assert_eq!(state.topics["d"].partitions[0].leader, Some(NodeId(1)));
+}
+
+#[test]
+fn an_offline_last_isr_member_leads_read_only_until_repaired_or_replaced_by_an_unclean_election() {
+    let mut state = cluster(2);
+    state.apply(&create_assigned("d", &[&[1, 2]])).unwrap();
+    let p = state.topics["d"].partitions[0].clone();
+    let shrink = Command::AlterPartition {
+        topic: "d".into(),
+        partition: 0,
+        leader: NodeId(1),
+        leader_epoch: p.leader_epoch,
+        partition_epoch: p.partition_epoch,
+        isr: ids(&[1]),
+    };
+    state.apply(&shrink).unwrap();
+    let events = state.apply(&report(1, "d", true)).unwrap();
+    assert!(events.is_empty(), "{events:?}");
+    let p = state.topics["d"].partitions[0].clone();
+    assert_eq!(
+        (p.leader, p.isr.clone(), p.offline_replicas.clone()),
+        (Some(NodeId(1)), ids(&[1]), ids(&[1])),
+        "nobody else may lead: it stays, read-only, and the ISR keeps it (nothing committed is given up)"
+    );
+    // Its broker restarts: fenced, the partition has no leader; registered again, it leads read-only again.
+    state.apply(&fence_now(&state, 1, 1)).unwrap();
+    assert_eq!(state.topics["d"].partitions[0].leader, None);
+    state.apply(&register(1, 1, 5)).unwrap();
+    let q = state.topics["d"].partitions[0].clone();
+    assert_eq!(q.leader, Some(NodeId(1)));
+    assert!(q.leader_epoch > p.leader_epoch);
+
+    // Repaired (`shardlog repair`), the replica is reported back and takes writes again: same leader.
+    state.apply(&report(1, "d", false)).unwrap();
+    let r = state.topics["d"].partitions[0].clone();
+    assert_eq!((r.leader, r.leader_epoch, r.offline_replicas.clone()), (Some(NodeId(1)), q.leader_epoch, vec![]));
+
+    // Damaged again; this time an unclean election hands the partition to the out-of-sync replica.
+    state.apply(&report(1, "d", true)).unwrap();
+    let events = state.apply(&Command::ElectUncleanLeader { topic: "d".into(), partition: 0 }).unwrap();
+    assert!(matches!(events.as_slice(), [Event::UncleanElection { leader: NodeId(2), .. }]), "{events:?}");
+    let p = &state.topics["d"].partitions[0];
+    assert_eq!((p.leader, p.isr.clone()), (Some(NodeId(2)), ids(&[2])));
+
+    // Only a replica's own broker, at its own incarnation, reports it.
+    let stranger =
+        Command::SetReplicaOffline { id: NodeId(3), incarnation: 3, topic: "d".into(), partition: 0, offline: true };
+    assert_eq!(refused(&mut state, stranger).kafka_code(), 102, "BROKER_ID_NOT_REGISTERED");
+    let stale =
+        Command::SetReplicaOffline { id: NodeId(2), incarnation: 9, topic: "d".into(), partition: 0, offline: true };
+    assert_eq!(refused(&mut state, stale).kafka_code(), 77, "STALE_BROKER_EPOCH");
+    state.apply(&register(3, 3, 5)).unwrap();
+    let not_a_replica =
+        Command::SetReplicaOffline { id: NodeId(3), incarnation: 3, topic: "d".into(), partition: 0, offline: true };
+    assert_eq!(refused(&mut state, not_a_replica).kafka_code(), 9, "REPLICA_NOT_AVAILABLE");
 }

@@ -6,6 +6,7 @@
 //! | `log-start-offset-checkpoint`      | per partition, the log start offset (retention, DeleteRecords) |
 //! | `replication-offset-checkpoint`    | per partition, the high watermark                         |
 //! | `.shardlog-clean-shutdown`         | present only between a clean close and the next open      |
+//! | `log-dir-offline`                  | present while the whole dir is offline (a failing disk)    |
 //!
 //! Checkpoints are replaced whole and atomically. The marker is removed (durably) when the directory is
 //! opened, so a crash at any later moment makes the next open scan past each log's recovery point.
@@ -24,7 +25,7 @@ use crate::fatal;
 use crate::fs::Fs;
 use crate::fs::open_files::{DEFAULT_MAX_OPEN_FILES, OpenFiles};
 use crate::log::maintenance::{DELETED_SUFFIX, remove_dir_contents};
-use crate::log::{DAMAGED_FILE, LogConfig, OpenHints, OpenReport, PartitionLog, Recovery, take_offline};
+use crate::log::{DAMAGED_FILE, LogConfig, OnDamage, OpenHints, OpenReport, PartitionLog, Recovery, take_offline};
 use crate::producer_state::ProducerBudget;
 use crate::types::{Clock, Offset, TopicPartition};
 
@@ -32,6 +33,10 @@ pub const RECOVERY_POINT_FILE: &str = "recovery-point-offset-checkpoint";
 pub const LOG_START_FILE: &str = "log-start-offset-checkpoint";
 pub const HIGH_WATERMARK_FILE: &str = "replication-offset-checkpoint";
 pub const CLEAN_SHUTDOWN_FILE: &str = ".shardlog-clean-shutdown";
+/// Present while the whole data dir is offline (its disk looks failing: damage found again soon after a
+/// replica was rebuilt); holds why. No log is opened or created while it is there; an operator removes
+/// it (after replacing the disk) to bring the dir back.
+pub const LOG_DIR_OFFLINE_FILE: &str = "log-dir-offline";
 
 /// Logs closed, or whose index files are written, at once ([`LogDir::close`], [`LogDir::checkpoint`]).
 pub const LOGS_IN_FLIGHT: usize = 64;
@@ -48,6 +53,12 @@ pub struct LogDir<F: Fs> {
     logs: RefCell<BTreeMap<TopicPartition, Rc<PartitionLog<F>>>>,
     /// Partitions whose logs are damaged (found so at open): not served, every file kept.
     offline: RefCell<BTreeMap<TopicPartition, Offline>>,
+    /// Why the whole dir is offline, while it is ([`LOG_DIR_OFFLINE_FILE`]): every partition is then in
+    /// `offline`.
+    dir_offline: RefCell<Option<String>>,
+    /// What the checkpoints said of the logs opened damaged (served read-only up to their damage): written
+    /// back unchanged, for their rebuild or repair.
+    damaged_hints: RefCell<BTreeMap<TopicPartition, OpenHints>>,
     checkpoint_lock: Mutex<()>,
     /// What the checkpoint files hold, as last written (recovery points, log starts, high watermarks):
     /// [`LogDir::checkpoint_if_moved`] writes only the files whose offsets have moved since.
@@ -132,7 +143,15 @@ impl<F: Fs> LogDir<F> {
             .collect();
         let mut logs = BTreeMap::new();
         let mut offline = BTreeMap::new();
+        let mut damaged_hints = BTreeMap::new();
         let mut reports = Vec::new();
+        let dir_offline = durable::read_file(&fs, &path.join(LOG_DIR_OFFLINE_FILE), 64 << 10)
+            .await?
+            .map(|reason| String::from_utf8_lossy(&reason).into_owned());
+        if let Some(reason) = &dir_offline {
+            tracing::error!(dir = %path.display(), %reason, "the data dir is offline: no partition log is opened \
+                until {LOG_DIR_OFFLINE_FILE} is removed (after the disk is replaced)");
+        }
         for name in fs.list_dir(path).map_err(|e| StorageError::io("list", path, e))? {
             let entry = path.join(&name);
             if own_files.contains(&name) && !fs.is_dir(&entry) {
@@ -164,25 +183,41 @@ impl<F: Fs> LogDir<F> {
                 },
                 log_start: log_starts.get(&tp).copied().unwrap_or(Offset::ZERO),
                 high_watermark: hws.get(&tp).copied().unwrap_or(Offset::ZERO),
+                on_damage: OnDamage::KeepReadable,
             };
-            let marker = path.join(&name).join(DAMAGED_FILE);
-            if let Some(found) = durable::read_file(&fs, &marker, 64 << 10).await? {
-                let damage = String::from_utf8_lossy(&found).into_owned();
-                tracing::error!(partition = %tp, %damage, "partition offline: its log was found damaged before (until `shardlog repair`)");
-                offline.insert(tp, Offline { damage, hints });
+            if let Some(reason) = &dir_offline {
+                offline.insert(tp, Offline { damage: reason.clone(), hints });
                 continue;
             }
+            let marker = path.join(&name).join(DAMAGED_FILE);
+            let known =
+                durable::read_file(&fs, &marker, 64 << 10).await?.map(|f| String::from_utf8_lossy(&f).into_owned());
+            if let Some(damage) = &known {
+                tracing::error!(partition = %tp, %damage, "partition offline: its log was found damaged before (until \
+                    `shardlog repair` or its rebuild from a replica); what lies before the damage is still read");
+            }
+            let open_hints =
+                OpenHints { on_damage: if known.is_some() { OnDamage::Known } else { hints.on_damage }, ..hints };
             match PartitionLog::open_with_files(
                 files.clone(),
                 producer_budget.clone(),
                 clock.clone(),
                 &path.join(&name),
                 config_for(&tp),
-                hints,
+                open_hints,
             )
             .await
             {
                 Ok((log, report)) => {
+                    // Damaged: offline, served read-only up to the damage, its checkpoints kept as found.
+                    match (&known, log.damage()) {
+                        (Some(damage), None) => log.keep_offline(damage.clone()),
+                        (None, Some(damage)) => take_offline(&fs, &path.join(&name), &damage).await?,
+                        _ => {}
+                    }
+                    if log.damage().is_some() {
+                        damaged_hints.insert(tp.clone(), hints);
+                    }
                     logs.insert(tp.clone(), Rc::new(log));
                     reports.push((tp, report));
                 }
@@ -210,6 +245,8 @@ impl<F: Fs> LogDir<F> {
             path: path.to_path_buf(),
             logs: RefCell::new(logs),
             offline: RefCell::new(offline),
+            dir_offline: RefCell::new(dir_offline),
+            damaged_hints: RefCell::new(damaged_hints),
             checkpoint_lock: Mutex::new(()),
             written: RefCell::new(Default::default()),
             create_lock: Mutex::new(()),
@@ -265,6 +302,9 @@ impl<F: Fs> LogDir<F> {
         if let Some(offline) = self.offline.borrow().get(tp) {
             return Err(StorageError::Offline(offline.damage.clone()));
         }
+        if let Some(reason) = self.dir_offline() {
+            return Err(StorageError::Offline(reason));
+        }
         // One creation at a time: two opens of one directory would undo each other's files.
         let _creating = self.create_lock.lock().await;
         if let Some(log) = self.get(tp) {
@@ -285,8 +325,132 @@ impl<F: Fs> LogDir<F> {
         Ok(log)
     }
 
+    /// Why the whole dir is offline, if it is (see [`LOG_DIR_OFFLINE_FILE`]).
+    pub fn dir_offline(&self) -> Option<String> {
+        self.dir_offline.borrow().clone()
+    }
+
+    /// Whether [`LOG_DIR_OFFLINE_FILE`] is there (another owner of the dir may have written it since this
+    /// one opened).
+    pub fn dir_offline_marked(&self) -> bool {
+        self.fs.exists(&self.path.join(LOG_DIR_OFFLINE_FILE))
+    }
+
+    /// Takes the whole dir offline for `reason`: the marker is written (durably, if no other owner has
+    /// yet), every log is closed (a damaged one shut, nothing more written to it), and every partition is
+    /// kept offline, now and at every open until the marker is removed.
+    pub async fn take_dir_offline(&self, reason: &str) -> Result<()> {
+        if self.dir_offline.borrow().is_some() {
+            return Ok(());
+        }
+        let marker = self.path.join(LOG_DIR_OFFLINE_FILE);
+        // Another owner of the dir may have taken it offline first: its reason stands.
+        let reason = match durable::read_file(&self.fs, &marker, 64 << 10).await? {
+            Some(found) => String::from_utf8_lossy(&found).into_owned(),
+            None => {
+                durable::replace_file(&self.fs, &marker, reason.as_bytes()).await?;
+                reason.to_string()
+            }
+        };
+        let reason = reason.as_str();
+        *self.dir_offline.borrow_mut() = Some(reason.to_string());
+        let logs = std::mem::take(&mut *self.logs.borrow_mut());
+        for (tp, log) in logs {
+            let hints = self.damaged_hints.borrow_mut().remove(&tp).unwrap_or(OpenHints {
+                recovery: Recovery::FromRecoveryPoint(log.recovery_point()),
+                log_start: log.log_start_offset(),
+                high_watermark: log.high_watermark(),
+                on_damage: OnDamage::KeepReadable,
+            });
+            if log.damage().is_some() {
+                log.shut().await;
+            } else if let Err(e) = log.close().await {
+                tracing::error!(partition = %tp, error = %e, "closing a log of the offline data dir failed");
+                log.shut().await;
+            }
+            self.offline.borrow_mut().insert(tp, Offline { damage: reason.to_string(), hints });
+        }
+        self.checkpoint().await
+    }
+
+    /// Holds a partition offline because the whole dir is (a partition this broker was given while its
+    /// dir is offline); no log is created. False if the dir is not offline.
+    pub fn hold_offline(&self, tp: &TopicPartition) -> bool {
+        let Some(reason) = self.dir_offline() else { return false };
+        self.offline
+            .borrow_mut()
+            .entry(tp.clone())
+            .or_insert_with(|| Offline { damage: reason, hints: OpenHints::default() });
+        true
+    }
+
+    /// Takes a partition whose open log met damage out of service: the log is shut without writing
+    /// anything (its files stay as found, the [`DAMAGED_FILE`] already records the damage) and the
+    /// partition is kept offline as if the damage had been found at open. Returns whether it did.
+    pub async fn shut_damaged(&self, tp: &TopicPartition) -> bool {
+        let Some(log) = self.get(tp) else { return false };
+        let Some(damage) = log.damage() else { return false };
+        let hints = self.damaged_hints.borrow_mut().remove(tp).unwrap_or(OpenHints {
+            recovery: Recovery::FromRecoveryPoint(log.recovery_point()),
+            log_start: log.log_start_offset(),
+            high_watermark: log.high_watermark(),
+            on_damage: OnDamage::KeepReadable,
+        });
+        self.logs.borrow_mut().remove(tp);
+        log.shut().await;
+        self.offline.borrow_mut().insert(tp.clone(), Offline { damage, hints });
+        true
+    }
+
+    /// Opens an offline partition's log again once it is no longer damaged (cut before the damage and its
+    /// [`DAMAGED_FILE`] removed): it is served again. Everything past the recovery point the checkpoints
+    /// recorded for it is validated. Damage found again keeps it offline and is returned.
+    pub async fn reopen(&self, tp: &TopicPartition, config: LogConfig) -> Result<Rc<PartitionLog<F>>> {
+        let _creating = self.create_lock.lock().await;
+        if let Some(log) = self.get(tp) {
+            return Ok(log);
+        }
+        let dir = self.path.join(tp.dir_name());
+        let Some(offline) = self.offline.borrow().get(tp).cloned() else {
+            return Err(StorageError::Closed(dir));
+        };
+        if self.fs.exists(&dir.join(DAMAGED_FILE)) || self.dir_offline().is_some() {
+            return Err(StorageError::Offline(offline.damage));
+        }
+        let recovery = match offline.hints.recovery {
+            // Found offline after a clean close: nothing says how much of it was checked since.
+            Recovery::Clean => Recovery::FromRecoveryPoint(Offset::ZERO),
+            from => from,
+        };
+        let hints = OpenHints { recovery, on_damage: OnDamage::Fail, ..offline.hints };
+        let opened = PartitionLog::open_with_files(
+            self.files.clone(),
+            self.producer_budget.clone(),
+            self.clock.clone(),
+            &dir,
+            config,
+            hints,
+        )
+        .await;
+        match opened {
+            Ok((log, _)) => {
+                let log = Rc::new(log);
+                self.offline.borrow_mut().remove(tp);
+                self.logs.borrow_mut().insert(tp.clone(), log.clone());
+                Ok(log)
+            }
+            Err(damage @ (StorageError::Damaged { .. } | StorageError::CorruptFile { .. })) => {
+                take_offline(&self.fs, &dir, &damage).await?;
+                self.offline.borrow_mut().insert(tp.clone(), Offline { damage: damage.to_string(), hints });
+                Err(damage)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Deletes a partition's log and its directory.
     pub async fn delete(&self, tp: &TopicPartition) -> Result<()> {
+        self.damaged_hints.borrow_mut().remove(tp);
         if self.offline.borrow_mut().remove(tp).is_some() {
             // Its topic is gone: the damaged files go with it, the way a deleted log's do.
             let dir = self.path.join(tp.dir_name());
@@ -308,6 +472,7 @@ impl<F: Fs> LogDir<F> {
     /// Closes a partition's log and keeps its directory under a name the data dir never opens,
     /// `<topic>-<partition>.stray` (`.stray.2`, ... if taken); returns that path.
     pub async fn set_aside(&self, tp: &TopicPartition) -> Result<Option<PathBuf>> {
+        self.damaged_hints.borrow_mut().remove(tp);
         let log = self.logs.borrow_mut().remove(tp);
         let offline = self.offline.borrow_mut().remove(tp);
         if log.is_none() && offline.is_none() {
@@ -364,6 +529,14 @@ impl<F: Fs> LogDir<F> {
         for_each_log(&handles, |log| async move { log.persist_active_index().await.map(|_| ()) }).await?;
         let mut now: [OffsetCheckpoint; 3] = Default::default();
         for (tp, log) in logs {
+            if let Some(hints) = self.damaged_hints.borrow().get(&tp) {
+                if let Recovery::FromRecoveryPoint(rp) = hints.recovery {
+                    now[0].insert(tp.clone(), rp);
+                }
+                now[1].insert(tp.clone(), hints.log_start);
+                now[2].insert(tp, hints.high_watermark);
+                continue;
+            }
             now[0].insert(tp.clone(), log.recovery_point());
             now[1].insert(tp.clone(), log.log_start_offset());
             now[2].insert(tp, log.high_watermark());

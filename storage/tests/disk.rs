@@ -119,8 +119,13 @@ fn flip(path: &Path, at: usize, mask: u8) -> Vec<u8> {
 async fn reopen_offline(dir: &Path) -> String {
     let (logs, _) = LogDir::open(DmaFs, Rc::new(SystemClock), dir, |_| config()).await.expect("reopen");
     let tp = TopicPartition::new(TP, 0);
-    assert!(logs.get(&tp).is_none(), "a damaged partition is not served");
-    assert_eq!(logs.partitions(), vec![tp.clone()], "but still held");
+    // Held read-only: what lies before the damage is read, nothing is appended.
+    let log = logs.get(&tp).expect("a damaged log is held");
+    let below = log.readable_below().expect("damaged");
+    assert!(log.read(below, usize::MAX).await.is_err(), "the damaged batch is not read");
+    let append = log.append(&make_batch(1, 1, 10, 0), LeaderEpoch(9)).await;
+    assert!(matches!(append, Err(shardlog_storage::StorageError::Offline(_))), "{append:?}");
+    assert_eq!(logs.partitions(), vec![tp.clone()], "and still held");
     logs.offline(&tp).expect("offline")
 }
 

@@ -252,6 +252,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     recovery: if clean { Recovery::Clean } else { Recovery::FromRecoveryPoint(log.recovery_point()) },
                     log_start: log.log_start_offset(),
                     high_watermark: Offset::ZERO,
+                    ..OpenHints::default()
                 };
                 if clean {
                     block_on(log.close()).expect("close");

@@ -9,7 +9,7 @@ use std::path::Path;
 use futures_lite::future::block_on;
 use shardlog_storage::fs::Fs;
 use shardlog_storage::fs::sim::SimFs;
-use shardlog_storage::{LeaderEpoch, LogDir, Offset, TopicPartition};
+use shardlog_storage::{LeaderEpoch, LogDir, Offset, StorageError, TopicPartition};
 
 use common::{ManualClock, make_batch, small_config, split_batches};
 
@@ -56,9 +56,19 @@ fn a_trusted_segment_that_ends_short_takes_the_partition_offline_and_keeps_the_l
         .collect();
 
     let dir = open_dir(&fs);
-    assert!(dir.get(&tp).is_none(), "the damaged partition is not served");
     let damage = dir.offline(&tp).expect("offline");
     assert!(damage.contains("00000000000000000000.log") && damage.contains("offset 8"), "{damage}");
+    // Held read-only: the intact batches before the damage are read, the reads that need it refused.
+    let log = dir.get(&tp).expect("held");
+    assert_eq!(log.readable_below(), Some(Offset(8)));
+    let read = block_on(log.read(Offset(0), usize::MAX)).unwrap();
+    let batches = split_batches(&read.bytes);
+    assert_eq!((batches.first().map(|b| b.0), batches.last().map(|b| b.1)), (Some(0), Some(7)), "offsets 0..8");
+    assert_eq!(read.next_offset, Offset(8));
+    assert!(matches!(block_on(log.read(Offset(8), usize::MAX)), Err(StorageError::Offline(_))));
+    assert!(matches!(block_on(log.read(Offset(12), usize::MAX)), Err(StorageError::Offline(_))));
+    let append = block_on(log.append(&make_batch(9, 1, 10, 0), LeaderEpoch(9)));
+    assert!(matches!(append, Err(StorageError::Offline(_))), "{append:?}");
     assert_eq!(fs.contents(first).unwrap(), bytes[..keep], "the short segment is kept as found");
     for (b, contents) in [10, 20, 30].iter().zip(&later) {
         let path = Path::new("/data/t-0").join(format!("{b:020}.log"));
@@ -67,10 +77,14 @@ fn a_trusted_segment_that_ends_short_takes_the_partition_offline_and_keeps_the_l
     // The checkpoints keep what they said of it (for after a repair), and the partition stays offline
     // across opens.
     block_on(dir.checkpoint()).unwrap();
-    drop(dir);
+    block_on(dir.close()).unwrap();
+    drop((log, dir));
+    assert_eq!(fs.contents(first).unwrap(), bytes[..keep], "a close changes nothing of it");
     let dir = open_dir(&fs);
     assert!(dir.offline(&tp).is_some());
-    assert!(block_on(dir.get_or_create(&tp, small_config())).is_err(), "no empty log replaces a damaged one");
+    let again = block_on(dir.get_or_create(&tp, small_config())).unwrap();
+    assert!(again.damage().is_some(), "no empty log replaces a damaged one");
+    assert_eq!(again.readable_below(), Some(Offset(8)), "found again where it was, though the close was clean");
 }
 
 #[test]
@@ -92,9 +106,8 @@ fn a_batch_with_a_wrong_base_offset_in_a_trusted_segment_takes_the_partition_off
     bytes[pos..pos + 8].copy_from_slice(&99i64.to_be_bytes());
     fs.set_contents(first, bytes.clone());
 
-    let (dir, reports) =
+    let (dir, _) =
         block_on(LogDir::open(fs.clone(), ManualClock::new(0), Path::new(DATA), |_| small_config())).unwrap();
-    assert!(reports.is_empty(), "no log opened");
     let damage = dir.offline(&tp).expect("offline");
     // Offsets may skip ahead (compaction's gaps), so the batch is taken at 99, and the segment then runs
     // past the next one's base: damage all the same.

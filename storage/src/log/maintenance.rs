@@ -531,6 +531,16 @@ impl<F: Fs> PartitionLog<F> {
         if self.inner.borrow().closed {
             return Ok(());
         }
+        let damaged_active = {
+            let inner = self.inner.borrow();
+            inner.damaged.as_ref().is_some_and(|d| d.segment == inner.active().base)
+        };
+        if damaged_active {
+            // Sealing would cut the damaged segment to what is readable of it: its files stay as found.
+            self.inner.borrow_mut().closed = true;
+            self.news.bump();
+            return Ok(());
+        }
         let _pause = AppendPause::new(self);
         self.seal_active_locked().await?;
         self.persist_epochs_locked().await?;
@@ -576,6 +586,21 @@ impl<F: Fs> PartitionLog<F> {
 }
 
 impl<F: Fs> PartitionLog<F> {
+    /// Refuses every further operation without writing anything: a log taken out of service for damage
+    /// keeps its files as they were found (unlike [`PartitionLog::close`], which seals them).
+    pub async fn shut(&self) {
+        let _maintenance = self.maintenance.lock().await;
+        let _io = self.io.lock().await;
+        {
+            let mut inner = self.inner.borrow_mut();
+            inner.closed = true;
+            inner.generation += 1;
+        }
+        // Durability waiters and held fetches learn the log is gone.
+        self.progress.notify(usize::MAX);
+        self.news.bump();
+    }
+
     /// Closes the log and renames its directory to `to`, durably, keeping every file: for a log the
     /// broker no longer serves but will not destroy (an operator decides). `to` must not be a name the
     /// data dir would open as a partition.

@@ -51,7 +51,7 @@ use tail::Tail;
 
 pub use compaction::{CleanedSegment, ClosedSegment};
 pub use config::{CompactionConfig, FlushPolicy, LogConfig};
-pub use open::{OpenHints, OpenReport, Recovery};
+pub use open::{OnDamage, OpenHints, OpenReport, Recovery};
 pub use producer_snapshots::{list_snapshots, snapshot_path};
 
 /// Name of the leader-epoch file in a partition directory.
@@ -63,11 +63,15 @@ pub const DAMAGED_FILE: &str = "damaged";
 /// recovery point may still be above it, and recovery must not take the end of what was appended after
 /// the truncation (torn by a crash) for damage to durable data.
 pub const TRUNCATED_TO_FILE: &str = "truncated-to";
+/// The offset ranges `shardlog repair` left unused, a line `<from> <to>` each: the log was cut to end at
+/// `from` and continues at `to`, past every offset it ever held, so that no offset names two records.
+/// Recovery takes that jump between two segments for what it is rather than for a lost segment.
+pub const OFFSET_GAPS_FILE: &str = "offset-gaps";
 
 /// Takes the partition in `dir` offline for `damage` (found at open, or met by a read): one ERROR saying
 /// what to do, and the [`DAMAGED_FILE`] that keeps it offline across restarts (a later crash must not
 /// take the damage for a torn tail and cut it away).
-pub(crate) async fn take_offline<F: Fs>(fs: &F, dir: &Path, damage: &StorageError) -> Result<()> {
+pub(crate) async fn take_offline<F: Fs>(fs: &F, dir: &Path, damage: &impl std::fmt::Display) -> Result<()> {
     tracing::error!(
         dir = %dir.display(),
         error = %damage,
@@ -76,6 +80,17 @@ pub(crate) async fn take_offline<F: Fs>(fs: &F, dir: &Path, damage: &StorageErro
          (what it cuts is moved aside), or restore the partition from a replica"
     );
     durable::replace_file(fs, &dir.join(DAMAGED_FILE), damage.to_string().as_bytes()).await
+}
+
+/// Where a damaged log stops being readable, and why.
+#[derive(Debug, Clone)]
+struct Damage {
+    what: String,
+    /// The offset the damaged batch should start at: reads from it on are refused.
+    readable_below: Offset,
+    /// The damaged segment (by base offset) and the byte position of the damage in it: reads stop there.
+    segment: Offset,
+    position: u64,
 }
 
 /// Offsets assigned to an appended batch.
@@ -235,8 +250,9 @@ struct Inner<F: Fs> {
     /// rather than at the index entry before it (see `read`).
     read_hint: Option<read::ReadHint>,
     closed: bool,
-    /// Set when a read met damage in durable data: the log is offline (appends and reads refused).
-    damaged: Option<String>,
+    /// Set when the log is damaged in durable data (found at open, or met by a read): it is offline, and
+    /// takes no appends; only what lies before the damage is read.
+    damaged: Option<Damage>,
     stats: LogStats,
 }
 
@@ -471,14 +487,32 @@ impl<F: Fs> PartitionLog<F> {
 
     fn check_intact(&self) -> Result<()> {
         match &self.inner.borrow().damaged {
-            Some(damage) => Err(StorageError::Offline(damage.clone())),
+            Some(damage) => Err(StorageError::Offline(damage.what.clone())),
             None => Ok(()),
         }
     }
 
-    /// Why the log is offline, if a read met damage in it.
+    /// Why the log is offline, if it is damaged (found so at open, or met by a read).
     pub fn damage(&self) -> Option<String> {
-        self.inner.borrow().damaged.clone()
+        self.inner.borrow().damaged.as_ref().map(|d| d.what.clone())
+    }
+
+    /// The offset from which a damaged log refuses reads (everything before its damage is still read).
+    pub fn readable_below(&self) -> Option<Offset> {
+        self.inner.borrow().damaged.as_ref().map(|d| d.readable_below)
+    }
+
+    /// Keeps the log offline for `what` (its partition was found damaged before, and no repair has been
+    /// made since), though no damage was met now: appends are refused, every batch is read.
+    pub fn keep_offline(&self, what: String) {
+        let mut inner = self.inner.borrow_mut();
+        if inner.damaged.is_none() {
+            let (readable_below, segment, position) = {
+                let active = inner.active();
+                (active.next_offset, active.base, u64::MAX)
+            };
+            inner.damaged = Some(Damage { what, readable_below, segment, position });
+        }
     }
 
     /// Takes the log offline for damage a read met at `position` of `path` (the batch that should start
@@ -491,13 +525,18 @@ impl<F: Fs> PartitionLog<F> {
         offset: Offset,
         reason: String,
     ) -> StorageError {
+        let segment = path
+            .file_name()
+            .and_then(|name| crate::segment::parse_file_name(&name.to_string_lossy(), crate::segment::LOG_SUFFIX))
+            .unwrap_or(Offset::ZERO);
         let damage = StorageError::Damaged { path, position, offset, reason };
         if self.inner.borrow().damaged.is_none() {
             let _io = self.io.lock().await;
             if let Err(e) = take_offline(&self.fs, &self.dir, &damage).await {
                 tracing::error!(dir = %self.dir.display(), error = %e, "cannot record the damage on disk");
             }
-            self.inner.borrow_mut().damaged = Some(damage.to_string());
+            self.inner.borrow_mut().damaged =
+                Some(Damage { what: damage.to_string(), readable_below: offset, segment, position });
         }
         damage
     }

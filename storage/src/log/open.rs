@@ -62,12 +62,13 @@ pub struct OpenReport {
     pub producer_replayed_bytes: u64,
 }
 
-/// What the data dir's checkpoints say about a log.
+/// What the data dir's checkpoints say about a log, and what to do with damage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OpenHints {
     pub recovery: Recovery,
     pub log_start: Offset,
     pub high_watermark: Offset,
+    pub on_damage: OnDamage,
 }
 
 impl Default for OpenHints {
@@ -76,8 +77,24 @@ impl Default for OpenHints {
             recovery: Recovery::FromRecoveryPoint(Offset::ZERO),
             log_start: Offset::ZERO,
             high_watermark: Offset::ZERO,
+            on_damage: OnDamage::Fail,
         }
     }
+}
+
+/// What an open does with damage (anything a crash cannot explain).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnDamage {
+    /// The open fails with [`StorageError::Damaged`].
+    #[default]
+    Fail,
+    /// The log opens damaged ([`PartitionLog::damage`]): what lies before the damage is read, nothing is
+    /// appended, and nothing is cut, removed or rewritten (but index files rebuilt from a scan).
+    KeepReadable,
+    /// As `KeepReadable`, for a log already known damaged (its [`super::DAMAGED_FILE`] is there): every
+    /// segment is scanned to find the damage again, and since nothing was appended after it, any early
+    /// stop but zero padding at the very end is damage, never a torn tail.
+    Known,
 }
 
 impl<F: Fs> PartitionLog<F> {
@@ -143,9 +160,13 @@ impl<F: Fs> PartitionLog<F> {
             sizes.push(file.size().await.map_err(|e| StorageError::io("stat", &path, e))?);
         }
         let all_empty = sizes.iter().all(|&s| s == 0);
+        let gaps = read_gaps(&fs, dir).await?;
         let mut kept = Vec::with_capacity(bases.len());
         for (i, (&base, &size)) in bases.iter().zip(&sizes).enumerate() {
-            if size == 0 && !(all_empty && i + 1 == bases.len()) {
+            let last = i + 1 == bases.len();
+            // The empty segment a repair made to continue after a gap is the log's end, not a stray.
+            let continues_gap = last && gaps.iter().any(|&(_, to)| to == base);
+            if size == 0 && !(all_empty && last) && !continues_gap {
                 for suffix in [segment::INDEX_SUFFIX, segment::TIME_INDEX_SUFFIX, segment::LOG_SUFFIX] {
                     let path = dir.join(segment::file_name(base, suffix));
                     if fs.exists(&path)
@@ -172,6 +193,9 @@ impl<F: Fs> PartitionLog<F> {
 
         let mut report = OpenReport::default();
         let mut segments: Vec<Segment<F>> = Vec::new();
+        let known_damaged = hints.on_damage == OnDamage::Known;
+        // The damage found, with its segment's base and byte position, when the log opens damaged.
+        let mut found: Option<(StorageError, Offset, u64)> = None;
         let mut epoch_starts: Vec<(LeaderEpoch, Offset)> = Vec::new();
         let now = clock.now_ms();
         let first_scanned = match hints.recovery {
@@ -201,17 +225,25 @@ impl<F: Fs> PartitionLog<F> {
             // The segment holding the recovery point is trusted up to what its index files describe: they
             // hold entries only for synced batches (see `index_files`); the batches after them are validated.
             let trust = match (i.cmp(&first_scanned), next_base) {
+                _ if known_damaged => Trust::Nothing,
                 (std::cmp::Ordering::Less, _) => Trust::Whole,
                 (std::cmp::Ordering::Equal, None) if crashed => Trust::UpToIndex,
                 (std::cmp::Ordering::Equal, Some(_)) => Trust::Whole,
                 _ => Trust::Nothing,
             };
+            // Where this segment must end: where the next begins, or where a repair's gap before it begins.
+            let expected_end = next_base.map(|nb| gaps.iter().find(|&&(_, to)| to == nb).map_or(nb, |&(from, _)| from));
             let loaded =
-                load_segment(&fs, &files, dir, base, next_base, trust, &config, now, &mut epoch_starts, &mut report)
+                load_segment(&fs, &files, dir, base, expected_end, trust, &config, now, &mut epoch_starts, &mut report)
                     .await?;
             let damaged =
-                loaded.size < loaded.file_size || next_base.is_some_and(|nb| loaded.segment.next_offset != nb);
-            if damaged && !torn_write_possible(&loaded, next_base, durable_below) {
+                loaded.size < loaded.file_size || expected_end.is_some_and(|end| loaded.segment.next_offset != end);
+            let torn = if known_damaged {
+                next_base.is_none() && loaded.stop == ScanStop::ZeroPadding
+            } else {
+                torn_write_possible(&loaded, next_base, durable_below)
+            };
+            if damaged && !torn {
                 // Nothing is cut or removed: the data after the damage is intact and may be recovered.
                 let reason = loaded.stop.reason().unwrap_or_else(|| {
                     format!(
@@ -220,12 +252,19 @@ impl<F: Fs> PartitionLog<F> {
                         next_base.expect("a gap needs a next segment")
                     )
                 });
-                return Err(StorageError::Damaged {
+                let damage = StorageError::Damaged {
                     path: loaded.segment.log_path(),
                     position: loaded.size,
                     offset: loaded.segment.next_offset,
                     reason,
-                });
+                };
+                if hints.on_damage == OnDamage::Fail {
+                    return Err(damage);
+                }
+                // Served read-only up to the damage: the segment keeps its bytes, the later ones stay.
+                found = Some((damage, loaded.segment.base, loaded.size));
+                segments.push(loaded.segment);
+                break;
             }
             let mut loaded = loaded;
             if loaded.size < loaded.file_size {
@@ -271,14 +310,19 @@ impl<F: Fs> PartitionLog<F> {
         if let Some(rp) = durable_below
             && log_end < rp
             && rp > hints.log_start
+            && found.is_none()
         {
             let last = segments.last().expect("at least one segment");
-            return Err(StorageError::Damaged {
+            let damage = StorageError::Damaged {
                 path: last.log_path(),
                 position: last.size,
                 offset: log_end,
                 reason: format!("the log ends at offset {log_end}, below its recovery point {rp}"),
-            });
+            };
+            if hints.on_damage == OnDamage::Fail {
+                return Err(damage);
+            }
+            found = Some((damage, last.base, last.size));
         }
         let mut epochs_dirty = epochs.truncate_from_end(log_end);
         for (epoch, start) in epoch_starts {
@@ -314,7 +358,9 @@ impl<F: Fs> PartitionLog<F> {
             .and_then(|b| std::str::from_utf8(&b).ok().and_then(|t| t.trim().parse::<u64>().ok()))
             .map_or(log_start, Offset)
             .min(log_end);
-        if report.damage.is_some() || report.removed_segments > 0 {
+        if found.is_some() {
+            // The caller takes the partition offline and says so.
+        } else if report.damage.is_some() || report.removed_segments > 0 {
             tracing::warn!(dir = %dir.display(), ?report, "recovered a damaged log");
         } else if report.scanned_bytes > 0 {
             tracing::info!(dir = %dir.display(), scanned_bytes = report.scanned_bytes, truncated = report.truncated_bytes, "recovered log");
@@ -333,7 +379,8 @@ impl<F: Fs> PartitionLog<F> {
             producers: ProducerStates::default(),
             producers_stale: true,
             producers_counted: 0,
-            epochs_version: u64::from(epochs_dirty),
+            // A damaged log's files stay as found: its epochs are truncated in memory only.
+            epochs_version: u64::from(epochs_dirty && found.is_none()),
             epochs_persisted: 0,
             appends_paused: false,
             last_sync_ms: now,
@@ -343,7 +390,12 @@ impl<F: Fs> PartitionLog<F> {
             cleaned_upto,
             read_hint: None,
             closed: false,
-            damaged: None,
+            damaged: found.as_ref().map(|(damage, segment, position)| super::Damage {
+                what: damage.to_string(),
+                readable_below: log_end,
+                segment: *segment,
+                position: *position,
+            }),
             stats: LogStats::default(),
             appends_written: 0,
             appends_at_sync: 0,
@@ -360,6 +412,10 @@ impl<F: Fs> PartitionLog<F> {
             news: Default::default(),
             producer_budget,
         };
+        if found.is_some() {
+            // Takes no appends: its producers are never needed, and no snapshot of them is written.
+            return Ok((log, report));
+        }
         {
             let _io = log.io.lock().await;
             log.persist_epochs_locked().await?;
@@ -416,14 +472,15 @@ enum Trust {
 }
 
 /// Loads one segment: trusted ones through their index files (rebuilt by a scan when missing or
-/// inconsistent), the others by a full scan.
+/// inconsistent), the others by a full scan. `must_end`: the offset it must end at (where the next
+/// segment, or a repair's gap before it, begins); `None` for the last segment.
 #[allow(clippy::too_many_arguments)]
 async fn load_segment<F: Fs>(
     fs: &F,
     files: &OpenFiles<F>,
     dir: &Path,
     base: Offset,
-    next_base: Option<Offset>,
+    must_end: Option<Offset>,
     trust: Trust,
     config: &LogConfig,
     now: i64,
@@ -445,7 +502,7 @@ async fn load_segment<F: Fs>(
         let offsets = durable::read_file(fs, &index_path, max_entries * OFFSET_ENTRY_BYTES as u64).await.ok().flatten();
         let times =
             durable::read_file(fs, &time_index_path, max_entries * TIME_ENTRY_BYTES as u64).await.ok().flatten();
-        let bound = next_base.unwrap_or(Offset(u64::MAX));
+        let bound = must_end.unwrap_or(Offset(u64::MAX));
         if let (Some(offsets), Some(times)) = (offsets, times) {
             loaded_index = SegmentIndex::decode(base, &offsets, &times, file_size.max(1), bound);
         }
@@ -488,7 +545,7 @@ async fn load_segment<F: Fs>(
                 starts.push(*m);
             })
             .await?;
-            let ends_at_next = next_base.is_none_or(|next| scan.next_offset == next);
+            let ends_where_it_must = must_end.is_none_or(|next| scan.next_offset == next);
             if trust == Trust::UpToIndex {
                 // What follows the last durable entry is what a crash may have torn: validated, and cut
                 // at the first bad batch, as a full scan would.
@@ -498,7 +555,7 @@ async fn load_segment<F: Fs>(
                 stop = scan.stop.clone();
                 quick = Some((index, scan.valid_bytes, scan.next_offset));
                 persisted_index = Some(on_disk);
-            } else if scan.stop == ScanStop::Clean && ends_at_next {
+            } else if scan.stop == ScanStop::Clean && ends_where_it_must {
                 starts.iter().for_each(&mut push_epoch);
                 quick = Some((index, scan.valid_bytes, scan.next_offset));
                 persisted_index = Some(on_disk);
@@ -532,7 +589,7 @@ async fn load_segment<F: Fs>(
         if let Err(e) = file.fdatasync().await {
             fatal::disk_failure("fdatasync", &log_path, &e);
         }
-        if scanned && next_base.is_some() {
+        if scanned && must_end.is_some() {
             index.seal();
             write_index_files(fs, &index, &index_path, &time_index_path).await?;
             persisted_index = Some(index.entry_count());
@@ -563,4 +620,22 @@ fn note_damage(stop: &ScanStop, report: &mut OpenReport) {
     {
         report.damage = Some(reason.clone());
     }
+}
+
+/// The jumps between segments a repair left on purpose ([`super::OFFSET_GAPS_FILE`]): `(from, to)`.
+async fn read_gaps<F: Fs>(fs: &F, dir: &Path) -> Result<Vec<(Offset, Offset)>> {
+    let path = dir.join(super::OFFSET_GAPS_FILE);
+    let Some(bytes) = durable::read_file(fs, &path, 1 << 20).await? else { return Ok(Vec::new()) };
+    let corrupt = |detail: String| StorageError::CorruptFile { path: path.clone(), detail };
+    let text = std::str::from_utf8(&bytes).map_err(|e| corrupt(e.to_string()))?;
+    text.lines()
+        .filter(|line| !line.trim().is_empty())
+        .map(|line| {
+            let parsed = line.split_once(' ').and_then(|(from, to)| Some((from.parse().ok()?, to.parse().ok()?)));
+            match parsed {
+                Some((from, to)) if from < to => Ok((Offset(from), Offset(to))),
+                _ => Err(corrupt(format!("bad gap {line:?}"))),
+            }
+        })
+        .collect()
 }

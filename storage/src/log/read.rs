@@ -123,7 +123,16 @@ impl<F: Fs> PartitionLog<F> {
     }
 
     async fn read_once(&self, from: Offset, max_bytes: usize, end: Offset, first_batch_whole: bool) -> Result<LogRead> {
-        self.check_intact()?;
+        // A damaged log still serves what lies before its damage; a read that would need the damaged
+        // batch is refused.
+        let damage = self.inner.borrow().damaged.clone();
+        let mut end = end;
+        if let Some(damage) = &damage {
+            if from >= damage.readable_below {
+                return Err(StorageError::Offline(damage.what.clone()));
+            }
+            end = end.min(damage.readable_below);
+        }
         let (log_start, log_end, mut seg_idx, generation, mut hint) = {
             let inner = self.inner.borrow();
             let hint = inner.read_hint.filter(|h| h.next == from && h.generation == inner.generation);
@@ -160,7 +169,12 @@ impl<F: Fs> PartitionLog<F> {
                     Some(h) if h.segment == seg.base && h.position <= seg.size => h.position,
                     _ => seg.index.position_for(from),
                 };
-                (pos, seg.size, seg.next_offset)
+                // Nothing at or after the damage is read.
+                let size = match &damage {
+                    Some(d) if d.segment == seg.base => seg.size.min(d.position),
+                    _ => seg.size,
+                };
+                (pos, size, seg.next_offset)
             };
             if seg_next <= from || pos >= seg_size {
                 seg_idx += 1;

@@ -365,6 +365,16 @@ fn repair(args: &RepairArgs) -> Result<()> {
         report.moved_segments,
         report.aside.display()
     );
+    if report.continues_at > report.log_end {
+        println!(
+            "the log continues at offset {}: offsets {} to {} named records before the cut and are never used again",
+            report.continues_at,
+            report.log_end,
+            report.continues_at.0 - 1
+        );
+    } else {
+        println!("the log continues at offset {}", report.continues_at);
+    }
     println!("start the broker again: the partition is served from what was kept");
     Ok(())
 }

@@ -1,7 +1,9 @@
 //! A damaged partition log on the real binary: damage no crash can explain (before the tail of the last
 //! segment, or in bytes that were durable) takes only that partition offline, with every file kept and
-//! an ERROR naming the file and position; clients get KAFKA_STORAGE_ERROR for it while the other
-//! partitions serve; `shardlog repair` cuts the log before the damage, moving what it cuts aside.
+//! an ERROR naming the file and position; as its only replica it still serves what lies before the
+//! damage, clients get KAFKA_STORAGE_ERROR for the rest and for produce, while the other partitions
+//! serve; `shardlog repair` cuts the log before the damage, moving what it cuts aside, and the log
+//! continues after the highest offset it ever held.
 
 mod common;
 
@@ -68,6 +70,17 @@ fn damaged_offset(log: &str) -> u64 {
     after.split(')').next().unwrap().parse().unwrap()
 }
 
+/// The error code of a fetch of `topic`-`partition` from `offset`.
+fn fetch_at(s: &mut std::net::TcpStream, topic: &str, partition: i32, offset: i64) -> i16 {
+    use common::requests::fetch_request;
+    use common::{receive, send};
+    use kafka_protocol::messages::{ApiKey, ResponseKind};
+    send(s, ApiKey::Fetch, 11, 3, &fetch_request(topic, partition, offset, 0));
+    let (_, body) = receive(s, ApiKey::Fetch, 11);
+    let ResponseKind::Fetch(r) = body else { panic!("wrong response") };
+    r.responses[0].partitions[0].error_code
+}
+
 fn repair(data: &Path, partition: &str, offset: u64) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_shardlog"))
         .args(["repair", "--partition", partition, "--truncate-at", &offset.to_string()])
@@ -103,7 +116,32 @@ fn a_segment_cut_short_takes_only_its_partition_offline_until_repair_moves_the_c
     let cut_at = damaged_offset(&log);
     let mut s = broker.connect();
     assert_eq!(produce_one(&mut s, "d", 0, &batch(99, 1, 0)).0, KAFKA_STORAGE_ERROR);
-    assert_eq!(fetch_all(&mut s, "d", 0).0, KAFKA_STORAGE_ERROR);
+    // What lies before the damage is still read; a read that needs the damaged batch is refused.
+    let (error, records) = fetch_all(&mut s, "d", 0);
+    assert_eq!(error, 0, "the intact records before the damage are served");
+    let offsets = batch_offsets(records);
+    assert_eq!((offsets.first().map(|b| b.0), offsets.last().map(|b| b.1 + 1)), (Some(0), Some(cut_at as i64)));
+    assert_eq!(fetch_at(&mut s, "d", 0, cut_at as i64), KAFKA_STORAGE_ERROR);
+    assert_eq!(fetch_at(&mut s, "d", 0, 399), KAFKA_STORAGE_ERROR, "nor anything after it");
+    // The broker told the quorum: `topic describe` shows the replica offline, still leading (read-only:
+    // nobody else holds its records).
+    let describe = || {
+        let out = Command::new(env!("CARGO_BIN_EXE_shardlog"))
+            .args(["topic", "describe", "d", "--bootstrap", &format!("127.0.0.1:{}", broker.port)])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut shown = describe();
+    while !shown.contains("Offline: 1") && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        shown = describe();
+    }
+    let line =
+        |p: &str| shown.lines().find(|l| l.contains(&format!("Partition: {p}\t"))).unwrap_or_default().to_string();
+    assert!(line("0").contains("Leader: 1") && line("0").contains("Offline: 1"), "{shown}");
+    assert!(!line("1").contains("Offline"), "{shown}");
     assert_eq!(produce_one(&mut s, "d", 1, &batch(99, 1, 0)), (0, 400), "the other partition serves");
     assert_eq!(fetch_all(&mut s, "d", 1).0, 0);
     let mut expected = before.clone();
@@ -119,6 +157,8 @@ fn a_segment_cut_short_takes_only_its_partition_offline_until_repair_moves_the_c
     assert!(repaired.status.success(), "{repaired:?}");
     let said = String::from_utf8_lossy(&repaired.stdout);
     assert!(said.contains(&format!("log now ends at offset {cut_at}")), "{said}");
+    // The partition held 400 records: the offsets of those cut are never given to new ones.
+    assert!(said.contains("the log continues at offset 400"), "{said}");
     let aside = data.path().join("d-0.cut.1");
     for (path, len) in &before[2..] {
         let moved = aside.join(path.file_name().unwrap());
@@ -133,7 +173,22 @@ fn a_segment_cut_short_takes_only_its_partition_offline_until_repair_moves_the_c
     assert_eq!(offsets.first().map(|b| b.0), Some(0));
     assert_eq!(offsets.last().map(|b| b.1 + 1), Some(cut_at as i64), "everything below the damage is there");
     assert!(offsets.windows(2).all(|w| w[0].1 + 1 == w[1].0), "contiguous");
-    assert_eq!(produce_one(&mut s, "d", 0, &batch(7, 1, 0)), (0, cut_at as i64), "the log goes on from the cut");
+    assert_eq!(
+        produce_one(&mut s, "d", 0, &batch(7, 1, 0)),
+        (0, 400),
+        "the log goes on after the highest offset it ever held, not from the cut"
+    );
+    let (error, records) = fetch_all(&mut s, "d", 0);
+    assert_eq!(error, 0);
+    let offsets = batch_offsets(records);
+    assert_eq!(offsets.last(), Some(&(400, 400)), "a consumer reads across the gap: {offsets:?}");
+    assert!(broker.terminate().success());
+
+    // And after a restart: the gap is known for what it is, not taken for a lost segment.
+    let broker = Broker::start_in(data.path(), 2, &[]);
+    let mut s = broker.connect();
+    assert_eq!(produce_one(&mut s, "d", 0, &batch(8, 1, 0)), (0, 401));
+    assert!(!broker.log().contains("damaged log"), "{}", broker.log());
     assert!(broker.terminate().success());
 }
 

@@ -9,12 +9,14 @@
 //! - [`elect`]: ElectLeaders, preferred and unclean, and `auto.leader.rebalance.enable`;
 //! - [`reassign`]: AlterPartitionReassignments and ListPartitionReassignments, through the CLI too;
 //! - [`groups`]: a consumer group keeps its offsets when its coordinator's broker is killed;
+//! - [`damage`]: a damaged replica leaves the ISR and leadership and rebuilds itself from the leader;
 //! - [`compaction`]: every replica of a compacted topic compacts its own copy; a new leader serves it;
 //! - [`peer`]: bytes that are not the peer protocol close only their own connection.
 
 mod assignment;
 mod common;
 mod compaction;
+mod damage;
 mod elect;
 mod failover;
 mod faults;

@@ -141,6 +141,10 @@ pub async fn run<F: Fs>(logs: Rc<LogDir<F>>, settings: CleanerSettings, shutdown
         horizons.retain(|_, (log, _)| log.strong_count() > 0);
         for log in logs {
             let Some(config) = log.config().compaction else { continue };
+            // A damaged log is kept as found, for its rebuild or repair.
+            if log.damage().is_some() {
+                continue;
+            }
             let stop = || shutdown.is_triggered();
             let this = Rc::downgrade(&log);
             let entry = horizons.entry(log.dir().to_path_buf()).or_insert_with(|| (this.clone(), Horizons::default()));

@@ -101,6 +101,8 @@ pub struct QuorumHandle {
     /// Moves when what this broker leads may have changed: its session was lost or regained, or an image
     /// that changed the topics was published (see `follow`). Held fetches read again and find out.
     leadership_news: Arc<LogNews>,
+    /// This process's incarnation, which its registration and every report about it carry.
+    incarnation: u64,
 }
 
 impl std::fmt::Debug for QuorumHandle {
@@ -134,6 +136,11 @@ impl QuorumHandle {
     /// topics of a record from before the quorum could not be imported (their logs would look like strays).
     pub fn strays_known(&self) -> bool {
         !self.import_incomplete.load(Ordering::SeqCst)
+    }
+
+    /// This process's incarnation (registered once [`QuorumHandle::registered_at`] says so).
+    pub fn incarnation(&self) -> u64 {
+        self.incarnation
     }
 
     /// The log index at which this process registered, once it has.
@@ -195,7 +202,9 @@ impl QuorumLink {
             Quorum::Remote(Arc::new(settings.voters.clone()))
         };
         let (writes, write_requests) = flume::unbounded();
+        let incarnation = uuid::Uuid::new_v4().as_u64_pair().0;
         let handle = QuorumHandle {
+            incarnation,
             writes,
             registered_at: Arc::new(AtomicU64::new(u64::MAX)),
             in_session: Arc::new(AtomicBool::new(false)),
@@ -224,6 +233,7 @@ impl QuorumLink {
                     leadership_news,
                     shutdown,
                     previous_incarnation,
+                    incarnation,
                 };
                 runtime.block_on(link.run(images, write_requests));
             })
@@ -271,6 +281,7 @@ pub(super) struct Link {
     leadership_news: Arc<LogNews>,
     shutdown: Shutdown,
     previous_incarnation: Option<u64>,
+    incarnation: u64,
 }
 
 impl Link {
@@ -323,7 +334,7 @@ impl Link {
     /// Register, heartbeat until shutdown, then ask for a controlled shutdown.
     async fn lifecycle(&self) {
         let settings = &self.settings;
-        let incarnation = uuid::Uuid::new_v4().as_u64_pair().0;
+        let incarnation = self.incarnation;
         // Recorded before registering: if this process dies, the next one on this data takes over from it.
         crate::quorum::log_store::replace_file(
             &settings.data_dir.join(INCARNATION_FILE),

@@ -19,6 +19,7 @@
 
 mod connection;
 pub mod limits;
+mod offline;
 mod replication;
 
 use std::cell::Cell;
@@ -402,6 +403,7 @@ async fn run_shard(
     glommio::spawn_local(shard::serve(logs.clone(), replicas.clone(), readahead.clone(), requests)).detach();
     let replicating = replication::replicate(ctx.clone(), shard, logs.clone(), replicas.clone(), shutdown.clone());
     glommio::spawn_local(replicating).detach();
+    glommio::spawn_local(offline::run(ctx.clone(), logs.clone(), replicas.clone(), shutdown.clone())).detach();
     let limits = ctx.config.shard_limits;
     glommio::spawn_local(crate::group::coordinator::run(ctx.clone(), shard, groups)).detach();
     let cleaner = glommio::spawn_local(crate::compaction::run(logs.clone(), limits.cleaner, shutdown.clone()));

@@ -447,6 +447,10 @@ async fn ensure_log(
     topic_id: uuid::Uuid,
     config: LogConfig,
 ) -> Result<(), String> {
+    // The whole data dir is offline (a failing disk): hosted, never created.
+    if logs.hold_offline(tp) {
+        return Ok(());
+    }
     if logs.offline(tp).is_some() {
         let dir = logs.path().join(tp.dir_name());
         match topic_id_in(&dir).await? {

@@ -62,6 +62,10 @@ pub fn describe(client: &mut KafkaClient, topic: &str) -> Result<String> {
             .map(|b| format!("{}:{}", b.0, shown(replica_ends.get(&(p.partition_index, b.0)).copied())))
             .collect();
         out.push_str(&format!("\tReplicaLogEnds: {}", ends.join(",")));
+        // Replicas whose broker is down or whose log there is offline (damaged).
+        if !p.offline_replicas.is_empty() {
+            out.push_str(&format!("\tOffline: {}", ids(&p.offline_replicas)));
+        }
         if let Some((_, adding, removing)) = reassigning.get(&p.partition_index) {
             let list = |v: &[i32]| v.iter().map(|b| b.to_string()).collect::<Vec<_>>().join(",");
             out.push_str(&format!("\tAddingReplicas: {}\tRemovingReplicas: {}", list(adding), list(removing)));

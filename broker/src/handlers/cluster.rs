@@ -75,8 +75,13 @@ pub(super) async fn metadata(ctx: &Arc<BrokerContext>, req: &MetadataRequest, ve
                                 .with_leader_epoch(p.leader_epoch.0)
                                 .with_replica_nodes(p.replicas.iter().map(broker_id).collect())
                                 .with_isr_nodes(p.isr.iter().map(broker_id).collect())
+                                // Down, or holding a damaged log (reported offline by its broker).
                                 .with_offline_replicas(
-                                    p.replicas.iter().filter(|id| !image.is_live(**id)).map(broker_id).collect(),
+                                    p.replicas
+                                        .iter()
+                                        .filter(|id| !image.is_live(**id) || p.offline_replicas.contains(id))
+                                        .map(broker_id)
+                                        .collect(),
                                 )
                         })
                         .collect(),

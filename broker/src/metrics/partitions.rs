@@ -80,14 +80,17 @@ pub fn scrape_broker(ctx: &BrokerContext, clients: &Clients) {
     let image = ctx.image();
     let defaults = ctx.topic_defaults();
     let (mut led, mut under_replicated, mut under_min_isr, mut offline) = (0u64, 0u64, 0u64, 0u64);
+    let mut offline_here = 0u64;
     for (topic, record) in &image.state.topics {
         // As the shards apply it (`metadata::follow`): the topic's own setting, else the broker's.
         let min_isr = TopicConfig::resolve(&defaults, &record.configs)
             .map_or(defaults.min_insync_replicas, |c| c.min_insync_replicas) as usize;
         for (partition, p) in record.partitions.iter().enumerate() {
-            if p.leader.is_none() {
+            // Without a leader, or led read-only by a replica whose log is damaged: no writes either way.
+            if p.leader.is_none_or(|leader| p.offline_replicas.contains(&leader)) {
                 offline += 1;
             }
+            offline_here += u64::from(p.offline_replicas.contains(&me));
             if p.leader != Some(me) {
                 continue;
             }
@@ -103,6 +106,7 @@ pub fn scrape_broker(ctx: &BrokerContext, clients: &Clients) {
     metrics::gauge!("shardlog_partitions_under_replicated").set(under_replicated as f64);
     metrics::gauge!("shardlog_partitions_under_min_isr").set(under_min_isr as f64);
     metrics::gauge!("shardlog_partitions_offline").set(offline as f64);
+    metrics::gauge!("shardlog_replicas_offline").set(offline_here as f64);
     metrics::gauge!("shardlog_metadata_applied_index").set(image.applied.map_or(-1.0, |i| i as f64));
     metrics::gauge!("shardlog_connections").set(clients.counts.open() as f64);
     metrics::counter!("shardlog_log_lines_dropped_total").absolute(crate::logging::dropped_lines());
@@ -122,7 +126,14 @@ pub(super) fn describe_broker() {
         "shardlog_partitions_under_min_isr",
         "partitions this broker leads with fewer in-sync replicas than min.insync.replicas (acks=all refused)"
     );
-    metrics::describe_gauge!("shardlog_partitions_offline", "partitions of the cluster without a leader");
+    metrics::describe_gauge!(
+        "shardlog_partitions_offline",
+        "partitions of the cluster that take no writes: without a leader, or led read-only by a damaged replica"
+    );
+    metrics::describe_gauge!(
+        "shardlog_replicas_offline",
+        "replicas on this broker whose logs are offline (damaged): out of the ISR until rebuilt or repaired"
+    );
     metrics::describe_gauge!(
         "shardlog_metadata_applied_index",
         "the metadata quorum's log index this broker has applied"

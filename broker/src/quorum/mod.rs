@@ -2,7 +2,8 @@
 //! assignments, leaders, ISR) and elects partition leaders.
 //!
 //! - [`state`] is the state machine and [`election`] its rules (`reassignment` those of moving
-//!   partitions), all without I/O, so they are tested exhaustively (and can be driven by a simulator).
+//!   partitions), all without I/O, so they are tested exhaustively (and can be driven by a simulator);
+//!   [`fencing`] says when the leader may fence brokers whose sessions expired.
 //! - [`wire`] declares the openraft configuration and the rkyv forms of its messages and entries.
 //! - [`log_store`] and [`state_machine`] are the voter's durable Raft log, vote and snapshots; `legacy`
 //!   reads the snapshot layouts of older versions.
@@ -15,6 +16,7 @@
 
 pub mod client;
 pub mod election;
+pub mod fencing;
 mod legacy;
 pub mod log_store;
 pub mod network;

@@ -7,10 +7,11 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use openraft::{BasicNode, Config, Raft, SnapshotPolicy};
 
+use super::fencing::FencingWatch;
 use super::log_store::LogStore;
 use super::network::{self, Network};
 use super::state::{ClusterState, Command};
@@ -404,6 +405,12 @@ async fn rebalance_leaders(served: network::Served, rebalance: LeaderRebalance) 
         if served.raft.current_leader().await != Some(served.node) {
             continue;
         }
+        if served.state.state().0.preferred_elections(rebalance.imbalance_percent).is_empty() {
+            continue;
+        }
+        if !still_leading(&served).await {
+            continue;
+        }
         let (state, _) = served.state.state();
         let elections = state.preferred_elections(rebalance.imbalance_percent);
         if !elections.is_empty() {
@@ -418,29 +425,58 @@ async fn rebalance_leaders(served: network::Served, rebalance: LeaderRebalance) 
 }
 
 /// While this voter leads: fences every broker whose session expired (no registration or heartbeat for
-/// `broker.session.timeout.ms` by this voter's clock), which moves its leaderships away. A new leader
-/// waits one session timeout first: what it has applied may not yet include the latest heartbeats, and
-/// every broker gets a full session to reach it.
+/// `broker.session.timeout.ms` by this voter's clock), which moves its leaderships away. It fences only
+/// for silence it observed as leader ([`FencingWatch`]: a new leader, or one whose timer stopped, first
+/// waits a whole session), and only after a majority has confirmed it still leads, with what was
+/// committed before applied here: a leader that slept through its own deposition must neither act nor
+/// say anything as leader.
 async fn fence_expired_sessions(served: network::Served) {
     let timeout = Duration::from_millis(served.session_timeout_ms as u64);
-    let period = (timeout / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
-    let mut leading_since: Option<std::time::Instant> = None;
+    let mut watch = FencingWatch::new(timeout);
     loop {
-        tokio::time::sleep(period).await;
-        if served.raft.current_leader().await != Some(served.node) {
-            leading_since = None;
+        let slept_at = Instant::now();
+        tokio::time::sleep(watch.period()).await;
+        let leading = served.raft.current_leader().await == Some(served.node);
+        if !watch.may_fence(slept_at, Instant::now(), leading) {
             continue;
         }
-        let since = *leading_since.get_or_insert_with(std::time::Instant::now);
-        if since.elapsed() < timeout {
+        if served.state.state().0.expired_sessions(network::now_ms(), served.session_timeout_ms).is_empty() {
+            continue;
+        }
+        if !still_leading(&served).await {
             continue;
         }
         let (state, _) = served.state.state();
-        for fence in state.expired_sessions(network::now_ms(), served.session_timeout_ms) {
-            tracing::warn!(command = ?fence, "quorum: broker session expired; fencing it");
+        let now = network::now_ms();
+        for fence in state.expired_sessions(now, served.session_timeout_ms) {
+            if let Command::FenceBroker { id, incarnation, last_heartbeat_ms } = &fence {
+                tracing::warn!(
+                    broker = %id,
+                    incarnation,
+                    silent_ms = now - last_heartbeat_ms,
+                    "quorum: broker session expired; fencing it"
+                );
+            }
             if let Err(e) = served.raft.client_write(fence).await {
                 tracing::debug!(error = %e, "quorum: fencing not committed (no longer leader?)");
             }
         }
+    }
+}
+
+/// How long a leader waits for a majority to confirm its leadership before it gives up acting as leader
+/// (until its next look).
+const LEADERSHIP_CHECK_LIMIT: Duration = Duration::from_secs(5);
+
+/// Whether a majority of voters confirms that this voter still leads (openraft's read-index: a heartbeat
+/// round), with every entry committed before the check applied here.
+async fn still_leading(served: &network::Served) -> bool {
+    match tokio::time::timeout(LEADERSHIP_CHECK_LIMIT, served.raft.ensure_linearizable()).await {
+        Ok(Ok(_)) => true,
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "quorum: leadership not confirmed; nothing done as leader");
+            false
+        }
+        Err(_) => false,
     }
 }

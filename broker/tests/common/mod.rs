@@ -49,8 +49,29 @@ impl Broker {
 
     /// Starts on `port` (a restart where clients already know the address).
     pub fn start_at(data: &Path, port: u16, shards: usize, extra: &[&str], rust_log: Option<&str>) -> Broker {
+        let mut broker = Self::spawn_at(data, port, shards, extra, rust_log);
+        broker.wait_until_it_answers();
+        broker
+    }
+
+    /// Starts the process on `port` without waiting for it to answer (brokers of one quorum answer only
+    /// once a majority of its voters runs); [`Broker::wait_until_it_answers`] waits.
+    pub fn spawn_at(data: &Path, port: u16, shards: usize, extra: &[&str], rust_log: Option<&str>) -> Broker {
+        Self::spawn_with(data, port, shards, extra, rust_log, |_| {})
+    }
+
+    /// [`Broker::spawn_at`] with the command changed by `prepare` before it runs (limits, capabilities).
+    pub fn spawn_with(
+        data: &Path,
+        port: u16,
+        shards: usize,
+        extra: &[&str],
+        rust_log: Option<&str>,
+        prepare: impl FnOnce(&mut Command),
+    ) -> Broker {
         let log = tempfile::NamedTempFile::new().unwrap();
         let mut command = Command::new(env!("CARGO_BIN_EXE_shardlog"));
+        prepare(&mut command);
         match rust_log {
             Some(filter) => command.env("RUST_LOG", filter),
             None => command.env_remove("RUST_LOG"),
@@ -65,17 +86,20 @@ impl Broker {
             .stderr(log.reopen().unwrap())
             .spawn()
             .expect("start shardlog");
-        let mut broker = Broker { child, port, data: data.to_path_buf(), _owned: None, log };
-        // The listener is open from the start; the broker is ready once it answers.
+        Broker { child, port, data: data.to_path_buf(), _owned: None, log }
+    }
+
+    /// Waits (up to 60 s) until the broker answers: the listener is open from the start, and the broker
+    /// is ready once it answers.
+    pub fn wait_until_it_answers(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(60);
-        while !broker.answers() {
-            if let Some(status) = broker.child.try_wait().unwrap() {
-                panic!("broker exited with {status} before it answered:\n{}", broker.log());
+        while !self.answers() {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!("broker exited with {status} before it answered:\n{}", self.log());
             }
-            assert!(Instant::now() < deadline, "broker did not answer within 60 s:\n{}", broker.log());
+            assert!(Instant::now() < deadline, "broker did not answer within 60 s:\n{}", self.log());
             std::thread::sleep(Duration::from_millis(20));
         }
-        broker
     }
 
     /// Whether the broker answers an ApiVersions request now (within a second).

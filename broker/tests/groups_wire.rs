@@ -63,14 +63,7 @@ fn until_coordinated<T>(mut attempt: impl FnMut() -> (i16, T)) -> (i16, T) {
 
 /// FindCoordinator v3 for `group` until it is answered (the first ask creates the offsets topic).
 fn find_coordinator(stream: &mut TcpStream, group: &str) {
-    let find = FindCoordinatorRequest::default().with_key(s(group));
-    let (code, _) = until_coordinated(|| {
-        let ResponseKind::FindCoordinator(r) = call(stream, ApiKey::FindCoordinator, 3, &find) else {
-            panic!("wrong response")
-        };
-        (r.error_code, ())
-    });
-    assert_eq!(code, 0);
+    assert_eq!(common::requests::find_coordinator(stream, group), 0);
 }
 
 fn join(stream: &mut TcpStream, group: &str, member: &str, protocols: &[(&str, &[u8])]) -> JoinGroupResponse {

@@ -23,6 +23,30 @@ fn json_lines_carry_level_target_and_fields() {
 }
 
 #[test]
+fn what_the_quorum_reports_carries_topics_partitions_and_brokers_as_fields() {
+    use common::requests::create;
+    let data = tempfile::tempdir().unwrap();
+    let broker = Broker::start_in_env(data.path(), 1, &["--log-format", "json"], None);
+    let mut s = broker.connect();
+    assert_eq!(create(&mut s, "greetings", 3, 1, &[]), 0);
+    drop(s);
+    // The controlled shutdown leaves the three partitions without a leader.
+    let (status, log) = broker.terminate_with_log();
+    assert!(status.success());
+    let lines: Vec<serde_json::Value> = log.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    for line in &lines {
+        assert!(line["fields"].get("event").is_none(), "a debug string for a field: {line}");
+    }
+    let offline = lines
+        .iter()
+        .find(|l| l["fields"]["message"] == "quorum: partitions offline while their broker is shut down")
+        .unwrap_or_else(|| panic!("no line for the partitions left offline:\n{log}"));
+    let f = &offline["fields"];
+    assert_eq!((f["broker"].as_u64(), f["partitions"].as_u64()), (Some(1), Some(3)), "{f}");
+    assert_eq!(f["topics"], "greetings:0-2", "{f}");
+}
+
+#[test]
 fn rust_log_sets_the_level_of_each_module() {
     let data = tempfile::tempdir().unwrap();
     let filter = "warn,shardlog_broker::runtime=info";

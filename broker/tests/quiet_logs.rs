@@ -1,11 +1,12 @@
 //! What a broker logs when nothing is wrong: a clean start, a restart and a clean stop print no WARN or
 //! ERROR line (those are for what an operator must act on), no colour codes into a file, and openraft's
-//! chatter stays out even at `RUST_LOG=debug`.
+//! chatter stays out even at `RUST_LOG=debug`. What happens to many partitions at once (the offsets topic
+//! created, a broker shut down) is one line with counts, not one per partition.
 
 mod common;
 
 use common::Broker;
-use common::requests::{batch, create, produce_one};
+use common::requests::{batch, create, find_coordinator, produce_one};
 
 /// A data dir on the disk the build is on (not /tmp, which may be a tmpfs, and would be warned about).
 fn disk_dir() -> tempfile::TempDir {
@@ -105,4 +106,40 @@ fn a_data_dir_in_memory_is_warned_about_naming_the_filesystem() {
     let disk = disk_dir();
     let (_, log) = Broker::start_in_env(disk.path(), 1, &[], None).terminate_with_log();
     assert_eq!(alarms(&log), Vec::<&str>::new(), "a disk is not warned about");
+}
+
+/// Lines of `log` that contain `text`.
+fn lines_with<'a>(log: &'a str, text: &str) -> Vec<&'a str> {
+    log.lines().filter(|l| l.contains(text)).collect()
+}
+
+#[test]
+fn the_offsets_topic_created_and_a_restart_are_one_line_each_with_counts() {
+    let data = disk_dir();
+    let broker = Broker::start_in_env(data.path(), 2, &[], None);
+    let mut s = broker.connect();
+    assert_eq!(create(&mut s, "greetings", 12, 1, &[]), 0);
+    assert_eq!(find_coordinator(&mut s, "counted"), 0, "the offsets topic is created");
+    drop(s);
+    let (status, first) = broker.terminate_with_log();
+    assert!(status.success());
+    // The offsets topic's 50 partitions: hosted and led here, one line each, none per partition.
+    let per_partition = lines_with(&first, "__consumer_offsets-");
+    assert_eq!(per_partition, Vec::<&str>::new(), "{first}");
+    let hosting = lines_with(&first, "hosting partitions");
+    assert!(hosting.iter().any(|l| l.contains("partitions=50") && l.contains("__consumer_offsets:0-49")), "{first}");
+    assert!(lines_with(&first, "leading partitions").iter().any(|l| l.contains("partitions=50")), "{first}");
+    // The shutdown leaves all 62 without a leader: one line.
+    let offline = lines_with(&first, "offline while their broker is shut down");
+    assert_eq!(offline.len(), 1, "{first}");
+    assert!(offline[0].contains("partitions=62") && offline[0].contains("greetings:0-11"), "{first}");
+
+    let broker = Broker::start_in_env(data.path(), 2, &[], None);
+    let (status, second) = broker.terminate_with_log();
+    assert!(status.success());
+    // The restart replays the last shutdown from the quorum log, and stops again: a line each at most.
+    assert!(lines_with(&second, "offline while their broker is shut down").len() <= 2, "{second}");
+    for log in [&first, &second] {
+        assert!(lines_with(log, "partition offline").is_empty(), "a line per partition: {log}");
+    }
 }

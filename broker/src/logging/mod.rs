@@ -9,8 +9,10 @@
 //! ([`crate::quorum::network`]). Those openraft events are dropped; every other openraft warning and
 //! error is kept, and openraft's chatter below `warn` is off unless `RUST_LOG` names openraft.
 
+mod partition_set;
 mod writer;
 
+pub use partition_set::PartitionSet;
 pub use writer::{dropped_lines, flush};
 
 use std::collections::HashMap;

@@ -22,8 +22,9 @@ use uuid::Uuid;
 
 use super::image::MetadataImage;
 use crate::context::{BrokerContext, ask_shard};
+use crate::logging::PartitionSet;
 use crate::quorum::state::{NodeId, PartitionRecord};
-use crate::shard::PartitionRequest;
+use crate::shard::{PartitionRequest, RoleChange};
 use crate::topics::configs::TopicConfig;
 
 /// A partition log this broker hosts, as of the last image applied: the shard is told again whenever any
@@ -111,6 +112,7 @@ async fn apply(
         }
     }
     let defaults = ctx.topic_defaults();
+    let mut news = HostingNews::default();
     for (tp, want) in wanted {
         if hosted.get(&tp) == Some(&want) {
             continue;
@@ -125,19 +127,59 @@ async fn apply(
         let create =
             |reply| PartitionRequest::Create { tp: request_tp, topic_id, config, record, min_insync_replicas, reply };
         match ask_shard(ctx, shard, create).await {
-            Some(Ok(())) => {
+            Some(Ok(change)) => {
                 if !hosted.contains_key(&tp) {
-                    tracing::info!(partition = %tp, shard, "hosting partition");
+                    tracing::debug!(partition = %tp, shard, "hosting partition");
+                    news.hosting.add(&tp.topic, tp.partition);
+                }
+                match change {
+                    Some(RoleChange::Leading) => news.leading.add(&tp.topic, tp.partition),
+                    Some(RoleChange::Following(leader)) => {
+                        news.following.entry(leader).or_default().add(&tp.topic, tp.partition)
+                    }
+                    Some(RoleChange::Neither) | None => {}
                 }
                 hosted.insert(tp, want);
             }
-            other => {
-                tracing::error!(partition = %tp, outcome = ?other, "cannot create or configure partition log");
+            Some(Err(error)) => {
+                tracing::error!(partition = %tp, %error, "cannot create or configure partition log");
+                whole = false;
+            }
+            None => {
+                tracing::error!(partition = %tp, "cannot create or configure partition log: its shard is gone");
                 whole = false;
             }
         }
     }
+    news.log();
     whole
+}
+
+/// What one image changed about the partitions hosted here, logged as one line per kind with counts (a
+/// topic of 50 partitions created is three lines, not 100): the partitions now hosted, and those now led
+/// or followed here.
+#[derive(Debug, Default)]
+struct HostingNews {
+    hosting: PartitionSet,
+    leading: PartitionSet,
+    following: BTreeMap<NodeId, PartitionSet>,
+}
+
+impl HostingNews {
+    fn log(&self) {
+        if !self.hosting.is_empty() {
+            let (partitions, topics) = (self.hosting.count(), self.hosting.to_string());
+            tracing::info!(partitions, %topics, "hosting partitions");
+        }
+        if !self.leading.is_empty() {
+            let (partitions, topics) = (self.leading.count(), self.leading.to_string());
+            tracing::info!(partitions, %topics, "leading partitions");
+        }
+        for (leader, set) in &self.following {
+            let (partitions, topics) = (set.count(), set.to_string());
+            tracing::info!(leader = leader.0, partitions, %topics, "following partitions");
+        }
+    }
 }
 
 async fn delete_log(ctx: &Arc<BrokerContext>, tp: &TopicPartition) -> bool {

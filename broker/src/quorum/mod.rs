@@ -6,7 +6,7 @@
 //!   [`fencing`] says when the leader may fence brokers whose sessions expired.
 //! - [`wire`] declares the openraft configuration and the rkyv forms of its messages and entries.
 //! - [`log_store`] and [`state_machine`] are the voter's durable Raft log, vote and snapshots; `legacy`
-//!   reads the snapshot layouts of older versions.
+//!   reads the snapshot layouts of older versions; `event_log` logs what the commands applied did.
 //! - [`network`] is the quorum port: Raft RPCs and command writes as peer-protocol frames over TCP.
 //! - [`service`] runs a voter: openraft on its own thread with a current-thread tokio runtime, reached
 //!   from other threads through flume channels.
@@ -16,6 +16,7 @@
 
 pub mod client;
 pub mod election;
+mod event_log;
 pub mod fencing;
 mod legacy;
 pub mod log_store;

@@ -20,7 +20,7 @@ use super::log_store::replace_file;
 
 /// The least room kept for the next snapshot.
 const SNAPSHOT_SPARE_BYTES: u64 = 1 << 20;
-use super::state::{ClusterState, Command, Event};
+use super::state::ClusterState;
 use super::wire::{CommandOutcome, QuorumConfig, WireLogId, WireStoredMembership};
 
 const SNAPSHOT_FILE: &str = "raft-snapshot";
@@ -187,27 +187,8 @@ impl RaftStateMachine<QuorumConfig> for StateMachineStore {
                 EntryPayload::Blank => outcomes.push(Ok(Vec::new())),
                 EntryPayload::Normal(command) => {
                     let outcome = inner.state.apply(&command);
-                    // A partition left without a leader because its broker shut down as asked is expected;
-                    // one left so by a fenced (silent) broker, or an unclean election, is for an operator.
-                    let asked = matches!(command, Command::ControlledShutdown { .. });
-                    for event in outcome.iter().flatten() {
-                        match event {
-                            Event::Offline { .. } if asked => {
-                                tracing::info!(?event, "quorum: partition offline while its broker is shut down")
-                            }
-                            Event::ProducerIdsAllocated { .. } => tracing::debug!(?event, "quorum: producer ids"),
-                            Event::ReassignmentCompleted { topic, partition, replicas } => tracing::info!(
-                                partition = %format!("{topic}-{partition}"),
-                                replicas = %replicas.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(","),
-                                "quorum: partition reassignment completed"
-                            ),
-                            Event::UncleanElection { .. } => tracing::warn!(
-                                ?event,
-                                "quorum: unclean leader election, possible data loss: records acknowledged while \
-                                 the new leader was out of the ISR may be gone"
-                            ),
-                            _ => tracing::warn!(?event, "quorum: partition leadership event"),
-                        }
+                    if let Ok(events) = &outcome {
+                        super::event_log::log_events(&command, events);
                     }
                     outcomes.push(outcome);
                 }

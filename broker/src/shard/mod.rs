@@ -28,7 +28,7 @@ mod readahead;
 mod replicas;
 
 pub use readahead::ReadAhead;
-pub use replicas::{ShardReplicas, replica_error, stable_end};
+pub use replicas::{RoleChange, ShardReplicas, replica_error, stable_end};
 
 /// The most records a time lookup decodes from one batch.
 const MAX_DECODED_RECORDS: i32 = 1 << 20;
@@ -67,7 +67,8 @@ pub enum PartitionRequest {
         config: LogConfig,
         record: Box<PartitionRecord>,
         min_insync_replicas: u16,
-        reply: flume::Sender<Result<(), String>>,
+        /// The partition's new role here, if it changed.
+        reply: flume::Sender<Result<Option<RoleChange>, String>>,
     },
     Delete {
         tp: TopicPartition,
@@ -382,12 +383,10 @@ async fn handle(
 ) {
     match request {
         PartitionRequest::Create { tp, topic_id, config, record, min_insync_replicas, reply } => {
-            let outcome = ensure_log(logs, &tp, topic_id, config).await;
-            if outcome.is_ok()
-                && let Some(log) = logs.get(&tp)
-            {
-                replicas.apply_record(&tp, topic_id, &record, min_insync_replicas, &log);
-            }
+            let outcome = ensure_log(logs, &tp, topic_id, config).await.map(|()| {
+                let log = logs.get(&tp)?;
+                replicas.apply_record(&tp, topic_id, &record, min_insync_replicas, &log)
+            });
             let _ = reply.send(outcome);
         }
         PartitionRequest::SetAside { tp, reply } => {

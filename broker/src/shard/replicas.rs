@@ -84,6 +84,15 @@ struct Part {
     waiters: HashMap<u64, flume::Sender<Result<(), ReplicaError>>>,
 }
 
+/// What a partition became on this broker when its record changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RoleChange {
+    Leading,
+    Following(NodeId),
+    /// Neither: the partition has no leader, or this broker is not among its replicas any more.
+    Neither,
+}
+
 /// The replicas of one shard's partitions.
 pub struct ShardReplicas {
     me: NodeId,
@@ -135,7 +144,9 @@ impl ShardReplicas {
         !self.acks_all_unreplicated.get()
     }
 
-    /// The partition's record as the metadata now has it, and the topic's `min.insync.replicas`.
+    /// The partition's record as the metadata now has it, and the topic's `min.insync.replicas`. Returns
+    /// the partition's new role here when it changed: the caller logs it, together with the others of the
+    /// same metadata image (a topic of 50 partitions created is one line, not 50).
     pub fn apply_record<F: Fs>(
         &self,
         tp: &TopicPartition,
@@ -143,7 +154,7 @@ impl ShardReplicas {
         record: &PartitionRecord,
         min_insync_replicas: u16,
         log: &PartitionLog<F>,
-    ) {
+    ) -> Option<RoleChange> {
         if self.parts.borrow().get(tp).is_some_and(|part| part.topic_id != topic_id) {
             self.remove(tp);
         }
@@ -169,14 +180,24 @@ impl ShardReplicas {
         let was = (part.replica.leading(), part.replica.following());
         part.replica.apply_record(record, SystemClock.now_ms(), &view);
         let now = (part.replica.leading(), part.replica.following());
+        let mut change = None;
         if was != now {
             // Fetches held here for news read again and find out (NOT_LEADER_OR_FOLLOWER, or a new HW).
             log.news().bump();
-            match now {
-                (Some(epoch), _) => tracing::info!(partition = %tp, %epoch, isr = ?record.isr, "leading partition"),
-                (_, Some((leader, epoch))) => tracing::info!(partition = %tp, %epoch, ?leader, "following partition"),
-                _ => tracing::debug!(partition = %tp, "neither leading nor following"),
-            }
+            change = Some(match now {
+                (Some(epoch), _) => {
+                    tracing::debug!(partition = %tp, %epoch, isr = ?record.isr, "leading partition");
+                    RoleChange::Leading
+                }
+                (_, Some((leader, epoch))) => {
+                    tracing::debug!(partition = %tp, %epoch, leader = leader.0, "following partition");
+                    RoleChange::Following(leader)
+                }
+                _ => {
+                    tracing::debug!(partition = %tp, "neither leading nor following");
+                    RoleChange::Neither
+                }
+            });
         } else if now.0.is_some() && part.isr != record.isr {
             // Kafka's under-replicated partitions, as the leader sees them change.
             let (replicas, isr, was) = (record.replicas.len(), &record.isr, &part.isr);
@@ -192,6 +213,7 @@ impl ShardReplicas {
         }
         part.isr = record.isr.clone();
         Self::settle(part, log, &self.progress);
+        change
     }
 
     /// Forgets a partition whose log is gone; its waits end with NOT_LEADER_OR_FOLLOWER.

@@ -91,3 +91,27 @@ pub fn fetch_all(s: &mut TcpStream, topic: &str, partition: i32) -> (i16, Bytes)
     let p = &r.responses[0].partitions[0];
     (p.error_code, p.records.clone().unwrap_or_default())
 }
+
+/// FindCoordinator v3 for `group`, asked again while the coordinator is being created or loaded (the
+/// first ask creates the offsets topic) for up to 30 s; returns the last answer's error code.
+pub fn find_coordinator(s: &mut TcpStream, group: &str) -> i16 {
+    use kafka_protocol::ResponseError;
+    use kafka_protocol::messages::FindCoordinatorRequest;
+    let retriable = [
+        ResponseError::CoordinatorNotAvailable.code(),
+        ResponseError::CoordinatorLoadInProgress.code(),
+        ResponseError::NotCoordinator.code(),
+    ];
+    let find = FindCoordinatorRequest::default().with_key(StrBytes::from_string(group.to_string()));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        send(s, ApiKey::FindCoordinator, 3, 9, &find);
+        let ResponseKind::FindCoordinator(r) = receive(s, ApiKey::FindCoordinator, 3).1 else {
+            panic!("wrong response")
+        };
+        if !retriable.contains(&r.error_code) || std::time::Instant::now() > deadline {
+            return r.error_code;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}

@@ -1,12 +1,16 @@
 //! What a broker logs when nothing is wrong: a clean start, a restart and a clean stop print no WARN or
 //! ERROR line (those are for what an operator must act on), no colour codes into a file, and openraft's
 //! chatter stays out even at `RUST_LOG=debug`. What happens to many partitions at once (the offsets topic
-//! created, a broker shut down) is one line with counts, not one per partition.
+//! created, a broker shut down) is one line with counts, not one per partition; a voter that is away is
+//! reported once, not at every snapshot openraft fails to send it.
 
 mod common;
 
+use std::time::{Duration, Instant};
+
 use common::Broker;
 use common::requests::{batch, create, find_coordinator, produce_one};
+use common::voters::Voters;
 
 /// A data dir on the disk the build is on (not /tmp, which may be a tmpfs, and would be warned about).
 fn disk_dir() -> tempfile::TempDir {
@@ -142,4 +146,51 @@ fn the_offsets_topic_created_and_a_restart_are_one_line_each_with_counts() {
     for log in [&first, &second] {
         assert!(lines_with(log, "partition offline").is_empty(), "a line per partition: {log}");
     }
+}
+
+#[test]
+fn a_voter_away_is_reported_once_and_summed_up_when_it_is_back() {
+    // A snapshot every 10 entries, so the leader soon has none of the log the absent voter lacks and
+    // tries to send it snapshots instead (which openraft reports, each attempt, twice).
+    let mut voters = Voters::start(3, &["--snapshot-after-entries", "10", "--broker-session-timeout-ms", "3600000"]);
+    let leader = voters.leader();
+    let away = if leader == 3 { 2 } else { 3 };
+    voters.kill(away);
+    // Commands that commit (refused: no such broker) and fill the log past what is kept after a snapshot.
+    let mut client = shardlog_broker::quorum::client::QuorumClient::connect(
+        &voters.addrs[leader as usize - 1],
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    for i in 0..300 {
+        let heartbeat = shardlog_broker::quorum::state::Command::BrokerHeartbeat {
+            id: shardlog_broker::quorum::state::NodeId(99),
+            incarnation: i,
+            now_ms: 0,
+        };
+        client.write(heartbeat).unwrap();
+    }
+    // Away for longer than the quorum waits before it reports a voter unreachable.
+    let reported = "a voter has been unreachable";
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !voters.log(leader).contains(reported) {
+        assert!(Instant::now() < deadline, "the absence was never reported:\n{}", voters.log(leader));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    voters.restart(away);
+    let back = "the voter answers again after an outage";
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !voters.log(leader).contains(back) {
+        assert!(Instant::now() < deadline, "the return was never reported:\n{}", voters.log(leader));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let log = voters.log(leader);
+    assert!(lines_with(&log, "InstallSnapshot").is_empty() && lines_with(&log, "send snapshot").is_empty(), "{log}");
+    let away_lines = lines_with(&log, reported);
+    assert_eq!(away_lines.len(), 1, "{log}");
+    assert!(away_lines[0].contains(&format!("voter={away}")), "{log}");
+    assert_eq!(alarms(&log), away_lines, "the one line for the outage is its only warning");
+    let summary = lines_with(&log, back);
+    assert_eq!(summary.len(), 1, "{log}");
+    assert!(summary[0].contains(" INFO ") && summary[0].contains("seconds=") && summary[0].contains("failed_calls="));
 }

@@ -4,10 +4,12 @@
 //!
 //! openraft reports every failed attempt to reach a peer voter (each vote request, each replication
 //! retry, twice a second per peer) at ERROR or WARN, and the races of an election or of its own
-//! shutdown too. A voter going away is normal when a cluster is restarted or stopped, and a voter that
-//! stays away is reported once by the quorum network instead, after a while
-//! ([`crate::quorum::network`]). Those openraft events are dropped; every other openraft warning and
-//! error is kept, and openraft's chatter below `warn` is off unless `RUST_LOG` names openraft.
+//! shutdown too, and each snapshot it fails to send to a voter that is away (twice a second). A voter
+//! going away is normal when a cluster is restarted or stopped, and a voter that stays away is reported
+//! once by the quorum network instead, after a while, and once more when it is back, with how long it
+//! was away and how many calls failed ([`crate::quorum::network`]). Those openraft events are dropped;
+//! every other openraft warning and error is kept, and openraft's chatter below `warn` is off unless
+//! `RUST_LOG` names openraft.
 
 mod partition_set;
 mod writer;
@@ -184,12 +186,23 @@ pub fn is_openraft_noise(fields: &str) -> bool {
         "message=A message will be ignored because vote changed",
         "message=failure receiving rx from RaftCore",
     ];
+    // Sending a snapshot to a voter that is away: each attempt is reported twice (the RPC, then the
+    // send), twice a second for as long as it stays away. Only network failures are dropped: a snapshot
+    // that cannot be read here, or one the peer refuses, is still reported.
+    const SNAPSHOT_SEND: &[&str] = &[
+        "message=error sending InstallSnapshot RPC",
+        "message=failed to send snapshot",
+        "message=InstallSnapshot RPC timed out",
+    ];
+    const NETWORK_FAILURE: &[&str] = &["Unreachable node", "NetworkError", "timeout after", "timed out"];
+    let snapshot_to_absent_peer =
+        SNAPSHOT_SEND.iter().any(|m| fields.contains(m)) && NETWORK_FAILURE.iter().any(|m| fields.contains(m));
     // A call that reached Raft after it stopped (shutdown): openraft reports it in several ways.
     let stopped = fields.contains("Stopped")
         && ["message=core_call fatal error", "message=error when", "message=failure sending RaftMsg"]
             .iter()
             .any(|m| fields.contains(m));
-    stopped || PEER_UNREACHABLE.iter().chain(RACES).any(|m| fields.contains(m))
+    stopped || snapshot_to_absent_peer || PEER_UNREACHABLE.iter().chain(RACES).any(|m| fields.contains(m))
 }
 
 struct FieldText(String);
@@ -247,6 +260,15 @@ mod tests {
         assert!(is_openraft_noise("message=core_call fatal error error=Stopped "));
         assert!(!is_openraft_noise("message=core_call fatal error error=StorageError "));
         assert!(!is_openraft_noise("message=RaftCore stopped with fatal error=StorageError "));
+        // openraft's two lines for each snapshot sent to a voter that is away.
+        assert!(is_openraft_noise(
+            "message=error sending InstallSnapshot RPC error=NetworkError: connect or transfer: Connection refused "
+        ));
+        assert!(is_openraft_noise(
+            "message=failed to send snapshot error=NetworkError: connect or transfer: Connection refused "
+        ));
+        assert!(is_openraft_noise("message=error sending InstallSnapshot RPC error=Unreachable node: timeout "));
+        assert!(!is_openraft_noise("message=failed to send snapshot error=StorageError: read snapshot "));
     }
 
     #[test]

@@ -109,8 +109,9 @@ async fn read_frame(
 }
 
 /// A peer voter that cannot be reached for this long is reported (once, at WARN; once again at INFO when
-/// it answers). openraft's own report of every failed attempt is filtered out ([`crate::logging`]): a
-/// voter away for the seconds of a restart or of a cluster's stop is no news.
+/// it answers, with how long it was away and how many calls to it failed). openraft's own report of every
+/// failed attempt (replication, votes, snapshots) is filtered out ([`crate::logging`]): a voter away for
+/// the seconds of a restart or of a cluster's stop is no news.
 pub const UNREACHABLE_REPORT_AFTER: Duration = Duration::from_secs(15);
 
 /// Makes openraft's clients to the other voters, and keeps each peer's reachability across them
@@ -120,10 +121,11 @@ pub struct Network {
     health: Arc<Mutex<HashMap<u64, PeerHealth>>>,
 }
 
-/// Since when a peer has failed every call, and whether that was reported.
+/// Since when a peer has failed every call, how many calls failed since, and whether that was reported.
 #[derive(Debug, Default)]
 struct PeerHealth {
     failing_since: Option<Instant>,
+    failures: u64,
     reported: bool,
 }
 
@@ -152,12 +154,14 @@ impl PeerClient {
         match failure {
             Some(error) => {
                 let since = *peer.failing_since.get_or_insert_with(Instant::now);
+                peer.failures += 1;
                 if !peer.reported && since.elapsed() >= UNREACHABLE_REPORT_AFTER {
                     peer.reported = true;
                     tracing::warn!(
                         voter = self.target,
                         addr = %self.addr,
                         seconds = since.elapsed().as_secs(),
+                        failed_calls = peer.failures,
                         %error,
                         "quorum: a voter has been unreachable; the quorum needs a majority of voters"
                     );
@@ -165,9 +169,17 @@ impl PeerClient {
             }
             None => {
                 if std::mem::take(&mut peer.reported) {
-                    tracing::info!(voter = self.target, addr = %self.addr, "quorum: the voter answers again");
+                    let seconds = peer.failing_since.map_or(0, |since| since.elapsed().as_secs());
+                    tracing::info!(
+                        voter = self.target,
+                        addr = %self.addr,
+                        seconds,
+                        failed_calls = peer.failures,
+                        "quorum: the voter answers again after an outage"
+                    );
                 }
                 peer.failing_since = None;
+                peer.failures = 0;
             }
         }
     }

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod requests;
+pub mod voters;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -2,7 +2,8 @@
 //! ERROR line (those are for what an operator must act on), no colour codes into a file, and openraft's
 //! chatter stays out even at `RUST_LOG=debug`. What happens to many partitions at once (the offsets topic
 //! created, a broker shut down) is one line with counts, not one per partition; a voter that is away is
-//! reported once, not at every snapshot openraft fails to send it.
+//! reported once, not at every snapshot openraft fails to send it; a host without room to lock I/O
+//! memory is told so once, as `shardlog check` tells it.
 
 mod common;
 
@@ -193,4 +194,39 @@ fn a_voter_away_is_reported_once_and_summed_up_when_it_is_back() {
     let summary = lines_with(&log, back);
     assert_eq!(summary.len(), 1, "{log}");
     assert!(summary[0].contains(" INFO ") && summary[0].contains("seconds=") && summary[0].contains("failed_calls="));
+}
+
+/// CAP_IPC_LOCK, which lifts the locked-memory limit for its holder.
+const CAP_IPC_LOCK: libc::c_ulong = 14;
+
+#[test]
+fn without_room_to_lock_io_memory_the_start_says_so_once_as_check_does() {
+    let data = disk_dir();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut broker = Broker::spawn_with(data.path(), port, 2, &[], None, |command| {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: setrlimit(2) and prctl(2) are async-signal-safe; the closure touches no shared memory.
+        unsafe {
+            command.pre_exec(|| {
+                // 8 MiB: above glommio's floor, below what one shard registers (30 MiB).
+                let limit = libc::rlimit { rlim_cur: 8 << 20, rlim_max: 8 << 20 };
+                if libc::setrlimit(libc::RLIMIT_MEMLOCK, &limit) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // Root holds CAP_IPC_LOCK, which lifts the limit: out of the bounding set, the program
+                // about to run does not get it. (A runner without the capability cannot drop it, and
+                // has no need to.)
+                libc::prctl(libc::PR_CAPBSET_DROP, CAP_IPC_LOCK, 0, 0, 0);
+                Ok(())
+            });
+        }
+    });
+    broker.wait_until_it_answers();
+    let (status, log) = broker.terminate_with_log();
+    assert!(status.success(), "{log}");
+    assert!(!log.contains("registering buffers") && !log.contains("SkippingOs"), "glommio's report: {log}");
+    let told = lines_with(&log, "io_uring buffers not registered");
+    assert_eq!(told.len(), 1, "{log}");
+    assert!(told[0].contains("8192 KiB") && told[0].contains("LimitMEMLOCK=infinity"), "{log}");
+    assert_eq!(alarms(&log), told, "the one warning of the start");
 }

@@ -109,13 +109,22 @@ fn rlimit(get: impl FnOnce(&mut libc::rlimit) -> libc::c_int) -> (Option<u64>, O
     (finite(limit.rlim_cur), finite(limit.rlim_max))
 }
 
+/// What to change when the locked memory is too small.
+pub const LOCKED_MEMORY_FIX: &str =
+    "LimitMEMLOCK=infinity in the unit (deploy/shardlog.service has it), or `ulimit -l unlimited`";
+
+/// The soft RLIMIT_MEMLOCK, `None` for unlimited, and as `shardlog check` shows it.
+fn locked_memory_limit() -> (Option<u64>, String) {
+    // SAFETY: getrlimit(2) with a valid resource and a pointer to a live rlimit.
+    let (soft, _) = rlimit(|l| unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, l) });
+    (soft, soft.map_or("unlimited".to_string(), |b| format!("{} KiB", b / 1024)))
+}
+
 /// The locked-memory row: each shard's executor registers its I/O memory with its rings; without room
 /// for it glommio falls back to unregistered buffers (slower), or cannot set rings up at all.
 pub fn locked_memory(shards: usize) -> Row {
     let wanted = shards as u64 * REGISTERED_BYTES_PER_SHARD;
-    // SAFETY: getrlimit(2) with a valid resource and a pointer to a live rlimit.
-    let (soft, _) = rlimit(|l| unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, l) });
-    let shown = soft.map_or("unlimited".to_string(), |b| format!("{} KiB", b / 1024));
+    let (soft, shown) = locked_memory_limit();
     if has_ipc_lock() {
         return Row::pass("locked memory", format!("{shown}; this user holds CAP_IPC_LOCK, so it is not limited"));
     }
@@ -123,10 +132,25 @@ pub fn locked_memory(shards: usize) -> Row {
         Some(bytes) if bytes < wanted => Row::warn(
             "locked memory",
             format!("{shown}; {shards} shard(s) register {} MiB of I/O memory with io_uring", wanted / MIB),
-            "LimitMEMLOCK=infinity in the unit (deploy/shardlog.service has it), or `ulimit -l unlimited`",
+            LOCKED_MEMORY_FIX,
         ),
         _ => Row::pass("locked memory", shown),
     }
+}
+
+/// The locked-memory row for a broker whose executors could not register their I/O memory (glommio
+/// then uses unregistered buffers): what `shardlog check` would say, for the start's log.
+pub fn buffers_not_registered() -> Row {
+    let (_, shown) = locked_memory_limit();
+    Row::warn(
+        "locked memory",
+        format!(
+            "{shown}; each shard registers {} MiB of I/O memory with io_uring, so its buffers were not \
+             registered and its I/O is slower",
+            REGISTERED_BYTES_PER_SHARD / MIB
+        ),
+        LOCKED_MEMORY_FIX,
+    )
 }
 
 /// Descriptors the broker may use with `config`: every shard's segment files, every client connection

@@ -56,7 +56,13 @@ pub fn init(format: LogFormat) -> anyhow::Result<()> {
         LogFormat::Json => Box::new(layer.json().with_current_span(true).with_span_list(false)),
     };
     let repeats = RepeatLimit::default();
-    tracing_subscriber::registry().with(filter).with(repeats.clone()).with(QuietOpenraft).with(format).try_init()?;
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(repeats.clone())
+        .with(QuietOpenraft)
+        .with(GlommioBuffers::default())
+        .with(format)
+        .try_init()?;
     std::thread::Builder::new().name("log-repeats".into()).spawn(move || {
         loop {
             std::thread::sleep(Duration::from_secs(1));
@@ -166,6 +172,41 @@ impl<S: Subscriber> Layer<S> for QuietOpenraft {
         let mut text = FieldText(String::new());
         event.record(&mut text);
         !is_openraft_noise(&text.0)
+    }
+}
+
+/// Replaces glommio's report of I/O memory it could not register (no room under the locked-memory limit;
+/// a multi-line WARN for each ring of each executor) with one line, once per process, saying what
+/// `shardlog check` says of it: the limit, and how to raise it.
+#[derive(Debug, Clone, Default)]
+pub struct GlommioBuffers {
+    explained: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl<S: Subscriber> Layer<S> for GlommioBuffers {
+    fn event_enabled(&self, event: &Event<'_>, _ctx: Context<'_, S>) -> bool {
+        let meta = event.metadata();
+        // glommio logs through the `log` crate: its lines arrive with the target `log`, and their own
+        // target as the field `log.target`.
+        let bridged = meta.target() == "log" || meta.target().starts_with("glommio");
+        if !bridged || *meta.level() > Level::WARN {
+            return true;
+        }
+        let mut text = FieldText(String::new());
+        event.record(&mut text);
+        let from_glommio = meta.target().starts_with("glommio") || text.0.contains("log.target=glommio");
+        if !from_glommio || !text.0.contains("registering buffers") {
+            return true;
+        }
+        if !self.explained.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            let row = crate::host_check::system::buffers_not_registered();
+            tracing::warn!(
+                found = %row.found,
+                fix = row.fix.as_deref().unwrap_or_default(),
+                "locked memory too low: io_uring buffers not registered (as `shardlog check` says)"
+            );
+        }
+        false
     }
 }
 

@@ -656,6 +656,12 @@ async fn fetch(
     let Ok(offset) = u64::try_from(offset).map(Offset) else {
         return outcome(Some(ResponseError::OffsetOutOfRange), Bytes::new());
     };
+    // A damaged log serves what lies before its damage; a read from the damage on needs the damaged
+    // batch (the records after it exist, but cannot be reached): never "out of range", which would make
+    // a consumer reset its position.
+    if log.readable_below().is_some_and(|below| offset >= below) {
+        return outcome(Some(ResponseError::KafkaStorageError), Bytes::new());
+    }
     if offset > hw {
         // Beyond what consumers may see: out of range unless it is within the appended-but-unsynced tail.
         return if offset <= log.log_end_offset() {

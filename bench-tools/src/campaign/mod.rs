@@ -433,6 +433,9 @@ fn carry_out(
     // Brokers a kill fault holds down, or a full disk, right now: not started again meanwhile.
     let mut killed: BTreeSet<usize> = BTreeSet::new();
     let mut kills: BTreeMap<&'static str, usize> = BTreeMap::new();
+    // Brokers whose durable data a tear has damaged once: a second time within the hour, a broker takes
+    // its whole data dir offline (a failing disk), which the campaign does not heal.
+    let mut rotted: BTreeSet<usize> = BTreeSet::new();
     for (at, heal, i) in steps {
         let due = at + delay;
         if let Some(wait) = due.checked_sub(start.elapsed()) {
@@ -489,7 +492,21 @@ fn carry_out(
                 }
             }
             if fault.kind == FaultKind::KillAndTear && !heal {
-                let torn = tear::tear(&data.join(format!("broker-{b}")), &mut rng, TEAR_WINDOW, beyond)?;
+                let broker_data = data.join(format!("broker-{b}"));
+                // A broker's first tear damages what it made durable: it must rebuild the replica from an
+                // in-sync one by itself (the other replicas are whole: one fault at a time).
+                let rot = !beyond && !rotted.contains(&b);
+                let torn = match rot {
+                    true => tear::rot(&broker_data, &mut rng)?,
+                    false => None,
+                };
+                if torn.is_some() {
+                    rotted.insert(b);
+                }
+                let torn = match torn {
+                    Some(torn) => Some(torn),
+                    None => tear::tear(&broker_data, &mut rng, TEAR_WINDOW, beyond)?,
+                };
                 if let Some(torn) = torn {
                     let _ = write!(line, "(tore {} at byte {}: {:?}) ", torn.segment.display(), torn.at, torn.damage);
                 }

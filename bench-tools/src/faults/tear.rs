@@ -3,10 +3,12 @@
 //! broker's recovery must find the end of its whole batches and fetch the rest from the leader again.
 //!
 //! By default nothing the broker wrote is changed: the torn write lands after its whole batches. Beyond
-//! what the topic promises (`deep`), whole batches past the checkpointed recovery point are damaged too;
-//! never below it, where the broker has fdatasync'ed the data and said so, and damage there is a disk
-//! that lost written data, which the broker rightly refuses to serve until an operator repairs it
-//! (`shardlog repair`).
+//! what the topic promises (`deep`), whole batches past the checkpointed recovery point are damaged too.
+//!
+//! [`rot`] damages what the broker fdatasync'ed and said so, below the recovery point: bytes flipped in
+//! the last such batch of a segment, a disk that lost written data. The broker must find it at open (the
+//! last index interval of every segment is validated), report the replica offline, and rebuild it from
+//! an in-sync replica by itself.
 
 use std::collections::BTreeMap;
 use std::io::{Seek, SeekFrom, Write};
@@ -26,6 +28,8 @@ pub enum Damage {
     Garbage { len: u64 },
     /// The file ends at `at`, inside its whole batches.
     Cut,
+    /// `len` bytes from `at`, inside a batch below the recovery point, have their bits flipped.
+    Flipped { len: u64 },
 }
 
 /// What [`tear`] did.
@@ -152,6 +156,43 @@ pub fn tear(data: &Path, rng: &mut Rng, window: u64, deep: bool) -> Result<Optio
     Ok(Some(Torn { segment, damage, at }))
 }
 
+/// Flips up to 16 bytes in the middle of the last batch of a segment of one partition of `data` (a
+/// stopped broker's data directory) that lies wholly below that partition's checkpointed recovery point:
+/// durable data a disk lost. `None` when no partition has such a batch.
+pub fn rot(data: &Path, rng: &mut Rng) -> Result<Option<Torn>> {
+    let points = recovery_points(data)?;
+    let mut candidates = Vec::new();
+    for dir in partition_dirs(data)? {
+        let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let Some(&recovery_point) = points.get(&name) else { continue };
+        for (_, segment) in segments(&dir)? {
+            let bytes = std::fs::read(&segment).with_context(|| format!("read {}", segment.display()))?;
+            let ends = batch_ends(&bytes);
+            // The batches wholly below the recovery point, and the last of them.
+            let below = first_unsynced(&bytes, &ends, recovery_point)
+                .map_or(ends.len(), |start| ends.iter().position(|&end| end > start).unwrap_or(ends.len()));
+            if below == 0 {
+                continue;
+            }
+            let start = if below >= 2 { ends[below - 2] } else { 0 };
+            candidates.push((segment, start as u64, ends[below - 1] as u64));
+        }
+    }
+    if candidates.is_empty() {
+        return Ok(None);
+    }
+    let (segment, start, end) = candidates.swap_remove(rng.between(0, candidates.len() as u64 - 1) as usize);
+    // In the middle of the batch, past its length field, so the damage is to bytes its CRC32C covers.
+    let len = 16.min((end - start) / 4);
+    let at = start + (end - start) / 2;
+    let mut bytes = std::fs::read(&segment)?;
+    for b in &mut bytes[at as usize..(at + len) as usize] {
+        *b ^= 0xff;
+    }
+    overwrite(&segment, at, &bytes[at as usize..(at + len) as usize])?;
+    Ok(Some(Torn { segment, damage: Damage::Flipped { len }, at }))
+}
+
 /// Writes `bytes` at byte `at` of the file, durably.
 fn overwrite(path: &Path, at: u64, bytes: &[u8]) -> Result<()> {
     let mut file = std::fs::OpenOptions::new().write(true).open(path)?;
@@ -265,5 +306,37 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("t-0")).unwrap();
         assert_eq!(tear(dir.path(), &mut Rng::new(1), 100, false).unwrap(), None);
+    }
+
+    #[test]
+    fn rot_flips_bytes_inside_the_last_batch_below_the_recovery_point() {
+        let (dir, active) = data();
+        // The recovery point is 5: batches 0-1 (first segment) and 2, 3-4 (active one) are below it.
+        std::fs::write(dir.path().join("recovery-point-offset-checkpoint.shard-0"), "0\n1\nt 0 5\n").unwrap();
+        let mut seen = std::collections::BTreeSet::new();
+        for seed in 0..20 {
+            let (dir2, _) = data();
+            std::fs::copy(
+                dir.path().join("recovery-point-offset-checkpoint.shard-0"),
+                dir2.path().join("recovery-point-offset-checkpoint.shard-0"),
+            )
+            .unwrap();
+            let torn = rot(dir2.path(), &mut Rng::new(seed)).unwrap().expect("a batch below the point");
+            let Damage::Flipped { len } = torn.damage else { panic!("{torn:?}") };
+            assert!(len > 0);
+            let name = torn.segment.file_name().unwrap().to_string_lossy().into_owned();
+            let after = std::fs::read(&torn.segment).unwrap();
+            if name == "00000000000000000002.log" {
+                // The batch holding 3-4 (the last below 5), not the one holding 5.
+                let ends = batch_ends(&active);
+                assert!(torn.at >= ends[0] as u64 && torn.at + len <= ends[1] as u64, "{torn:?}");
+                assert_eq!(after[ends[1]..], active[ends[1]..], "the batch at the point is untouched");
+            }
+            seen.insert(name);
+        }
+        assert_eq!(seen.len(), 2, "either segment: {seen:?}");
+        // Without a recovery point nothing is below it.
+        let (bare, _) = data();
+        assert_eq!(rot(bare.path(), &mut Rng::new(1)).unwrap(), None);
     }
 }

@@ -6,10 +6,16 @@
 //! Batches are counted from their headers, not decoded: the measure is the broker's, not the decoder's.
 //! A partition whose leader moves is fetched from its new leader, found through fresh metadata, as Kafka
 //! consumers do.
+//!
+//! Rates are over the time records arrived: from the sending of the first Fetch that brought records to
+//! the arrival of the last, so waiting for a producer to start, or for records that never come, does not
+//! dilute them. A run never waits silently: a topic that does not exist yet and a pause in the records
+//! are announced on stderr once they last [`NOTICE_AFTER`], and `--timeout-ms` without either ends the
+//! run with an error (as Kafka's console consumer's `--timeout-ms` does).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
@@ -27,6 +33,14 @@ const FETCH_VERSIONS: (i16, i16) = (4, 11);
 /// Bytes asked for per partition and per Fetch.
 const PARTITION_MAX_BYTES: i32 = 8 << 20;
 const FETCH_MAX_BYTES: i32 = 50 << 20;
+/// How long a wait lasts before the tool says what it waits for.
+const NOTICE_AFTER: Duration = Duration::from_secs(2);
+/// The default `--timeout-ms`.
+const DEFAULT_TIMEOUT_MS: u64 = 10_000;
+/// How often the tool looks at its waits.
+const WATCH_EVERY: Duration = Duration::from_millis(100);
+/// Kafka's UNKNOWN_TOPIC_OR_PARTITION.
+const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum From {
@@ -60,43 +74,151 @@ pub struct ConsumeArgs {
     /// --duration).
     #[arg(long)]
     pub repeat: bool,
+    /// Give up, with an error, when the topic does not exist for this long, or (with --messages) when no
+    /// record arrives for this long before the count is reached (Kafka's console consumer's
+    /// `--timeout-ms`).
+    #[arg(long, default_value_t = DEFAULT_TIMEOUT_MS)]
+    pub timeout_ms: u64,
 }
 
 /// What a consume run measured.
 #[derive(Debug, Clone)]
 pub struct ConsumeResult {
     pub tally: Tally,
+    /// The time records arrived over (what the rates are over).
     pub elapsed: Duration,
+    /// The whole run, waits included.
+    pub run: Duration,
+    /// Why the run stopped before it had the messages it was asked for (`--timeout-ms`).
+    pub gave_up: Option<String>,
 }
 
 impl ConsumeResult {
     pub fn report(&self) -> String {
         let measured = self.tally.latency_us.len();
-        if measured == 0 {
-            return format!(
+        let mut out = if measured == 0 {
+            format!(
                 "{}end to end: not measured (no record was produced after the consumer started)\n",
                 self.tally.report(self.elapsed, None)
+            )
+        } else {
+            let label =
+                format!("end to end, producer timestamp to fetch, of the {measured} records produced after the start");
+            self.tally.report(self.elapsed, Some(&label))
+        };
+        if self.run.saturating_sub(self.elapsed) >= WATCH_EVERY {
+            out.push_str(&format!(
+                "records arrived over {:.2} s of the {:.2} s run (the rates are over the former)\n",
+                self.elapsed.as_secs_f64(),
+                self.run.as_secs_f64()
+            ));
+        }
+        out
+    }
+}
+
+/// When records arrived, as a lane saw them: from the sending of the first Fetch that brought some to the
+/// arrival of the last.
+#[derive(Debug, Clone, Copy, Default)]
+struct Arrivals {
+    first_asked: Option<Instant>,
+    last: Option<Instant>,
+}
+
+impl Arrivals {
+    fn merge(self, other: Arrivals) -> Arrivals {
+        let first_asked = match (self.first_asked, other.first_asked) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        Arrivals { first_asked, last: self.last.max(other.last) }
+    }
+
+    fn span(&self) -> Duration {
+        match (self.first_asked, self.last) {
+            (Some(first), Some(last)) => last.saturating_duration_since(first),
+            _ => Duration::ZERO,
+        }
+    }
+}
+
+/// What every lane shares: how many records arrived, and when the last did (microseconds from the start),
+/// so that a pause in all of them is seen, said and, past `--timeout-ms`, given up on.
+#[derive(Debug)]
+struct Watch {
+    started: Instant,
+    consumed: AtomicU64,
+    last_arrival_us: AtomicU64,
+    gave_up: AtomicBool,
+}
+
+impl Watch {
+    fn arrived(&self, count: u64) {
+        self.consumed.fetch_add(count, Ordering::Relaxed);
+        self.last_arrival_us.store(self.started.elapsed().as_micros() as u64, Ordering::Relaxed);
+    }
+
+    /// How long no record has arrived (since the start, before the first).
+    fn idle(&self) -> Duration {
+        self.started.elapsed().saturating_sub(Duration::from_micros(self.last_arrival_us.load(Ordering::Relaxed)))
+    }
+}
+
+/// Waits, saying so, until the cluster knows `topic` (a consumer may start before its topic is created),
+/// up to `timeout`.
+fn await_topic(admin: &mut KafkaClient, topic: &str, timeout: Duration) -> Result<()> {
+    let started = Instant::now();
+    let mut said = false;
+    loop {
+        let metadata = admin.metadata(Some(&[topic]))?;
+        let code = metadata.topics.first().context("empty Metadata answer")?.error_code;
+        if code != UNKNOWN_TOPIC_OR_PARTITION {
+            return Ok(());
+        }
+        let waited = started.elapsed();
+        if waited >= timeout {
+            bail!(
+                "topic {topic} does not exist: the cluster answered UNKNOWN_TOPIC_OR_PARTITION for {:.1} s \
+                 (--timeout-ms {})",
+                waited.as_secs_f64(),
+                timeout.as_millis()
             );
         }
-        let label =
-            format!("end to end, producer timestamp to fetch, of the {measured} records produced after the start");
-        self.tally.report(self.elapsed, Some(&label))
+        if !said && waited >= NOTICE_AFTER {
+            eprintln!(
+                "waiting for topic {topic} to be created (the cluster does not know it); giving up after {:.0} s \
+                 (--timeout-ms)",
+                timeout.as_secs_f64()
+            );
+            said = true;
+        }
+        std::thread::sleep(WATCH_EVERY);
     }
 }
 
 pub fn run(args: &ConsumeArgs) -> Result<ConsumeResult> {
     let started_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+    let timeout = Duration::from_millis(args.timeout_ms);
     let mut admin = KafkaClient::connect(&args.bootstrap)?;
+    await_topic(&mut admin, &args.topic, timeout)?;
     let layout = admin.led_layout(&args.topic)?;
     let bounds = admin.offsets(&args.topic, layout.partitions)?;
     let any_leader = layout.leaders.values().next().context("a topic without partitions")?.clone();
     let version = admin.connection(&any_leader)?.negotiate(ApiKey::Fetch, FETCH_VERSIONS)?;
-    let consumed = Arc::new(AtomicU64::new(0));
+    // What the topic held at the start, from where this run reads: said when records stop coming.
+    let available: i64 =
+        bounds.iter().map(|&(earliest, latest)| if args.from == From::Earliest { latest - earliest } else { 0 }).sum();
     let started = Instant::now();
+    let shared = Arc::new(Watch {
+        started,
+        consumed: AtomicU64::new(0),
+        last_arrival_us: AtomicU64::new(0),
+        gave_up: AtomicBool::new(false),
+    });
     let deadline = args.duration.map(|d| started + d);
-    let progress = stats::Progress::start(args.messages, args.duration, {
-        let consumed = consumed.clone();
-        move || consumed.load(Ordering::Relaxed)
+    let bar = stats::Progress::start(args.messages, args.duration, {
+        let shared = shared.clone();
+        move || shared.consumed.load(Ordering::Relaxed)
     });
     let connections = args.connections.max(1);
     let lanes: Vec<_> = layout
@@ -127,17 +249,61 @@ pub fn run(args: &ConsumeArgs) -> Result<ConsumeResult> {
                 limit: args.messages,
                 deadline,
                 repeat: args.repeat,
+                timeout,
             };
-            let consumed = consumed.clone();
-            std::thread::spawn(move || lane.fetch(positions, &consumed))
+            let shared = shared.clone();
+            std::thread::spawn(move || lane.fetch(positions, &shared))
         })
-        .collect();
-    let mut tally = Tally::default();
-    for lane in lanes {
-        tally.merge(&lane.join().map_err(|_| anyhow::anyhow!("a fetch thread panicked"))??);
+        .collect::<Vec<_>>();
+    // Say what the run waits for when records stop coming (once per pause).
+    let mut said = false;
+    while !lanes.iter().all(|l| l.is_finished()) {
+        std::thread::sleep(WATCH_EVERY);
+        let idle = shared.idle();
+        if idle < NOTICE_AFTER {
+            said = false;
+        } else if !said {
+            said = true;
+            let consumed = shared.consumed.load(Ordering::Relaxed);
+            let wanted = args.messages.map_or(String::new(), |m| format!(" of the {m} asked for"));
+            let held = match args.from {
+                From::Earliest => format!("the topic held {available} from its earliest offsets when the run began"),
+                From::Latest => "the run began at the topic's end".to_string(),
+            };
+            let until = match args.messages {
+                Some(_) => format!("giving up after {:.0} s without one (--timeout-ms)", timeout.as_secs_f64()),
+                None => "until --duration ends".to_string(),
+            };
+            bar.note(&format!(
+                "waiting for records of {}: {consumed}{wanted} so far, none for {:.0} s; {held}; {until}",
+                args.topic,
+                idle.as_secs_f64()
+            ));
+        }
     }
-    drop(progress);
-    Ok(ConsumeResult { tally, elapsed: started.elapsed() })
+    let mut tally = Tally::default();
+    let mut arrivals = Arrivals::default();
+    for lane in lanes {
+        let (t, a) = lane.join().map_err(|_| anyhow::anyhow!("a fetch thread panicked"))??;
+        tally.merge(&t);
+        arrivals = arrivals.merge(a);
+    }
+    drop(bar);
+    let run = started.elapsed();
+    let gave_up = shared.gave_up.load(Ordering::Relaxed).then(|| {
+        let consumed = shared.consumed.load(Ordering::Relaxed);
+        let held = match args.from {
+            From::Earliest => format!("; the topic held {available} when the run began"),
+            From::Latest => String::new(),
+        };
+        format!(
+            "consumed {consumed} of the {} messages asked for: none arrived for {:.1} s (--timeout-ms {}){held}",
+            args.messages.unwrap_or(0),
+            timeout.as_secs_f64(),
+            args.timeout_ms
+        )
+    });
+    Ok(ConsumeResult { tally, elapsed: arrivals.span(), run, gave_up })
 }
 
 /// One fetching thread: its share of the partitions, and what it fetches them with.
@@ -153,10 +319,12 @@ struct Lane {
     deadline: Option<Instant>,
     /// Read each partition again from its first position once it reaches its end.
     repeat: bool,
+    /// With a limit: how long no record may arrive (in any lane) before the run gives up.
+    timeout: Duration,
 }
 
 impl Lane {
-    fn fetch(self, mut positions: BTreeMap<i32, i64>, consumed: &AtomicU64) -> Result<Tally> {
+    fn fetch(self, mut positions: BTreeMap<i32, i64>, shared: &Watch) -> Result<(Tally, Arrivals)> {
         let mut client = KafkaClient::connect(&self.bootstrap)?;
         let mut leaders: BTreeMap<i32, String> = positions.keys().map(|p| (*p, self.first_leader.clone())).collect();
         let mut tally = Tally::default();
@@ -164,11 +332,16 @@ impl Lane {
         let name = TopicName(StrBytes::from_string(self.topic.clone()));
         // Since when some partition has had no leader to fetch from, and why.
         let mut stuck: Option<(Instant, String)> = None;
+        let mut arrivals = Arrivals::default();
         loop {
             if self.deadline.is_some_and(|d| Instant::now() >= d)
-                || self.limit.is_some_and(|l| consumed.load(Ordering::Relaxed) >= l)
+                || self.limit.is_some_and(|l| shared.consumed.load(Ordering::Relaxed) >= l)
             {
-                return Ok(tally);
+                return Ok((tally, arrivals));
+            }
+            if self.limit.is_some() && shared.idle() >= self.timeout {
+                shared.gave_up.store(true, Ordering::Relaxed);
+                return Ok((tally, arrivals));
             }
             let mut by_leader: BTreeMap<String, Vec<i32>> = BTreeMap::new();
             for (p, addr) in &leaders {
@@ -194,6 +367,7 @@ impl Lane {
                                 .collect(),
                         ),
                     ]);
+                let asked = Instant::now();
                 let answer = client.connection(&addr).and_then(|c| c.call(ApiKey::Fetch, self.version, &request));
                 let response = match answer {
                     Ok(ResponseKind::Fetch(response)) => response,
@@ -218,7 +392,10 @@ impl Lane {
                         }
                     }
                     let Some(records) = &p.records else { continue };
-                    self.count(records, position, &mut tally, consumed);
+                    if self.count(records, position, &mut tally, shared) > 0 {
+                        arrivals.first_asked.get_or_insert(asked);
+                        arrivals.last = Some(Instant::now());
+                    }
                     if self.repeat && *position >= p.high_watermark {
                         *position = first_positions[&p.partition_index];
                     }
@@ -245,10 +422,12 @@ impl Lane {
         }
     }
 
-    /// Counts the whole batches of one partition's answer from `position` on, and moves it past them.
-    fn count(&self, records: &bytes::Bytes, position: &mut i64, tally: &mut Tally, consumed: &AtomicU64) {
+    /// Counts the whole batches of one partition's answer from `position` on, and moves it past them;
+    /// returns how many records that was.
+    fn count(&self, records: &bytes::Bytes, position: &mut i64, tally: &mut Tally, shared: &Watch) -> u64 {
         let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
         let mut at = 0;
+        let mut counted = 0;
         while at < records.len() {
             let Ok(header) = BatchHeader::parse(&records[at..]) else { break };
             let total = header.total_bytes();
@@ -264,10 +443,12 @@ impl Lane {
                 if header.base_timestamp >= self.started_ms && header.max_timestamp <= now_ms {
                     tally.record_latency(Duration::from_millis((now_ms - header.max_timestamp) as u64), count);
                 }
-                consumed.fetch_add(count, Ordering::Relaxed);
+                shared.arrived(count);
+                counted += count;
                 *position = last + 1;
             }
             at += total;
         }
+        counted
     }
 }

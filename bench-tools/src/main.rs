@@ -72,7 +72,14 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Produce(args) => print!("{}", produce::run(&args)?.report()),
-        Command::Consume(args) => print!("{}", consume::run(&args)?.report()),
+        Command::Consume(args) => {
+            let result = consume::run(&args)?;
+            print!("{}", result.report());
+            if let Some(why) = result.gave_up {
+                eprintln!("Error: {why}");
+                std::process::exit(1);
+            }
+        }
         Command::Audit(args) => {
             let report = audit::run(&args)?;
             print!("{}", report.render());

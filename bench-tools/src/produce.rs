@@ -52,13 +52,13 @@ pub struct ProduceArgs {
     /// Create the topic first (an existing one is used as it is).
     #[arg(long)]
     pub create: bool,
-    /// Partitions of a created topic.
-    #[arg(long, default_value_t = 1)]
-    pub partitions: i32,
-    /// Replication factor of a created topic.
-    #[arg(long, default_value_t = 1)]
-    pub replication_factor: i16,
-    /// `min.insync.replicas` of a created topic.
+    /// Partitions of a created topic (with --create; default 1).
+    #[arg(long)]
+    pub partitions: Option<i32>,
+    /// Replication factor of a created topic (with --create; default 1).
+    #[arg(long)]
+    pub replication_factor: Option<i16>,
+    /// `min.insync.replicas` of a created topic (with --create; default: the broker's).
     #[arg(long)]
     pub min_insync: Option<i16>,
     /// 0, 1 or all.
@@ -68,12 +68,13 @@ pub struct ProduceArgs {
     pub message_size: usize,
     #[arg(long, value_enum, default_value_t = Mode::Sync)]
     pub mode: Mode,
-    /// Requests unanswered per connection (async mode).
-    #[arg(long, default_value_t = 5)]
-    pub in_flight: usize,
-    /// The most bytes of one partition's batch (async mode): librdkafka's default `batch.size`.
-    #[arg(long, default_value_t = 1_000_000)]
-    pub batch_bytes: usize,
+    /// Requests unanswered per connection (async mode; default 5, librdkafka's
+    /// `max.in.flight.requests.per.connection` with idempotence).
+    #[arg(long)]
+    pub in_flight: Option<usize>,
+    /// The most bytes of one partition's batch (async mode; default 1000000, librdkafka's `batch.size`).
+    #[arg(long)]
+    pub batch_bytes: Option<usize>,
     /// Messages per second to offer, in all (async mode). Without it the producer sends as fast as the
     /// broker takes (closed loop); with it, records are created on schedule and latency runs from a
     /// request's oldest record's creation, so it includes lingering and waiting for a slot.
@@ -149,6 +150,13 @@ impl ProduceResult {
 
 /// The default `--linger-ms` (librdkafka's `linger.ms`).
 const DEFAULT_LINGER_MS: u64 = 5;
+/// The default `--in-flight`.
+const DEFAULT_IN_FLIGHT: usize = 5;
+/// The default `--batch-bytes` (librdkafka's `batch.size`).
+const DEFAULT_BATCH_BYTES: usize = 1_000_000;
+/// Partitions and replication factor of a created topic without `--partitions` or `--replication-factor`.
+const DEFAULT_PARTITIONS: i32 = 1;
+const DEFAULT_REPLICATION_FACTOR: i16 = 1;
 /// Kafka's `retry.backoff.ms`: the pause before a batch is sent again.
 const RETRY_BACKOFF: Duration = Duration::from_millis(100);
 /// The most bytes of batches one request carries (async mode): a request holds a batch for every
@@ -175,9 +183,9 @@ fn describe_mode(args: &ProduceArgs, linger_ms: u64) -> String {
             format!(
                 "async: batches up to {} bytes per partition (requests up to {} MiB), {} requests in flight \
                  per broker, {pacing}",
-                args.batch_bytes,
+                args.batch_bytes.unwrap_or(DEFAULT_BATCH_BYTES),
                 MAX_REQUEST_BYTES >> 20,
-                args.in_flight
+                args.in_flight.unwrap_or(DEFAULT_IN_FLIGHT)
             )
         }
     }
@@ -272,12 +280,42 @@ pub(crate) fn init_producer_id(connection: &mut Connection) -> Result<(i64, i16)
     Ok((r.producer_id.0, r.producer_epoch))
 }
 
+/// Refuses a flag that would change nothing with the others given (before anything is sent), naming what
+/// it applies to: a run that silently ignored one would measure something else than was asked for.
+fn refuse_ignored_flags(args: &ProduceArgs) -> Result<()> {
+    if args.linger_ms.is_some() && args.rate.is_none() {
+        bail!("--linger-ms applies to --mode async --rate (a closed loop always has full batches)");
+    }
+    if args.mode == Mode::Sync {
+        let given = [("--in-flight", args.in_flight.is_some()), ("--batch-bytes", args.batch_bytes.is_some())];
+        if let Some((flag, _)) = given.iter().find(|(_, given)| *given) {
+            bail!(
+                "{flag} applies to --mode async (sync mode sends one message per request, one request at a time per partition)"
+            );
+        }
+    }
+    if !args.create {
+        let given = [
+            ("--partitions", args.partitions.is_some()),
+            ("--replication-factor", args.replication_factor.is_some()),
+            ("--min-insync", args.min_insync.is_some()),
+        ];
+        if let Some((flag, _)) = given.iter().find(|(_, given)| *given) {
+            bail!("{flag} applies to --create (a topic that exists is used as it is)");
+        }
+    }
+    Ok(())
+}
+
 pub fn run(args: &ProduceArgs) -> Result<ProduceResult> {
+    refuse_ignored_flags(args)?;
     let mut admin = KafkaClient::connect(&args.bootstrap)?;
     if args.create {
         let configs: Vec<(String, String)> =
             args.min_insync.iter().map(|m| ("min.insync.replicas".to_string(), m.to_string())).collect();
-        match admin.create_topic(&args.topic, args.partitions, args.replication_factor, &configs) {
+        let partitions = args.partitions.unwrap_or(DEFAULT_PARTITIONS);
+        let replication_factor = args.replication_factor.unwrap_or(DEFAULT_REPLICATION_FACTOR);
+        match admin.create_topic(&args.topic, partitions, replication_factor, &configs) {
             Ok(()) => {}
             Err(e) if e.to_string().contains("TopicAlreadyExists") => {
                 eprintln!("topic {} exists; using it as it is", args.topic)
@@ -297,12 +335,9 @@ pub fn run(args: &ProduceArgs) -> Result<ProduceResult> {
     if args.message_size < payload::PREFIX_BYTES {
         bail!("--message-size must be at least {} bytes", payload::PREFIX_BYTES);
     }
-    if args.linger_ms.is_some() && args.rate.is_none() {
-        bail!("--linger-ms applies to --mode async --rate (a closed loop always has full batches)");
-    }
     let linger_ms = args.linger_ms.unwrap_or(DEFAULT_LINGER_MS);
     let producer = if args.idempotence {
-        if args.acks != -1 || args.in_flight > 5 {
+        if args.acks != -1 || args.in_flight.unwrap_or(DEFAULT_IN_FLIGHT) > 5 {
             bail!("--idempotence needs --acks all and at most 5 requests in flight, as Kafka's producers do");
         }
         Some(init_producer_id(admin.connection(&any_leader)?)?)
@@ -356,7 +391,8 @@ pub fn run(args: &ProduceArgs) -> Result<ProduceResult> {
             .into_iter()
             .map(|(leader, partitions)| {
                 let (plan, recorder) = (plan.clone(), recorder.clone());
-                let (in_flight, batch_bytes) = (args.in_flight.max(1), args.batch_bytes);
+                let in_flight = args.in_flight.unwrap_or(DEFAULT_IN_FLIGHT).max(1);
+                let batch_bytes = args.batch_bytes.unwrap_or(DEFAULT_BATCH_BYTES);
                 std::thread::spawn(move || async_lane(plan, &leader, &partitions, in_flight, batch_bytes, &recorder))
             })
             .collect(),

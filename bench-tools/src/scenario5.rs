@@ -23,6 +23,7 @@ use shardlog_bench::faults::check::{self, Delivery};
 use shardlog_broker::client::KafkaClient;
 
 use crate::campaign::{self, ProducerSpec, Shared};
+use crate::tps_table::MIN_RECORDS_PER_ROW;
 
 pub const BROKERS: usize = 4;
 const PARTITIONS: i32 = 12;
@@ -84,7 +85,7 @@ struct Measured {
 }
 
 /// Runs the three rows and returns the section of the report, in markdown.
-pub fn run(duration: Duration, shardlog: Option<&Path>, out: &Path) -> Result<String> {
+pub fn run(duration: Duration, shards: Option<usize>, shardlog: Option<&Path>, out: &Path) -> Result<String> {
     let mut text = String::from(
         "One sync producer, 1 KiB messages, acks=all, 12 partitions, replicas 4, min.insync.replicas 2, on 4 \
          local brokers (3 of them quorum voters); brokers killed with SIGKILL a third of the way through. At the end \
@@ -94,9 +95,10 @@ pub fn run(duration: Duration, shardlog: Option<&Path>, out: &Path) -> Result<St
         "| acks | replicas | min.insync.replicas | retries | method | Kafka TPS (seed) | data on disk (seed) | errors (seed) | shardlog TPS | acknowledged | given up (of them stored) | acknowledged and lost | stored twice | errors seen |\n",
     );
     text.push_str(&format!("|{}\n", "---|".repeat(14)));
+    let mut too_short = 0;
     for (i, row) in ROWS.iter().enumerate() {
         let data = out.join(format!("scenario5-row{}", i + 1));
-        let measured = measure(row, duration, shardlog, &data);
+        let measured = measure(row, duration, shards, shardlog, &data);
         let method = match (row.kills, row.restart) {
             (kills, false) => format!("kill {kills} brokers while sending"),
             (kills, true) => format!("kill {kills} brokers while sending, restart them"),
@@ -105,12 +107,21 @@ pub fn run(duration: Duration, shardlog: Option<&Path>, out: &Path) -> Result<St
         let retries = if row.retries { "100000000" } else { "0" };
         let ours = match measured {
             Ok(m) => {
-                let errors: Vec<String> =
-                    m.errors.iter().map(|(code, n)| format!("{} x{n}", error_name(*code))).collect();
+                let acknowledged = if m.acknowledged < MIN_RECORDS_PER_ROW {
+                    too_short += 1;
+                    format!("{} (too short)", m.acknowledged)
+                } else {
+                    m.acknowledged.to_string()
+                };
+                let errors: Vec<String> = m
+                    .errors
+                    .iter()
+                    .map(|(code, n)| format!("{} x{n}", shardlog_broker::metrics::error_name(*code)))
+                    .collect();
                 format!(
                     "{:.0} | {} | {} ({}) | {} | {} | {}",
                     m.tps,
-                    m.acknowledged,
+                    acknowledged,
                     m.given_up,
                     m.given_up_stored,
                     m.lost,
@@ -126,6 +137,9 @@ pub fn run(duration: Duration, shardlog: Option<&Path>, out: &Path) -> Result<St
             row.seed_disk, row.seed_errors
         );
     }
+    if too_short > 0 {
+        text.push_str(&crate::report::too_short_note(too_short));
+    }
     text.push_str(
         "\n\"Given up\" records failed with the error shown and were not sent again (retries=0); some of them may be \
          stored all the same, as in the seed (the broker had written them before the connection broke). \
@@ -135,7 +149,13 @@ pub fn run(duration: Duration, shardlog: Option<&Path>, out: &Path) -> Result<St
     Ok(text)
 }
 
-fn measure(row: &Row, duration: Duration, shardlog: Option<&Path>, data: &Path) -> Result<Measured> {
+fn measure(
+    row: &Row,
+    duration: Duration,
+    shards: Option<usize>,
+    shardlog: Option<&Path>,
+    data: &Path,
+) -> Result<Measured> {
     if data.exists() {
         std::fs::remove_dir_all(data)?;
     }
@@ -145,7 +165,7 @@ fn measure(row: &Row, duration: Duration, shardlog: Option<&Path>, data: &Path) 
         quorum_base_port: None,
         metrics_base_port: None,
         data_dir: data.to_path_buf(),
-        shards: None,
+        shards,
         shardlog: shardlog.map(PathBuf::from),
         settings: campaign::SETTINGS.iter().map(|s| s.to_string()).collect(),
         log_dir: None,
@@ -237,14 +257,4 @@ fn restart(cluster: &mut Cluster, killed: &[usize]) -> Result<()> {
         cluster.restart(b, live)?;
     }
     Ok(())
-}
-
-/// Kafka's name for an error code, or the code.
-fn error_name(code: i16) -> String {
-    match code {
-        campaign::NETWORK_EXCEPTION => "NETWORK_EXCEPTION".into(),
-        code => {
-            kafka_protocol::ResponseError::try_from_code(code).map_or(format!("error {code}"), |e| format!("{e:?}"))
-        }
-    }
 }

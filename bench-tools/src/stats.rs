@@ -81,10 +81,8 @@ impl Tally {
             }
             _ => {}
         }
-        let name = |code: i16| {
-            kafka_protocol::ResponseError::try_from_code(code)
-                .map_or_else(|| "unknown".to_string(), |e| format!("{e:?}"))
-        };
+        // Kafka's names, as its clients print them: NOT_LEADER_OR_FOLLOWER.
+        let name = shardlog_broker::metrics::error_name;
         for (code, n) in &self.retried {
             out.push_str(&format!("retried: {n} x {} (code {code})\n", name(*code)));
         }
@@ -137,6 +135,13 @@ impl Progress {
     }
 }
 
+impl Progress {
+    /// A line on stderr, above the bar when there is one.
+    pub fn note(&self, line: &str) {
+        self.bar.suspend(|| eprintln!("{line}"));
+    }
+}
+
 impl Drop for Progress {
     fn drop(&mut self) {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -158,4 +163,19 @@ pub fn duration(s: &str) -> Result<Duration, String> {
         _ => return Err(format!("bad duration unit in {s:?} (use ms, s or m)")),
     };
     Ok(Duration::from_secs_f64(secs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Tally;
+
+    #[test]
+    fn errors_are_reported_by_kafkas_names() {
+        let mut tally = Tally::default();
+        tally.errors.insert(6, 3);
+        tally.retried.insert(19, 2);
+        let report = tally.report(std::time::Duration::from_secs(1), None);
+        assert!(report.contains("errors: 3 x NOT_LEADER_OR_FOLLOWER (code 6)"), "{report}");
+        assert!(report.contains("retried: 2 x NOT_ENOUGH_REPLICAS (code 19)"), "{report}");
+    }
 }

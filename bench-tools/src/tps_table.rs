@@ -50,7 +50,7 @@ pub struct TpsArgs {
     pub out: Option<PathBuf>,
     #[arg(long, value_enum, default_value_t = Flush::Always)]
     pub flush: Flush,
-    /// Shards of the local broker.
+    /// Shards of each local broker (with --local).
     #[arg(long)]
     pub shards: Option<usize>,
     /// The shardlog binary for --local.
@@ -60,6 +60,11 @@ pub struct TpsArgs {
     #[arg(long = "set", value_name = "KEY=VALUE", requires = "local")]
     pub settings: Vec<String>,
 }
+
+/// The fewest records a row must have acknowledged for its figures to mean something: below it the rate
+/// is a handful of round trips and p99.9 is the slowest record or two, so the report says the run was too
+/// short for the row instead of passing the figures off as a measurement.
+pub const MIN_RECORDS_PER_ROW: u64 = 1_000;
 
 /// One row of a seed table.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -147,7 +152,22 @@ pub struct Table {
     pub text: Option<String>,
 }
 
+/// Refuses a flag that would change nothing (before anything runs), as `produce` does: `--shards` and
+/// `--shardlog` shape the brokers this tool starts, so without `--local` there are none to shape.
+fn refuse_ignored_flags(args: &TpsArgs) -> Result<()> {
+    if !args.local {
+        let given = [("--shards", args.shards.is_some()), ("--shardlog", args.shardlog.is_some())];
+        if let Some((flag, _)) = given.iter().find(|(_, given)| *given) {
+            bail!(
+                "{flag} applies to --local (the brokers this tool starts; a cluster given by --bootstrap runs as it was started)"
+            );
+        }
+    }
+    Ok(())
+}
+
 pub fn run(args: &TpsArgs) -> Result<PathBuf> {
+    refuse_ignored_flags(args)?;
     let scenarios: Vec<u8> = match args.scenario.as_str() {
         "all" => vec![1, 2, 3, 4, 5],
         s => vec![
@@ -202,7 +222,7 @@ pub fn run(args: &TpsArgs) -> Result<PathBuf> {
             // It kills brokers, so it runs on clusters of its own, which only --local lets it start.
             let text = if args.local {
                 progress.set_message("scenario 5: killing brokers");
-                crate::scenario5::run(args.duration, args.shardlog.as_deref(), &out)?
+                crate::scenario5::run(args.duration, args.shards, args.shardlog.as_deref(), &out)?
             } else {
                 "Not run: scenario 5 kills brokers, so it runs on clusters the tool starts itself: run with --local.\n"
                     .to_string()
@@ -267,15 +287,16 @@ fn measure(bootstrap: &str, topic: &str, r: &Row, args: &TpsArgs, progress: &ind
     let produce = ProduceArgs {
         bootstrap: bootstrap.to_string(),
         topic: topic.to_string(),
+        // Created above, with the row's settings.
         create: false,
-        partitions: r.partitions,
-        replication_factor: r.replicas,
-        min_insync: r.min_insync,
+        partitions: None,
+        replication_factor: None,
+        min_insync: None,
         acks: r.acks,
         message_size: 1024,
         mode: Mode::Sync,
-        in_flight: 1,
-        batch_bytes: 1024,
+        in_flight: None,
+        batch_bytes: None,
         rate: None,
         linger_ms: None,
         // The seed's Kafka 0.10 producer did not retry (`retries` defaulted to 0 then).

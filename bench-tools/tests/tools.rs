@@ -231,6 +231,116 @@ fn consume_measures_end_to_end_latency_of_records_produced_after_it_started() {
     assert!(consumed.contains(&label), "{consumed}");
 }
 
+/// Runs the tool expecting it to fail; returns (stdout, stderr).
+fn run_failing(args: &[&str]) -> (String, String) {
+    let out = bench().args(args).output().unwrap();
+    let (stdout, stderr) =
+        (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned());
+    assert!(!out.status.success(), "{args:?} succeeded:\n{stdout}\n{stderr}");
+    (stdout, stderr)
+}
+
+#[test]
+fn consume_gives_up_with_an_error_when_fewer_records_come_than_asked_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = Cluster::start(&dir.path().join("cluster"));
+    let b = cluster.bootstrap.as_str();
+    run(&["produce", "--bootstrap", b, "--topic", "short", "--create", "--partitions", "2", "--messages", "300"]);
+
+    let (stdout, stderr) =
+        run_failing(&["consume", "--bootstrap", b, "--topic", "short", "--messages", "1000", "--timeout-ms", "3000"]);
+    // It says what it waits for while it waits, then why it stopped.
+    assert!(
+        stderr.contains("waiting for records of short: 300 of the 1000 asked for so far")
+            && stderr.contains("the topic held 300 from its earliest offsets when the run began"),
+        "{stderr}"
+    );
+    assert!(
+        stderr
+            .contains("Error: consumed 300 of the 1000 messages asked for: none arrived for 3.0 s (--timeout-ms 3000)"),
+        "{stderr}"
+    );
+    // What did arrive is still reported, its rates over the time the records arrived, not the wait.
+    assert_eq!(messages(&stdout), 300, "{stdout}");
+    let line = stdout.lines().find(|l| l.starts_with("records arrived over ")).unwrap_or_else(|| panic!("{stdout}"));
+    let seconds: Vec<f64> = line.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+    assert_eq!(seconds.len(), 2, "{line}");
+    assert!(seconds[0] < seconds[1], "records arrived over less than the run, which waited for more: {line}");
+    let span = stdout.split(" messages in ").nth(1).and_then(|r| r.split_whitespace().next()).unwrap();
+    assert_eq!(span.parse::<f64>().unwrap(), seconds[0], "the rate is over the arrivals: {stdout}");
+}
+
+#[test]
+fn consume_of_a_topic_that_does_not_exist_says_so_and_stops() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = Cluster::start(&dir.path().join("cluster"));
+    let (_, stderr) = run_failing(&[
+        "consume",
+        "--bootstrap",
+        &cluster.bootstrap,
+        "--topic",
+        "nosuch",
+        "--messages",
+        "10",
+        "--timeout-ms",
+        "2500",
+    ]);
+    assert!(stderr.contains("waiting for topic nosuch to be created (the cluster does not know it)"), "{stderr}");
+    assert!(
+        stderr.contains("topic nosuch does not exist: the cluster answered UNKNOWN_TOPIC_OR_PARTITION"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn flags_the_run_would_ignore_are_refused_before_anything_is_sent() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = Cluster::start(&dir.path().join("cluster"));
+    let b = cluster.bootstrap.as_str();
+    let produce = |extra: &[&str]| {
+        let mut args = vec!["produce", "--bootstrap", b, "--messages", "10"];
+        args.extend_from_slice(extra);
+        run_failing(&args).1
+    };
+    // Sync mode sends one message per request, one request at a time: batches and in-flight requests
+    // are async mode's.
+    for flag in ["--in-flight", "--batch-bytes"] {
+        let value = if flag == "--in-flight" { "4" } else { "8192" };
+        let stderr = produce(&["--topic", "unmade", "--create", "--mode", "sync", flag, value]);
+        assert!(stderr.contains(&format!("{flag} applies to --mode async")), "{stderr}");
+    }
+    // A topic's settings apply only to a topic this run creates.
+    run(&["produce", "--bootstrap", b, "--topic", "made", "--create", "--messages", "10"]);
+    for (flag, value) in [("--min-insync", "2"), ("--partitions", "3"), ("--replication-factor", "1")] {
+        let stderr = produce(&["--topic", "made", flag, value]);
+        assert!(stderr.contains(&format!("{flag} applies to --create")), "{stderr}");
+    }
+    // Refused before anything was sent: the topic a refused --create named was not created.
+    let (_, stderr) =
+        run_failing(&["consume", "--bootstrap", b, "--topic", "unmade", "--messages", "1", "--timeout-ms", "500"]);
+    assert!(stderr.contains("topic unmade does not exist"), "{stderr}");
+
+    // tps-table shapes only the brokers it starts itself.
+    for (flag, value) in [("--shards", "2"), ("--shardlog", "/bin/true")] {
+        let out = dir.path().join(format!("report{flag}"));
+        let (_, stderr) = run_failing(&[
+            "tps-table",
+            "--bootstrap",
+            b,
+            "--scenario",
+            "3",
+            "--duration",
+            "1s",
+            flag,
+            value,
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert!(stderr.contains(&format!("{flag} applies to --local")), "{stderr}");
+        assert!(!out.exists(), "nothing was measured");
+    }
+}
+
 #[test]
 fn the_launcher_refuses_more_brokers_than_a_local_cluster_has() {
     let out = bench().args(["cluster", "--brokers", "6"]).output().unwrap();

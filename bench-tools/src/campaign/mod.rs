@@ -31,7 +31,7 @@ use crate::payload::{self, Origin};
 mod workload;
 
 use workload::consume;
-pub(crate) use workload::{NETWORK_EXCEPTION, ProducerSpec, Shared, produce};
+pub(crate) use workload::{ProducerSpec, Shared, produce};
 
 pub(crate) const TOPIC: &str = "campaign";
 /// Bytes of each record's value.

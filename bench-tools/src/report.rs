@@ -310,7 +310,13 @@ where
             (Some(ours), _) => {
                 let bar = Rectangle::new([(low, y + 0.1), (ours.max(low), y + 0.48)], BLUE.filled());
                 chart.draw_series([bar]).map_err(plot_err)?;
-                let text = Text::new(format!("{ours:.0}"), (ours.max(low) * 1.05, y + 0.42), ("sans-serif", 12));
+                let figure = match o {
+                    Outcome::Measured { tally, .. } if tally.messages < MIN_RECORDS_PER_ROW => {
+                        format!("{ours:.0} (too short: {} records)", tally.messages)
+                    }
+                    _ => format!("{ours:.0}"),
+                };
+                let text = Text::new(figure, (ours.max(low) * 1.05, y + 0.42), ("sans-serif", 12));
                 chart.draw_series([text]).map_err(plot_err)?;
             }
             (None, Some(why)) => {
@@ -532,6 +538,8 @@ mod tests {
         assert!(report.contains("(too short: 30 records)"), "{report}");
         assert!(report.contains("**The run was too short for 1 row(s)**"), "{report}");
         assert_eq!(report.matches("too short:").count(), 1, "only the short row is marked: {report}");
+        let tps = std::fs::read_to_string(dir.path().join("tps.svg")).unwrap();
+        assert!(tps.contains("30 (too short: 30 records)"), "the chart marks the short row too");
         let csv = std::fs::read_to_string(dir.path().join("results.csv")).unwrap();
         assert!(csv.lines().next().unwrap().contains(",tps,records,"), "{csv}");
     }

@@ -8,11 +8,19 @@
 //! so deleting a topic or lowering retention brings produce back without a restart. The floor leaves
 //! room for what is already in flight (at most `queued.max.request.bytes` of requests) and for the
 //! quorum's own writes, which stop later, at [`quorum_reserve_bytes`].
+//!
+//! The measure is a tenth of a second old at worst, and a partition reserves up to 32 MiB ahead of its
+//! writes at once: the logs' reservations therefore keep to the floor themselves, through the one
+//! [`SpaceFloor`] every shard shares (see `shardlog_storage::space`). An append whose reservation would
+//! cross the floor is refused with the same KAFKA_STORAGE_ERROR, and from then on produce is refused as
+//! below the floor, until a measure finds room for that append again.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+use shardlog_storage::SpaceFloor;
 
 /// How often the free space is measured.
 pub const MEASURE_INTERVAL: Duration = Duration::from_millis(100);
@@ -21,15 +29,7 @@ const WARN_INTERVAL: Duration = Duration::from_secs(60);
 
 /// Bytes an unprivileged writer may still use on the filesystem holding `path` (statvfs `f_bavail`).
 pub fn free_bytes(path: &Path) -> std::io::Result<u64> {
-    let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-    // SAFETY: statvfs is a plain C struct of integers, for which all zeros is a valid value.
-    let mut fs: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: statvfs(3) with a NUL-terminated path and a pointer to a live statvfs it may fill.
-    if unsafe { libc::statvfs(c_path.as_ptr(), &mut fs) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(fs.f_bavail as u64 * fs.f_frsize as u64)
+    shardlog_storage::fs::dma::free_bytes(path)
 }
 
 /// The words a voter's refusal on a nearly full disk starts with (the broker answers it with
@@ -48,12 +48,19 @@ pub struct DiskSpace {
     path: PathBuf,
     floor: u64,
     free: AtomicU64,
+    /// The floor the logs' reservations keep to, on every shard.
+    reservations: Arc<SpaceFloor>,
 }
 
 impl DiskSpace {
     /// Measures now, then keeps measuring on a thread of its own for as long as the process runs.
     pub fn watch(path: &Path, floor: u64) -> std::io::Result<Arc<DiskSpace>> {
-        let space = Arc::new(DiskSpace { path: path.to_path_buf(), floor, free: AtomicU64::new(free_bytes(path)?) });
+        let space = Arc::new(DiskSpace {
+            path: path.to_path_buf(),
+            floor,
+            free: AtomicU64::new(free_bytes(path)?),
+            reservations: SpaceFloor::new(floor),
+        });
         let watched = space.clone();
         std::thread::Builder::new().name("disk-space".into()).spawn(move || watched.run())?;
         Ok(space)
@@ -64,9 +71,15 @@ impl DiskSpace {
         self.free.load(Ordering::Relaxed)
     }
 
-    /// Whether produce must be refused.
+    /// The floor the logs' reservations keep to (one for every shard's logs).
+    pub fn reservations(&self) -> Arc<SpaceFloor> {
+        self.reservations.clone()
+    }
+
+    /// Whether produce must be refused: the disk is below the floor, or a partition's reservation was
+    /// refused at it and no room has been freed since.
     pub fn below_floor(&self) -> bool {
-        self.free() < self.floor
+        self.free() < self.floor || self.reservations.refusing()
     }
 
     fn run(&self) {
@@ -79,7 +92,8 @@ impl DiskSpace {
                 Err(_) => continue,
             };
             self.free.store(free, Ordering::Relaxed);
-            if free < self.floor {
+            self.reservations.measured(free);
+            if self.below_floor() {
                 if warned.is_none_or(|at| at.elapsed() >= WARN_INTERVAL) {
                     tracing::warn!(
                         data_dir = %self.path.display(),

@@ -2,6 +2,7 @@
 //! mount, removed at the end however the test ends). Filling it gets produce refused with the retriable
 //! KAFKA_STORAGE_ERROR below `log.dir.min.free.bytes`, and CreateTopics refused below the quorum's
 //! reserve, with the broker alive; deleting a topic brings produce back; nothing acknowledged is lost.
+//! The segments' reservations ahead of their writes keep to the floor too.
 
 mod common;
 
@@ -12,6 +13,8 @@ use std::time::{Duration, Instant};
 use common::Broker;
 use common::requests::{batch, create, fetch_all, produce_one};
 use kafka_protocol::messages::{ApiKey, DeleteTopicsRequest, ResponseKind};
+use rdkafka::config::ClientConfig;
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 
 const KAFKA_STORAGE_ERROR: i16 = 56;
 const MIB: u64 = 1 << 20;
@@ -24,10 +27,17 @@ struct LoopMount {
 
 impl LoopMount {
     fn new(bytes: u64) -> LoopMount {
+        Self::with_mkfs_args(bytes, &[])
+    }
+
+    /// With `mkfs.ext4` given `args` as well (`-m 0`: no blocks kept for root, so that a file filling
+    /// the disk leaves the broker, which runs as root here, no room either).
+    fn with_mkfs_args(bytes: u64, args: &[&str]) -> LoopMount {
         let dir = tempfile::tempdir().unwrap();
         let image = dir.path().join("disk.img");
         std::fs::File::create(&image).unwrap().set_len(bytes).unwrap();
-        let mkfs = Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&image).output().expect("mkfs.ext4 runs");
+        let mkfs =
+            Command::new("mkfs.ext4").args(["-q", "-F"]).args(args).arg(&image).output().expect("mkfs.ext4 runs");
         assert!(mkfs.status.success(), "mkfs.ext4: {mkfs:?}");
         let mnt = dir.path().join("mnt");
         std::fs::create_dir(&mnt).unwrap();
@@ -198,5 +208,43 @@ fn without_a_floor_a_full_disk_is_met_by_the_segment_preallocation_and_refused_n
         }
     }
     assert!(end >= acknowledged, "every acknowledged record is there ({end} of {acknowledged})");
+    assert!(broker.terminate().success());
+}
+
+#[test]
+fn an_async_producer_on_three_partitions_leaves_the_floor_free() {
+    // The case: a 32 MiB floor, 3 partitions reserving up to 32 MiB ahead each, and a producer
+    // with many requests in flight, faster than the broker measures the free space.
+    let disk = LoopMount::new(256 * MIB);
+    let data = disk.path().join("data");
+    let floor = 32 * MIB;
+    let broker = Broker::start_in(&data, 2, &["--set", &format!("log.dir.min.free.bytes={floor}")]);
+    let mut s = broker.connect();
+    assert_eq!(create(&mut s, "fill", 3, 1, &[]), 0);
+    let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+        .set("bootstrap.servers", format!("127.0.0.1:{}", broker.port))
+        .set("acks", "1")
+        .set("linger.ms", "5")
+        // Refused records (KAFKA_STORAGE_ERROR is retriable) are given up after this.
+        .set("message.timeout.ms", "15000")
+        .create()
+        .expect("producer");
+    // More than the disk holds: 256 MiB of 64 KiB records.
+    let value = vec![7u8; 64 << 10];
+    for i in 0..4096 {
+        let mut record: BaseRecord<(), [u8]> = BaseRecord::to("fill").partition(i % 3).payload(&value[..]);
+        while let Err((_, back)) = producer.send(record) {
+            record = back;
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    let _ = producer.flush(Duration::from_secs(120));
+    let left = free(&disk.path());
+    // The room below the floor is for the small files written without reservations (index entries,
+    // checkpoints, the quorum's log): a few hundred KiB here.
+    assert!(left + 4 * MIB >= floor, "reservations took the floor: {left} bytes free of the {floor} to keep");
+    assert!(left < floor + 16 * MIB, "the disk was filled up to the floor: {left} bytes free");
+    let log = broker.log();
+    assert!(!log.contains("fatal"), "{log}");
     assert!(broker.terminate().success());
 }

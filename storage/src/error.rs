@@ -65,6 +65,14 @@ pub enum StorageError {
     #[error("no space left on the disk for {path}")]
     NoSpace { path: PathBuf },
 
+    /// Reserving room for the append would leave less than the free-space floor on the disk
+    /// (`log.dir.min.free.bytes`, see [`crate::space`]): nothing was appended.
+    #[error(
+        "the disk of {path} has {free_bytes} bytes free: reserving more would leave less than \
+         log.dir.min.free.bytes ({floor_bytes})"
+    )]
+    BelowFloor { path: PathBuf, free_bytes: u64, floor_bytes: u64 },
+
     /// The partition is offline: its log was found damaged (the text says where).
     #[error("partition offline: {0}")]
     Offline(String),

@@ -19,6 +19,7 @@ pub mod metrics;
 pub mod producer_state;
 pub mod repair;
 pub mod segment;
+pub mod space;
 pub mod types;
 
 pub use error::{Result, StorageError};
@@ -27,4 +28,5 @@ pub use log::{
     PartitionLog, Recovery,
 };
 pub use log_dir::{LogDir, LogDirScope};
+pub use space::SpaceFloor;
 pub use types::{Clock, LeaderEpoch, Offset, SystemClock, TopicPartition};

@@ -15,6 +15,7 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use std::sync::Arc;
 
 use async_lock::Mutex;
 
@@ -27,6 +28,7 @@ use crate::fs::open_files::{DEFAULT_MAX_OPEN_FILES, OpenFiles};
 use crate::log::maintenance::{DELETED_SUFFIX, remove_dir_contents};
 use crate::log::{DAMAGED_FILE, LogConfig, OnDamage, OpenHints, OpenReport, PartitionLog, Recovery, take_offline};
 use crate::producer_state::ProducerBudget;
+use crate::space::SpaceFloor;
 use crate::types::{Clock, Offset, TopicPartition};
 
 pub const RECOVERY_POINT_FILE: &str = "recovery-point-offset-checkpoint";
@@ -48,6 +50,8 @@ pub struct LogDir<F: Fs> {
     files: Rc<OpenFiles<F>>,
     /// Producer ids every log here remembers, under one bound.
     producer_budget: Rc<ProducerBudget>,
+    /// The free-space floor every log here reserves against.
+    space: Arc<SpaceFloor>,
     clock: Rc<dyn Clock>,
     path: PathBuf,
     logs: RefCell<BTreeMap<TopicPartition, Rc<PartitionLog<F>>>>,
@@ -92,6 +96,9 @@ pub struct LogDirScope {
     pub max_open_files: usize,
     /// The most producer ids this owner's logs remember together (see [`ProducerBudget`]).
     pub max_producer_ids: usize,
+    /// The free space the logs' reservations leave on the disk, shared with the other owners of the
+    /// data dir (see [`SpaceFloor`]); `None`: reservations stop only at a full disk.
+    pub space_floor: Option<Arc<SpaceFloor>>,
 }
 
 impl std::fmt::Debug for LogDirScope {
@@ -131,6 +138,7 @@ impl<F: Fs> LogDir<F> {
         let files = OpenFiles::new(fs.clone(), scope.as_ref().map_or(DEFAULT_MAX_OPEN_FILES, |s| s.max_open_files));
         let producer_budget =
             Rc::new(scope.as_ref().map_or_else(ProducerBudget::unlimited, |s| ProducerBudget::new(s.max_producer_ids)));
+        let space = scope.as_ref().and_then(|s| s.space_floor.clone()).unwrap_or_else(|| SpaceFloor::new(0));
         let marker = path.join(format!("{CLEAN_SHUTDOWN_FILE}{suffix}"));
         let clean = fs.exists(&marker);
         let recovery_points =
@@ -201,6 +209,7 @@ impl<F: Fs> LogDir<F> {
             match PartitionLog::open_with_files(
                 files.clone(),
                 producer_budget.clone(),
+                space.clone(),
                 clock.clone(),
                 &path.join(&name),
                 config_for(&tp),
@@ -240,6 +249,7 @@ impl<F: Fs> LogDir<F> {
             fs,
             files,
             producer_budget,
+            space,
             clock,
             suffix,
             path: path.to_path_buf(),
@@ -314,6 +324,7 @@ impl<F: Fs> LogDir<F> {
         let (log, _) = PartitionLog::open_with_files(
             self.files.clone(),
             self.producer_budget.clone(),
+            self.space.clone(),
             self.clock.clone(),
             &dir,
             config,

@@ -91,8 +91,13 @@ fn run(ops: Vec<Op>, crash_seed: u64, flush_interval: bool) -> Result<(), TestCa
     let data = Path::new("/data");
     let config = config_for(flush_interval);
     // One segment file open at a time for both logs: every access may go through a reopen.
-    let scope =
-        LogDirScope { name: "s".into(), owns: Box::new(|_| true), max_open_files: 1, max_producer_ids: usize::MAX };
+    let scope = LogDirScope {
+        name: "s".into(),
+        owns: Box::new(|_| true),
+        max_open_files: 1,
+        max_producer_ids: usize::MAX,
+        space_floor: None,
+    };
     let (dir, _) =
         block_on(LogDir::open_scoped(fs.clone(), clock.clone(), data, Some(scope), |_| config.clone())).expect("open");
     let tps = [TopicPartition::new("t", 0), TopicPartition::new("t", 1)];

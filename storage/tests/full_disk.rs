@@ -1,13 +1,15 @@
 //! A disk that fills up under the small files (index files and checkpoints): writing them is refused
 //! with `NoSpace`, the process goes on, and once space is back they are written and nothing is lost.
+//! And a disk that fills up to the free-space floor: the segments' reservations leave it free.
 
 mod common;
 
 use std::path::Path;
 
 use futures_lite::future::block_on;
+use shardlog_storage::fs::Fs;
 use shardlog_storage::fs::sim::SimFs;
-use shardlog_storage::{LeaderEpoch, LogConfig, LogDir, Offset, StorageError, TopicPartition};
+use shardlog_storage::{LeaderEpoch, LogConfig, LogDir, LogDirScope, Offset, SpaceFloor, StorageError, TopicPartition};
 
 use common::{ManualClock, make_batch};
 
@@ -89,4 +91,62 @@ fn after_a_roll_fails_on_a_full_disk_an_append_into_the_cut_segment_is_refused_n
     drop((log, dir));
     let (dir, _) = block_on(LogDir::open(fs, clock, Path::new("/data"), |_| config.clone())).unwrap();
     assert_eq!(dir.get(&tp).unwrap().log_end_offset(), Offset(acknowledged * 2), "every acknowledged record");
+}
+
+/// Reservations keep to the free-space floor: three partitions appending until refused leave the floor
+/// free on the disk (a reservation never takes it, whatever it would like ahead), use the room above it
+/// (they reserve less near it rather than stop), and are refused with `BelowFloor` at it. Once space is
+/// freed, appends go on.
+#[test]
+fn reservations_leave_the_floor_free_and_refuse_appends_at_it() {
+    const MIB: u64 = 1 << 20;
+    let fs = SimFs::new();
+    fs.set_capacity(Some(24 * MIB));
+    let floor = 8 * MIB;
+    let clock = ManualClock::new(1_700_000_000_000);
+    let config = LogConfig { tail_cache_bytes: 0, retention_ms: None, ..LogConfig::default() };
+    let scope = LogDirScope {
+        name: "s".into(),
+        owns: Box::new(|_| true),
+        max_open_files: 16,
+        max_producer_ids: usize::MAX,
+        space_floor: Some(SpaceFloor::new(floor)),
+    };
+    let data = Path::new("/data");
+    let (dir, _) = block_on(LogDir::open_scoped(fs.clone(), clock, data, Some(scope), |_| config.clone())).unwrap();
+    let logs: Vec<_> =
+        (0..3).map(|p| block_on(dir.get_or_create(&TopicPartition::new("t", p), config.clone())).unwrap()).collect();
+    let mut refused = [false; 3];
+    let mut seed = 0;
+    while refused.contains(&false) {
+        for (p, log) in logs.iter().enumerate() {
+            if refused[p] {
+                continue;
+            }
+            seed += 1;
+            match block_on(log.append(&make_batch(seed, 16, 1000, 0), LeaderEpoch(0))) {
+                Ok(info) => block_on(log.wait_durable(info.next_offset())).unwrap(),
+                Err(StorageError::BelowFloor { free_bytes, floor_bytes, .. }) => {
+                    assert_eq!(floor_bytes, floor);
+                    assert!(free_bytes >= floor, "{free_bytes} bytes free");
+                    refused[p] = true;
+                }
+                Err(e) => panic!("partition {p}: {e}"),
+            }
+            let free = fs.free_bytes(data).unwrap();
+            assert!(free >= floor, "a reservation took the floor: {free} bytes free of the {floor} it must leave");
+        }
+    }
+    let free = fs.free_bytes(data).unwrap();
+    assert!(free < floor + MIB, "near the floor reservations get less, not nothing: {free} bytes free");
+    let appended: u64 = logs.iter().map(|l| l.log_end_offset().0).sum();
+    assert!(appended > 0);
+
+    // Space freed (the disk grows): the refused partitions take appends again.
+    fs.set_capacity(Some(48 * MIB));
+    for log in &logs {
+        let info = block_on(log.append(&make_batch(9999, 16, 1000, 0), LeaderEpoch(0))).unwrap();
+        block_on(log.wait_durable(info.next_offset())).unwrap();
+    }
+    block_on(dir.close()).unwrap();
 }

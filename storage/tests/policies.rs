@@ -184,8 +184,13 @@ fn an_idle_log_releases_its_cache_and_files_and_reads_come_from_disk() {
         flush: FlushPolicy::Interval { messages: 1 << 40, ms: 1 << 40 },
         ..small_config()
     };
-    let scope =
-        LogDirScope { name: "s".into(), owns: Box::new(|_| true), max_open_files: 3, max_producer_ids: usize::MAX };
+    let scope = LogDirScope {
+        name: "s".into(),
+        owns: Box::new(|_| true),
+        max_open_files: 3,
+        max_producer_ids: usize::MAX,
+        space_floor: None,
+    };
     let config_for = |_: &shardlog_storage::TopicPartition| config.clone();
     let (dir, _) =
         block_on(LogDir::open_scoped(fs.clone(), clock.clone(), Path::new("/data"), Some(scope), config_for)).unwrap();

@@ -204,7 +204,13 @@ fn past_the_owners_producer_budget_a_new_producer_is_stored_but_not_remembered()
     let fs = SimFs::new();
     let clock = ManualClock::new(1_700_000_000_000);
     let config = small_config();
-    let scope = LogDirScope { name: "s".into(), owns: Box::new(|_| true), max_open_files: 8, max_producer_ids: 2 };
+    let scope = LogDirScope {
+        name: "s".into(),
+        owns: Box::new(|_| true),
+        max_open_files: 8,
+        max_producer_ids: 2,
+        space_floor: None,
+    };
     let (dir, _) =
         block_on(LogDir::open_scoped(fs.clone(), clock.clone(), Path::new(DATA), Some(scope), |_| config.clone()))
             .unwrap();

@@ -152,6 +152,9 @@ impl Fs for GateFs {
     fn is_dir(&self, path: &Path) -> bool {
         self.sim.is_dir(path)
     }
+    fn free_bytes(&self, path: &Path) -> io::Result<u64> {
+        self.sim.free_bytes(path)
+    }
     fn alloc_kept(&self, len: usize) -> Vec<u8> {
         self.sim.alloc_kept(len)
     }

@@ -162,6 +162,7 @@ fn scoped_owners_share_a_data_dir_without_touching_each_other() {
         // One open file per owner: every segment access goes through the file cache.
         max_open_files: 1,
         max_producer_ids: usize::MAX,
+        space_floor: None,
     };
     let open = |shard: u32| {
         block_on(LogDir::open_scoped(fs.clone(), ManualClock::new(0), Path::new(DATA), Some(scope(shard)), |_| {

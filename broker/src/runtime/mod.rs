@@ -375,6 +375,7 @@ async fn run_shard(
         owns: Box::new(move |tp| crate::topics::assign_shard(&tp.topic, tp.partition, scope_shards) == shard),
         max_open_files: ctx.config.shard_limits.open_files_max,
         max_producer_ids: ctx.config.shard_limits.producer_ids_max,
+        space_floor: Some(ctx.disk.reservations()),
     };
     let default_log = ctx.config.log.clone();
     let (logs, reports) =

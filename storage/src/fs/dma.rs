@@ -41,6 +41,19 @@ pub async fn probe_device(dir: &Path) -> io::Result<()> {
 
 use super::{ALIGN, DirectBuf, Fs, SegmentFile, WriteBuf};
 
+/// Bytes an unprivileged writer may still use on the filesystem holding `path` (statvfs `f_bavail`).
+pub fn free_bytes(path: &Path) -> io::Result<u64> {
+    let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: statvfs is a plain C struct of integers, for which all zeros is a valid value.
+    let mut fs: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: statvfs(3) with a NUL-terminated path and a pointer to a live statvfs it may fill.
+    if unsafe { libc::statvfs(c_path.as_ptr(), &mut fs) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(fs.f_bavail as u64 * fs.f_frsize as u64)
+}
+
 impl DirectBuf for DmaBuffer {
     fn truncate(&mut self, len: usize) {
         self.trim_to_size(len);
@@ -260,6 +273,10 @@ impl Fs for DmaFs {
 
     fn is_dir(&self, path: &Path) -> bool {
         path.is_dir()
+    }
+
+    fn free_bytes(&self, path: &Path) -> io::Result<u64> {
+        free_bytes(path)
     }
 
     fn alloc_kept(&self, len: usize) -> DmaBuffer {

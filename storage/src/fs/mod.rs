@@ -141,6 +141,9 @@ pub trait Fs: Clone + std::fmt::Debug + 'static {
     /// Whether `path` is a directory.
     fn is_dir(&self, path: &Path) -> bool;
 
+    /// Bytes still free for files on the filesystem holding `path` (what a reservation may take).
+    fn free_bytes(&self, path: &Path) -> io::Result<u64>;
+
     /// A direct-write buffer of `len` bytes (a multiple of [`ALIGN`]) kept for long: a block of a log's
     /// in-memory tail. Its contents are unspecified.
     fn alloc_kept(&self, len: usize) -> <Self::File as SegmentFile>::Buf;

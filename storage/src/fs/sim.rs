@@ -55,6 +55,8 @@ struct State {
     fail_fsync: bool,
     /// A full disk: no file may grow.
     full: bool,
+    /// The disk's size: the files' current lengths together may not grow past it (`None`: no limit).
+    capacity: Option<u64>,
     fsyncs: u64,
     writes: u64,
     reads: u64,
@@ -75,12 +77,32 @@ pub struct SimFile {
 }
 
 impl SimFile {
-    /// ENOSPC when the disk is full and the file would end past its current length at `end`.
+    /// ENOSPC when the file would end past its current length at `end` and the disk is full or has not
+    /// that much room left.
     fn check_space(&self, end: u64) -> io::Result<()> {
-        if self.state.borrow().full && end > self.inode.borrow().data.len() as u64 {
+        let len = self.inode.borrow().data.len() as u64;
+        let state = self.state.borrow();
+        if end > len && (state.full || state.free() < end - len) {
             return Err(io::Error::from_raw_os_error(libc::ENOSPC));
         }
         Ok(())
+    }
+}
+
+impl State {
+    /// Bytes the files may still grow by together.
+    fn free(&self) -> u64 {
+        if self.full {
+            return 0;
+        }
+        let Some(capacity) = self.capacity else { return u64::MAX };
+        // A file renamed over or removed in the current namespace no longer takes room.
+        let mut seen = BTreeSet::new();
+        let used: u64 = (self.files.values())
+            .filter(|inode| seen.insert(Rc::as_ptr(inode)))
+            .map(|inode| inode.borrow().data.len() as u64)
+            .sum();
+        capacity.saturating_sub(used)
     }
 }
 
@@ -141,6 +163,12 @@ impl SimFs {
     /// make a file longer fails with ENOSPC, and nothing of it happens.
     pub fn set_full(&self, full: bool) {
         self.state.borrow_mut().full = full;
+    }
+
+    /// Gives the disk a size (`None`: unlimited): a write or allocation that would make the files
+    /// together longer fails with ENOSPC, and nothing of it happens.
+    pub fn set_capacity(&self, bytes: Option<u64>) {
+        self.state.borrow_mut().capacity = bytes;
     }
 
     /// The current (not necessarily durable) contents of a file.
@@ -378,6 +406,10 @@ impl Fs for SimFs {
 
     fn is_dir(&self, path: &Path) -> bool {
         self.state.borrow().dirs.contains(path)
+    }
+
+    fn free_bytes(&self, _path: &Path) -> io::Result<u64> {
+        Ok(self.state.borrow().free())
     }
 
     fn alloc_kept(&self, len: usize) -> Vec<u8> {

@@ -257,8 +257,10 @@ impl<F: Fs> PartitionLog<F> {
 
     /// Allocates the active segment's file for `more` bytes past its end and ahead of that by as much as
     /// the segment holds (at least 64 KiB, at most `preallocate_bytes`, never past `segment.bytes`), so
-    /// that the write-outs land in reserved blocks:
-    /// a full disk is met here, before the batch is taken, and refused with [`StorageError::NoSpace`].
+    /// that the write-outs land in reserved blocks: a full disk is met here, before the batch is taken,
+    /// and refused with [`StorageError::NoSpace`]. The reservation leaves the free-space floor free
+    /// (see [`crate::space`]): near it, it reserves less ahead; at it, the batch is refused with
+    /// [`StorageError::BelowFloor`].
     pub(super) async fn reserve_locked(&self, more: u64) -> Result<()> {
         let (end, allocated, step, cap, path, handle, zeros) = {
             let inner = self.inner.borrow();
@@ -281,6 +283,17 @@ impl<F: Fs> PartitionLog<F> {
         // little (ten thousand of them must not take the disk), a busy one a whole step at a time.
         let ahead = end.clamp(MIN_RESERVE_BYTES, step.max(MIN_RESERVE_BYTES));
         let want = align_up(end + ahead).min(cap).max(end);
+        // Held until the blocks are allocated, so that reservations under way on other partitions (and
+        // shards) do not count the same free bytes.
+        let grant = match self.space.grant(end - allocated, want - allocated, || self.fs.free_bytes(&self.dir)) {
+            Ok(grant) => grant,
+            Err(_) if self.space.floor_bytes() == 0 => return Err(StorageError::NoSpace { path }),
+            Err(free_bytes) => {
+                return Err(StorageError::BelowFloor { path, free_bytes, floor_bytes: self.space.floor_bytes() });
+            }
+        };
+        // `end` is aligned, so this is at least `end`.
+        let want = align_down(allocated + grant.bytes()).clamp(end, want);
         let reserved = if zeros {
             // From the end of what is written (never over data: the tail block is rewritten by the
             // write-outs, and everything past `align_up(size)` is unwritten).

@@ -45,6 +45,7 @@ use crate::fs::{Fs, SegmentFile, align_up};
 use crate::producer_state::{ProducerBudget, ProducerStates, Verdict};
 use crate::segment::Segment;
 use crate::segment::index::BatchMeta;
+use crate::space::SpaceFloor;
 use crate::types::{Clock, LeaderEpoch, Offset};
 
 use tail::Tail;
@@ -294,6 +295,8 @@ pub struct PartitionLog<F: Fs> {
     news: Arc<LogNews>,
     /// How many producer ids the owner's logs remember together (see [`ProducerBudget`]).
     producer_budget: Rc<ProducerBudget>,
+    /// The free space the active segment's reservations leave on the disk (see [`crate::space`]).
+    space: Arc<SpaceFloor>,
 }
 
 impl<F: Fs> Drop for PartitionLog<F> {

@@ -13,6 +13,7 @@
 use std::cell::RefCell;
 use std::path::Path;
 use std::rc::Rc;
+use std::sync::Arc;
 
 use async_lock::Mutex;
 
@@ -26,6 +27,7 @@ use crate::fs::{Fs, SegmentFile, align_down};
 use crate::producer_state::{ProducerBudget, ProducerStates};
 use crate::segment::index::{BatchMeta, OFFSET_ENTRY_BYTES, SegmentIndex, TIME_ENTRY_BYTES};
 use crate::segment::{self, ScanStop, Segment};
+use crate::space::SpaceFloor;
 use crate::types::{Clock, LeaderEpoch, Offset};
 
 use super::compaction;
@@ -107,15 +109,17 @@ impl<F: Fs> PartitionLog<F> {
         hints: OpenHints,
     ) -> Result<(PartitionLog<F>, OpenReport)> {
         let files = OpenFiles::new(fs, DEFAULT_MAX_OPEN_FILES);
-        Self::open_with_files(files, Rc::new(ProducerBudget::unlimited()), clock, dir, config, hints).await
+        let budget = Rc::new(ProducerBudget::unlimited());
+        Self::open_with_files(files, budget, SpaceFloor::new(0), clock, dir, config, hints).await
     }
 
     /// Like [`PartitionLog::open`], with segment files opened through `files`, which the owner's other
-    /// logs share (so the bound on open files holds for all of them), and producer ids counted in their
-    /// shared `producer_budget`.
+    /// logs share (so the bound on open files holds for all of them), producer ids counted in their
+    /// shared `producer_budget`, and reservations kept above the filesystem's free-space floor `space`.
     pub async fn open_with_files(
         files: Rc<OpenFiles<F>>,
         producer_budget: Rc<ProducerBudget>,
+        space: Arc<SpaceFloor>,
         clock: Rc<dyn Clock>,
         dir: &Path,
         config: LogConfig,
@@ -411,6 +415,7 @@ impl<F: Fs> PartitionLog<F> {
             progress: event_listener::Event::new(),
             news: Default::default(),
             producer_budget,
+            space,
         };
         if found.is_some() {
             // Takes no appends: its producers are never needed, and no snapshot of them is written.

@@ -424,3 +424,25 @@ fn a_held_fetch_is_answered_when_records_arrive_and_expires_when_none_do() {
     let expired = held(&scrape(metrics_port));
     assert_eq!((expired.0 - after.0, expired.1 - after.1), (0.0, 1.0), "one fetch expired");
 }
+
+/// A topic's `flush.messages` alone switches it to Kafka's interval flush, as `config list` says: 2,000
+/// one-record batches with acks=1 cost one fdatasync per 1,000 messages, not one per batch.
+#[test]
+fn a_topic_with_flush_messages_alone_syncs_once_per_that_many_messages() {
+    let metrics_port = free_port();
+    let listen = format!("metrics.listen=\"127.0.0.1:{metrics_port}\"");
+    let broker = Broker::start_with(1, &["--set", &listen]);
+    let mut s = broker.connect();
+    assert_eq!(create(&mut s, "by-count", 1, 1, &[("flush.messages", "1000")]), 0);
+    let before = scrape(metrics_port);
+    for i in 0..2000 {
+        send(&mut s, ApiKey::Produce, 9, i, &produce_request("by-count", 0, &batch(i as u8, 1, 0), 1));
+        let (_, body) = receive(&mut s, ApiKey::Produce, 9);
+        let ResponseKind::Produce(r) = body else { panic!("a Produce answer") };
+        let p = &r.responses[0].partition_responses[0];
+        assert_eq!((p.error_code, p.base_offset), (0, i as i64));
+    }
+    let syncs = sum(&scrape(metrics_port), "shardlog_log_fdatasyncs_total", &[])
+        - sum(&before, "shardlog_log_fdatasyncs_total", &[]);
+    assert_eq!(syncs, 2.0, "flush.messages=1000 over 2,000 messages");
+}

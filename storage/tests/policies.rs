@@ -118,6 +118,42 @@ fn interval_flush_syncs_after_flush_messages_or_flush_ms() {
     assert!(!block_on(log.flush_if_due()).unwrap(), "nothing unsynced, nothing to do");
 }
 
+/// `flush.messages` or `flush.ms` alone: the other one is "never" (unset), however it is spelled, and a
+/// sync comes only when the one that is set says so.
+#[test]
+fn interval_flush_with_one_setting_alone_syncs_only_by_that_setting() {
+    // One segment: a roll syncs too.
+    let config = |messages, ms| LogConfig {
+        flush: FlushPolicy::Interval { messages, ms },
+        segment_bytes: 1 << 30,
+        ..small_config()
+    };
+    for never in [u64::MAX, i64::MAX as u64] {
+        let fs = SimFs::new();
+        let clock = ManualClock::new(1_700_000_000_000);
+        let log = open(&fs, &clock, config(1000, never));
+        let mut synced = 0;
+        for i in 0..2000 {
+            block_on(log.append(&make_batch(i, 1, 10, 0), LeaderEpoch(0))).unwrap();
+            clock.advance(1);
+            synced += block_on(log.flush_if_due()).unwrap() as u64;
+        }
+        assert_eq!(synced, 2, "flush.messages=1000 alone (flush.ms {never}): a sync per 1000 records");
+        assert_eq!(log.stats().fsyncs, 2);
+        assert_eq!(log.durable_offset(), Offset(2000));
+
+        let fs = SimFs::new();
+        let log = open(&fs, &clock, config(never, 1000));
+        let mut synced = 0;
+        for i in 0..2000 {
+            block_on(log.append(&make_batch(i, 1, 10, 0), LeaderEpoch(0))).unwrap();
+            clock.advance(1);
+            synced += block_on(log.flush_if_due()).unwrap() as u64;
+        }
+        assert_eq!(synced, 2, "flush.ms=1000 alone (flush.messages {never}): a sync per second");
+    }
+}
+
 #[test]
 fn recent_reads_come_from_the_tail_cache_and_old_ones_from_disk() {
     let fs = SimFs::new();

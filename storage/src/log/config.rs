@@ -10,7 +10,8 @@ pub enum FlushPolicy {
     Always,
     /// Kafka's policy: sync once `messages` records are unflushed or `ms` milliseconds have passed since the
     /// last sync (`flush.messages`, `flush.ms`). `PartitionLog::flush_if_due` writes appended data to the
-    /// file and syncs when due; the caller calls it after appends and on a timer.
+    /// file and syncs when due; the caller calls it after appends and on a timer. A bound of `u64::MAX`
+    /// (one of the two settings left unset) or Kafka's `i64::MAX` is never reached.
     Interval { messages: u64, ms: u64 },
 }
 

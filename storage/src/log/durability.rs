@@ -185,8 +185,10 @@ impl<F: Fs> PartitionLog<F> {
                 FlushPolicy::Always => (false, false),
                 FlushPolicy::Interval { messages, ms } => {
                     let unsynced = inner.log_end().0 - inner.durable.0;
-                    let elapsed = self.clock.now_ms().saturating_sub(inner.last_sync_ms);
-                    (unsynced >= messages || (unsynced > 0 && elapsed >= ms as i64), unwritten)
+                    // Compared unsigned: `ms` is `u64::MAX` for a `flush.ms` left unset (never), which as
+                    // an i64 would be -1, always passed.
+                    let elapsed = self.clock.now_ms().saturating_sub(inner.last_sync_ms).max(0) as u64;
+                    (unsynced >= messages || (unsynced > 0 && elapsed >= ms), unwritten)
                 }
             }
         };

@@ -2,7 +2,8 @@
 //! mount, removed at the end however the test ends). Filling it gets produce refused with the retriable
 //! KAFKA_STORAGE_ERROR below `log.dir.min.free.bytes`, and CreateTopics refused below the quorum's
 //! reserve, with the broker alive; deleting a topic brings produce back; nothing acknowledged is lost.
-//! The segments' reservations ahead of their writes keep to the floor too.
+//! The segments' reservations ahead of their writes keep to the floor too, and a checkpoint that fails
+//! on a full disk is told once, not every second.
 
 mod common;
 
@@ -244,6 +245,47 @@ fn an_async_producer_on_three_partitions_leaves_the_floor_free() {
     // checkpoints, the quorum's log): a few hundred KiB here.
     assert!(left + 4 * MIB >= floor, "reservations took the floor: {left} bytes free of the {floor} to keep");
     assert!(left < floor + 16 * MIB, "the disk was filled up to the floor: {left} bytes free");
+    let log = broker.log();
+    assert!(!log.contains("fatal"), "{log}");
+    assert!(broker.terminate().success());
+}
+
+#[test]
+fn a_checkpoint_failing_on_a_full_disk_is_told_once_and_when_it_succeeds_again() {
+    let disk = LoopMount::with_mkfs_args(64 * MIB, &["-m", "0"]);
+    let data = disk.path().join("data");
+    // No floor: the disk fills under the checkpoints, and appends still land in reserved blocks.
+    let broker = Broker::start_in(&data, 1, &["--set", "log.dir.min.free.bytes=0"]);
+    let mut s = broker.connect();
+    assert_eq!(create(&mut s, "t", 1, 1, &[]), 0);
+    assert_eq!(produce_one(&mut s, "t", 0, &batch(1, 10, 0)), (0, 0));
+
+    // Something else fills the disk to the last block.
+    let filler = disk.path().join("filler");
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&filler).unwrap();
+        let chunk = vec![0u8; 64 << 10];
+        // Down to the filesystem's block size (1 KiB on one this small).
+        for len in [64 << 10, 4 << 10, 1 << 10] {
+            while f.write_all(&chunk[..len]).is_ok() {}
+        }
+        let _ = f.sync_all();
+    }
+    // An append into the segment's reserved blocks moves the offsets the checkpoints hold: writing
+    // them fails, second after second.
+    assert_eq!(produce_one(&mut s, "t", 0, &batch(2, 10, 0)), (0, 10));
+    std::thread::sleep(Duration::from_millis(3500));
+    let told = broker.log().matches("checkpoint failed").count();
+    assert_eq!(told, 1, "once for the episode, not once a second:\n{}", broker.log());
+
+    std::fs::remove_file(&filler).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !broker.log().contains("checkpoints written again") {
+        assert!(Instant::now() < deadline, "the end of the episode is told:\n{}", broker.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(broker.log().matches("checkpoint failed").count(), 1);
     let log = broker.log();
     assert!(!log.contains("fatal"), "{log}");
     assert!(broker.terminate().success());

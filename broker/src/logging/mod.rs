@@ -11,9 +11,11 @@
 //! every other openraft warning and error is kept, and openraft's chatter below `warn` is off unless
 //! `RUST_LOG` names openraft.
 
+mod episode;
 mod partition_set;
 mod writer;
 
+pub use episode::Episode;
 pub use partition_set::PartitionSet;
 pub use writer::{dropped_lines, flush};
 

@@ -290,6 +290,8 @@ pub async fn upkeep(
 ) {
     let mut since_retention = Duration::ZERO;
     let mut since_checkpoint = Duration::ZERO;
+    // A checkpoint that fails (a full disk) is retried every second: told once until it succeeds again.
+    let mut checkpoints_failing = crate::logging::Episode::default();
     loop {
         if shutdown.sleep(FLUSH_CHECK_INTERVAL).await {
             return;
@@ -337,8 +339,18 @@ pub async fn upkeep(
         }
         if since_checkpoint >= CHECKPOINT_INTERVAL {
             since_checkpoint = Duration::ZERO;
-            if let Err(e) = logs.checkpoint_if_moved().await {
-                tracing::warn!(error = %e, "checkpoint failed");
+            let now = std::time::Instant::now();
+            match logs.checkpoint_if_moved().await {
+                Err(e) if checkpoints_failing.failed(now) => tracing::warn!(
+                    error = %e,
+                    "checkpoint failed; retried every second, and said again only once it succeeds"
+                ),
+                Err(_) => {}
+                Ok(_) => {
+                    if let Some((failures, lasted)) = checkpoints_failing.succeeded(now) {
+                        tracing::info!(failures, lasted_s = lasted.as_secs(), "checkpoints written again");
+                    }
+                }
             }
         }
     }

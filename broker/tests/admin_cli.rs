@@ -96,3 +96,44 @@ fn topic_create_takes_a_replica_assignment_as_kafka_topics_does() {
         shardlog(&["topic", "create", "bad", "--replica-assignment", "1", "--partitions", "1", "--bootstrap", b]);
     assert!(!ok && err.contains("cannot be used with"), "{err}");
 }
+
+/// `topic describe` says beside Kafka's flush values what they mean: a topic that syncs every batch and
+/// one that never syncs both read `flush.messages=9223372036854775807`, but not the same durability.
+#[test]
+fn topic_describe_shows_the_effective_durability_beside_the_flush_values() {
+    let broker = Broker::start(1);
+    let bootstrap = format!("127.0.0.1:{}", broker.port);
+    let b = bootstrap.as_str();
+    let never = i64::MAX.to_string();
+    let topics: [(&str, Vec<String>, &str); 4] = [
+        ("synced", vec![], "Durability: always (each acknowledged batch is fdatasync'ed before the answer)\n"),
+        (
+            "unsynced",
+            vec![format!("flush.messages={never}"), format!("flush.ms={never}")],
+            "Durability: interval (acknowledged once written; never fdatasync'ed by the interval)\n",
+        ),
+        (
+            "by-count",
+            vec!["flush.messages=1000".into()],
+            "Durability: interval (acknowledged once written; fdatasync'ed every 1000 messages)\n",
+        ),
+        (
+            "by-time",
+            vec!["flush.ms=500".into()],
+            "Durability: interval (acknowledged once written; fdatasync'ed every 500 ms)\n",
+        ),
+    ];
+    for (topic, configs, durability) in &topics {
+        let mut args =
+            vec!["topic", "create", topic, "--partitions", "1", "--replication-factor", "1", "--bootstrap", b];
+        for c in configs {
+            args.extend(["--config", c.as_str()]);
+        }
+        let (ok, _, err) = shardlog(&args);
+        assert!(ok, "{err}");
+        let (ok, out, err) = shardlog(&["topic", "describe", topic, "--bootstrap", b]);
+        assert!(ok, "{err}");
+        assert!(out.contains(durability), "{topic}: {out}");
+        assert!(out.contains("\tflush.messages="), "Kafka's values are still there: {out}");
+    }
+}

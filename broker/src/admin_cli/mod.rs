@@ -2,6 +2,7 @@
 //! Kafka-compatible broker or cluster, through [`KafkaClient`] (any broker for the cluster's view, each
 //! partition's leader for its offsets, each replica's broker for that replica's log end).
 
+mod durability;
 pub mod groups;
 
 use std::collections::BTreeMap;
@@ -75,6 +76,11 @@ pub fn describe(client: &mut KafkaClient, topic: &str) -> Result<String> {
     out.push_str("Configs:\n");
     for (key, value, set) in client.configs(topic)? {
         out.push_str(&format!("\t{key}={value}{}\n", if set { "" } else { " (default)" }));
+    }
+    // Beside Kafka's flush values, what they mean here (a broker that does not say shows none).
+    let sources = client.config_synonyms(topic, &durability::FLUSH_KEYS).ok();
+    if let Some(durability) = sources.as_ref().and_then(durability::Durability::from_synonyms) {
+        out.push_str(&format!("Durability: {durability}\n"));
     }
     Ok(out)
 }

@@ -501,6 +501,46 @@ impl KafkaClient {
             })
             .collect())
     }
+
+    /// Where the topic's `keys` get their values, as the broker lists it (DescribeConfigs synonyms): per
+    /// key, (name, value, source) from the topic's own setting down to the broker's default.
+    pub fn config_synonyms(&mut self, topic: &str, keys: &[&str]) -> Result<BTreeMap<String, Vec<Synonym>>> {
+        let req = DescribeConfigsRequest::default().with_include_synonyms(true).with_resources(vec![
+            DescribeConfigsResource::default()
+                .with_resource_type(2)
+                .with_resource_name(StrBytes::from_string(topic.to_string()))
+                .with_configuration_keys(Some(keys.iter().map(|k| StrBytes::from_string(k.to_string())).collect())),
+        ]);
+        let ResponseKind::DescribeConfigs(r) = self.call_any(ApiKey::DescribeConfigs, DESCRIBE_CONFIGS_V, &req)? else {
+            bail!("wrong answer to DescribeConfigs")
+        };
+        let result = r.results.first().context("empty DescribeConfigs answer")?;
+        check(result.error_code, &format!("describe configs of {topic}"))?;
+        Ok(result
+            .configs
+            .iter()
+            .map(|c| {
+                let synonyms = (c.synonyms.iter())
+                    .map(|s| Synonym {
+                        name: s.name.as_str().to_string(),
+                        value: s.value.as_ref().map(|v| v.as_str().to_string()),
+                        source: s.source,
+                    })
+                    .collect();
+                (c.name.as_str().to_string(), synonyms)
+            })
+            .collect())
+    }
+}
+
+/// One place a config's value may come from (DescribeConfigs' synonyms), the first in effect.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Synonym {
+    pub name: String,
+    /// `None`: the setting there is unset (shardlog's interval flush keys).
+    pub value: Option<String>,
+    /// Kafka's `ConfigSource`: 1 the topic's own setting, 4 the broker's as set at start, 5 a default.
+    pub source: i8,
 }
 
 #[cfg(test)]

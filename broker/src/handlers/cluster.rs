@@ -143,6 +143,7 @@ pub(super) fn describe_configs(
 ) -> DescribeConfigsResponse {
     let defaults = ctx.topic_defaults();
     let documented = version >= 3 && req.include_documentation;
+    let with_synonyms = version >= 1 && req.include_synonyms;
     let results = req
         .resources
         .iter()
@@ -192,7 +193,11 @@ pub(super) fn describe_configs(
                                 _ => CONFIG_TYPE_LONG,
                             };
                             let source = if set { SOURCE_DYNAMIC_TOPIC } else { SOURCE_DEFAULT };
-                            entry(key, Some(value), source, kafka_type, setting.meaning)
+                            let mut described = entry(key, Some(value.clone()), source, kafka_type, setting.meaning);
+                            if with_synonyms {
+                                described.synonyms = topic_synonyms(ctx, setting, set.then_some(value));
+                            }
+                            described
                         })
                         .collect();
                     result.with_configs(configs)
@@ -226,6 +231,32 @@ pub(super) fn describe_configs(
         })
         .collect();
     DescribeConfigsResponse::default().with_results(results)
+}
+
+/// Where a topic setting's value comes from, as Kafka lists it (DescribeConfigs v1+ `synonyms`): the
+/// topic's own value if set, then the broker setting that gives its default, as set at start or as its
+/// default. A broker setting left unset has no value: for `log.flush.interval.messages` and
+/// `log.flush.interval.ms` that means every acknowledged batch is fdatasync'ed first, which the topic's
+/// own values (Kafka's numbers for "never") cannot say.
+fn topic_synonyms(
+    ctx: &BrokerContext,
+    setting: &crate::topics::configs::TopicSetting,
+    on_topic: Option<String>,
+) -> Vec<DescribeConfigsSynonym> {
+    let synonym = |name: &str, value: Option<String>, source: i8| {
+        DescribeConfigsSynonym::default()
+            .with_name(StrBytes::from_string(name.to_string()))
+            .with_value(value.map(StrBytes::from_string))
+            .with_source(source)
+    };
+    let mut synonyms: Vec<_> =
+        on_topic.map(|v| synonym(setting.key, Some(v), SOURCE_DYNAMIC_TOPIC)).into_iter().collect();
+    let broker = setting.broker_key.and_then(|key| ctx.config.effective.iter().find(|e| e.key == key));
+    if let Some(broker) = broker {
+        let source = if broker.explicit { SOURCE_STATIC_BROKER } else { SOURCE_DEFAULT };
+        synonyms.push(synonym(broker.key, broker.value.clone(), source));
+    }
+    synonyms
 }
 
 /// Kafka's `ConfigSource` values.

@@ -316,7 +316,7 @@ pub const SETTINGS: &[Setting] = &[
         kind: int(0, FOREVER),
         default: Default::Value("1073741824"),
         unit: "bytes",
-        meaning: "produce is refused (KAFKA_STORAGE_ERROR) while the data dir's disk has less free; fetches, deletions and retention go on",
+        meaning: "produce is refused (KAFKA_STORAGE_ERROR) while the data dir's disk has less free, and the space partitions reserve ahead of their writes never takes it; fetches, deletions and retention go on",
         example: "536870912",
     },
     Setting {

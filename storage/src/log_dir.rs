@@ -437,6 +437,7 @@ impl<F: Fs> LogDir<F> {
         let opened = PartitionLog::open_with_files(
             self.files.clone(),
             self.producer_budget.clone(),
+            self.space.clone(),
             self.clock.clone(),
             &dir,
             config,

@@ -98,7 +98,8 @@ fn a_damaged_replica_leaves_the_isr_and_leadership_rebuilds_itself_from_the_lead
     let bootstrap = cluster.bootstrap.clone();
     let admin: AdminClient<DefaultClientContext> =
         ClientConfig::new().set("bootstrap.servers", &bootstrap).create().expect("admin client");
-    let lists = [[1, 2, 3]];
+    let replicas: &[i32] = &[1, 2, 3];
+    let lists = [replicas];
     let new = NewTopic::new(TOPIC, 1, TopicReplication::Variable(&lists))
         .set("min.insync.replicas", "2")
         .set("segment.bytes", "16384");

@@ -9,8 +9,9 @@ use std::io::Write;
 use std::net::TcpStream;
 
 use bytes::{BufMut, BytesMut};
-use common::requests::{batch, create, fetch_request, produce_request, stored};
+use common::requests::{batch, create, fetch_all, fetch_request, keyed_batch, produce_request, stored};
 use common::{Broker, assert_closed, receive, send};
+use kafka_protocol::ResponseError;
 use kafka_protocol::messages::api_versions_request::ApiVersionsRequest;
 use kafka_protocol::messages::metadata_request::{MetadataRequest, MetadataRequestTopic};
 use kafka_protocol::messages::{ApiKey, ResponseKind, TopicName};
@@ -125,6 +126,47 @@ fn metadata_v0_empty_list_means_every_topic_and_v12_finds_topics_by_id() {
     assert_eq!((m.topics[0].name.as_ref().unwrap().0.as_str(), m.topics[0].error_code), ("b", 0));
     assert_eq!(m.topics[0].partitions.len(), 2);
     assert_eq!((m.topics[1].topic_id, m.topics[1].error_code), (unknown, 100), "UNKNOWN_TOPIC_ID");
+}
+
+/// KIP-467: a compacted topic refuses a batch with records without a key whole (INVALID_RECORD), and from
+/// Produce v8 the answer names each of those records by its index in the batch, with a reason, and says
+/// what happened in its error message, so that a client can tell the records at fault from the others.
+/// Before v8 the answer has no room for them: the error code alone.
+#[test]
+fn a_compacted_topic_refuses_a_batch_with_keyless_records_and_names_each_of_them() {
+    let broker = Broker::start(1);
+    let mut s = broker.connect();
+    assert_eq!(create(&mut s, "keyed", 1, 1, &[("cleanup.policy", "compact")]), 0);
+    // 100 records; every tenth (0, 10, ..., 90) without a key.
+    let keys: Vec<Option<String>> = (0..100).map(|i| (i % 10 != 0).then(|| format!("key {i}"))).collect();
+    let mixed = keyed_batch(&keys);
+    let invalid_record = ResponseError::InvalidRecord.code();
+    for (correlation_id, version) in [(1, 7i16), (2, 8), (3, 9), (4, 12)] {
+        send(&mut s, ApiKey::Produce, version, correlation_id, &produce_request("keyed", 0, &mixed, -1));
+        let ResponseKind::Produce(r) = receive(&mut s, ApiKey::Produce, version).1 else { panic!("wrong response") };
+        let p = &r.responses[0].partition_responses[0];
+        assert_eq!((p.error_code, p.base_offset), (invalid_record, -1), "v{version}: the whole batch is refused");
+        if version < 8 {
+            assert!(p.record_errors.is_empty() && p.error_message.is_none(), "v{version} has no room for them");
+            continue;
+        }
+        let named: Vec<i32> = p.record_errors.iter().map(|e| e.batch_index).collect();
+        assert_eq!(named, (0..100).step_by(10).collect::<Vec<_>>(), "v{version}: each keyless record, in order");
+        for e in &p.record_errors {
+            let why = e.batch_index_error_message.as_deref().unwrap_or_default();
+            assert!(why.contains("without a key") && why.contains("keyed-0"), "v{version}: {why}");
+        }
+        let message = p.error_message.as_deref().unwrap_or_default();
+        assert!(message.starts_with("10 of the batch's 100 records refused"), "v{version}: {message}");
+    }
+    assert_eq!(fetch_all(&mut s, "keyed", 0), (0, bytes::Bytes::new()), "nothing of the refused batches stored");
+
+    // Every record keyed: taken, with no record errors.
+    let keys: Vec<Option<String>> = (0..100).map(|i| Some(format!("key {i}"))).collect();
+    send(&mut s, ApiKey::Produce, 9, 5, &produce_request("keyed", 0, &keyed_batch(&keys), -1));
+    let ResponseKind::Produce(r) = receive(&mut s, ApiKey::Produce, 9).1 else { panic!("wrong response") };
+    let p = &r.responses[0].partition_responses[0];
+    assert_eq!((p.error_code, p.base_offset, p.record_errors.len(), p.error_message.is_none()), (0, 0, 0, true));
 }
 
 #[test]

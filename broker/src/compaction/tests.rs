@@ -18,7 +18,7 @@ use shardlog_storage::fs::sim::{SimFs, SimRng};
 use shardlog_storage::{Clock, CompactionConfig, LeaderEpoch, LogConfig, LogDir, Offset, PartitionLog, TopicPartition};
 
 use super::*;
-use crate::topics::records::every_record_keyed;
+use crate::topics::records::keyless_records;
 
 const T0: i64 = 1_700_000_000_000;
 
@@ -240,12 +240,12 @@ fn a_log_not_dirty_enough_is_left_alone() {
 }
 
 #[test]
-fn a_batch_with_a_keyless_record_is_told_apart() {
+fn the_keyless_records_of_a_batch_are_named_by_their_index() {
     let keyed = batch(&[(Some(b"k".to_vec()), Some(b"v".to_vec()))], Compression::Gzip, None);
-    let keyless =
-        batch(&[(Some(b"k".to_vec()), Some(b"v".to_vec())), (None, Some(b"v".to_vec()))], Compression::None, None);
-    assert!(every_record_keyed(&keyed).unwrap());
-    assert!(!every_record_keyed(&keyless).unwrap());
+    let mixed: Vec<(Key, Value)> = (0..5).map(|i| ((i % 2 == 1).then(|| b"k".to_vec()), Some(b"v".to_vec()))).collect();
+    assert_eq!(keyless_records(&keyed).unwrap(), Vec::<i32>::new());
+    assert_eq!(keyless_records(&batch(&mixed, Compression::None, None)).unwrap(), vec![0, 2, 4]);
+    assert_eq!(keyless_records(&batch(&mixed, Compression::Lz4, None)).unwrap(), vec![0, 2, 4], "inside a codec too");
 }
 
 #[test]
@@ -296,7 +296,7 @@ fn a_record_whose_offset_delta_lies_outside_its_batch_is_refused() {
     b[64] = 1; // zigzag -1
     let crc = shardlog_storage::batch::compute_crc(&b);
     b[17..21].copy_from_slice(&crc.to_be_bytes());
-    assert!(every_record_keyed(&b).is_err());
+    assert!(keyless_records(&b).is_err());
 }
 
 /// `n` batches of one record each over seven keys `<tag>-<i>`.

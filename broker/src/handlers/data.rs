@@ -6,18 +6,54 @@ use crate::shard::{FetchRead, NewsSeen, ProduceBatch};
 use crate::shutdown::Shutdown;
 use crate::topics::configs::Compression;
 use crate::topics::recompress::{RecompressError, recompress};
-use crate::topics::records::every_record_keyed;
+use crate::topics::records::keyless_records;
 use bytes::Bytes;
 use futures_lite::future;
-use shardlog_storage::batch::BatchError;
+use kafka_protocol::messages::produce_response::BatchIndexAndErrorMessage;
+use shardlog_storage::batch::{BatchError, BatchHeader};
 
 /// A produce request whose batches have been handed to their shards, waiting for the outcomes.
 #[derive(Debug)]
 pub struct DispatchedProduce {
     acks: i16,
     /// Each partition of the request in its order: where its outcome comes from.
-    pending: Vec<(TopicName, i32, Result<Slot, ResponseError>)>,
+    pending: Vec<(TopicName, i32, Result<Slot, Refused>)>,
     replies: ShardReplies<ProduceOutcome>,
+}
+
+/// Why a partition's batch was refused before it reached its shard. From Produce v8 (KIP-467) the answer
+/// may name the records at fault by their index in the batch and say why in words; clients then fail
+/// those records with the error and the batch's others as "part of a batch with invalid records".
+#[derive(Debug)]
+struct Refused {
+    error: ResponseError,
+    records: Vec<BatchIndexAndErrorMessage>,
+    message: Option<StrBytes>,
+}
+
+impl From<ResponseError> for Refused {
+    fn from(error: ResponseError) -> Refused {
+        Refused { error, records: Vec::new(), message: None }
+    }
+}
+
+impl Refused {
+    /// INVALID_RECORD for the records of a batch without a key, sent to compacted `tp`.
+    fn keyless(tp: &TopicPartition, keyless: &[i32], in_batch: usize) -> Refused {
+        let why = format!(
+            "a record without a key in compacted topic partition {tp}: compaction keeps the latest record of each key"
+        );
+        let records = keyless
+            .iter()
+            .map(|&index| {
+                BatchIndexAndErrorMessage::default()
+                    .with_batch_index(index)
+                    .with_batch_index_error_message(Some(StrBytes::from_string(why.clone())))
+            })
+            .collect();
+        let message = format!("{} of the batch's {in_batch} records refused: {why}", keyless.len());
+        Refused { error: ResponseError::InvalidRecord, records, message: Some(StrBytes::from_string(message)) }
+    }
 }
 
 /// Where an item's outcome comes from: its shard's reply, at `index`.
@@ -111,20 +147,19 @@ pub fn dispatch_produce(ctx: &Arc<BrokerContext>, req: ProduceRequest) -> Dispat
         let compacted = ctx.compacted(&image, &name);
         for partition in topic.partition_data {
             let slot = if ![-1, 0, 1].contains(&acks) {
-                Err(ResponseError::InvalidRequiredAcks)
+                Err(ResponseError::InvalidRequiredAcks.into())
             } else if crate::topics::is_internal(&name) {
                 // Only the broker writes there (the group coordinator).
-                Err(ResponseError::InvalidTopicException)
+                Err(ResponseError::InvalidTopicException.into())
             } else {
+                let tp = TopicPartition::new(name.clone(), partition.index as u32);
                 match (ctx.leader_in(&image, &name, partition.index), partition.records) {
                     // The disk is nearly full: refused before anything is written, retriable.
-                    (Ok(_), Some(_)) if ctx.disk.below_floor() => Err(ResponseError::KafkaStorageError),
-                    (Ok(led), Some(batch)) => stored_form(batch, compression, compacted).map(|batch| {
-                        let tp = TopicPartition::new(name.clone(), partition.index as u32);
-                        by_shard.push(led.shard, ProduceBatch { tp, batch, epoch: led.epoch })
-                    }),
-                    (Ok(_), None) => Err(ResponseError::CorruptMessage),
-                    (Err(e), _) => Err(e),
+                    (Ok(_), Some(_)) if ctx.disk.below_floor() => Err(ResponseError::KafkaStorageError.into()),
+                    (Ok(led), Some(batch)) => stored_form(&tp, batch, compression, compacted)
+                        .map(|batch| by_shard.push(led.shard, ProduceBatch { tp, batch, epoch: led.epoch })),
+                    (Ok(_), None) => Err(ResponseError::CorruptMessage.into()),
+                    (Err(e), _) => Err(e.into()),
                 }
             };
             pending.push((topic.name.clone(), partition.index, slot));
@@ -143,17 +178,23 @@ impl DispatchedProduce {
         let mut by_topic: Vec<TopicProduceResponse> = Vec::new();
         for (name, index, slot) in self.pending {
             // A shard that is gone answers KAFKA_STORAGE_ERROR for every batch it had.
-            let outcome = match slot {
-                Ok(slot) => take_outcome(&mut outcomes, slot, failed)
-                    .unwrap_or_else(|| failed(ResponseError::KafkaStorageError)),
-                Err(error) => failed(error),
+            let (outcome, refused) = match slot {
+                Ok(slot) => (
+                    take_outcome(&mut outcomes, slot, failed)
+                        .unwrap_or_else(|| failed(ResponseError::KafkaStorageError)),
+                    None,
+                ),
+                Err(refused) => (failed(refused.error), Some(refused)),
             };
+            let (record_errors, error_message) = refused.map(|r| (r.records, r.message)).unwrap_or_default();
             let partition = PartitionProduceResponse::default()
                 .with_index(index)
                 .with_error_code(code(outcome.error))
                 .with_base_offset(outcome.base_offset)
                 .with_log_append_time_ms(-1)
-                .with_log_start_offset(outcome.log_start_offset);
+                .with_log_start_offset(outcome.log_start_offset)
+                .with_record_errors(record_errors)
+                .with_error_message(error_message);
             match by_topic.iter_mut().find(|t| t.name == name) {
                 Some(t) => t.partition_responses.push(partition),
                 None => by_topic
@@ -165,16 +206,20 @@ impl DispatchedProduce {
 }
 
 /// The batch as the topic stores it: as sent, or recompressed into the topic's `compression.type`. A
-/// compacted topic refuses a batch with a record without a key (INVALID_RECORD, as Kafka).
-fn stored_form(batch: Bytes, compression: Compression, compacted: bool) -> Result<Bytes, ResponseError> {
+/// compacted topic refuses a batch with a record without a key whole (INVALID_RECORD), naming each such
+/// record, as Kafka does.
+fn stored_form(tp: &TopicPartition, batch: Bytes, compression: Compression, compacted: bool) -> Result<Bytes, Refused> {
     if compacted {
-        match every_record_keyed(&batch) {
-            Ok(true) => {}
-            Ok(false) => return Err(ResponseError::InvalidRecord),
+        match keyless_records(&batch) {
+            Ok(keyless) if keyless.is_empty() => {}
+            Ok(keyless) => {
+                let records = BatchHeader::parse(&batch).map_or(0, |h| h.record_count.max(0) as usize);
+                return Err(Refused::keyless(tp, &keyless, records));
+            }
             // The log's own checks name what is wrong with it (a bad CRC, a wrong count).
             Err(RecompressError::Invalid(_)) => {}
-            Err(RecompressError::TooLarge) => return Err(ResponseError::MessageTooLarge),
-            Err(_) => return Err(ResponseError::CorruptMessage),
+            Err(RecompressError::TooLarge) => return Err(ResponseError::MessageTooLarge.into()),
+            Err(_) => return Err(ResponseError::CorruptMessage.into()),
         }
     }
     let Compression::Codec(target) = compression else { return Ok(batch) };
@@ -187,7 +232,8 @@ fn stored_form(batch: Bytes, compression: Compression, compacted: bool) -> Resul
                 RecompressError::TooLarge => ResponseError::MessageTooLarge,
                 RecompressError::Invalid(BatchError::BadMagic { .. }) => ResponseError::UnsupportedForMessageFormat,
                 _ => ResponseError::CorruptMessage,
-            })
+            }
+            .into())
         }
     }
 }

@@ -117,16 +117,17 @@ impl OpenBatch {
     }
 }
 
-/// Whether every record of a produced batch has a key (a compacted topic refuses those that do not).
-/// Control batches carry no user records and pass.
-pub fn every_record_keyed(batch: &[u8]) -> Result<bool, RecompressError> {
+/// The records of a produced batch without a key, by their index in the batch (a compacted topic
+/// refuses them, and KIP-467's answer names them so). Control batches carry no user records: none.
+pub fn keyless_records(batch: &[u8]) -> Result<Vec<i32>, RecompressError> {
     // Nothing is decompressed before the batch is known to be what the producer sent.
     batch::validate(batch, usize::MAX)?;
     let open = OpenBatch::open(batch)?;
     if open.header.attributes & CONTROL_BIT != 0 {
-        return Ok(true);
+        return Ok(Vec::new());
     }
-    Ok(open.records()?.iter().all(|r| r.key.is_some()))
+    let records = open.records()?;
+    Ok((0..).zip(&records).filter(|(_, r)| r.key.is_none()).map(|(index, _)| index).collect())
 }
 
 /// Reads the varint fields of one record.

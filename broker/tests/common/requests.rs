@@ -2,12 +2,15 @@
 
 use std::net::TcpStream;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{ApiKey, CreateTopicsRequest, FetchRequest, ProduceRequest, ResponseKind, TopicName};
 use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::records::{
+    Compression, NO_PARTITION_LEADER_EPOCH, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
 use shardlog_storage::batch::{build_batch, stamp};
 use shardlog_storage::{LeaderEpoch, Offset};
 
@@ -65,6 +68,33 @@ pub fn batch(seed: u8, records: usize, ts: i64) -> Vec<u8> {
     let values: Vec<Vec<u8>> = (0..records).map(|i| vec![seed.wrapping_add(i as u8); 100]).collect();
     let refs: Vec<&[u8]> = values.iter().map(|v| v.as_slice()).collect();
     build_batch(ts, &refs)
+}
+
+/// A batch with one record per key in `keys` (`None`: a record without a key), each with a small value.
+pub fn keyed_batch(keys: &[Option<String>]) -> Vec<u8> {
+    let records: Vec<Record> = (0..)
+        .zip(keys)
+        .map(|(i, key)| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: NO_PARTITION_LEADER_EPOCH,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: i,
+            // The encoder starts a new batch where offsets and sequences do not move together.
+            sequence: i as i32 - 1,
+            timestamp: 1_700_000_000_000 + i,
+            key: key.as_ref().map(|k| Bytes::copy_from_slice(k.as_bytes())),
+            value: Some(Bytes::from(format!("value {i}"))),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut out = BytesMut::new();
+    RecordBatchEncoder::encode(&mut out, &records, &RecordEncodeOptions { version: 2, compression: Compression::None })
+        .unwrap();
+    out.to_vec()
 }
 
 /// The bytes the log stores for `b` at `base`.

@@ -3,7 +3,8 @@
 //! malformed JoinGroup (none of which disturbs the group), commits from outside the group, offsets
 //! listed, described, deleted; the offsets topic internal and out of clients' reach; committed offsets
 //! kept across a SIGKILL of the broker; a consumer-protocol member's commits and fetches checked against its
-//! member epoch; a group id changing protocol only while it has no members.
+//! member epoch; a group id changing protocol only while it has no members; an empty group keeping its
+//! protocol type, also across a restart.
 
 mod common;
 
@@ -566,6 +567,56 @@ fn the_offsets_topic_is_out_of_reach_of_client_produce_create_and_delete() {
     assert_eq!(d.responses[0].error_code, ResponseError::InvalidTopicException.code());
     // Still there, offsets and all.
     assert_eq!(committed(&fetch_offsets(&mut st, &["g"]), "g"), (0, vec![5, 6]));
+}
+
+/// The protocol type DescribeGroups v5 and ListGroups v4 give `group`, and its state.
+fn protocol_type(stream: &mut TcpStream, group: &str) -> (String, String, String) {
+    let request = DescribeGroupsRequest::default().with_groups(vec![gid(group)]);
+    let ResponseKind::DescribeGroups(d) = call(stream, ApiKey::DescribeGroups, 5, &request) else {
+        panic!("wrong response")
+    };
+    assert_eq!(d.groups[0].error_code, 0);
+    let ResponseKind::ListGroups(l) = call(stream, ApiKey::ListGroups, 4, &ListGroupsRequest::default()) else {
+        panic!("wrong response")
+    };
+    let listed = l.groups.iter().find(|g| g.group_id.0.as_str() == group).expect("listed");
+    let described = &d.groups[0];
+    (described.group_state.to_string(), described.protocol_type.to_string(), listed.protocol_type.to_string())
+}
+
+/// A consumer group whose last member left is still a consumer group, as in Kafka: DescribeGroups and
+/// ListGroups name its protocol type, also after the broker restarts and reloads it from its record.
+#[test]
+fn an_empty_group_keeps_its_protocol_type_also_after_a_restart() {
+    let data = tempfile::tempdir().unwrap();
+    let extra = ["--set", "offsets.topic.num.partitions=5", "--set", "group.initial.rebalance.delay.ms=0"];
+    let broker = Broker::start_in(data.path(), 2, &extra);
+    let port = broker.port;
+    let mut st = broker.connect();
+    assert_eq!(create(&mut st, TOPIC, 2, 1, &[]), 0);
+    find_coordinator(&mut st, "kept");
+    let (code, first) = until_coordinated(|| {
+        let r = join(&mut st, "kept", "", &[("range", b"r-meta")]);
+        (r.error_code, r)
+    });
+    assert_eq!(code, ResponseError::MemberIdRequired.code());
+    let member = first.member_id.as_str().to_string();
+    assert_eq!(join(&mut st, "kept", &member, &[("range", b"r-meta")]).error_code, 0);
+    let sync = SyncGroupRequest::default().with_group_id(gid("kept")).with_generation_id(1).with_member_id(s(&member));
+    let ResponseKind::SyncGroup(synced) = call(&mut st, ApiKey::SyncGroup, 4, &sync) else { panic!("wrong response") };
+    assert_eq!(synced.error_code, 0);
+    assert_eq!(commit(&mut st, "kept", &member, 1, 7), vec![0, 0]);
+    let consumer = |state: &str| (state.to_string(), "consumer".to_string(), "consumer".to_string());
+    assert_eq!(protocol_type(&mut st, "kept"), consumer("Stable"));
+    leave_classic(&mut st, "kept", &member);
+    assert_eq!(protocol_type(&mut st, "kept"), consumer("Empty"), "the last member left");
+
+    broker.terminate();
+    let broker = Broker::start_at(data.path(), port, 2, &extra, None);
+    let mut st = broker.connect();
+    let (code, _) = until_coordinated(|| committed(&fetch_offsets(&mut st, &["kept"]), "kept"));
+    assert_eq!(code, 0);
+    assert_eq!(protocol_type(&mut st, "kept"), consumer("Empty"), "reloaded from its record");
 }
 
 #[test]

@@ -213,10 +213,11 @@ impl Group {
             joining: Some(ticket),
             syncing: None,
         };
-        self.members.insert(member_id, member);
-        if self.protocol_type.is_none() {
+        // The first member decides the type; an empty group keeps its last one until then.
+        if self.members.is_empty() {
             self.protocol_type = Some(args.protocol_type);
         }
+        self.members.insert(member_id, member);
         let mut effects = Effects::none();
         match self.state {
             GroupState::PreparingRebalance => {

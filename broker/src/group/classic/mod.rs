@@ -242,8 +242,10 @@ impl Group {
         self.pending.clear();
         self.generation += 1;
         if self.members.is_empty() {
+            // The protocol type stays, as Kafka's does: ListGroups and DescribeGroups keep showing a
+            // consumer group without members as one (librdkafka would call it a "simple" group), and
+            // its record keeps it across a reload. The next first member sets it again.
             self.protocol = None;
-            self.protocol_type = None;
             self.leader = None;
             self.set_state(GroupState::Empty, now_ms);
             return Effects { replies: Vec::new(), persist: true };

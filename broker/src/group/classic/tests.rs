@@ -240,6 +240,27 @@ fn leaving_starts_a_rebalance_and_the_last_member_leaving_empties_the_group() {
 }
 
 #[test]
+fn an_empty_group_keeps_its_protocol_type_through_its_record_until_a_member_of_another_type_joins() {
+    let mut now = 0;
+    let (mut group, a) = stable_group_of_one(&mut now);
+    let _ = group.leave(&[who(&a)], now);
+    assert_eq!(group.state, GroupState::Empty);
+    assert_eq!((group.protocol_type.as_deref(), group.protocol.as_deref()), (Some("consumer"), None));
+    // Its record, written when it became empty, and the group rebuilt from it on a reload.
+    let record = group.record();
+    assert_eq!(record.protocol_type.as_deref(), Some("consumer"));
+    let restored = Group::restored("g", settings(), record, now);
+    assert_eq!((restored.state, restored.protocol_type.as_deref()), (GroupState::Empty, Some("consumer")));
+    // With no members, a member of another type may join; the group is then of its type.
+    let mut other_type = join_args("", &["connect-proto"]);
+    other_type.protocol_type = "connect".into();
+    let _ = group.join(other_type, 3, now);
+    now += DELAY_MS;
+    let answer = joins(&group.tick(now)).remove(&3).expect("answered once the delay is over");
+    assert_eq!((answer.error, answer.protocol_type.as_deref()), (None, Some("connect")));
+}
+
+#[test]
 fn a_commit_without_membership_is_refused_while_the_group_has_members() {
     let mut now = 0;
     let (mut group, _a) = stable_group_of_one(&mut now);

@@ -226,3 +226,60 @@ pub fn assert_closed(stream: &mut TcpStream) {
         other => panic!("connection should be closed, read gave {other:?}"),
     }
 }
+
+/// Runs a client script that prints `restart-broker` on a line of its own midway and then waits for
+/// `restarted` on its stdin: meanwhile the broker is stopped with SIGTERM and started again on the same
+/// port and data dir `data` (with `shards` and `extra` as before). Panics with the script's output if it
+/// fails, does not ask for the restart, or does not finish within `limit`; returns its stdout and the
+/// broker now running.
+pub fn run_across_restart(
+    mut script: Command,
+    broker: Broker,
+    data: &Path,
+    shards: usize,
+    extra: &[&str],
+    limit: Duration,
+) -> (String, Broker) {
+    use std::io::BufRead;
+    let port = broker.port;
+    let mut child = script
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the client script starts (.ci/run installs the clients)");
+    let (lines_tx, lines) = std::sync::mpsc::channel();
+    let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    std::thread::spawn(move || stdout.lines().map_while(Result::ok).try_for_each(|l| lines_tx.send(l)));
+    let mut stderr = child.stderr.take().unwrap();
+    let errors = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        text
+    });
+    let deadline = Instant::now() + limit;
+    let mut out = String::new();
+    let mut running = broker;
+    let mut restarted = false;
+    // Until the script closes its stdout (it ends) or the time is up.
+    while let Ok(line) = lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+        out.push_str(&line);
+        out.push('\n');
+        if line == "restart-broker" {
+            assert!(!restarted, "the script asked for one restart:\n{out}");
+            let stopped = running.terminate();
+            assert!(stopped.success(), "the broker stopped cleanly: {stopped:?}");
+            running = Broker::start_at(data, port, shards, extra, None);
+            restarted = true;
+            child.stdin.as_mut().unwrap().write_all(b"restarted\n").unwrap();
+        }
+    }
+    if Instant::now() >= deadline {
+        let _ = child.kill();
+    }
+    let status = child.wait().unwrap();
+    let errors = errors.join().unwrap();
+    assert!(status.success(), "the client script failed ({status}):\n{out}\n{errors}");
+    assert!(restarted, "the script asked for the broker's restart:\n{out}\n{errors}");
+    (out, running)
+}

@@ -10,18 +10,19 @@ use super::{
 };
 
 impl Group {
-    /// Whether a joining member's protocols fit the group: the same protocol type, and at least one
-    /// protocol every member (itself included) supports.
+    /// Whether a joining member's protocols fit the group: the same protocol type while the group has
+    /// members (the one it replaces counts: Kafka's rule), and at least one protocol every other member
+    /// supports.
     fn accepts_protocols(&self, args: &JoinArgs, replacing: Option<&str>) -> bool {
         if args.protocol_type.is_empty() || args.protocols.is_empty() {
+            return false;
+        }
+        if !self.members.is_empty() && self.protocol_type.as_ref().is_some_and(|t| *t != args.protocol_type) {
             return false;
         }
         let others: Vec<&Member> = self.members.values().filter(|m| Some(m.member_id.as_str()) != replacing).collect();
         if others.is_empty() {
             return true;
-        }
-        if self.protocol_type.as_ref().is_some_and(|t| *t != args.protocol_type) {
-            return false;
         }
         args.protocols.iter().any(|(name, _)| others.iter().all(|m| m.protocols.iter().any(|(n, _)| n == name)))
     }

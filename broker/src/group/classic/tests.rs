@@ -369,6 +369,22 @@ fn stable_static_group(now: &mut u64) -> (Group, String, JoinArgs) {
 }
 
 #[test]
+fn a_join_of_another_protocol_type_is_refused_while_the_group_has_a_member_even_the_one_it_replaces() {
+    let mut now = 0;
+    let (mut group, id, mut args) = stable_static_group(&mut now);
+    args.protocol_type = "connect".into();
+    let answer = joins(&group.join(args, 3, now)).remove(&3).unwrap();
+    assert_eq!(answer.error, Some(ResponseError::InconsistentGroupProtocol), "a static member's new process");
+    let mut rejoin = join_args(&id, &["range"]);
+    rejoin.instance_id = Some("host-1".into());
+    rejoin.protocol_type = "connect".into();
+    let answer = joins(&group.join(rejoin, 4, now)).remove(&4).unwrap();
+    assert_eq!(answer.error, Some(ResponseError::InconsistentGroupProtocol), "the member itself");
+    assert_eq!((group.state, group.protocol_type.as_deref()), (GroupState::Stable, Some("consumer")));
+    assert!(group.members.contains_key(&id), "the member keeps its place");
+}
+
+#[test]
 fn a_restarted_static_leader_on_join_group_before_v9_is_not_told_it_leads() {
     let mut now = 0;
     let (mut group, old, mut args) = stable_static_group(&mut now);

@@ -246,7 +246,7 @@ mod tests {
                     assert_eq!(after[before.len()..before.len() + len as usize], last[..len as usize]);
                 }
                 Damage::Garbage { len } => assert!((1..=100).contains(&len), "seed {seed}: {len}"),
-                Damage::Cut => panic!("seed {seed}: a cut into whole batches without deep"),
+                Damage::Cut | Damage::Flipped { .. } => panic!("seed {seed}: whole batches damaged without deep"),
             }
             kinds.insert(matches!(torn.damage, Damage::TornBatch { .. }));
         }
@@ -270,7 +270,9 @@ mod tests {
                     assert!(len >= 1 && at + len as usize <= before.len());
                     assert_ne!(after[at..at + len as usize], before[at..at + len as usize]);
                 }
-                Damage::TornBatch { .. } => panic!("seed {seed}: deep damage is inside the whole batches"),
+                Damage::TornBatch { .. } | Damage::Flipped { .. } => {
+                    panic!("seed {seed}: deep damage cuts or overwrites the whole batches past the point")
+                }
             }
             kinds.insert(matches!(torn.damage, Damage::Cut));
             // The first segment is whole; what is left of the active one reads as a prefix or fails its CRC.

@@ -523,4 +523,32 @@ mod tests {
         assert_eq!((report.log_end, report.continues_at), (Offset(2), Offset(2)));
         assert!(!dir3.join(crate::log::OFFSET_GAPS_FILE).exists());
     }
+
+    #[test]
+    fn a_cut_at_the_damage_cut_short_by_a_crash_is_finished_by_the_next_one() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("t-0");
+        fs::create_dir(&dir).unwrap();
+        let mut damaged = stored(2, 2);
+        damaged[HEADER_BYTES + 1] ^= 0x40;
+        write_segment(&dir, 0, &[stored(0, 2), damaged.clone(), stored(4, 2)]);
+        fs::write(dir.join(crate::log::DAMAGED_FILE), "damaged log: ...").unwrap();
+        // A first attempt moved the later segment aside, then the process died: the damaged segment is
+        // whole and the marker still there, so the broker opens the partition damaged and cuts again.
+        fs::create_dir(tmp.path().join("t-0.cut.1")).unwrap();
+        write_segment(&tmp.path().join("t-0.cut.1"), 6, &[stored(6, 2)]);
+        let report = truncate_at_damage(&dir).unwrap().expect("the damage is still there");
+        assert_eq!((report.log_end, report.aside.clone()), (Offset(2), tmp.path().join("t-0.cut.2")));
+        assert!(!dir.join(crate::log::DAMAGED_FILE).exists(), "removed last, once the cut is durable");
+        assert!(tmp.path().join("t-0.cut.1").join(segment::file_name(Offset(6), LOG_SUFFIX)).exists(), "kept");
+        assert_eq!(
+            fs::read(report.aside.join(format!(
+                "{}.from-{}",
+                segment::file_name(Offset(0), LOG_SUFFIX),
+                stored(0, 2).len()
+            )))
+            .unwrap(),
+            [damaged, stored(4, 2)].concat()
+        );
+    }
 }

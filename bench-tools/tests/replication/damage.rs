@@ -32,6 +32,8 @@ fn produce(bootstrap: &str, tag: &str, count: usize) -> BTreeMap<i64, String> {
         .set("bootstrap.servers", bootstrap)
         .set("acks", "all")
         .set("linger.ms", "5")
+        // Batches of about 20 records, so the 16 KiB segments roll often.
+        .set("batch.size", "2048")
         .set("message.timeout.ms", "60000")
         .create_with_context(reports.clone())
         .expect("producer");

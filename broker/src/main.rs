@@ -1,6 +1,7 @@
 //! The `shardlog` command.
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
@@ -93,9 +94,12 @@ enum TopicCommand {
     /// Create a topic.
     Create {
         name: String,
-        #[arg(long, required_unless_present = "replica_assignment")]
+        /// How many partitions (default: the cluster's `num.partitions`).
+        #[arg(long)]
         partitions: Option<i32>,
-        #[arg(long, required_unless_present = "replica_assignment")]
+        /// How many replicas each partition has, on as many brokers (default: the cluster's
+        /// `default.replication.factor`).
+        #[arg(long)]
         replication_factor: Option<i16>,
         /// Each partition's replicas, as kafka-topics.sh takes them: partitions separated by commas,
         /// brokers by colons, the first of each leading (`1:2,2:3,3:1`). Instead of the two above.
@@ -294,18 +298,42 @@ impl StartArgs {
 
 use shardlog_broker::logging::LogFormat;
 
-fn main() -> Result<()> {
+fn main() -> ExitCode {
     shardlog_net::alloc::keep_request_buffers_in_the_heap();
     let cli = Cli::parse();
     let format = match &cli.command {
         Command::Start(args) => args.log_format,
         _ => LogFormat::Human,
     };
-    shardlog_broker::logging::init(format)?;
-    let outcome = run(cli.command);
+    let outcome = shardlog_broker::logging::init(format).and_then(|()| run(cli.command));
     // Lines a slow stderr left queued are written before the process ends.
     shardlog_broker::logging::flush(std::time::Duration::from_secs(2));
-    outcome
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("{}", report(&error));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// How a command's error is printed: its message, then what caused it, as anyhow lays it out, but never
+/// the backtrace anyhow captures when `RUST_BACKTRACE` is set. An error that reaches here is an expected
+/// one (a refused setting, an unknown topic, a port in use): where the code was is of no use to the user.
+/// A bug panics, and a panic still prints its backtrace.
+fn report(error: &anyhow::Error) -> String {
+    let mut out = format!("Error: {error}");
+    let causes: Vec<String> = error.chain().skip(1).map(ToString::to_string).collect();
+    if !causes.is_empty() {
+        out.push_str("\n\nCaused by:");
+    }
+    for (i, cause) in causes.iter().enumerate() {
+        match causes.len() {
+            1 => out.push_str(&format!("\n    {cause}")),
+            _ => out.push_str(&format!("\n    {i}: {cause}")),
+        }
+    }
+    out
 }
 
 fn run(command: Command) -> Result<()> {
@@ -475,10 +503,12 @@ fn topic(command: TopicCommand) -> Result<()> {
                 })
                 .collect::<Result<Vec<_>>>()?;
             let mut client = bootstrap.connect()?;
-            match (replica_assignment, partitions, replication_factor) {
-                (Some(text), _, _) => client.create_topic_assigned(&name, &replica_assignment_arg(&text)?, &configs)?,
-                (None, Some(partitions), Some(factor)) => client.create_topic(&name, partitions, factor, &configs)?,
-                _ => unreachable!("clap asks for --partitions and --replication-factor without an assignment"),
+            match replica_assignment {
+                Some(text) => client.create_topic_assigned(&name, &replica_assignment_arg(&text)?, &configs)?,
+                // -1: the cluster's default, as kafka-topics.sh sends it (KIP-464).
+                None => {
+                    client.create_topic(&name, partitions.unwrap_or(-1), replication_factor.unwrap_or(-1), &configs)?
+                }
             }
             println!("Created topic {name}.");
         }

@@ -22,6 +22,9 @@ use super::{KafkaClient, RETRY_PAUSE, check, topic_name};
 const COORDINATOR_MOVING: [ResponseError; 3] =
     [ResponseError::NotCoordinator, ResponseError::CoordinatorNotAvailable, ResponseError::CoordinatorLoadInProgress];
 
+/// Kafka's NON_EMPTY_GROUP: DeleteGroups of a group that still has members.
+const NON_EMPTY_GROUP: i16 = 68;
+
 /// A group as `ListGroups` shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListedGroup {
@@ -324,6 +327,12 @@ impl KafkaClient {
         )?;
         let ResponseKind::DeleteGroups(r) = answer else { bail!("DeleteGroups: unexpected response") };
         let result = r.results.first().context("DeleteGroups: no group in the answer")?;
+        if result.error_code == NON_EMPTY_GROUP {
+            bail!(
+                "delete group {group}: it has members (NonEmptyGroup, error code {NON_EMPTY_GROUP}): stop its \
+                 consumers first (`shardlog group describe {group}` lists them); a group is deleted only once empty"
+            );
+        }
         check(result.error_code, &format!("delete group {group}"))
     }
 }

@@ -99,6 +99,16 @@ pub fn check(code: i16, what: &str) -> Result<()> {
     }
 }
 
+/// [`check`] for an answer that carries the broker's own words for the error (`error_message`): they
+/// come first, the code after them.
+pub fn check_said(code: i16, message: Option<&str>, what: &str) -> Result<()> {
+    match (ResponseError::try_from_code(code), message.map(str::trim).filter(|m| !m.is_empty())) {
+        (None, _) => Ok(()),
+        (Some(e), None) => bail!("{what}: {e} (error code {code})"),
+        (Some(e), Some(said)) => bail!("{what}: {said} ({e}, error code {code})"),
+    }
+}
+
 fn retriable(code: i16) -> bool {
     ResponseError::try_from_code(code).is_some_and(|e| e.is_retriable())
 }
@@ -410,6 +420,8 @@ impl KafkaClient {
         out
     }
 
+    /// Creates a topic with `partitions` partitions of `replication` replicas each; -1 for either takes
+    /// the cluster's `num.partitions` or `default.replication.factor` (KIP-464, CreateTopics v4+).
     pub fn create_topic(
         &mut self,
         topic: &str,
@@ -467,8 +479,11 @@ impl KafkaClient {
             bail!("wrong answer to CreateTopics")
         };
         let result = r.topics.first().context("empty CreateTopics answer")?;
-        let detail = result.error_message.as_ref().map(|m| m.as_str().to_string()).unwrap_or_default();
-        check(result.error_code, &format!("create topic {topic} {detail}"))
+        check_said(
+            result.error_code,
+            result.error_message.as_ref().map(|m| m.as_str()),
+            &format!("create topic {topic}"),
+        )
     }
 
     pub fn delete_topic(&mut self, topic: &str) -> Result<()> {

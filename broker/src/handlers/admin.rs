@@ -120,7 +120,7 @@ fn plan_create(
         ));
     }
     if image.topic(&name).is_some() {
-        return Err(refusal(ResponseError::TopicAlreadyExists, format!("topic {name:?} already exists")));
+        return Err(refusal(ResponseError::TopicAlreadyExists, "a topic of this name already exists"));
     }
     let assignment = if topic.assignments.is_empty() {
         None

@@ -570,7 +570,9 @@ pub fn setting(key: &str) -> Option<&'static Setting> {
     SETTINGS.iter().find(|s| s.key == key)
 }
 
-/// `shardlog config list`: every broker setting, then every topic setting, as aligned columns.
+/// How [`sample`] marks a line that gives an example value rather than the default.
+pub const EXAMPLE_MARK: &str = "# an example";
+
 /// A settings file for `--config` listing every broker setting with its meaning and default, each
 /// commented out (`shardlog config sample`; `deploy/shardlog.toml` is its output). Test-only settings
 /// are left out.
@@ -585,20 +587,25 @@ pub fn sample() -> String {
     for setting in SETTINGS.iter().filter(|s| !s.key.starts_with("test.")) {
         let unit = if setting.unit.is_empty() { String::new() } else { format!(" ({})", setting.unit) };
         out.push_str(&format!("\n# {}{unit}\n", setting.meaning));
+        let toml_value = |v: &str| match setting.kind {
+            Kind::Text => toml::Value::String(v.to_string()).to_string(),
+            Kind::Int { .. } | Kind::Bool => v.to_string(),
+        };
+        // Every setting line is TOML once its `# ` is removed; a default worked out at start has no
+        // value to write, so its line gives the example, marked as such in a TOML comment.
         match setting.default {
-            Default::Value(v) => {
-                let value = match setting.kind {
-                    Kind::Text => toml::Value::String(v.to_string()).to_string(),
-                    Kind::Int { .. } | Kind::Bool => v.to_string(),
-                };
-                out.push_str(&format!("# \"{}\" = {value}\n", setting.key));
-            }
-            Default::Derived(how) => out.push_str(&format!("# \"{}\" (default: {how})\n", setting.key)),
+            Default::Value(v) => out.push_str(&format!("# \"{}\" = {}\n", setting.key, toml_value(v))),
+            Default::Derived(how) => out.push_str(&format!(
+                "# \"{}\" = {}  {EXAMPLE_MARK} (default: {how})\n",
+                setting.key,
+                toml_value(setting.example)
+            )),
         }
     }
     out
 }
 
+/// `shardlog config list`: every broker setting, then every topic setting, as aligned columns.
 pub fn render() -> String {
     use crate::topics::configs::TOPIC_SETTINGS;
     let broker: Vec<[&str; 4]> = SETTINGS.iter().map(|s| [s.key, s.default_text(), s.unit, s.meaning]).collect();

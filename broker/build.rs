@@ -1,6 +1,6 @@
 //! Build facts for `--version` ([`shardlog_broker::VERSION`], also shown by `shardlog-bench`): the git
 //! commit the binary was built from and the build profile. A build outside a git checkout (a source package)
-//! says `unknown commit`.
+//! says `commit unknown`.
 
 use std::path::Path;
 use std::process::Command;
@@ -15,7 +15,7 @@ fn env(key: &str) -> String {
 }
 
 fn main() {
-    let commit = git(&["rev-parse", "--short=12", "HEAD"]).unwrap_or_else(|| "unknown commit".to_string());
+    let commit = git(&["rev-parse", "--short=12", "HEAD"]).unwrap_or_else(|| "unknown".to_string());
     println!("cargo:rustc-env=SHARDLOG_GIT_COMMIT={commit}");
     println!("cargo:rustc-env=SHARDLOG_BUILD_PROFILE={}", env("PROFILE"));
     // Run again when HEAD moves: a commit, a checkout, a branch update.

@@ -7,6 +7,11 @@
 //! and the quorum service; [`shutdown`], [`config`] and [`topics`] at the bottom, with [`host_check`] (what
 //! the host must offer, probed before the broker runs) just above [`config`].
 
+/// The package version (the workspace's).
+pub const PACKAGE_VERSION: &str = env!("CARGO_PKG_VERSION");
+/// The git commit the binary was built from (12 hex digits), or `unknown` for a build outside a git checkout.
+pub const GIT_COMMIT: &str = env!("SHARDLOG_GIT_COMMIT");
+
 /// What `--version` prints: the package version, the git commit it was built from, the build profile.
 pub const VERSION: &str = concat!(
     env!("CARGO_PKG_VERSION"),

@@ -9,6 +9,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
@@ -284,7 +285,87 @@ fn a_metrics_port_in_use_stops_the_start() {
     assert!(!out.status.success(), "started with its metrics port taken: {stderr}");
     assert!(stderr.contains(&format!("metrics.listen: listen on 127.0.0.1:{port}")), "{stderr}");
     assert!(stderr.contains("Address already in use"), "{stderr}");
+    // The usual cause is a second broker on the host; the flag that gives it its own port is named.
+    assert!(stderr.contains("--metrics-listen"), "{stderr}");
     drop(taken);
+}
+
+/// `/proc/<pid>/stat`'s fields (proc(5)): field n is `fields[n - 3]`, counted after the command name.
+fn proc_stat(pid: u32) -> Vec<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let (_, rest) = stat.rsplit_once(')').unwrap();
+    rest.split_whitespace().map(|f| f.parse().unwrap_or(0)).collect()
+}
+
+#[test]
+fn process_metrics_and_build_info_are_the_processs_own() {
+    let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    let metrics_port = free_port();
+    let listen = format!("metrics.listen=\"127.0.0.1:{metrics_port}\"");
+    let broker = Broker::start_with(1, &["--set", &listen]);
+    let pid = broker.pid();
+    // SAFETY: sysconf(3) with a valid name.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let cpu = |stat: &[u64]| (stat[14 - 3] + stat[15 - 3]) as f64 / ticks;
+    let fds = || std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count() as f64;
+
+    let (cpu_before, fds_before) = (cpu(&proc_stat(pid)), fds());
+    let samples = scrape(metrics_port);
+    let (cpu_after, fds_after) = (cpu(&proc_stat(pid)), fds());
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+
+    // The CPU time the kernel counts for the process, read around the scrape.
+    let scraped_cpu = sum(&samples, "process_cpu_seconds_total", &[]);
+    assert!(cpu_before <= scraped_cpu && scraped_cpu <= cpu_after, "{cpu_before} <= {scraped_cpu} <= {cpu_after}");
+    assert!(scraped_cpu > 0.0, "a broker that started has used CPU");
+    // Its descriptors: those counted around the scrape, and the scrape's own connection and listing.
+    let open = sum(&samples, "process_open_fds", &[]);
+    assert!(
+        open >= fds_before.min(fds_after) && open <= fds_before.max(fds_after) + 2.0,
+        "{open} open, {fds_before}/{fds_after}"
+    );
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let soft: f64 = limits
+        .lines()
+        .find_map(|l| l.strip_prefix("Max open files"))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(sum(&samples, "process_max_fds", &[]), soft);
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let vm_kib = |key: &str| -> f64 {
+        status.lines().find_map(|l| l.strip_prefix(key)).unwrap().split_whitespace().next().unwrap().parse().unwrap()
+    };
+    let resident = sum(&samples, "process_resident_memory_bytes", &[]);
+    assert!(resident > 1e6 && resident <= 2.0 * vm_kib("VmHWM:") * 1024.0, "{resident} bytes resident");
+    assert!(sum(&samples, "process_virtual_memory_bytes", &[]) >= resident);
+    // Started after this test began and before the scrape: the boot time /proc gives is whole seconds,
+    // and the wall clock may have been stepped a little since the boot.
+    let start = sum(&samples, "process_start_time_seconds", &[]);
+    assert!(start >= started - 5.0 && start <= now + 5.0, "started at {start}, the test at {started}, now {now}");
+    // The build: the package version and the commit this tree is at.
+    let head = Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map_or("unknown".to_string(), |o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    let info = format!("shardlog_build_info{{commit=\"{head}\",version=\"{}\"}}", env!("CARGO_PKG_VERSION"));
+    assert_eq!(
+        samples.get(&info),
+        Some(&1.0),
+        "{info} in {:?}",
+        samples.keys().filter(|k| k.contains("build")).collect::<Vec<_>>()
+    );
+    let (_, text) = get(metrics_port, "/metrics");
+    for (name, kind) in
+        [("process_cpu_seconds_total", "counter"), ("process_open_fds", "gauge"), ("shardlog_build_info", "gauge")]
+    {
+        assert!(text.contains(&format!("# TYPE {name} {kind}\n")), "{name} is a {kind}");
+    }
+    assert!(broker.terminate().success());
 }
 
 #[test]

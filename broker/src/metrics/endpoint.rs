@@ -45,7 +45,15 @@ pub struct Endpoint {
 /// Binds `addr` (before the broker starts anything else, so a port in use stops the start).
 pub fn bind(addr: &crate::config::Endpoint) -> Result<TcpListener> {
     let socket = addr.socket_addr().with_context(|| format!("metrics.listen: resolve {addr}"))?;
-    let listener = TcpListener::bind(socket).with_context(|| format!("metrics.listen: listen on {addr}"))?;
+    let listener = match TcpListener::bind(socket) {
+        Ok(listener) => listener,
+        // Every broker defaults to the same port: the second one on a host meets the first.
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => anyhow::bail!(
+            "metrics.listen: listen on {addr}: {e}: another broker on this host may have it; give each broker \
+             its own with --metrics-listen HOST:PORT (or \"metrics.listen\" in its settings; port 0 picks a free one)"
+        ),
+        Err(e) => return Err(e).with_context(|| format!("metrics.listen: listen on {addr}")),
+    };
     listener.set_nonblocking(true).context("metrics.listen: set non-blocking")?;
     Ok(listener)
 }
@@ -156,7 +164,9 @@ fn answer(mut stream: TcpStream, ctx: &BrokerContext, clients: &Clients, handle:
     match path {
         "/metrics" => {
             super::scrape_broker(ctx, clients);
-            respond(&mut stream, "200 OK", "text/plain; version=0.0.4", &handle.render())
+            let mut body = handle.render();
+            body.push_str(&super::process::render());
+            respond(&mut stream, "200 OK", "text/plain; version=0.0.4", &body)
         }
         "/health" | "/ready" => {
             let (status, body) = match crate::notify::readiness(ctx, STALL_LIMIT) {

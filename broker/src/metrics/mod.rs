@@ -7,10 +7,12 @@
 //! touches, with no lookup and no lock. What is a state rather than an event (log end offsets, high
 //! watermarks, ISR sizes, connections, the quorum's role) is sampled: per partition by each shard every
 //! [`SAMPLE_INTERVAL`], from the metadata and the connection counts when the endpoint is scraped, and by
-//! the metadata quorum's voter from its Raft metrics.
+//! the metadata quorum's voter from its Raft metrics. The process's own metrics (CPU, memory, file
+//! descriptors, start time) and the build's are read from `/proc` at each scrape ([`process`]).
 
 pub mod endpoint;
 mod partitions;
+mod process;
 mod requests;
 
 use std::sync::OnceLock;

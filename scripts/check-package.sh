@@ -147,6 +147,10 @@ field() { dpkg-deb --field "$deb" "$1"; }
 [ "$(field Section)" = net ] || fail "Section: $(field Section)"
 [[ "$(field Maintainer)" =~ ^.+\ \<.+@.+\>$ ]] || fail "Maintainer: $(field Maintainer)"
 [[ "$(field Depends)" == *libc6* ]] || fail "Depends lacks libc6: $(field Depends)"
+# deploy/README.md (installed as the package's README) names each dependency dpkg-shlibdeps found.
+for dependency in $(field Depends | tr ',|' '\n\n' | sed 's/(.*//; s/[[:space:]]//g'); do
+    grep -qF "\`$dependency\`" deploy/README.md || fail "deploy/README.md does not name the dependency $dependency"
+done
 [ -n "$(field Description)" ] || fail "no Description"
 pass "control fields: Package $PACKAGE, Version $version-1, Architecture $(field Architecture), Depends $(field Depends)"
 [ "$(dpkg-deb --info "$deb" conffiles)" = /etc/shardlog/shardlog.toml ] ||

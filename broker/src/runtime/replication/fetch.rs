@@ -158,6 +158,10 @@ async fn fetch_over(mut stream: TcpStream, at: Fetcher<'_>, shutdown: &Shutdown)
         let mut partitions = Vec::new();
         for tp in followed_on(replicas, counts, leader, leader_shard) {
             let (Some(log), Some(topic_id)) = (logs.get(&tp), replicas.topic_id(&tp)) else { continue };
+            // A damaged log takes nothing (it is reported offline and rebuilt, see `runtime::offline`).
+            if log.damage().is_some() {
+                continue;
+            }
             let Some((to, position)) = replicas.fetch_position(&tp, &log) else { continue };
             if to != leader {
                 continue;

@@ -67,10 +67,20 @@ enum Command {
     Probe(probe::ProbeArgs),
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
     shardlog_net::alloc::keep_request_buffers_in_the_heap();
-    let cli = Cli::parse();
-    match cli.command {
+    match run(Cli::parse().command) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            // An expected error: its message and causes, never a backtrace (see `shardlog_broker::exit`).
+            eprintln!("{}", shardlog_broker::exit::report(&error));
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(command: Command) -> anyhow::Result<()> {
+    match command {
         Command::Produce(args) => print!("{}", produce::run(&args)?.report()),
         Command::Consume(args) => {
             let result = consume::run(&args)?;

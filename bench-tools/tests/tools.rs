@@ -468,3 +468,18 @@ fn version_names_the_commit_and_the_build_profile() {
     assert!(out.starts_with(&format!("shardlog-bench {} (commit ", env!("CARGO_PKG_VERSION"))), "{out}");
     assert!(out.contains("debug build)") || out.contains("release build)"), "{out}");
 }
+
+/// With `RUST_BACKTRACE=1`, as many Rust users have it set, an expected error is its message only.
+#[test]
+fn an_expected_error_prints_its_message_without_a_backtrace_even_with_rust_backtrace_set() {
+    let out = bench()
+        .env("RUST_BACKTRACE", "1")
+        .args(["produce", "--bootstrap", "127.0.0.1:1", "--topic", "t", "--messages", "1"])
+        .args(["--mode", "sync", "--in-flight", "4"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.starts_with("Error: ") && stderr.contains("--in-flight applies to --mode async"), "{stderr}");
+    assert!(!stderr.contains("backtrace") && !stderr.contains("main.rs"), "no backtrace: {stderr}");
+}

@@ -28,6 +28,7 @@ pub mod compaction;
 pub mod config;
 pub mod context;
 pub mod disk_space;
+pub mod exit;
 pub mod group;
 pub mod handlers;
 pub mod host_check;

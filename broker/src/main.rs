@@ -311,29 +311,10 @@ fn main() -> ExitCode {
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("{}", report(&error));
+            eprintln!("{}", shardlog_broker::exit::report(&error));
             ExitCode::FAILURE
         }
     }
-}
-
-/// How a command's error is printed: its message, then what caused it, as anyhow lays it out, but never
-/// the backtrace anyhow captures when `RUST_BACKTRACE` is set. An error that reaches here is an expected
-/// one (a refused setting, an unknown topic, a port in use): where the code was is of no use to the user.
-/// A bug panics, and a panic still prints its backtrace.
-fn report(error: &anyhow::Error) -> String {
-    let mut out = format!("Error: {error}");
-    let causes: Vec<String> = error.chain().skip(1).map(ToString::to_string).collect();
-    if !causes.is_empty() {
-        out.push_str("\n\nCaused by:");
-    }
-    for (i, cause) in causes.iter().enumerate() {
-        match causes.len() {
-            1 => out.push_str(&format!("\n    {cause}")),
-            _ => out.push_str(&format!("\n    {i}: {cause}")),
-        }
-    }
-    out
 }
 
 fn run(command: Command) -> Result<()> {

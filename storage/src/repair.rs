@@ -157,11 +157,14 @@ fn continue_after_gap(partition_dir: &Path, from: Offset, to: Offset) -> Result<
 /// keeping what is intact and moving the rest aside. `None` (nothing changed) when every batch checks.
 pub fn truncate_at_damage(partition_dir: &Path) -> Result<Option<RepairReport>, RepairError> {
     let bases = segment_bases(partition_dir)?;
+    let gaps = recorded_gaps(partition_dir)?;
     for (i, &base) in bases.iter().enumerate() {
         let next_base = bases.get(i + 1).copied();
         let log_path = partition_dir.join(segment::file_name(base, LOG_SUFFIX));
         let walk = walk_to(&log_path, base, next_base.unwrap_or(Offset(u64::MAX)))?;
-        let whole = walk.stop == Stop::End && next_base.is_none_or(|nb| walk.next == nb);
+        // Where the segment must end: where the next begins, or where a repair's gap before it begins.
+        let must_end = next_base.map(|nb| gaps.iter().find(|&&(_, to)| to == nb).map_or(nb, |&(from, _)| from));
+        let whole = walk.stop == Stop::End && must_end.is_none_or(|end| walk.next == end);
         if !whole {
             let reason = match walk.stop {
                 Stop::End => format!("the segment ends at offset {} but the next one starts later", walk.next),
@@ -190,6 +193,22 @@ pub fn move_aside_whole(partition_dir: &Path) -> Result<RepairReport, RepairErro
         sync_dir(partition_dir)?;
     }
     Ok(report)
+}
+
+/// The gaps earlier repairs left between segments ([`crate::log::OFFSET_GAPS_FILE`]); lines that do not
+/// parse are ignored here (recovery refuses them).
+fn recorded_gaps(partition_dir: &Path) -> Result<Vec<(Offset, Offset)>, RepairError> {
+    let path = partition_dir.join(crate::log::OFFSET_GAPS_FILE);
+    let text = match fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(RepairError::Io { path, source: e }),
+    };
+    Ok(text
+        .lines()
+        .filter_map(|line| line.split_once(' '))
+        .filter_map(|(from, to)| Some((Offset(from.trim().parse().ok()?), Offset(to.trim().parse().ok()?))))
+        .collect())
 }
 
 /// The base offsets of the log's segments, in order.
@@ -355,8 +374,9 @@ fn walk_to(log_path: &Path, base: Offset, offset: Offset) -> Result<Walk, Repair
         let (Ok(batch_base), Some(Ok(last))) = (u64::try_from(header.base_offset), last.map(u64::try_from)) else {
             return damage("negative offsets".into());
         };
-        if batch_base != next.0 {
-            return damage(format!("batch starts at offset {batch_base}, expected {next}"));
+        // Offsets may skip ahead (compaction removes whole batches), never go back.
+        if batch_base < next.0 {
+            return damage(format!("batch starts at offset {batch_base}, below {next}"));
         }
         if last >= offset.0 {
             let reason = format!("the batch holding offset {offset} starts at {next}");
@@ -550,5 +570,21 @@ mod tests {
             .unwrap(),
             [damaged, stored(4, 2)].concat()
         );
+    }
+
+    #[test]
+    fn compaction_gaps_and_a_repairs_gap_are_not_damage() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("t-0");
+        fs::create_dir(&dir).unwrap();
+        // Offsets 2..4 compacted away inside the first segment; a repair's gap from 6 to 20 after it.
+        write_segment(&dir, 0, &[stored(0, 2), stored(4, 2)]);
+        write_segment(&dir, 20, &[stored(20, 2)]);
+        fs::write(dir.join(crate::log::OFFSET_GAPS_FILE), "6 20\n").unwrap();
+        assert_eq!(truncate_at_damage(&dir).unwrap(), None);
+        let mut damaged = stored(22, 1);
+        damaged[HEADER_BYTES + 2] ^= 0x08;
+        write_segment(&dir, 20, &[stored(20, 2), damaged]);
+        assert_eq!(truncate_at_damage(&dir).unwrap().map(|r| r.log_end), Some(Offset(22)));
     }
 }

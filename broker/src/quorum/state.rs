@@ -539,6 +539,11 @@ impl ClusterState {
                 if isr.iter().any(|id| !p.isr.contains(id) && p.offline_replicas.contains(id)) {
                     return invalid("an offline replica cannot join the ISR");
                 }
+                if p.offline_replicas.contains(leader) {
+                    // It leads read-only, below its damage: a follower it counted in sync may lack the
+                    // records above it, and would then be elected cleanly without them.
+                    return invalid("a leader whose log is offline cannot change its ISR");
+                }
                 p.isr = isr.clone();
                 p.partition_epoch.0 += 1;
                 complete_reassignment(topic, *partition, p, &live, &mut events);

@@ -101,7 +101,7 @@ pub(super) async fn run(
             continue;
         }
         for tp in logs.partitions() {
-            if busy.borrow().contains(&tp) || given_up.borrow().contains(&tp) {
+            if busy.borrow().contains(&tp) {
                 continue;
             }
             let Some(record) = image.partition(&tp.topic, tp.partition as i32) else { continue };
@@ -112,7 +112,11 @@ pub(super) async fn run(
             let offline_there = record.offline_replicas.contains(&me);
             let work = if offline_here != offline_there {
                 Some(Work::Report(offline_here))
-            } else if offline_here && logs.dir_offline().is_none() && may_rebuild(record, me) {
+            } else if offline_here
+                && logs.dir_offline().is_none()
+                && !given_up.borrow().contains(&tp)
+                && may_rebuild(record, me)
+            {
                 Some(Work::Rebuild)
             } else {
                 None
@@ -241,6 +245,9 @@ async fn rebuild(
             if let Some(record) = topic.partitions.get(tp.partition as usize) {
                 replicas.apply_record(tp, topic.id, record, min_insync_replicas, &log);
             }
+            // Recorded once done, so that a restart part way resumes it rather than count it twice.
+            let rebuilt = logs.path().join(REBUILDS_FILE);
+            spawn_blocking(move || record_rebuild(&rebuilt, SystemClock.now_ms())).await;
             true
         }
         Err(e) => {
@@ -270,15 +277,15 @@ async fn take_dir_offline(logs: &LogDir<DmaFs>, replicas: &ShardReplicas, reason
     }
 }
 
-/// Unless this broker rebuilt a replica within [`FAILING_DISK_WINDOW_MS`], records this rebuild in
-/// [`REBUILDS_FILE`] and cuts the log in `dir` before its first batch that does not check; if every batch
+/// Unless this broker completed a rebuild within [`FAILING_DISK_WINDOW_MS`], cuts the log in `dir` before
+/// its first batch that does not check; if every batch
 /// checks (the damage was elsewhere: a segment missing at the end, an unreadable leader-epoch file), the
 /// whole log is moved aside and the replica starts empty. Runs on a thread of its own.
 async fn cut_before_damage(dir: PathBuf) -> Result<Cut, RepairError> {
     let (done, outcome) = flume::bounded(1);
     let spawned = std::thread::Builder::new().name("replica-rebuild".into()).spawn(move || {
         let data_dir = dir.parent().map(PathBuf::from).unwrap_or_default();
-        if let Some(previous_ms) = note_rebuild(&data_dir.join(REBUILDS_FILE), SystemClock.now_ms()) {
+        if let Some(previous_ms) = last_rebuild_within_window(&data_dir.join(REBUILDS_FILE), SystemClock.now_ms()) {
             let _ = done.send(Ok(Cut::FailingDisk { previous_ms }));
             return;
         }
@@ -299,22 +306,27 @@ async fn cut_before_damage(dir: PathBuf) -> Result<Cut, RepairError> {
     })
 }
 
-/// The last rebuild recorded in `path` if it was within [`FAILING_DISK_WINDOW_MS`] of `now_ms`; otherwise
-/// records `now_ms` (durably) and returns `None`.
-fn note_rebuild(path: &std::path::Path, now_ms: i64) -> Option<i64> {
+/// The times of the rebuilds recorded in `path`.
+fn rebuilds(path: &std::path::Path) -> Vec<i64> {
+    std::fs::read_to_string(path).unwrap_or_default().lines().filter_map(|line| line.trim().parse().ok()).collect()
+}
+
+/// The last rebuild completed, as recorded in `path`, if it was within [`FAILING_DISK_WINDOW_MS`] of
+/// `now_ms` (a clock that went back counts as within). One cut short by a restart was not recorded: it
+/// is resumed, not taken for a second damage.
+fn last_rebuild_within_window(path: &std::path::Path, now_ms: i64) -> Option<i64> {
     let _one_at_a_time = REBUILDS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    let mut times: Vec<i64> =
-        std::fs::read_to_string(path).unwrap_or_default().lines().filter_map(|line| line.trim().parse().ok()).collect();
-    if let Some(&last) = times.iter().max()
-        && now_ms.saturating_sub(last) < FAILING_DISK_WINDOW_MS
-    {
-        return Some(last);
-    }
+    rebuilds(path).into_iter().max().filter(|&last| now_ms.saturating_sub(last) < FAILING_DISK_WINDOW_MS)
+}
+
+/// Records a completed rebuild at `now_ms` in `path`, durably.
+fn record_rebuild(path: &std::path::Path, now_ms: i64) {
+    let _one_at_a_time = REBUILDS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut times = rebuilds(path);
     times.push(now_ms);
     let keep_from = times.len().saturating_sub(REBUILDS_KEPT);
     let text: String = times[keep_from..].iter().map(|t| format!("{t}\n")).collect();
     crate::quorum::log_store::replace_file(path, text.as_bytes());
-    None
 }
 
 #[cfg(test)]
@@ -322,12 +334,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_second_rebuild_within_the_hour_is_refused_and_one_after_it_is_recorded() {
+    fn a_rebuild_within_the_hour_of_a_completed_one_is_refused_and_one_cut_short_is_not_counted() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(REBUILDS_FILE);
-        assert_eq!(note_rebuild(&path, 1_000), None, "the first rebuild");
-        assert_eq!(note_rebuild(&path, 1_000 + FAILING_DISK_WINDOW_MS - 1), Some(1_000), "within the hour");
-        assert_eq!(note_rebuild(&path, 1_000 + FAILING_DISK_WINDOW_MS), None, "an hour later");
-        assert_eq!(std::fs::read_to_string(&path).unwrap(), format!("1000\n{}\n", 1_000 + FAILING_DISK_WINDOW_MS));
+        assert_eq!(last_rebuild_within_window(&path, 1_000), None, "the first rebuild");
+        // Cut short by a restart (never recorded): resumed at once.
+        assert_eq!(last_rebuild_within_window(&path, 2_000), None);
+        record_rebuild(&path, 2_500);
+        let within = 2_500 + FAILING_DISK_WINDOW_MS - 1;
+        assert_eq!(last_rebuild_within_window(&path, within), Some(2_500), "within the hour");
+        assert_eq!(last_rebuild_within_window(&path, 2_000), Some(2_500), "a clock that went back");
+        assert_eq!(last_rebuild_within_window(&path, 2_500 + FAILING_DISK_WINDOW_MS), None, "an hour later");
+        record_rebuild(&path, 9_000_000);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "2500\n9000000\n");
+    }
+}
+
+/// Runs `work` on a thread of its own and waits for it (file work that must not hold up the shard).
+async fn spawn_blocking(work: impl FnOnce() + Send + 'static) {
+    let (done, finished) = flume::bounded::<()>(1);
+    let spawned = std::thread::Builder::new().name("replica-rebuild".into()).spawn(move || {
+        work();
+        let _ = done.send(());
+    });
+    if spawned.is_ok() {
+        let _ = finished.recv_async().await;
     }
 }

@@ -440,7 +440,9 @@ async fn handle(
             let _ = reply.send(list_offsets(logs, replicas, &tp, spec).await);
         }
         PartitionRequest::EpochEnd { tp, epoch, reply } => {
-            let _ = reply.send(logs.get(&tp).and_then(|log| log.end_offset_for_epoch(epoch)));
+            // Not from a damaged log: its epochs stop at its damage, and a follower would cut to them.
+            let intact = logs.get(&tp).filter(|log| log.damage().is_none());
+            let _ = reply.send(intact.and_then(|log| log.end_offset_for_epoch(epoch)));
         }
         PartitionRequest::DeleteRecords { tp, offset, reply } => {
             let _ = reply.send(delete_records(logs, replicas, &tp, offset).await);

@@ -319,6 +319,11 @@ impl ShardReplicas {
         max_bytes: usize,
         log: &PartitionLog<F>,
     ) -> (FetchReply, Bytes) {
+        if log.damage().is_some() {
+            // A damaged log's end and epochs stop at its damage: answering from them (diverging, out of
+            // range) would make followers cut committed records. It serves followers nothing.
+            return (FetchReply::Refused(ReplicaError::NotLeaderOrFollower), Bytes::new());
+        }
         let reply = {
             let mut parts = self.parts.borrow_mut();
             let Some(part) = parts.get_mut(tp) else {

@@ -782,6 +782,17 @@ fn an_offline_last_isr_member_leads_read_only_until_repaired_or_replaced_by_an_u
         (Some(NodeId(1)), ids(&[1]), ids(&[1])),
         "nobody else may lead: it stays, read-only, and the ISR keeps it (nothing committed is given up)"
     );
+    // Leading read-only, it cannot grow its ISR: a follower it counts in sync may lack what lies above
+    // the damage, and would be elected cleanly without it.
+    let grow = Command::AlterPartition {
+        topic: "d".into(),
+        partition: 0,
+        leader: NodeId(1),
+        leader_epoch: p.leader_epoch,
+        partition_epoch: p.partition_epoch,
+        isr: ids(&[1, 2]),
+    };
+    assert_eq!(refused(&mut state, grow).kafka_code(), 107);
     // Its broker restarts: fenced, the partition has no leader; registered again, it leads read-only again.
     state.apply(&fence_now(&state, 1, 1)).unwrap();
     assert_eq!(state.topics["d"].partitions[0].leader, None);

@@ -214,6 +214,8 @@ impl<F: Fs> PartitionLog<F> {
         let _maintenance = self.maintenance.lock().await;
         let _io = self.io.lock().await;
         self.check_open()?;
+        // A damaged log is kept as found, for its rebuild or repair.
+        self.check_intact()?;
         let (log_start, log_end) = {
             let inner = self.inner.borrow();
             (inner.log_start, inner.log_end())
@@ -394,6 +396,7 @@ impl<F: Fs> PartitionLog<F> {
         let _maintenance = self.maintenance.lock().await;
         let _io = self.io.lock().await;
         self.check_open()?;
+        self.check_intact()?;
         let _pause = AppendPause::new(self);
         let log_start = self.inner.borrow().log_start;
         self.record_truncation_locked(offset.min(log_start)).await?;
@@ -439,6 +442,10 @@ impl<F: Fs> PartitionLog<F> {
         let _maintenance = self.maintenance.lock().await;
         let _io = self.io.lock().await;
         self.check_open()?;
+        if self.inner.borrow().damaged.is_some() {
+            // Kept as found, for its rebuild or repair: retention resumes once it is whole again.
+            return Ok(0);
+        }
         let now = self.clock.now_ms();
         let count = {
             let inner = self.inner.borrow();
@@ -470,6 +477,7 @@ impl<F: Fs> PartitionLog<F> {
         let _maintenance = self.maintenance.lock().await;
         let _io = self.io.lock().await;
         self.check_open()?;
+        self.check_intact()?;
         let count = {
             let mut inner = self.inner.borrow_mut();
             let log_end = inner.log_end();

@@ -247,7 +247,7 @@ async fn rebuild(
             }
             // Recorded once done, so that a restart part way resumes it rather than count it twice.
             let rebuilt = logs.path().join(REBUILDS_FILE);
-            spawn_blocking(move || record_rebuild(&rebuilt, SystemClock.now_ms())).await;
+            on_thread(move || record_rebuild(&rebuilt, SystemClock.now_ms())).await;
             true
         }
         Err(e) => {
@@ -282,28 +282,35 @@ async fn take_dir_offline(logs: &LogDir<DmaFs>, replicas: &ShardReplicas, reason
 /// checks (the damage was elsewhere: a segment missing at the end, an unreadable leader-epoch file), the
 /// whole log is moved aside and the replica starts empty. Runs on a thread of its own.
 async fn cut_before_damage(dir: PathBuf) -> Result<Cut, RepairError> {
-    let (done, outcome) = flume::bounded(1);
-    let spawned = std::thread::Builder::new().name("replica-rebuild".into()).spawn(move || {
+    let cut = on_thread(move || {
         let data_dir = dir.parent().map(PathBuf::from).unwrap_or_default();
         if let Some(previous_ms) = last_rebuild_within_window(&data_dir.join(REBUILDS_FILE), SystemClock.now_ms()) {
-            let _ = done.send(Ok(Cut::FailingDisk { previous_ms }));
-            return;
+            return Ok(Cut::FailingDisk { previous_ms });
         }
         let cut = repair::truncate_at_damage(&dir).and_then(|cut| match cut {
             Some(report) => Ok(report),
             None => repair::move_aside_whole(&dir),
         });
-        let _ = done.send(cut.map(Cut::Done));
-    });
-    if let Err(e) = spawned {
-        return Err(RepairError::Io { path: PathBuf::from("replica-rebuild thread"), source: e });
-    }
-    outcome.recv_async().await.unwrap_or_else(|_| {
-        Err(RepairError::Io {
-            path: PathBuf::from("replica-rebuild thread"),
-            source: std::io::Error::other("the thread ended without an answer"),
-        })
+        cut.map(Cut::Done)
     })
+    .await;
+    cut.unwrap_or_else(|| {
+        let source = std::io::Error::other("no thread could be started for it");
+        Err(RepairError::Io { path: PathBuf::from("replica-rebuild thread"), source })
+    })
+}
+
+/// Runs `work` on a thread of its own and waits for what it returns (file work that must not hold up the
+/// shard); `None` if no thread could be started.
+async fn on_thread<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    let (done, finished) = flume::bounded(1);
+    std::thread::Builder::new()
+        .name("replica-rebuild".into())
+        .spawn(move || {
+            let _ = done.send(work());
+        })
+        .ok()?;
+    finished.recv_async().await.ok()
 }
 
 /// The times of the rebuilds recorded in `path`.
@@ -347,17 +354,5 @@ mod tests {
         assert_eq!(last_rebuild_within_window(&path, 2_500 + FAILING_DISK_WINDOW_MS), None, "an hour later");
         record_rebuild(&path, 9_000_000);
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "2500\n9000000\n");
-    }
-}
-
-/// Runs `work` on a thread of its own and waits for it (file work that must not hold up the shard).
-async fn spawn_blocking(work: impl FnOnce() + Send + 'static) {
-    let (done, finished) = flume::bounded::<()>(1);
-    let spawned = std::thread::Builder::new().name("replica-rebuild".into()).spawn(move || {
-        work();
-        let _ = done.send(());
-    });
-    if spawned.is_ok() {
-        let _ = finished.recv_async().await;
     }
 }

@@ -202,6 +202,9 @@ fn a_damaged_replica_leaves_the_isr_and_leadership_rebuilds_itself_from_the_lead
             .any(|l| l.contains("ERROR") && l.contains("taking the whole data dir offline"))
     );
     assert!(!dir.path().join("broker-1").join(format!("{TOPIC}-0.cut.2")).exists(), "no second rebuild");
+    // While its replica is offline, it is never made leader again, however it is asked.
+    const PREFERRED_LEADER_NOT_AVAILABLE: i16 = 80;
+    assert_eq!(elect_preferred(cluster.addr(2)), PREFERRED_LEADER_NOT_AVAILABLE);
     acknowledged.extend(produce(&bootstrap, "later", 100));
     cluster.kill(1).unwrap();
     cluster.restart(1, 3).unwrap();

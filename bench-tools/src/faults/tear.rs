@@ -332,7 +332,7 @@ mod tests {
                 // The batch holding 3-4 (the last below 5), not the one holding 5.
                 let ends = batch_ends(&active);
                 assert!(torn.at >= ends[0] as u64 && torn.at + len <= ends[1] as u64, "{torn:?}");
-                assert_eq!(after[ends[1]..], active[ends[1]..], "the batch at the point is untouched");
+                assert_eq!(after[ends[1]..active.len()], active[ends[1]..], "the batch at the point is untouched");
             }
             seen.insert(name);
         }

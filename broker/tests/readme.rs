@@ -395,7 +395,7 @@ fn run_doc(file: &'static str) {
                     }
                 }
                 Step::Serve(text) => {
-                    let log = dir.path().join(format!("server-{n}-{}.log", servers.len()));
+                    let log = dir.path().join(format!("server-{n}-{}.log", servers.len() + starting.len()));
                     let child = Command::new("bash")
                         .args(["-c", &format!("exec {text}")])
                         .current_dir(dir.path())

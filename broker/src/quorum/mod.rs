@@ -15,12 +15,14 @@
 //! [`crate::metadata::link`].
 
 pub mod client;
+mod command_error;
 pub mod election;
 mod event_log;
 pub mod fencing;
 mod legacy;
 pub mod log_store;
 pub mod network;
+mod offline;
 mod reassignment;
 pub mod service;
 pub mod state;

@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 use shardlog_storage::LeaderEpoch;
 use uuid::Uuid;
 
+pub use super::command_error::CommandError;
 use super::election::{self, Choice};
 use super::reassignment::complete_reassignment;
 
@@ -156,7 +157,7 @@ pub struct TopicRecord {
 }
 
 impl TopicRecord {
-    fn unclean_election(&self) -> bool {
+    pub(super) fn unclean_election(&self) -> bool {
         self.configs.get(UNCLEAN_ELECTION_KEY).is_some_and(|v| v.eq_ignore_ascii_case("true"))
     }
 }
@@ -281,88 +282,6 @@ pub enum Command {
         partition: u32,
         offline: bool,
     },
-}
-
-/// Why a command was refused. Each maps to the Kafka error code a client or broker understands.
-#[derive(
-    Debug,
-    Clone,
-    PartialEq,
-    Eq,
-    thiserror::Error,
-    Serialize,
-    Deserialize,
-    rkyv::Archive,
-    rkyv::Serialize,
-    rkyv::Deserialize,
-)]
-#[non_exhaustive]
-pub enum CommandError {
-    #[error("broker {0} is registered by another process whose session has not expired")]
-    DuplicateBrokerRegistration(NodeId),
-    #[error("broker {0} is not registered")]
-    BrokerNotRegistered(NodeId),
-    #[error("broker {id}: incarnation {incarnation} is not the registered one")]
-    StaleBrokerEpoch { id: NodeId, incarnation: u64 },
-    #[error("broker {0} was heard from since the fencing was decided")]
-    SessionRenewed(NodeId),
-    #[error("topic {0:?} already exists")]
-    TopicAlreadyExists(String),
-    #[error("topic {0:?} does not exist")]
-    UnknownTopic(String),
-    #[error("partition {partition} of topic {topic:?} does not exist")]
-    UnknownPartition { topic: String, partition: u32 },
-    #[error("invalid partition count: {0}")]
-    InvalidPartitions(String),
-    #[error("replication factor {wanted} is larger than the {available} available brokers")]
-    InvalidReplicationFactor { wanted: u16, available: usize },
-    #[error("leader epoch {given} is not the current {current}: the proposer is not the leader any more")]
-    FencedLeaderEpoch { given: LeaderEpoch, current: LeaderEpoch },
-    #[error("partition epoch {given:?} is not the current {current:?}")]
-    InvalidUpdateVersion { given: PartitionEpoch, current: PartitionEpoch },
-    #[error("invalid ISR {isr:?}: {reason}")]
-    InvalidIsr { isr: Vec<NodeId>, reason: String },
-    #[error("the preferred leader is not live and in sync")]
-    PreferredLeaderNotAvailable,
-    #[error("the preferred leader already leads")]
-    ElectionNotNeeded,
-    // New variants go last (rkyv enum tags are positions).
-    #[error("invalid replica assignment: {0}")]
-    InvalidReplicaAssignment(String),
-    #[error("cannot allocate {0} producer ids")]
-    ProducerIdsExhausted(u32),
-    #[error("no live replica may lead")]
-    EligibleLeadersNotAvailable,
-    #[error("no reassignment of this partition is in progress")]
-    NoReassignmentInProgress,
-    #[error("broker {id} holds no replica of partition {partition} of topic {topic:?}")]
-    NotAReplica { id: NodeId, topic: String, partition: u32 },
-}
-
-impl CommandError {
-    /// The Kafka error code for this refusal.
-    pub fn kafka_code(&self) -> i16 {
-        match self {
-            CommandError::DuplicateBrokerRegistration(_) => 101,
-            CommandError::BrokerNotRegistered(_) => 102,
-            CommandError::StaleBrokerEpoch { .. } | CommandError::SessionRenewed(_) => 77,
-            CommandError::TopicAlreadyExists(_) => 36,
-            CommandError::UnknownTopic(_) | CommandError::UnknownPartition { .. } => 3,
-            CommandError::InvalidPartitions(_) => 37,
-            CommandError::InvalidReplicaAssignment(_) => 39,
-            CommandError::InvalidReplicationFactor { .. } => 38,
-            CommandError::FencedLeaderEpoch { .. } => 74,
-            CommandError::InvalidUpdateVersion { .. } => 96,
-            CommandError::InvalidIsr { .. } => 107,
-            CommandError::PreferredLeaderNotAvailable => 80,
-            CommandError::ElectionNotNeeded => 84,
-            CommandError::EligibleLeadersNotAvailable => 83,
-            CommandError::NoReassignmentInProgress => 85,
-            CommandError::NotAReplica { .. } => 9,
-            // UNKNOWN_SERVER_ERROR: a block of ids cannot be had (an empty block, or the id space is used up).
-            CommandError::ProducerIdsExhausted(_) => -1,
-        }
-    }
 }
 
 /// Something worth a log line that a command caused (the state machine logs nothing itself).
@@ -753,50 +672,6 @@ impl ClusterState {
         }
     }
 
-    /// Marks `id`'s replica of a partition offline or back (see [`Command::SetReplicaOffline`]).
-    fn set_replica_offline(
-        &mut self,
-        id: NodeId,
-        topic: &str,
-        partition: u32,
-        offline: bool,
-        events: &mut Vec<Event>,
-    ) -> Result<(), CommandError> {
-        let live = self.live();
-        let unclean = self.topics.get(topic).is_some_and(TopicRecord::unclean_election);
-        let p = self.partition_mut(topic, partition)?;
-        if !p.replicas.contains(&id) {
-            return Err(CommandError::NotAReplica { id, topic: topic.to_string(), partition });
-        }
-        if p.offline_replicas.contains(&id) == offline {
-            return Ok(());
-        }
-        if offline {
-            p.offline_replicas.push(id);
-            p.partition_epoch.0 += 1;
-            if p.leader == Some(id) {
-                match election::choose_leader(p, |r| live.contains(&r), unclean, None) {
-                    // The last ISR member keeps leading, read-only: what is intact below the damage stays
-                    // readable, and nothing committed is given up.
-                    Choice::ReadOnly(_) => {}
-                    // Another replica leads, at a new epoch.
-                    _ => elect(topic, partition, p, &live, unclean, events),
-                }
-            } else if p.isr.contains(&id) && p.isr.len() > 1 {
-                p.isr.retain(|r| *r != id);
-            }
-        } else {
-            p.offline_replicas.retain(|r| *r != id);
-            p.partition_epoch.0 += 1;
-            if p.leader.is_none()
-                && !matches!(election::choose_leader(p, |r| live.contains(&r), unclean, None), Choice::None)
-            {
-                elect(topic, partition, p, &live, unclean, events);
-            }
-        }
-        Ok(())
-    }
-
     /// Gives a leader to every partition without one where the rules allow it, and completes the
     /// reassignments that waited for a live target replica to lead.
     fn elect_leaderless(&mut self, events: &mut Vec<Event>) {
@@ -827,7 +702,7 @@ fn check_partition_count(count: u32) -> Result<(), CommandError> {
 }
 
 /// Elects a new leader for `p` among the live brokers (the current leader is going away or absent).
-fn elect(
+pub(super) fn elect(
     topic: &str,
     index: u32,
     p: &mut PartitionRecord,

@@ -82,6 +82,23 @@ fn elect_preferred(addr: &str) -> i16 {
     r.replica_election_results[0].partition_result[0].error_code
 }
 
+/// Flips 16 bytes in the middle of `segment` (returns its new contents) and removes the recovery-point
+/// checkpoints of the stopped broker's `data` dir, so that its next start validates every segment but
+/// the first.
+fn flip_and_forget_the_recovery_point(segment: &Path, data: &Path) -> Vec<u8> {
+    let mut bytes = std::fs::read(segment).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle..middle + 16].iter_mut().for_each(|b| *b ^= 0xff);
+    std::fs::write(segment, &bytes).unwrap();
+    for entry in std::fs::read_dir(data).unwrap() {
+        let path = entry.unwrap().path();
+        if path.file_name().unwrap().to_string_lossy().starts_with("recovery-point-offset-checkpoint") {
+            std::fs::remove_file(path).unwrap();
+        }
+    }
+    bytes
+}
+
 fn segments(partition_dir: &Path) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = std::fs::read_dir(partition_dir)
         .unwrap()
@@ -120,18 +137,7 @@ fn a_damaged_replica_leaves_the_isr_and_leadership_rebuilds_itself_from_the_lead
     let files = segments(&partition_dir);
     assert!(files.len() >= 4, "several segments: {files:?}");
     let victim = &files[1];
-    let mut bytes = std::fs::read(victim).unwrap();
-    let middle = bytes.len() / 2;
-    for b in &mut bytes[middle..middle + 16] {
-        *b ^= 0xff;
-    }
-    std::fs::write(victim, &bytes).unwrap();
-    for entry in std::fs::read_dir(&broker_dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.file_name().unwrap().to_string_lossy().starts_with("recovery-point-offset-checkpoint") {
-            std::fs::remove_file(path).unwrap();
-        }
-    }
+    let bytes = flip_and_forget_the_recovery_point(victim, &broker_dir);
     cluster.restart(1, 3).unwrap();
 
     // The damage is reported, the replica rebuilt from the leader, and it rejoins the ISR by catching up.
@@ -178,16 +184,7 @@ fn a_damaged_replica_leaves_the_isr_and_leadership_rebuilds_itself_from_the_lead
     let files = segments(&partition_dir);
     // Not the first segment: with no recovery point, the open validates every segment after it.
     let victim = &files[2];
-    let mut bytes = std::fs::read(victim).unwrap();
-    let middle = bytes.len() / 2;
-    bytes[middle..middle + 16].iter_mut().for_each(|b| *b ^= 0xff);
-    std::fs::write(victim, &bytes).unwrap();
-    for entry in std::fs::read_dir(&broker_dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.file_name().unwrap().to_string_lossy().starts_with("recovery-point-offset-checkpoint") {
-            std::fs::remove_file(path).unwrap();
-        }
-    }
+    flip_and_forget_the_recovery_point(victim, &broker_dir);
     cluster.restart(1, 3).unwrap();
     let marker = broker_dir.join("log-dir-offline");
     wait_for("broker 1's data dir offline", Duration::from_secs(60), || marker.exists());

@@ -39,6 +39,7 @@ pub mod notify;
 pub mod quorum;
 pub mod replication;
 pub mod runtime;
+pub mod security;
 pub mod shard;
 pub mod shutdown;
 pub mod topics;

@@ -93,10 +93,13 @@ pub enum SaslError {
     /// A mechanism shardlog does not offer (UNSUPPORTED_SASL_MECHANISM).
     #[error("unsupported SASL mechanism {name:?}")]
     UnknownMechanism { name: String },
+    /// PLAIN refused the login.
     #[error(transparent)]
     Plain(#[from] PlainError),
+    /// A SCRAM conversation failed.
     #[error(transparent)]
     Scram(#[from] ScramError),
+    /// OAUTHBEARER refused the token or the message.
     #[error(transparent)]
     OAuthBearer(#[from] OAuthBearerError),
 }

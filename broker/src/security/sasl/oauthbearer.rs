@@ -43,11 +43,15 @@ pub const JWKS_FILE_MAX_BYTES: u64 = 1024 * 1024;
 pub const JWKS_MIN_RELOAD_INTERVAL: Duration = Duration::from_secs(10);
 /// RFC 7628's error reply for a token that fails validation.
 pub const INVALID_TOKEN_REPLY: &[u8] = br#"{"status":"invalid_token"}"#;
+/// The largest `sasl.oauthbearer.clock.skew.seconds` accepted: beyond an hour, expiry means little.
+pub const CLOCK_SKEW_SECONDS_MAX: u64 = 3600;
 
-/// Why an OAUTHBEARER login or the validator's setup failed. Carries no token.
+/// Why an OAUTHBEARER login or the validator's setup failed. Carries no token. In three groups:
+/// the conversation and its initial response, the settings and the JWKS file, the token.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum OAuthBearerError {
+    // The conversation.
     #[error("OAUTHBEARER initial response longer than {INITIAL_RESPONSE_MAX_BYTES} bytes")]
     TooLong,
     #[error("malformed OAUTHBEARER initial response: {0}")]
@@ -56,6 +60,9 @@ pub enum OAuthBearerError {
     AuthorizationIdMismatch,
     #[error("OAUTHBEARER step out of order")]
     OutOfOrder,
+    // The settings and the JWKS file (the broker refuses to start with these).
+    #[error("{name} {reason}")]
+    InvalidSetting { name: &'static str, reason: &'static str },
     #[error(
         "sasl.oauthbearer.jwks.endpoint.url {url:?} is not supported: the broker reads keys only \
          from a local JWKS file (a file: URL or a path)"
@@ -65,6 +72,7 @@ pub enum OAuthBearerError {
     JwksRead { path: PathBuf, reason: String },
     #[error("JWKS file {path} holds no usable public signing key with a kid")]
     JwksNoUsableKeys { path: PathBuf },
+    // The token.
     #[error("malformed token: {0}")]
     TokenMalformed(&'static str),
     #[error("token algorithm none is refused")]
@@ -204,6 +212,7 @@ pub struct OAuthBearerSettings {
 }
 
 impl OAuthBearerSettings {
+    // Kafka's setting names, and the defaults of those that have one.
     pub const JWKS_ENDPOINT_URL: &'static str = "sasl.oauthbearer.jwks.endpoint.url";
     pub const EXPECTED_ISSUER: &'static str = "sasl.oauthbearer.expected.issuer";
     pub const EXPECTED_AUDIENCE: &'static str = "sasl.oauthbearer.expected.audience";
@@ -278,8 +287,21 @@ struct KeySet {
 }
 
 impl JwtValidator {
-    /// Reads the JWKS file; fails if the URL is not a local file or the file holds no usable key.
+    /// Reads the JWKS file; fails if the URL is not a local file, the file holds no usable key, the
+    /// clock skew is above [`CLOCK_SKEW_SECONDS_MAX`] or the sub claim name is empty.
     pub fn new(settings: OAuthBearerSettings) -> Result<Self, OAuthBearerError> {
+        if settings.clock_skew_seconds > CLOCK_SKEW_SECONDS_MAX {
+            return Err(OAuthBearerError::InvalidSetting {
+                name: OAuthBearerSettings::CLOCK_SKEW_SECONDS,
+                reason: "must be at most 3600",
+            });
+        }
+        if settings.sub_claim_name.is_empty() {
+            return Err(OAuthBearerError::InvalidSetting {
+                name: OAuthBearerSettings::SUB_CLAIM_NAME,
+                reason: "must not be empty",
+            });
+        }
         let path = settings.jwks_path()?;
         let (by_kid, stamp) = read_jwks(&path)?;
         let keys = KeySet { by_kid, stamp, loaded_at: Instant::now(), loads: 1 };
@@ -484,6 +506,7 @@ impl Default for OAuthBearerServer {
 }
 
 impl OAuthBearerServer {
+    /// A conversation awaiting the client's initial response.
     pub fn new() -> Self {
         OAuthBearerServer { state: State::AwaitingInitialResponse }
     }

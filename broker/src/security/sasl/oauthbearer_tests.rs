@@ -8,6 +8,7 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use jsonwebtoken::jwk::{Jwk, JwkSet};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use proptest::prelude::*;
 use serde_json::json;
 use tempfile::TempDir;
 
@@ -218,6 +219,10 @@ fn broken_file_on_reload_keeps_the_old_keys() {
     let (dir, key, validator) = setup();
     fs::write(dir.path().join("jwks.json"), b"{\"keys\": [").unwrap();
     assert_eq!(validator.validate(&key.sign(&claims())).unwrap().principal, "alice");
+    assert_eq!(validator.keys.lock().unwrap().loads, 2, "the changed file must have been re-read");
+    // The failed read is not retried for every token while the file stays as it is.
+    assert_eq!(validator.validate(&key.sign(&claims())).unwrap().principal, "alice");
+    assert_eq!(validator.keys.lock().unwrap().loads, 2);
 }
 
 #[test]
@@ -240,6 +245,30 @@ fn jwks_location_must_be_a_local_file() {
     }
     let error = JwtValidator::new(OAuthBearerSettings::new("https://idp.example/jwks")).unwrap_err();
     assert!(error.to_string().contains("local JWKS file"), "{error}");
+}
+
+#[test]
+fn out_of_range_settings_are_refused_at_start() {
+    let dir = TempDir::new().unwrap();
+    let path = write_jwks(&dir, &[&TestKey::new("k1")]);
+    let mut skewed = settings(&path);
+    skewed.clock_skew_seconds = CLOCK_SKEW_SECONDS_MAX + 1;
+    assert_eq!(
+        JwtValidator::new(skewed).unwrap_err(),
+        OAuthBearerError::InvalidSetting {
+            name: "sasl.oauthbearer.clock.skew.seconds",
+            reason: "must be at most 3600"
+        }
+    );
+    let mut no_sub = settings(&path);
+    no_sub.sub_claim_name.clear();
+    assert!(matches!(
+        JwtValidator::new(no_sub),
+        Err(OAuthBearerError::InvalidSetting { name: "sasl.oauthbearer.sub.claim.name", .. })
+    ));
+    let mut at_max = settings(&path);
+    at_max.clock_skew_seconds = CLOCK_SKEW_SECONDS_MAX;
+    assert!(JwtValidator::new(at_max).is_ok());
 }
 
 #[test]
@@ -335,4 +364,25 @@ fn authzid_must_be_the_tokens_principal() {
     assert!(!server.is_authenticated());
     let message = format!("n,a=alice,\x01auth=Bearer {}\x01\x01", key.sign(&claims()));
     assert!(OAuthBearerServer::new().evaluate(&validator, message.as_bytes()).is_ok());
+}
+
+proptest! {
+    #[test]
+    fn arbitrary_initial_responses_parse_to_an_error_or_a_well_formed_token(
+        message in proptest::collection::vec(any::<u8>(), 0..600),
+        framed in any::<bool>(),
+    ) {
+        // Half the cases inside a valid frame, so the parser gets past the gs2 header.
+        let message = if framed {
+            [&b"n,,\x01auth=Bearer "[..], &message, b"\x01\x01"].concat()
+        } else {
+            message
+        };
+        if let Ok(parsed) = ClientInitialResponse::parse(&message) {
+            let token = parsed.token();
+            prop_assert!(!token.is_empty());
+            prop_assert!(token.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)));
+            prop_assert!(!parsed.extensions().contains_key("auth"));
+        }
+    }
 }

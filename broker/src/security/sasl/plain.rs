@@ -99,8 +99,8 @@ pub fn verify(
             (&credential.salt[..], credential.iterations, &credential.stored_key[..], true)
         }
         Some(_) => return Err(ScramError::CredentialMismatch { mechanism }.into()),
-        // Same cost as the most common real credential; the stored key is one no derivation gives
-        // (all zeros, and the user is unknown anyway).
+        // The same cost as a credential at Kafka's default iterations; an empty stored key, which no
+        // derivation equals (and the user is refused whatever the comparison says).
         None => (&b"unknown user"[..], ScramMechanism::MIN_ITERATIONS, &[0u8; 0][..], false),
     };
     let derived = ScramCredential::derive(mechanism, request.password.as_bytes(), salt, iterations)?;
@@ -169,6 +169,19 @@ mod tests {
     #[test]
     fn authzid_other_than_the_username_is_refused() {
         assert_eq!(PlainRequest::parse(b"admin\0alice\0pw"), Err(PlainError::AuthorizationIdMismatch));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn arbitrary_bytes_parse_to_an_error_or_a_bounded_request(
+            message in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..800),
+        ) {
+            if let Ok(request) = PlainRequest::parse(&message) {
+                proptest::prop_assert!(!request.username().is_empty());
+                proptest::prop_assert!(request.username().len() <= FIELD_MAX_BYTES);
+                proptest::prop_assert!(!request.username().contains('\0'));
+            }
+        }
     }
 
     #[test]

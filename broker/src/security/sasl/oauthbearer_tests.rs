@@ -156,6 +156,24 @@ fn each_bad_token_is_refused_with_its_own_error() {
 }
 
 #[test]
+fn algorithm_of_another_key_family_is_refused_when_the_jwk_names_no_alg() {
+    // Without the JWK's `alg`, an RS256 or EdDSA header names a verifier for another kind of key:
+    // refused as a mismatch (both our family check and jsonwebtoken's own catch it), not a panic.
+    let dir = TempDir::new().unwrap();
+    let mut key = TestKey::new("k1");
+    key.jwk.common.key_algorithm = None;
+    let validator = JwtValidator::new(settings(&write_jwks(&dir, &[&key]))).unwrap();
+    assert_eq!(validator.validate(&key.sign(&claims())).unwrap().principal, "alice");
+    for alg in ["RS256", "PS512", "EdDSA"] {
+        assert_eq!(
+            validator.validate(&token_with_header(json!({"alg": alg, "kid": "k1"}), &claims())),
+            Err(OAuthBearerError::KeyAlgorithmMismatch),
+            "{alg}"
+        );
+    }
+}
+
+#[test]
 fn hmac_token_signed_with_a_secret_is_refused_even_if_the_jwks_holds_it() {
     let dir = TempDir::new().unwrap();
     let key = TestKey::new("k1");

@@ -12,7 +12,11 @@
 //!
 //! An unknown user is not revealed: the conversation goes on with a fake credential derived from the
 //! username and a per-process secret (so a second try answers with the same salt) and fails at the
-//! proof with the same error a wrong password gives.
+//! proof with the same error a wrong password gives. Limits of the disguise: the fake credential has
+//! [`ScramMechanism::MIN_ITERATIONS`] (Kafka's default for new credentials), so a store whose
+//! credentials use another count shows the difference; and the secret is per process, so a fake
+//! salt differs between brokers and across restarts where a real one does not. (Kafka's own server
+//! answers an unknown user with an error at once.)
 //!
 //! Bounds (the whole message, before parsing): client-first at most [`CLIENT_FIRST_MAX_BYTES`],
 //! client-final at most [`CLIENT_FINAL_MAX_BYTES`], the client's nonce at most [`CLIENT_NONCE_MAX_BYTES`].

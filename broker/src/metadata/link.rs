@@ -27,7 +27,7 @@ use shardlog_storage::LogNews;
 use super::image::MetadataImage;
 use crate::quorum::network::{CallError, PeerConnection, WireWrite};
 use crate::quorum::service::{StartError, Voter, VoterSettings};
-use crate::quorum::state::{BrokerEndpoint, Command, CommandError, NodeId};
+use crate::quorum::state::{BrokerEndpoint, Command, CommandError, ListenerEndpoint, NodeId};
 use crate::quorum::wire::{MetadataDelta, WireFetch, WireFetchResult, WireWriteResult, kind};
 use crate::shutdown::Shutdown;
 
@@ -57,8 +57,10 @@ const CONTROLLED_SHUTDOWN_LIMIT: Duration = Duration::from_secs(5);
 #[derive(Debug, Clone)]
 pub struct LinkSettings {
     pub node: NodeId,
-    /// The Kafka endpoint the broker registers (its advertised listener).
+    /// The address the broker registers for its peers (today also its advertised Kafka listener).
     pub endpoint: BrokerEndpoint,
+    /// The broker's named Kafka listeners, as clients reach them (Kafka's `advertised.listeners`).
+    pub listeners: Vec<ListenerEndpoint>,
     pub data_dir: PathBuf,
     /// Every voter, `(id, HOST:PORT)`; empty: this node is the whole quorum, without a quorum port.
     pub voters: Vec<(u64, String)>,
@@ -340,9 +342,10 @@ impl Link {
             &settings.data_dir.join(INCARNATION_FILE),
             format!("{} {incarnation}\n", settings.node).as_bytes(),
         );
-        let register = Command::RegisterBroker {
+        let register = Command::RegisterBrokerListeners {
             id: settings.node,
             endpoint: settings.endpoint.clone(),
+            listeners: settings.listeners.clone(),
             incarnation,
             previous_incarnation: self.previous_incarnation,
             // Stamped by the voter that proposes it.

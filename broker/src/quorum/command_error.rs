@@ -59,6 +59,22 @@ pub enum CommandError {
     NoReassignmentInProgress,
     #[error("broker {id} holds no replica of partition {partition} of topic {topic:?}")]
     NotAReplica { id: NodeId, topic: String, partition: u32 },
+    #[error("{items} items in one command; at most {max}")]
+    TooManyItems { items: usize, max: usize },
+    #[error("{0:?} appears more than once")]
+    DuplicateResource(String),
+    #[error("user {0:?} has no credential for this mechanism")]
+    ResourceNotFound(String),
+    #[error("SASL mechanism code {0} is not a SCRAM mechanism")]
+    UnsupportedSaslMechanism(i8),
+    #[error("unacceptable credential: {0}")]
+    UnacceptableCredential(String),
+    #[error("invalid ACL binding: {0}")]
+    InvalidAclBinding(String),
+    #[error("invalid client quota: {0}")]
+    InvalidClientQuota(String),
+    #[error("invalid listeners: {0}")]
+    InvalidListeners(String),
 }
 
 impl CommandError {
@@ -81,6 +97,14 @@ impl CommandError {
             CommandError::EligibleLeadersNotAvailable => 83,
             CommandError::NoReassignmentInProgress => 85,
             CommandError::NotAReplica { .. } => 9,
+            CommandError::TooManyItems { .. }
+            | CommandError::InvalidAclBinding(_)
+            | CommandError::InvalidClientQuota(_)
+            | CommandError::InvalidListeners(_) => 42,
+            CommandError::DuplicateResource(_) => 92,
+            CommandError::ResourceNotFound(_) => 91,
+            CommandError::UnsupportedSaslMechanism(_) => 33,
+            CommandError::UnacceptableCredential(_) => 93,
             // UNKNOWN_SERVER_ERROR: a block of ids cannot be had (an empty block, or the id space is used up).
             CommandError::ProducerIdsExhausted(_) => -1,
         }

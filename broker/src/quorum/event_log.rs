@@ -22,6 +22,9 @@ pub fn log_events(command: &Command, events: &[Event]) {
             Event::ProducerIdsAllocated { broker, first, count } => {
                 tracing::debug!(broker = broker.0, first, count, "quorum: producer ids")
             }
+            Event::AclsDeleted { removed } => {
+                tracing::debug!(bindings = removed.iter().map(Vec::len).sum::<usize>(), "quorum: ACL bindings deleted")
+            }
             Event::ReassignmentCompleted { topic, partition, replicas } => tracing::info!(
                 topic = %topic,
                 partition,

@@ -3,7 +3,8 @@
 //!
 //! - [`state`] is the state machine and [`election`] its rules (`reassignment` those of moving
 //!   partitions), all without I/O, so they are tested exhaustively (and can be driven by a simulator);
-//!   [`fencing`] says when the leader may fence brokers whose sessions expired.
+//!   [`fencing`] says when the leader may fence brokers whose sessions expired; [`security`] holds the
+//!   SCRAM credentials, ACLs and client quotas and their rules.
 //! - [`wire`] declares the openraft configuration and the rkyv forms of its messages and entries.
 //! - [`log_store`] and [`state_machine`] are the voter's durable Raft log, vote and snapshots; `legacy`
 //!   reads the snapshot layouts of older versions; `event_log` logs what the commands applied did.
@@ -24,6 +25,7 @@ pub mod log_store;
 pub mod network;
 mod offline;
 mod reassignment;
+pub mod security;
 pub mod service;
 pub mod state;
 pub mod state_machine;

@@ -514,7 +514,8 @@ pub async fn write(served: &Served, mut command: Command, forwarded: bool) -> Wi
     let raft = &served.raft;
     let now = now_ms();
     match &mut command {
-        Command::RegisterBroker { now_ms, session_timeout_ms, .. } => {
+        Command::RegisterBroker { now_ms, session_timeout_ms, .. }
+        | Command::RegisterBrokerListeners { now_ms, session_timeout_ms, .. } => {
             *now_ms = now;
             *session_timeout_ms = served.session_timeout_ms;
         }
@@ -526,7 +527,10 @@ pub async fn write(served: &Served, mut command: Command, forwarded: bool) -> Wi
         | Command::CreatePartitions { .. }
         | Command::CreatePartitionsAssigned { .. }
         | Command::AlterConfigs { .. }
-        | Command::EditConfigs { .. } => {
+        | Command::EditConfigs { .. }
+        | Command::AlterScramCredentials { .. }
+        | Command::CreateAcls { .. }
+        | Command::AlterClientQuotas { .. } => {
             let free = crate::disk_space::free_bytes(&served.dir).unwrap_or(u64::MAX);
             if free < served.reserve_bytes {
                 return WireWriteResult::Failed(format!(

@@ -24,6 +24,10 @@ use uuid::Uuid;
 pub use super::command_error::CommandError;
 use super::election::{self, Choice};
 use super::reassignment::complete_reassignment;
+pub use super::security::{
+    AclFilter, AclRecord, QuotaEntity, QuotaEntry, QuotaOp, ScramCredentialRecord, ScramDeletion, ScramUpsertion,
+    SecurityState,
+};
 
 /// A broker's (and voter's) id: Kafka's `node.id`.
 #[derive(
@@ -82,15 +86,41 @@ pub struct BrokerEndpoint {
     pub port: u16,
 }
 
+/// One of a broker's named Kafka listeners, as clients reach it (Kafka's advertised listener).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub struct ListenerEndpoint {
+    /// The listener's name (`PLAINTEXT`, `SASL_SSL`, or any name the listener map gives).
+    pub name: String,
+    pub host: String,
+    pub port: u16,
+}
+
+/// The name of the one listener a broker registered before it had several.
+pub const DEFAULT_LISTENER_NAME: &str = "PLAINTEXT";
+/// The most listeners one broker may register.
+pub const MAX_LISTENERS: usize = 64;
+
 /// A registered broker.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub struct BrokerRecord {
+    /// The address peers replicate from (and the client address of brokers registered before listeners).
     pub endpoint: BrokerEndpoint,
+    /// The broker's Kafka listeners: Metadata answers a client with those of the listener it connected
+    /// to. Registrations without listeners have one, `PLAINTEXT` at `endpoint`.
+    #[serde(default)]
+    pub listeners: Vec<ListenerEndpoint>,
     /// Chosen by the broker process at start; a heartbeat from another incarnation is stale.
     pub incarnation: u64,
     pub fenced: bool,
     /// The proposer's clock at the last registration or heartbeat.
     pub last_heartbeat_ms: i64,
+}
+
+impl BrokerRecord {
+    /// The host and port of the listener named `name`.
+    pub fn listener(&self, name: &str) -> Option<(&str, u16)> {
+        self.listeners.iter().find(|l| l.name == name).map(|l| (l.host.as_str(), l.port))
+    }
 }
 
 /// One partition's replicas and leadership.
@@ -282,6 +312,35 @@ pub enum Command {
         partition: u32,
         offline: bool,
     },
+    /// [`Command::RegisterBroker`] with the broker's named Kafka listeners (non-empty, names distinct);
+    /// the same rules.
+    RegisterBrokerListeners {
+        id: NodeId,
+        endpoint: BrokerEndpoint,
+        listeners: Vec<ListenerEndpoint>,
+        incarnation: u64,
+        previous_incarnation: Option<u64>,
+        now_ms: i64,
+        session_timeout_ms: i64,
+    },
+    /// KIP-554's AlterUserScramCredentials: adds or replaces credentials and removes others, all or none
+    /// (see [`security`](super::security) for the rules).
+    AlterScramCredentials {
+        upsertions: Vec<ScramUpsertion>,
+        deletions: Vec<ScramDeletion>,
+    },
+    /// Adds ACL bindings (those present already stay as they are), all or none.
+    CreateAcls {
+        acls: Vec<AclRecord>,
+    },
+    /// Removes the bindings each filter matches: reported by [`Event::AclsDeleted`].
+    DeleteAcls {
+        filters: Vec<AclFilter>,
+    },
+    /// KIP-546's AlterClientQuotas: sets and removes quota keys of entities, all or none.
+    AlterClientQuotas {
+        entries: Vec<QuotaEntry>,
+    },
 }
 
 /// Something worth a log line that a command caused (the state machine logs nothing itself).
@@ -295,9 +354,11 @@ pub enum Event {
     ProducerIdsAllocated { broker: NodeId, first: i64, count: u32 },
     /// Every replica of a reassignment's target is in sync: the partition now has exactly those.
     ReassignmentCompleted { topic: String, partition: u32, replicas: Vec<NodeId> },
+    /// The answer to [`Command::DeleteAcls`]: the bindings each filter removed, in filter order.
+    AclsDeleted { removed: Vec<Vec<AclRecord>> },
 }
 
-/// Cluster metadata: brokers and topics.
+/// Cluster metadata: brokers, topics and the security metadata.
 #[derive(
     Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize,
 )]
@@ -306,6 +367,9 @@ pub struct ClusterState {
     pub topics: BTreeMap<String, TopicRecord>,
     /// The first producer id not yet given to a broker.
     pub next_producer_id: i64,
+    /// SCRAM credentials, ACLs and client quotas.
+    #[serde(default)]
+    pub security: SecurityState,
 }
 
 impl ClusterState {
@@ -322,7 +386,8 @@ impl ClusterState {
                 .is_none_or(|p| p.leader.is_none()),
             Event::UncleanElection { .. }
             | Event::ProducerIdsAllocated { .. }
-            | Event::ReassignmentCompleted { .. } => true,
+            | Event::ReassignmentCompleted { .. }
+            | Event::AclsDeleted { .. } => true,
         });
         Ok(events)
     }
@@ -331,26 +396,42 @@ impl ClusterState {
         let mut events = Vec::new();
         match command {
             Command::RegisterBroker { id, endpoint, incarnation, previous_incarnation, now_ms, session_timeout_ms } => {
-                if let Some(existing) = self.brokers.get(id) {
-                    let session_alive = now_ms.saturating_sub(existing.last_heartbeat_ms) < *session_timeout_ms;
-                    let own_predecessor = *previous_incarnation == Some(existing.incarnation);
-                    if existing.incarnation != *incarnation && !existing.fenced && session_alive && !own_predecessor {
-                        return Err(CommandError::DuplicateBrokerRegistration(*id));
-                    }
-                    if existing.incarnation != *incarnation && !existing.fenced {
-                        // The old process died without a shutdown: its leaderships move before the new
-                        // incarnation, whose log may be behind, takes any.
-                        self.fence(*id, &mut events);
-                    }
-                }
-                let record = BrokerRecord {
-                    endpoint: endpoint.clone(),
+                let listeners = vec![ListenerEndpoint {
+                    name: DEFAULT_LISTENER_NAME.to_string(),
+                    host: endpoint.host.clone(),
+                    port: endpoint.port,
+                }];
+                let registration = Registration {
+                    id: *id,
+                    endpoint,
+                    listeners,
                     incarnation: *incarnation,
-                    fenced: false,
-                    last_heartbeat_ms: *now_ms,
+                    previous_incarnation: *previous_incarnation,
+                    now_ms: *now_ms,
+                    session_timeout_ms: *session_timeout_ms,
                 };
-                self.brokers.insert(*id, record);
-                self.elect_leaderless(&mut events);
+                self.register(registration, &mut events)?;
+            }
+            Command::RegisterBrokerListeners {
+                id,
+                endpoint,
+                listeners,
+                incarnation,
+                previous_incarnation,
+                now_ms,
+                session_timeout_ms,
+            } => {
+                check_listeners(listeners)?;
+                let registration = Registration {
+                    id: *id,
+                    endpoint,
+                    listeners: listeners.clone(),
+                    incarnation: *incarnation,
+                    previous_incarnation: *previous_incarnation,
+                    now_ms: *now_ms,
+                    session_timeout_ms: *session_timeout_ms,
+                };
+                self.register(registration, &mut events)?;
             }
             Command::BrokerHeartbeat { id, incarnation, now_ms } => {
                 let broker = self.registered(*id, *incarnation)?;
@@ -518,8 +599,43 @@ impl ClusterState {
                 self.registered(*id, *incarnation)?;
                 self.set_replica_offline(*id, topic, *partition, *offline, &mut events)?;
             }
+            Command::AlterScramCredentials { upsertions, deletions } => {
+                self.security.alter_scram(upsertions, deletions)?;
+            }
+            Command::CreateAcls { acls } => self.security.create_acls(acls)?,
+            Command::DeleteAcls { filters } => {
+                let removed = self.security.delete_acls(filters)?;
+                events.push(Event::AclsDeleted { removed });
+            }
+            Command::AlterClientQuotas { entries } => self.security.alter_quotas(entries)?,
         }
         Ok(events)
+    }
+
+    /// Registers a broker process (the rules of [`Command::RegisterBroker`]).
+    fn register(&mut self, r: Registration<'_>, events: &mut Vec<Event>) -> Result<(), CommandError> {
+        if let Some(existing) = self.brokers.get(&r.id) {
+            let session_alive = r.now_ms.saturating_sub(existing.last_heartbeat_ms) < r.session_timeout_ms;
+            let own_predecessor = r.previous_incarnation == Some(existing.incarnation);
+            if existing.incarnation != r.incarnation && !existing.fenced && session_alive && !own_predecessor {
+                return Err(CommandError::DuplicateBrokerRegistration(r.id));
+            }
+            if existing.incarnation != r.incarnation && !existing.fenced {
+                // The old process died without a shutdown: its leaderships move before the new
+                // incarnation, whose log may be behind, takes any.
+                self.fence(r.id, events);
+            }
+        }
+        let record = BrokerRecord {
+            endpoint: r.endpoint.clone(),
+            listeners: r.listeners,
+            incarnation: r.incarnation,
+            fenced: false,
+            last_heartbeat_ms: r.now_ms,
+        };
+        self.brokers.insert(r.id, record);
+        self.elect_leaderless(events);
+        Ok(())
     }
 
     /// Kafka's auto leader rebalance: for every live broker that does not lead more than
@@ -688,6 +804,32 @@ impl ClusterState {
         }
         self.complete_reassignments(events);
     }
+}
+
+/// What a registration carries, from either registration command.
+struct Registration<'a> {
+    id: NodeId,
+    endpoint: &'a BrokerEndpoint,
+    listeners: Vec<ListenerEndpoint>,
+    incarnation: u64,
+    previous_incarnation: Option<u64>,
+    now_ms: i64,
+    session_timeout_ms: i64,
+}
+
+/// A registration's listeners: at least one, at most [`MAX_LISTENERS`], each named, names distinct.
+fn check_listeners(listeners: &[ListenerEndpoint]) -> Result<(), CommandError> {
+    let invalid = |reason: &str| Err(CommandError::InvalidListeners(reason.to_string()));
+    if listeners.is_empty() || listeners.len() > MAX_LISTENERS {
+        return invalid(&format!("a broker registers 1 to {MAX_LISTENERS} listeners"));
+    }
+    if listeners.iter().any(|l| l.name.is_empty() || l.host.is_empty()) {
+        return invalid("a listener needs a name and a host");
+    }
+    if listeners.iter().map(|l| &l.name).collect::<BTreeSet<_>>().len() != listeners.len() {
+        return invalid("two listeners have one name");
+    }
+    Ok(())
 }
 
 /// The most partitions one topic may have (the brokers refuse more before proposing; this bounds what a

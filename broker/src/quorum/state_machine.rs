@@ -241,7 +241,9 @@ impl RaftStateMachine<QuorumConfig> for StateMachineStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quorum::state::{BrokerEndpoint, BrokerRecord, NodeId, PartitionEpoch, PartitionRecord, TopicRecord};
+    use crate::quorum::state::{
+        BrokerEndpoint, BrokerRecord, ListenerEndpoint, NodeId, PartitionEpoch, PartitionRecord, TopicRecord,
+    };
 
     fn write_snapshot(dir: &Path, kind: u16, state: Vec<u8>) {
         let file = SnapshotFile {
@@ -253,9 +255,21 @@ mod tests {
         std::fs::write(dir.join(SNAPSHOT_FILE), encode_frame(kind, &encode_message(&file))).unwrap();
     }
 
+    /// A broker's record in the layouts before listeners.
+    fn old_broker() -> legacy::BrokerRecordV0 {
+        legacy::BrokerRecordV0 {
+            endpoint: BrokerEndpoint { host: "127.0.0.1".into(), port: 9092 },
+            incarnation: 7,
+            fenced: false,
+            last_heartbeat_ms: 5,
+        }
+    }
+
+    /// What the old broker record is today: its one listener, `PLAINTEXT`, at its endpoint.
     fn broker() -> BrokerRecord {
         BrokerRecord {
             endpoint: BrokerEndpoint { host: "127.0.0.1".into(), port: 9092 },
+            listeners: vec![ListenerEndpoint { name: "PLAINTEXT".into(), host: "127.0.0.1".into(), port: 9092 }],
             incarnation: 7,
             fenced: false,
             last_heartbeat_ms: 5,
@@ -301,7 +315,7 @@ mod tests {
     fn a_snapshot_file_from_before_producer_ids_opens_with_the_first_id_unused() {
         let dir = tempfile::tempdir().unwrap();
         let old = legacy::ClusterStateV0 {
-            brokers: [(NodeId(1), broker())].into(),
+            brokers: [(NodeId(1), old_broker())].into(),
             topics: [("t".to_string(), old_topic())].into(),
         };
         write_snapshot(dir.path(), legacy::RECORD_SNAPSHOT_V0, encode_message(&old));
@@ -312,7 +326,7 @@ mod tests {
     fn a_snapshot_file_from_before_reassignments_opens_with_none_in_progress() {
         let dir = tempfile::tempdir().unwrap();
         let old = legacy::ClusterStateV1 {
-            brokers: [(NodeId(1), broker())].into(),
+            brokers: [(NodeId(1), old_broker())].into(),
             topics: [("t".to_string(), old_topic())].into(),
             next_producer_id: 3000,
         };
@@ -326,7 +340,7 @@ mod tests {
         let mut topic = old_topic();
         let p = topic.partitions.remove(0);
         let old = legacy::ClusterStateV2 {
-            brokers: [(NodeId(1), broker())].into(),
+            brokers: [(NodeId(1), old_broker())].into(),
             topics: [(
                 "t".to_string(),
                 legacy::TopicRecordV2 {
@@ -350,6 +364,51 @@ mod tests {
         let state = open_and_check(dir.path());
         assert_eq!(state.next_producer_id, 4000);
         assert!(state.topics["t"].partitions[0].offline_replicas.is_empty());
+    }
+
+    #[test]
+    fn a_snapshot_file_from_before_security_metadata_opens_with_plaintext_listeners_and_no_credentials() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = legacy::ClusterStateV3 {
+            brokers: [(NodeId(1), old_broker())].into(),
+            topics: [("t".to_string(), today_topic())].into(),
+            next_producer_id: 5000,
+        };
+        write_snapshot(dir.path(), legacy::RECORD_SNAPSHOT_V3, encode_message(&old));
+        let state = open_and_check(dir.path());
+        assert_eq!(state.next_producer_id, 5000);
+        assert_eq!(state.brokers[&NodeId(1)].listener("PLAINTEXT"), Some(("127.0.0.1", 9092)));
+        assert_eq!(state.brokers[&NodeId(1)].listener("SASL_SSL"), None);
+        assert_eq!(state.security, Default::default());
+    }
+
+    #[test]
+    fn a_snapshot_in_todays_layout_keeps_the_security_metadata() {
+        use crate::quorum::security::{AclRecord, ScramCredentialRecord};
+        let dir = tempfile::tempdir().unwrap();
+        let mut state = ClusterState::default();
+        state.brokers.insert(NodeId(1), broker());
+        state.topics.insert("t".into(), today_topic());
+        let credential = ScramCredentialRecord {
+            salt: vec![1; 16],
+            iterations: 4096,
+            stored_key: vec![2; 32],
+            server_key: vec![3; 32],
+        };
+        state.security.scram.entry("alice".into()).or_default().insert(1, credential);
+        state.security.acls.insert(AclRecord {
+            resource_type: 2,
+            resource_name: "orders".into(),
+            pattern_type: 3,
+            principal: "User:alice".into(),
+            host: "*".into(),
+            operation: 3,
+            permission_type: 3,
+        });
+        state.security.quotas.insert(vec![("user".into(), None)], [("producer_byte_rate".into(), 1024.0)].into());
+        state.security.acls_version = 1;
+        write_snapshot(dir.path(), RECORD_SNAPSHOT, encode_message(&state));
+        assert_eq!(open_and_check(dir.path()), state);
     }
 
     #[test]

@@ -44,7 +44,7 @@ use crate::host_check::system::RESERVED_FILES;
 use crate::logging::Throttle;
 use crate::metadata::image::MetadataImage;
 use crate::metadata::link::{LinkSettings, QuorumLink};
-use crate::quorum::state::{BrokerEndpoint, NodeId};
+use crate::quorum::state::{BrokerEndpoint, DEFAULT_LISTENER_NAME, ListenerEndpoint, NodeId};
 use crate::shard::{self, PartitionRequest};
 use crate::shutdown::Shutdown;
 use limits::Clients;
@@ -188,6 +188,12 @@ fn link_settings(config: &BrokerConfig) -> LinkSettings {
             host: config.advertised_listener.host.clone(),
             port: config.advertised_listener.port,
         },
+        // One listener until the configuration names several.
+        listeners: vec![ListenerEndpoint {
+            name: DEFAULT_LISTENER_NAME.to_string(),
+            host: config.advertised_listener.host.clone(),
+            port: config.advertised_listener.port,
+        }],
         data_dir: config.data_dir.clone(),
         voters: config.quorum_voters.iter().map(|v| (v.id as u64, format!("{}:{}", v.host, v.port))).collect(),
         heartbeat_interval: Duration::from_millis(config.broker_heartbeat_interval_ms),

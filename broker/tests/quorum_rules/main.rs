@@ -13,6 +13,7 @@ use uuid::Uuid;
 
 mod offline;
 mod reassignment;
+mod security;
 
 const SESSION_MS: i64 = 9_000;
 

@@ -10,7 +10,7 @@ use super::*;
 use std::collections::BTreeSet;
 
 use crate::context::ConfigEdit;
-use crate::quorum::state::{Command, NodeId};
+use crate::quorum::state::{Command, Event, NodeId};
 use crate::quorum::wire::WireWriteResult;
 use crate::topics::MAX_PARTITIONS;
 use crate::topics::configs::TOPIC_SETTINGS;
@@ -70,8 +70,13 @@ type Refusal = (i16, String);
 
 /// Commits a topic change through the quorum and waits until this broker's shards apply it.
 pub(super) async fn commit(ctx: &Arc<BrokerContext>, command: Command) -> Result<(), Refusal> {
-    let index = match ctx.quorum.write(command).await {
-        WireWriteResult::Applied { index, outcome: Ok(_) } => index,
+    commit_events(ctx, command).await.map(|_| ())
+}
+
+/// [`commit`], giving the events the command caused (DeleteAcls answers with them).
+pub(super) async fn commit_events(ctx: &Arc<BrokerContext>, command: Command) -> Result<Vec<Event>, Refusal> {
+    let (index, events) = match ctx.quorum.write(command).await {
+        WireWriteResult::Applied { index, outcome: Ok(events) } => (index, events),
         WireWriteResult::Applied { outcome: Err(e), .. } => return Err((e.kafka_code(), e.to_string())),
         WireWriteResult::NoLeader => {
             return Err((ResponseError::NotController.code(), "the quorum has no leader right now".into()));
@@ -84,7 +89,7 @@ pub(super) async fn commit(ctx: &Arc<BrokerContext>, command: Command) -> Result
     if !ctx.wait_reconciled(index, APPLY_WAIT).await {
         tracing::warn!(index, "a committed topic change is not applied here yet");
     }
-    Ok(())
+    Ok(events)
 }
 
 fn refusal(error: ResponseError, message: impl Into<String>) -> Refusal {

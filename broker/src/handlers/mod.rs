@@ -2,7 +2,7 @@
 //!
 //! Only what is implemented is listed in [`supported_apis`]; the codec refuses everything else before a
 //! handler sees it. Partition work is sent to the owning shard ([`crate::shard`]); topic changes go to
-//! shard 0, which applies them one at a time ([`admin`]).
+//! shard 0, which applies them one at a time ([`admin`]); the security metadata's APIs are in `security`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -44,6 +44,7 @@ mod elect;
 mod groups;
 mod producers;
 mod reassign;
+mod security;
 
 pub use admin::admin;
 use admin::*;
@@ -97,6 +98,15 @@ pub fn supported_apis() -> SupportedApis {
         // KIP-848's consumer protocol; librdkafka 2.12 speaks heartbeat v1 only.
         (ApiKey::ConsumerGroupHeartbeat, 0, 1),
         (ApiKey::ConsumerGroupDescribe, 0, 1),
+        // The security metadata (KIP-554, KIP-546, ACLs); kafka-protocol 0.18 decodes the ACL APIs from
+        // v1 (Kafka 4 dropped v0).
+        (ApiKey::DescribeUserScramCredentials, 0, 0),
+        (ApiKey::AlterUserScramCredentials, 0, 0),
+        (ApiKey::CreateAcls, 1, 3),
+        (ApiKey::DescribeAcls, 1, 3),
+        (ApiKey::DeleteAcls, 1, 3),
+        (ApiKey::DescribeClientQuotas, 0, 1),
+        (ApiKey::AlterClientQuotas, 0, 1),
     ])
 }
 
@@ -157,6 +167,21 @@ pub async fn handle(ctx: &Arc<BrokerContext>, request: DecodedRequest, peer: &st
         }
         RequestKind::ListPartitionReassignments(req) => {
             ResponseKind::ListPartitionReassignments(reassign::list_partition_reassignments(ctx, req))
+        }
+        RequestKind::DescribeUserScramCredentials(req) => {
+            ResponseKind::DescribeUserScramCredentials(security::describe_user_scram_credentials(ctx, req))
+        }
+        RequestKind::AlterUserScramCredentials(req) => {
+            ResponseKind::AlterUserScramCredentials(security::alter_user_scram_credentials(ctx, req).await)
+        }
+        RequestKind::CreateAcls(req) => ResponseKind::CreateAcls(security::create_acls(ctx, req).await),
+        RequestKind::DescribeAcls(req) => ResponseKind::DescribeAcls(security::describe_acls(ctx, req)),
+        RequestKind::DeleteAcls(req) => ResponseKind::DeleteAcls(security::delete_acls(ctx, req).await),
+        RequestKind::DescribeClientQuotas(req) => {
+            ResponseKind::DescribeClientQuotas(security::describe_client_quotas(ctx, req))
+        }
+        RequestKind::AlterClientQuotas(req) => {
+            ResponseKind::AlterClientQuotas(security::alter_client_quotas(ctx, req).await)
         }
         other => unreachable!("the codec admitted an API without a handler: {other:?}"),
     })

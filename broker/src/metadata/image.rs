@@ -2,7 +2,14 @@
 //! applying the commands fetched after that index (the same deterministic
 //! [`ClusterState::apply`](crate::quorum::state::ClusterState::apply) the voters run), or by taking a whole
 //! state when the voter's log no longer holds them.
+//!
+//! Handlers read it through `BrokerContext::image()` (an `Arc`, swapped whole when the follower
+//! publishes a newer one, so a handler's copy never changes under it). The security metadata is
+//! [`MetadataImage::security`]; code that builds something from it (an authorizer's index of the ACLs,
+//! the quota limits) keeps the `acls_version` / `quotas_version` / `scram_version` it built from and
+//! rebuilds when the image's moves: the same log gives the same versions everywhere.
 
+use crate::quorum::security::SecurityState;
 use crate::quorum::state::{ClusterState, NodeId, PartitionRecord, TopicRecord};
 use crate::quorum::wire::MetadataDelta;
 
@@ -51,6 +58,11 @@ impl MetadataImage {
 
     pub fn partition(&self, topic: &str, partition: i32) -> Option<&PartitionRecord> {
         self.topic(topic)?.partitions.get(usize::try_from(partition).ok()?)
+    }
+
+    /// SCRAM credentials, ACL bindings and client quotas, with their change counters.
+    pub fn security(&self) -> &SecurityState {
+        &self.state.security
     }
 
     /// Whether `id` is registered and not fenced.
@@ -114,5 +126,27 @@ mod tests {
         assert_eq!(image.applied, Some(9));
         assert!(image.state.topics.is_empty());
         assert!(image.is_live(NodeId(1)) && !image.is_live(NodeId(2)));
+    }
+
+    #[test]
+    fn acl_commands_move_the_images_acls_version_as_on_the_voters() {
+        use crate::quorum::security::AclRecord;
+        let binding = AclRecord {
+            resource_type: 2,
+            resource_name: "orders".into(),
+            pattern_type: 3,
+            principal: "User:alice".into(),
+            host: "*".into(),
+            operation: 3,
+            permission_type: 3,
+        };
+        let create = Command::CreateAcls { acls: vec![binding.clone()] };
+        let mut image = MetadataImage::default();
+        assert!(image.apply(MetadataDelta::Entries { commands: vec![(1, create.clone())], applied: 1 }));
+        assert_eq!(image.security().acls_version, 1);
+        assert!(image.security().acls.contains(&binding));
+        let mut voter = ClusterState::default();
+        voter.apply(&create).unwrap();
+        assert_eq!(image.state, voter);
     }
 }

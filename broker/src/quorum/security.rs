@@ -568,3 +568,68 @@ pub fn check_quota_entry(entry: &QuotaEntry) -> Result<(), CommandError> {
     }
     Ok(())
 }
+
+/// RFC 5802's `Hi(password, salt, iterations)` (PBKDF2 with the mechanism's HMAC): the salted password a
+/// KIP-554 client sends. `None` for a mechanism that is not SCRAM or no iterations.
+pub fn salt_password(mechanism: i8, password: &[u8], salt: &[u8], iterations: u32) -> Option<Vec<u8>> {
+    let (algorithm, len) = match mechanism {
+        SCRAM_SHA_256 => (ring::pbkdf2::PBKDF2_HMAC_SHA256, 32),
+        SCRAM_SHA_512 => (ring::pbkdf2::PBKDF2_HMAC_SHA512, 64),
+        _ => return None,
+    };
+    let mut salted = vec![0; len];
+    ring::pbkdf2::derive(algorithm, std::num::NonZeroU32::new(iterations)?, salt, password, &mut salted);
+    Some(salted)
+}
+
+/// The credential stored for a salted password: StoredKey = H(HMAC(salted, "Client Key")) and
+/// ServerKey = HMAC(salted, "Server Key") (RFC 5802). The salted password itself is not kept.
+pub fn credential_from_salted_password(
+    mechanism: i8,
+    salt: &[u8],
+    iterations: u32,
+    salted_password: &[u8],
+) -> Option<ScramCredentialRecord> {
+    let (hmac, digest) = match mechanism {
+        SCRAM_SHA_256 => (ring::hmac::HMAC_SHA256, &ring::digest::SHA256),
+        SCRAM_SHA_512 => (ring::hmac::HMAC_SHA512, &ring::digest::SHA512),
+        _ => return None,
+    };
+    let key = ring::hmac::Key::new(hmac, salted_password);
+    let client_key = ring::hmac::sign(&key, b"Client Key");
+    let stored_key = ring::digest::digest(digest, client_key.as_ref()).as_ref().to_vec();
+    let server_key = ring::hmac::sign(&key, b"Server Key").as_ref().to_vec();
+    Some(ScramCredentialRecord { salt: salt.to_vec(), iterations, stored_key, server_key })
+}
+
+/// A new random salt, as long as the mechanism's digest (Kafka's `ScramFormatter` uses a random salt too).
+pub fn random_salt(mechanism: i8) -> Option<Vec<u8>> {
+    use ring::rand::SecureRandom;
+    let mut salt = vec![0; scram_key_len(mechanism)?];
+    ring::rand::SystemRandom::new().fill(&mut salt).ok()?;
+    Some(salt)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// RFC 7677's SCRAM-SHA-256 example: user "user", password "pencil", the salt below, 4096 iterations.
+    #[test]
+    fn keys_match_rfc_7677s_example() {
+        use base64::Engine;
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let salt = b64.decode("W22ZaJ0SNY7soEsUEjb6gQ==").unwrap();
+        let salted = salt_password(SCRAM_SHA_256, b"pencil", &salt, 4096).unwrap();
+        let credential = credential_from_salted_password(SCRAM_SHA_256, &salt, 4096, &salted).unwrap();
+        // ServerSignature = HMAC(ServerKey, AuthMessage) is the example's "v=" value.
+        let auth_message = "n=user,r=rOprNGfwEbeRWgbNEkqO,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,\
+                            s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096,c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0";
+        let server_key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &credential.server_key);
+        let signature = ring::hmac::sign(&server_key, auth_message.as_bytes());
+        assert_eq!(b64.encode(signature.as_ref()), "6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=");
+        assert_eq!(credential.stored_key.len(), 32);
+        assert_eq!(salt_password(3, b"pencil", &salt, 4096), None);
+        assert_eq!(random_salt(SCRAM_SHA_512).map(|s| s.len()), Some(64));
+    }
+}

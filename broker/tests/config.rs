@@ -95,7 +95,15 @@ fn unknown_keys_and_invalid_values_are_refused_by_name() {
     let cases = [
         ("num.partitions = 0", "num.partitions"),
         ("listeners = \"localhost\"", "listeners"),
-        ("listeners = \"SSL://h:9093\"", "listeners"),
+        // A TLS listener needs its key and certificate.
+        ("listeners = \"SSL://h:9093\"", "ssl.keystore.location"),
+        ("listeners = \"KERBEROS://h:9093\"", "listener.security.protocol.map"),
+        ("listeners = \"PLAINTEXT://h:9092,SASL_PLAINTEXT://h:9092\"", "listeners"),
+        ("ssl.client.auth = \"always\"", "ssl.client.auth"),
+        ("ssl.enabled.protocols = [\"TLSv1.1\"]", "ssl.enabled.protocols"),
+        ("ssl.keystore.type = \"JKS\"", "ssl.keystore.type"),
+        ("inter.broker.listener.name = \"INTERNAL\"", "inter.broker.listener.name"),
+        ("listener.name.internal.ssl.client.auth = \"required\"", "listener.name.internal.ssl.client.auth"),
         ("listeners = \"h:99999\"", "listeners"),
         ("shards = 0", "shards"),
         ("controller.quorum.voters = \"1@a:1,2@b:2\"", "controller.quorum.voters"),
@@ -135,7 +143,19 @@ fn every_setting_in_the_table_is_reported_and_changes_the_broker_config_when_set
     assert_eq!(keys, SETTINGS.iter().map(|s| s.key).collect::<Vec<_>>(), "every row, in the table's order");
     assert!(defaults.effective.iter().all(|e| !e.explicit), "nothing was set");
     let unset: Vec<&str> = defaults.effective.iter().filter(|e| e.value.is_none()).map(|e| e.key).collect();
-    assert_eq!(unset, ["controller.quorum.voters", "log.flush.interval.messages", "log.flush.interval.ms"]);
+    assert_eq!(
+        unset,
+        [
+            "ssl.keystore.location",
+            "ssl.truststore.location",
+            "sasl.oauthbearer.jwks.endpoint.url",
+            "sasl.oauthbearer.expected.issuer",
+            "sasl.oauthbearer.expected.audience",
+            "controller.quorum.voters",
+            "log.flush.interval.messages",
+            "log.flush.interval.ms"
+        ]
+    );
     let without_report = |c: &BrokerConfig| BrokerConfig { effective: Vec::new(), ..c.clone() };
     for row in SETTINGS {
         let c = BrokerConfig::load(&overrides(&[format!("{}={}", row.key, row.example)]))

@@ -16,6 +16,8 @@
 //! (about 0.5% of the data stored), plus per connection at most 32 requests / 64 MiB in flight. An idle
 //! partition keeps less than one 4 KiB block of its data in memory and no open file.
 
+pub mod listeners;
+pub mod principal;
 pub mod settings;
 
 use std::collections::BTreeMap;
@@ -91,8 +93,16 @@ pub struct EffectiveSetting {
 pub struct BrokerConfig {
     pub node_id: u32,
     pub data_dir: PathBuf,
+    /// Every Kafka listener (`listeners`, `advertised.listeners`, `listener.security.protocol.map`).
+    pub listeners: listeners::Listeners,
+    /// The inter-broker listener's address (`inter.broker.listener.name`, else the first listener).
     pub listener: Endpoint,
+    /// The inter-broker listener's advertised address: what this broker registers for its peers.
     pub advertised_listener: Endpoint,
+    /// The base `ssl.*` settings as given (each TLS listener's, where it does not override them).
+    pub ssl: BTreeMap<&'static str, String>,
+    /// SASL authentication on the SASL listeners.
+    pub sasl: SaslConfig,
     /// `metrics.listen`: the Prometheus endpoint (port 0: any free port, logged at start).
     pub metrics_listen: Endpoint,
     pub shards: usize,
@@ -128,6 +138,32 @@ pub struct BrokerConfig {
     pub groups: GroupConfig,
     /// Every row of [`settings::SETTINGS`] with the value in force, in the table's order.
     pub effective: Vec<EffectiveSetting>,
+}
+
+/// SASL authentication (Kafka's settings).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SaslConfig {
+    /// `sasl.enabled.mechanisms` (each SASL listener's, where it does not override it).
+    pub enabled_mechanisms: Vec<String>,
+    /// `sasl.server.max.receive.size`: the largest frame before authentication.
+    pub max_receive_bytes: usize,
+    /// `connection.failed.authentication.delay.ms`
+    pub failed_authentication_delay_ms: u64,
+    /// `connections.max.reauth.ms`; 0: sessions do not expire.
+    pub max_reauth_ms: u64,
+    /// The `sasl.oauthbearer.*` settings.
+    pub oauthbearer: OAuthBearerConfig,
+}
+
+/// How OAUTHBEARER tokens are checked (Kafka's `sasl.oauthbearer.*` names).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OAuthBearerConfig {
+    /// Required when a listener enables OAUTHBEARER.
+    pub jwks_endpoint_url: Option<String>,
+    pub expected_issuer: Option<String>,
+    pub expected_audience: Vec<String>,
+    pub sub_claim_name: String,
+    pub clock_skew_seconds: u64,
 }
 
 /// Bounds on what clients of the Kafka listener may make the broker hold (Kafka's settings; the quorum
@@ -269,18 +305,7 @@ fn invalid(key: &str, reason: impl Into<String>) -> ConfigError {
 }
 
 fn endpoint(key: &str, text: &str) -> Result<Endpoint, ConfigError> {
-    let text = text.trim();
-    let bare = text.strip_prefix("PLAINTEXT://").unwrap_or(text);
-    if bare.contains("://") {
-        return Err(invalid(key, format!("{text:?}: only PLAINTEXT listeners are supported")));
-    }
-    let (host, port) = bare.rsplit_once(':').ok_or_else(|| invalid(key, format!("{text:?} is not HOST:PORT")))?;
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    if host.is_empty() {
-        return Err(invalid(key, format!("{text:?} has no host")));
-    }
-    let port = port.parse().map_err(|_| invalid(key, format!("{text:?}: port is not a number 0-65535")))?;
-    Ok(Endpoint { host: host.to_string(), port })
+    listeners::bare_endpoint(key, text)
 }
 
 /// Parses `ID@HOST:PORT,...` (1, 3 or 5 distinct ids); errors name `key`.
@@ -306,32 +331,79 @@ pub fn voters(key: &str, text: &str) -> Result<Vec<Voter>, ConfigError> {
 struct Reader {
     given: BTreeMap<String, toml::Value>,
     effective: BTreeMap<&'static str, EffectiveSetting>,
+    /// Listener settings outside the table: `inter.broker.listener.name`, `ssl.keystore.type`,
+    /// `ssl.truststore.type` (PEM is the only value) and `listener.name.<name>.<setting>`.
+    listener_extras: listeners::ListenerInputs,
 }
+
+/// Listener settings Kafka has that are not rows of the table: `listener.name.<name>.<setting>` repeats a
+/// row per listener; these three take a name or the one value there is, so they have no example that
+/// would change anything on its own.
+const LISTENER_EXTRAS: [&str; 3] = ["inter.broker.listener.name", "ssl.keystore.type", "ssl.truststore.type"];
 
 impl Reader {
     /// Refuses unknown and unsupported keys, and values of the wrong type, by name.
-    fn new(given: BTreeMap<String, toml::Value>) -> Result<Reader, ConfigError> {
+    fn new(mut given: BTreeMap<String, toml::Value>) -> Result<Reader, ConfigError> {
+        let mut listener_extras = listeners::ListenerInputs::default();
+        let extras: Vec<String> = given
+            .keys()
+            .filter(|k| LISTENER_EXTRAS.contains(&k.as_str()) || k.starts_with("listener.name."))
+            .cloned()
+            .collect();
+        for key in extras {
+            let value = given.remove(&key).expect("listed above");
+            let text = value.as_str().ok_or_else(|| invalid(&key, format!("{value} is not a string")))?.to_string();
+            match key.strip_prefix("listener.name.") {
+                Some(rest) => {
+                    let (name, setting) = rest
+                        .split_once('.')
+                        .filter(|(_, setting)| listeners::PER_LISTENER.contains(setting))
+                        .ok_or_else(|| ConfigError::UnknownKey { key: key.clone() })?;
+                    let key = (name.to_ascii_uppercase(), setting.to_string());
+                    listener_extras.overrides.insert(key, text);
+                }
+                None if key == "inter.broker.listener.name" => listener_extras.inter_broker = Some(text),
+                None => {
+                    let key = LISTENER_EXTRAS.into_iter().find(|k| *k == key).expect("one of them");
+                    listener_extras.ssl.insert(key, text);
+                }
+            }
+        }
+        let mut lists = Vec::new();
         for (key, value) in &given {
             if let Some((_, reason)) = UNSUPPORTED.iter().find(|(k, _)| k == key) {
                 return Err(ConfigError::Unsupported { key: key.clone(), reason: reason.to_string() });
             }
             let row = setting(key).ok_or_else(|| ConfigError::UnknownKey { key: key.clone() })?;
+            if row.kind == Kind::List
+                && let toml::Value::Array(items) = value
+            {
+                // Kafka's list settings are comma-separated strings; TOML arrays of strings are the same.
+                let items: Option<Vec<&str>> = items.iter().map(toml::Value::as_str).collect();
+                let items = items.ok_or_else(|| invalid(key, "not every item of the list is a string"))?;
+                lists.push((key.clone(), items.join(",")));
+                continue;
+            }
             let fits = matches!(
                 (row.kind, value),
                 (Kind::Int { .. }, toml::Value::Integer(_))
                     | (Kind::Bool, toml::Value::Boolean(_))
-                    | (Kind::Text, toml::Value::String(_))
+                    | (Kind::Text | Kind::List, toml::Value::String(_))
             );
             if !fits {
                 let wanted = match row.kind {
                     Kind::Int { .. } => "an integer",
                     Kind::Bool => "true or false",
                     Kind::Text => "a string",
+                    Kind::List => "a string or an array of strings",
                 };
                 return Err(invalid(key, format!("{value} is not {wanted}")));
             }
         }
-        Ok(Reader { given, effective: BTreeMap::new() })
+        for (key, joined) in lists {
+            given.insert(key, toml::Value::String(joined));
+        }
+        Ok(Reader { given, effective: BTreeMap::new(), listener_extras })
     }
 
     fn record(&mut self, key: &'static str, value: Option<String>) {
@@ -349,7 +421,7 @@ impl Reader {
             Default::Value(text) => Some(match row.kind {
                 Kind::Int { .. } => toml::Value::Integer(text.parse().expect("the table's defaults parse")),
                 Kind::Bool => toml::Value::Boolean(text.parse().expect("the table's defaults parse")),
-                Kind::Text => toml::Value::String(text.to_string()),
+                Kind::Text | Kind::List => toml::Value::String(text.to_string()),
             }),
             Default::Derived(_) => None,
         }
@@ -386,20 +458,75 @@ impl Reader {
         v
     }
 
+    /// The listeners, and the base `ssl.*` settings given.
+    fn listeners(&mut self) -> Result<(listeners::Listeners, BTreeMap<&'static str, String>), ConfigError> {
+        let mut inputs = std::mem::take(&mut self.listener_extras);
+        inputs.listeners = self.text("listeners").expect("a default");
+        inputs.protocol_map = self.text("listener.security.protocol.map").expect("a default");
+        inputs.advertised = self.text("advertised.listeners");
+        inputs.sasl_mechanisms = self.text("sasl.enabled.mechanisms").expect("a default");
+        if inputs.advertised.is_none() {
+            self.record("advertised.listeners", Some(inputs.listeners.clone()));
+        }
+        for key in listeners::BASE_SSL {
+            match self.text(key) {
+                Some(value) => {
+                    inputs.ssl.insert(key, value);
+                }
+                None => self.record(key, None),
+            }
+        }
+        let listeners = listeners::Listeners::parse(&inputs)?;
+        Ok((listeners, inputs.ssl))
+    }
+
+    fn sasl(&mut self, listeners: &listeners::Listeners) -> Result<SaslConfig, ConfigError> {
+        let jwks = self.text("sasl.oauthbearer.jwks.endpoint.url");
+        let issuer = self.text("sasl.oauthbearer.expected.issuer");
+        let audience = self.text("sasl.oauthbearer.expected.audience");
+        for (key, value) in [
+            ("sasl.oauthbearer.jwks.endpoint.url", &jwks),
+            ("sasl.oauthbearer.expected.issuer", &issuer),
+            ("sasl.oauthbearer.expected.audience", &audience),
+        ] {
+            if value.is_none() {
+                self.record(key, None);
+            }
+        }
+        let oauthbearer = OAuthBearerConfig {
+            jwks_endpoint_url: jwks.clone(),
+            expected_issuer: issuer,
+            expected_audience: audience
+                .map_or_else(Vec::new, |a| listeners::list_items(&a).map(String::from).collect()),
+            sub_claim_name: self.text("sasl.oauthbearer.sub.claim.name").expect("a default"),
+            clock_skew_seconds: self.int_set("sasl.oauthbearer.clock.skew.seconds")? as u64,
+        };
+        let oauth_listener = listeners.all.iter().find(|l| l.sasl_mechanisms.iter().any(|m| m == "OAUTHBEARER"));
+        if let Some(listener) = oauth_listener
+            && jwks.is_none()
+        {
+            return Err(invalid(
+                "sasl.oauthbearer.jwks.endpoint.url",
+                format!("listener {} enables OAUTHBEARER: set the JWKS file whose keys sign the tokens", listener.name),
+            ));
+        }
+        let text = self.text("sasl.enabled.mechanisms").expect("a default");
+        Ok(SaslConfig {
+            enabled_mechanisms: listeners::list_items(&text).map(String::from).collect(),
+            max_receive_bytes: self.int_set("sasl.server.max.receive.size")? as usize,
+            failed_authentication_delay_ms: self.int_set("connection.failed.authentication.delay.ms")? as u64,
+            max_reauth_ms: self.int_set("connections.max.reauth.ms")? as u64,
+            oauthbearer,
+        })
+    }
+
     fn config(mut self) -> Result<BrokerConfig, ConfigError> {
         let node_id = self.int_set("node.id")? as u32;
         let data_dir = PathBuf::from(self.text("log.dirs").expect("a default"));
-        let listener = endpoint("listeners", &self.text("listeners").expect("a default"))?;
-        let advertised_listener = match self.text("advertised.listeners") {
-            Some(text) => endpoint("advertised.listeners", &text)?,
-            None => {
-                self.record("advertised.listeners", Some(listener.to_string()));
-                listener.clone()
-            }
-        };
-        if advertised_listener.port == 0 {
-            return Err(invalid("advertised.listeners", "port 0 cannot be advertised"));
-        }
+        let (listeners, ssl) = self.listeners()?;
+        let sasl = self.sasl(&listeners)?;
+        let listener = listeners.inter_broker().bind.clone();
+        let advertised_listener = listeners.inter_broker().advertised.clone();
         let metrics_listen = endpoint("metrics.listen", &self.text("metrics.listen").expect("a default"))?;
         let shards = match self.int("shards")? {
             Some(n) => n as usize,
@@ -532,8 +659,11 @@ impl Reader {
         let config = BrokerConfig {
             node_id,
             data_dir,
+            listeners,
             listener,
             advertised_listener,
+            ssl,
+            sasl,
             metrics_listen,
             shards,
             quorum_voters,

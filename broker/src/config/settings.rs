@@ -15,6 +15,8 @@ pub enum Kind {
     Bool,
     /// A TOML string.
     Text,
+    /// A list: Kafka's comma-separated string, or a TOML array of strings.
+    List,
 }
 
 /// Where a setting's value comes from when it is not set.
@@ -54,6 +56,7 @@ impl Setting {
         match self.kind {
             Kind::Bool => 1,
             Kind::Text => 2,
+            Kind::List => 7,
             Kind::Int { .. } => 5,
         }
     }
@@ -87,11 +90,19 @@ pub const SETTINGS: &[Setting] = &[
     },
     Setting {
         key: "listeners",
-        kind: Kind::Text,
-        default: Default::Value("127.0.0.1:9092"),
+        kind: Kind::List,
+        default: Default::Value("PLAINTEXT://127.0.0.1:9092"),
         unit: "",
-        meaning: "the Kafka listener, HOST:PORT or PLAINTEXT://HOST:PORT",
+        meaning: "the Kafka listeners, NAME://HOST:PORT,... (a bare HOST:PORT is PLAINTEXT); each its own port",
         example: "PLAINTEXT://127.0.0.1:9192",
+    },
+    Setting {
+        key: "listener.security.protocol.map",
+        kind: Kind::List,
+        default: Default::Value(super::listeners::DEFAULT_PROTOCOL_MAP),
+        unit: "",
+        meaning: "NAME:PROTOCOL,... what each listener speaks: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL",
+        example: "PLAINTEXT:SASL_PLAINTEXT",
     },
     Setting {
         key: "metrics.listen",
@@ -103,11 +114,123 @@ pub const SETTINGS: &[Setting] = &[
     },
     Setting {
         key: "advertised.listeners",
-        kind: Kind::Text,
-        default: Default::Derived("the listener"),
+        kind: Kind::List,
+        default: Default::Derived("the listeners"),
         unit: "",
-        meaning: "the HOST:PORT clients are told to connect to (Metadata)",
+        meaning: "NAME://HOST:PORT,... what Metadata tells the clients of each listener (HOST:PORT with one listener)",
         example: "broker1.example:9092",
+    },
+    Setting {
+        key: "ssl.keystore.location",
+        kind: Kind::Text,
+        default: Default::Derived("unset"),
+        unit: "",
+        meaning: "TLS listeners: PEM file with the private key and certificate chain (listener.name.NAME.ssl.* overrides)",
+        example: "/etc/shardlog/broker.pem",
+    },
+    Setting {
+        key: "ssl.truststore.location",
+        kind: Kind::Text,
+        default: Default::Derived("unset"),
+        unit: "",
+        meaning: "TLS listeners: PEM file of the authorities client certificates are checked against",
+        example: "/etc/shardlog/ca.pem",
+    },
+    Setting {
+        key: "ssl.client.auth",
+        kind: Kind::Text,
+        default: Default::Value("none"),
+        unit: "",
+        meaning: "TLS listeners: ask clients for a certificate: none, requested or required",
+        example: "requested",
+    },
+    Setting {
+        key: "ssl.principal.mapping.rules",
+        kind: Kind::Text,
+        default: Default::Value("DEFAULT"),
+        unit: "",
+        meaning: "RULE:pattern/replacement/[LU],...,DEFAULT: a client certificate's subject to the principal User:NAME",
+        example: "RULE:^CN=([^,]*).*$/$1/L,DEFAULT",
+    },
+    Setting {
+        key: "ssl.enabled.protocols",
+        kind: Kind::List,
+        default: Default::Value("TLSv1.2,TLSv1.3"),
+        unit: "",
+        meaning: "TLS listeners: the TLS versions served (TLSv1.2 and TLSv1.3 only)",
+        example: "TLSv1.3",
+    },
+    Setting {
+        key: "sasl.enabled.mechanisms",
+        kind: Kind::List,
+        default: Default::Value("SCRAM-SHA-256,SCRAM-SHA-512"),
+        unit: "",
+        meaning: "SASL listeners: mechanisms offered: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER",
+        example: "PLAIN,SCRAM-SHA-512",
+    },
+    Setting {
+        key: "sasl.server.max.receive.size",
+        kind: int(64, I32),
+        default: Default::Value("524288"),
+        unit: "bytes",
+        meaning: "SASL listeners: the largest frame a client may send before it has authenticated",
+        example: "65536",
+    },
+    Setting {
+        key: "connection.failed.authentication.delay.ms",
+        kind: int(0, 60_000),
+        default: Default::Value("100"),
+        unit: "ms",
+        meaning: "a failed authentication is answered this late, then the connection is closed",
+        example: "500",
+    },
+    Setting {
+        key: "connections.max.reauth.ms",
+        kind: int(0, FOREVER),
+        default: Default::Value("0"),
+        unit: "ms",
+        meaning: "SASL sessions last at most this long before the client must authenticate again (KIP-368); 0: for ever",
+        example: "3600000",
+    },
+    Setting {
+        key: "sasl.oauthbearer.jwks.endpoint.url",
+        kind: Kind::Text,
+        default: Default::Derived("unset"),
+        unit: "",
+        meaning: "OAUTHBEARER: the JWKS file (file:///PATH or a path) whose keys sign the tokens; read again when it changes",
+        example: "file:///etc/shardlog/jwks.json",
+    },
+    Setting {
+        key: "sasl.oauthbearer.expected.issuer",
+        kind: Kind::Text,
+        default: Default::Derived("unset: any issuer"),
+        unit: "",
+        meaning: "OAUTHBEARER: the iss claim tokens must carry",
+        example: "https://login.example",
+    },
+    Setting {
+        key: "sasl.oauthbearer.expected.audience",
+        kind: Kind::List,
+        default: Default::Derived("unset: any audience"),
+        unit: "",
+        meaning: "OAUTHBEARER: tokens must name one of these in their aud claim",
+        example: "shardlog",
+    },
+    Setting {
+        key: "sasl.oauthbearer.sub.claim.name",
+        kind: Kind::Text,
+        default: Default::Value("sub"),
+        unit: "",
+        meaning: "OAUTHBEARER: the claim whose value is the principal's name",
+        example: "client_id",
+    },
+    Setting {
+        key: "sasl.oauthbearer.clock.skew.seconds",
+        kind: int(0, 3600),
+        default: Default::Value("30"),
+        unit: "s",
+        meaning: "OAUTHBEARER: how far the broker's clock and the token issuer's may differ",
+        example: "60",
     },
     Setting {
         key: "shards",
@@ -588,7 +711,7 @@ pub fn sample() -> String {
         let unit = if setting.unit.is_empty() { String::new() } else { format!(" ({})", setting.unit) };
         out.push_str(&format!("\n# {}{unit}\n", setting.meaning));
         let toml_value = |v: &str| match setting.kind {
-            Kind::Text => toml::Value::String(v.to_string()).to_string(),
+            Kind::Text | Kind::List => toml::Value::String(v.to_string()).to_string(),
             Kind::Int { .. } | Kind::Bool => v.to_string(),
         };
         // Every setting line is TOML once its `# ` is removed; a default worked out at start has no

@@ -201,6 +201,19 @@ impl BrokerContext {
     }
 
     /// The shard holding a partition's log on this broker.
+    /// Where clients of `listener` reach broker `id`: this broker's own advertised address for that
+    /// listener, another's as it registered it; `None` for a broker that is not registered.
+    pub fn broker_address(&self, image: &MetadataImage, id: NodeId, listener: &str) -> Option<(String, u16)> {
+        if id.0 == self.config.node_id {
+            let mine = self.config.listeners.all.iter().find(|l| l.name == listener);
+            let advertised = mine.map_or(&self.config.advertised_listener, |l| &l.advertised);
+            return Some((advertised.host.clone(), advertised.port));
+        }
+        // A broker without that listener is left out, as Kafka leaves it out of Metadata.
+        let (host, port) = image.state.brokers.get(&id)?.listener(listener)?;
+        Some((host.to_string(), port))
+    }
+
     pub fn shard_of(&self, tp: &TopicPartition) -> usize {
         self.shard_for(&tp.topic, tp.partition)
     }

@@ -3,7 +3,12 @@
 use super::*;
 use crate::topics::configs::TOPIC_SETTINGS;
 
-pub(super) async fn metadata(ctx: &Arc<BrokerContext>, req: &MetadataRequest, version: i16) -> MetadataResponse {
+pub(super) async fn metadata(
+    ctx: &Arc<BrokerContext>,
+    req: &MetadataRequest,
+    version: i16,
+    listener: &str,
+) -> MetadataResponse {
     // Before v4 there is no flag and auto-creation is always asked for.
     let auto_create = ctx.config.auto_create_topics && (version < 4 || req.allow_auto_topic_creation);
     // All topics: a null list, or (v0 only, which has no null) an empty one. From v10 on a topic may be
@@ -97,7 +102,7 @@ pub(super) async fn metadata(ctx: &Arc<BrokerContext>, req: &MetadataRequest, ve
         })
         .chain(unknown_id_entries)
         .collect();
-    let brokers = live_brokers(ctx, &image)
+    let brokers = live_brokers(ctx, &image, listener)
         .into_iter()
         .map(|(id, host, port)| MetadataResponseBroker::default().with_node_id(id).with_host(host).with_port(port))
         .collect();
@@ -115,19 +120,18 @@ fn controller(ctx: &BrokerContext, image: &MetadataImage) -> BrokerId {
     BrokerId(id as i32)
 }
 
-/// The unfenced brokers with their Kafka endpoints; this broker is always among them (a client that
-/// reached it may use it, and it answers for itself).
-fn live_brokers(ctx: &BrokerContext, image: &MetadataImage) -> Vec<(BrokerId, StrBytes, i32)> {
+/// The unfenced brokers with their addresses for the clients of `listener`; this broker is always among
+/// them (a client that reached it may use it, and it answers for itself).
+fn live_brokers(ctx: &BrokerContext, image: &MetadataImage, listener: &str) -> Vec<(BrokerId, StrBytes, i32)> {
     let me = NodeId(ctx.config.node_id);
-    let mut out: Vec<(BrokerId, StrBytes, i32)> = image
-        .state
-        .brokers
-        .iter()
-        .filter(|(id, b)| !b.fenced && **id != me)
-        .map(|(id, b)| (BrokerId(id.0 as i32), StrBytes::from_string(b.endpoint.host.clone()), b.endpoint.port as i32))
+    let others = image.state.brokers.iter().filter(|(id, b)| !b.fenced && **id != me).map(|(id, _)| *id);
+    let mut out: Vec<(BrokerId, StrBytes, i32)> = others
+        .chain([me])
+        .filter_map(|id| {
+            let (host, port) = ctx.broker_address(image, id, listener)?;
+            Some((BrokerId(id.0 as i32), StrBytes::from_string(host), port as i32))
+        })
         .collect();
-    let advertised = &ctx.config.advertised_listener;
-    out.push((BrokerId(me.0 as i32), StrBytes::from_string(advertised.host.clone()), advertised.port as i32));
     out.sort_by_key(|(id, _, _)| *id);
     out
 }
@@ -268,9 +272,9 @@ const CONFIG_TYPE_BOOLEAN: i8 = 1;
 const CONFIG_TYPE_STRING: i8 = 2;
 const CONFIG_TYPE_LONG: i8 = 5;
 
-pub(super) fn describe_cluster(ctx: &Arc<BrokerContext>) -> DescribeClusterResponse {
+pub(super) fn describe_cluster(ctx: &Arc<BrokerContext>, listener: &str) -> DescribeClusterResponse {
     let image = ctx.image();
-    let brokers = live_brokers(ctx, &image)
+    let brokers = live_brokers(ctx, &image, listener)
         .into_iter()
         .map(|(id, host, port)| DescribeClusterBroker::default().with_broker_id(id).with_host(host).with_port(port))
         .collect();

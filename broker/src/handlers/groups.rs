@@ -79,6 +79,7 @@ pub(super) async fn find_coordinator(
     ctx: &Arc<BrokerContext>,
     req: FindCoordinatorRequest,
     version: i16,
+    listener: &str,
 ) -> FindCoordinatorResponse {
     let keys = if version >= 4 { req.coordinator_keys.clone() } else { vec![req.key.clone()] };
     let image = ctx.image();
@@ -106,12 +107,13 @@ pub(super) async fn find_coordinator(
             };
             let partition = offsets_partition(key.as_str(), topic.partitions.len() as u32);
             let leader = image.partition(OFFSETS_TOPIC, partition).and_then(|p| p.leader);
-            match leader.and_then(|id| brokers.get(&id).filter(|b| !b.fenced).map(|b| (id, b))) {
-                Some((id, broker)) => Coordinator::default()
+            let live = leader.filter(|id| brokers.get(id).is_some_and(|b| !b.fenced));
+            match live.and_then(|id| Some((id, ctx.broker_address(&image, id, listener)?))) {
+                Some((id, (host, port))) => Coordinator::default()
                     .with_key(key.clone())
                     .with_node_id(BrokerId(id.0 as i32))
-                    .with_host(str_bytes(broker.endpoint.host.clone()))
-                    .with_port(broker.endpoint.port as i32),
+                    .with_host(str_bytes(host))
+                    .with_port(port as i32),
                 None => refused(ResponseError::CoordinatorNotAvailable, "the group's offsets partition has no leader"),
             }
         })

@@ -58,6 +58,7 @@ use producers::*;
 pub use crate::context::{AdminRequest, BrokerContext, ConfigChange, Led, ask_shard};
 use crate::metadata::image::MetadataImage;
 use crate::quorum::state::NodeId;
+use crate::security::session::ClientInfo;
 use crate::shard::{FetchOutcome, ListOutcome, OffsetSpec, PartitionRequest, ProduceOutcome};
 use crate::topics::configs::TopicConfig;
 
@@ -70,6 +71,9 @@ pub fn supported_apis() -> SupportedApis {
         (ApiKey::ListOffsets, 1, 6),
         (ApiKey::Metadata, 0, 12),
         (ApiKey::ApiVersions, 0, 4),
+        // Answered by the connection on SASL listeners (`crate::runtime`); elsewhere ILLEGAL_SASL_STATE.
+        (ApiKey::SaslHandshake, 0, 1),
+        (ApiKey::SaslAuthenticate, 0, 2),
         (ApiKey::CreateTopics, 2, 7),
         (ApiKey::DeleteTopics, 1, 6),
         (ApiKey::DeleteRecords, 0, 2),
@@ -110,24 +114,22 @@ pub fn supported_apis() -> SupportedApis {
     ])
 }
 
-/// A group member's host as Kafka shows it: `/IP`, from the client's `IP:PORT`.
-fn member_host(peer: &str) -> String {
-    format!("/{}", peer.rsplit_once(':').map_or(peer, |(ip, _)| ip))
-}
-
-/// Answers a decoded request from the client at `peer` (`IP:PORT`); `None` for requests Kafka does not
-/// answer (produce with acks=0).
-pub async fn handle(ctx: &Arc<BrokerContext>, request: DecodedRequest, peer: &str) -> Option<ResponseKind> {
+/// Answers a decoded request from `client`; `None` for requests Kafka does not answer (produce with
+/// acks=0).
+pub async fn handle(ctx: &Arc<BrokerContext>, request: DecodedRequest, client: &ClientInfo) -> Option<ResponseKind> {
     let version = request.version;
+    let listener = &*client.listener;
     Some(match request.body {
-        RequestKind::FindCoordinator(req) => ResponseKind::FindCoordinator(find_coordinator(ctx, req, version).await),
+        RequestKind::FindCoordinator(req) => {
+            ResponseKind::FindCoordinator(find_coordinator(ctx, req, version, listener).await)
+        }
         RequestKind::JoinGroup(req) => {
             let client_id = request.header.client_id.as_ref().map_or("", |c| c.as_str());
-            ResponseKind::JoinGroup(join_group(ctx, req, version, client_id, &member_host(peer)).await)
+            ResponseKind::JoinGroup(join_group(ctx, req, version, client_id, &client.member_host()).await)
         }
         RequestKind::ConsumerGroupHeartbeat(req) => {
             let client_id = request.header.client_id.as_ref().map_or("", |c| c.as_str());
-            let host = member_host(peer);
+            let host = client.member_host();
             ResponseKind::ConsumerGroupHeartbeat(consumer_group_heartbeat(ctx, req, version, client_id, &host).await)
         }
         RequestKind::ConsumerGroupDescribe(req) => {
@@ -143,7 +145,17 @@ pub async fn handle(ctx: &Arc<BrokerContext>, request: DecodedRequest, peer: &st
         RequestKind::DeleteGroups(req) => ResponseKind::DeleteGroups(delete_groups(ctx, req).await),
         RequestKind::OffsetDelete(req) => ResponseKind::OffsetDelete(offset_delete(ctx, req).await),
         RequestKind::ApiVersions(_) => ResponseKind::ApiVersions(ctx.apis.api_versions_response(0)),
-        RequestKind::Metadata(req) => ResponseKind::Metadata(metadata(ctx, &req, version).await),
+        // A listener without SASL has nothing to authenticate (Kafka answers the same).
+        RequestKind::SaslHandshake(_) => ResponseKind::SaslHandshake(
+            kafka_protocol::messages::SaslHandshakeResponse::default()
+                .with_error_code(ResponseError::IllegalSaslState.code()),
+        ),
+        RequestKind::SaslAuthenticate(_) => ResponseKind::SaslAuthenticate(
+            kafka_protocol::messages::SaslAuthenticateResponse::default()
+                .with_error_code(ResponseError::IllegalSaslState.code())
+                .with_error_message(Some(StrBytes::from_static_str("this listener does not use SASL"))),
+        ),
+        RequestKind::Metadata(req) => ResponseKind::Metadata(metadata(ctx, &req, version, listener).await),
         RequestKind::CreateTopics(req) => ResponseKind::CreateTopics(create_topics(ctx, req).await),
         RequestKind::Produce(req) => return dispatch_produce(ctx, req).answer().await.map(ResponseKind::Produce),
         RequestKind::Fetch(req) => ResponseKind::Fetch(fetch(ctx, req).await),
@@ -155,7 +167,7 @@ pub async fn handle(ctx: &Arc<BrokerContext>, request: DecodedRequest, peer: &st
         RequestKind::OffsetForLeaderEpoch(req) => {
             ResponseKind::OffsetForLeaderEpoch(offset_for_leader_epoch(ctx, req).await)
         }
-        RequestKind::DescribeCluster(_) => ResponseKind::DescribeCluster(describe_cluster(ctx)),
+        RequestKind::DescribeCluster(_) => ResponseKind::DescribeCluster(describe_cluster(ctx, listener)),
         RequestKind::AlterConfigs(req) => ResponseKind::AlterConfigs(alter_configs(ctx, req).await),
         RequestKind::IncrementalAlterConfigs(req) => {
             ResponseKind::IncrementalAlterConfigs(incremental_alter_configs(ctx, req).await)

@@ -32,16 +32,21 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_channel::oneshot;
-use futures_lite::{AsyncReadExt, AsyncWriteExt, future};
+use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, future};
 use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
 use glommio::net::TcpStream;
 use glommio::sync::{Semaphore, StaticPermit};
 use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
 use shardlog_net::kafka::{DecodedRequest, FrameReader, RequestError, ResponseFrame, decode_request, encode_response};
 
+use super::ServedListener;
+use super::authentication;
 use super::limits::{BudgetPermit, Clients, ConnectionSlot};
 use crate::context::BrokerContext;
 use crate::handlers;
+use crate::security::authenticate::{SaslListener, SaslSession};
+use crate::security::principal::Principal;
+use crate::security::session::ClientInfo;
 use crate::shutdown::Shutdown;
 
 /// A connection reads into a buffer of this size at first ...
@@ -61,13 +66,13 @@ const MAX_IN_FLIGHT_BYTES: u64 = 64 << 20;
 
 /// What to do after a frame's answer is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Next {
+pub(super) enum Next {
     Continue,
     Close,
 }
 
 /// An answer on its way: the response frame (none for acks=0 produce) and what comes after it.
-type Answer = (Option<ResponseFrame>, Next);
+pub(super) type Answer = (Option<ResponseFrame>, Next);
 
 /// A request in the queue, in arrival order.
 enum Pending {
@@ -109,9 +114,11 @@ impl Activity {
     }
 }
 
-/// Serves one accepted connection; `slot` is its place in the connection limits, held while it lives.
+/// Serves one connection accepted on `listener`; `slot` is its place in the connection limits, held
+/// while it lives.
 pub(super) async fn serve(
     stream: TcpStream,
+    listener: Arc<ServedListener>,
     ctx: Arc<BrokerContext>,
     clients: Arc<Clients>,
     shutdown: Shutdown,
@@ -128,14 +135,64 @@ pub(super) async fn serve(
         return super::replication::accept_peer(stream, ctx, peer, Box::new(slot)).await;
     }
     let fd = stream.as_raw_fd();
+    let name: Arc<str> = Arc::from(listener.config.name.as_str());
+    let Some(tls) = &listener.tls else {
+        let client = ClientInfo { peer: Arc::from(peer), listener: name, principal: Principal::anonymous() };
+        return serve_kafka(stream, fd, client, listener.sasl.clone(), ctx, clients, shutdown).await;
+    };
+    // The handshake must be done within socket.request.timeout.ms, as a request must arrive: a client
+    // cannot hold a connection by starting one and saying nothing more.
+    let acceptor = futures_rustls::TlsAcceptor::from(tls.config());
+    let handshake = future::or(async { Some(acceptor.accept(stream).await) }, async {
+        future::or(glommio::timer::sleep(clients.frame_limit()), shutdown.wait()).await;
+        None
+    })
+    .await;
+    let stream = match handshake {
+        Some(Ok(stream)) => stream,
+        Some(Err(e)) => {
+            tracing::info!(%peer, listener = %name, error = %e, "closing connection: TLS handshake failed");
+            return;
+        }
+        None => {
+            tracing::info!(%peer, listener = %name, "closing connection: no TLS handshake within socket.request.timeout.ms");
+            return;
+        }
+    };
+    // On SASL_SSL the principal is the one SASL proves; a client certificate only gets it through.
+    let principal = match tls.principal(stream.get_ref().1.peer_certificates()) {
+        Ok(principal) => principal,
+        Err(e) => {
+            tracing::info!(%peer, listener = %name, error = %e, "closing connection: no principal for its certificate");
+            return;
+        }
+    };
+    let client = ClientInfo { peer: Arc::from(peer), listener: name, principal };
+    serve_kafka(stream, fd, client, listener.sasl.clone(), ctx, clients, shutdown).await;
+}
+
+/// Serves Kafka requests on a connection, plain or TLS (`fd` is its socket).
+async fn serve_kafka<S>(
+    stream: S,
+    fd: RawFd,
+    client: ClientInfo,
+    sasl: Option<Arc<SaslListener>>,
+    ctx: Arc<BrokerContext>,
+    clients: Arc<Clients>,
+    shutdown: Shutdown,
+) where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
     let (mut reader, writer) = futures_lite::io::split(stream);
     let (queue, answers) = local_channel::new_bounded(MAX_IN_FLIGHT_REQUESTS);
     let activity = Activity::new();
+    let peer = client.peer.clone();
     // The reader ends at end of stream, a bad frame or shutdown, dropping its end of the queue; the writer
     // then writes what is queued and ends. A writer that ends first (a lost peer) ends the reader too, and
     // so does the watch when the client is too slow or idle too long.
     let reading = async {
-        read_requests(&mut reader, queue, &ctx, &clients, &activity, &shutdown, &peer).await;
+        let sasl = sasl.map(SaslSession::new);
+        read_requests(&mut reader, queue, &ctx, &clients, &activity, &shutdown, client.clone(), sasl).await;
         future::pending::<()>().await
     };
     let watching = watch(&activity, &clients, &peer);
@@ -180,7 +237,7 @@ async fn watch(activity: &Activity, clients: &Clients, peer: &str) {
 /// and dropped, for at most `LINGER`. Closing a socket with unread bytes makes the kernel answer with a
 /// reset, which destroys the answers still on their way to the client (those to the requests before a
 /// bad frame, say).
-async fn linger(fd: RawFd, reader: &mut futures_lite::io::ReadHalf<TcpStream>, shutdown: &Shutdown) {
+async fn linger<S: AsyncRead + Unpin>(fd: RawFd, reader: &mut futures_lite::io::ReadHalf<S>, shutdown: &Shutdown) {
     // SAFETY: `fd` belongs to the stream, which both halves keep open until this function returns;
     // shutdown(2) only changes the connection's state.
     unsafe { libc::shutdown(fd, libc::SHUT_WR) };
@@ -197,17 +254,23 @@ async fn linger(fd: RawFd, reader: &mut futures_lite::io::ReadHalf<TcpStream>, s
 }
 
 #[allow(clippy::too_many_arguments)]
-async fn read_requests(
-    stream: &mut futures_lite::io::ReadHalf<TcpStream>,
+async fn read_requests<S: AsyncRead + Unpin>(
+    stream: &mut futures_lite::io::ReadHalf<S>,
     queue: LocalSender<Pending>,
     ctx: &Arc<BrokerContext>,
     clients: &Clients,
     activity: &Activity,
     shutdown: &Shutdown,
-    peer: &str,
+    mut client: ClientInfo,
+    mut sasl: Option<SaslSession>,
 ) {
+    let peer = client.peer.clone();
+    let peer = &*peer;
     let budget = Rc::new(Semaphore::new(MAX_IN_FLIGHT_BYTES));
     let mut reader = FrameReader::new(ctx.config.socket_request_max_bytes);
+    if sasl.is_some() {
+        reader.set_limit(ctx.config.sasl.max_receive_bytes, "sasl.server.max.receive.size");
+    }
     let mut buf = vec![0u8; FIRST_READ_BYTES];
     // The frame being received's share of the broker's request budget, once it has one.
     let mut held: Option<BudgetPermit> = None;
@@ -237,11 +300,15 @@ async fn read_requests(
                     None => return,
                 },
             };
-            let pending = match decode(ctx, frame, peer) {
+            let decoded = match &mut sasl {
+                Some(session) => authentication::gate(session, ctx, frame, &mut client, &mut reader).await,
+                None => decode(ctx, frame, peer),
+            };
+            let pending = match decoded {
                 Ok(request) => {
                     let units = budget_units(&request, frame_bytes);
                     let Ok(permit) = budget.clone().acquire_static_permit(units).await else { return };
-                    start(ctx, request, peer, permit, shared, received)
+                    start(ctx, request, &client, permit, shared, received)
                 }
                 Err(answer) => Pending::Ready(answer),
             };
@@ -318,8 +385,8 @@ async fn until_shutdown<T>(work: impl Future<Output = T>, shutdown: &Shutdown) -
     .await
 }
 
-async fn write_answers(
-    mut stream: futures_lite::io::WriteHalf<TcpStream>,
+async fn write_answers<S: AsyncWrite + Unpin>(
+    mut stream: futures_lite::io::WriteHalf<S>,
     answers: LocalReceiver<Pending>,
     activity: &Activity,
     shutdown: &Shutdown,
@@ -360,8 +427,8 @@ async fn write_answers(
 /// Writes an answer's pieces (a Fetch answer's record sets are pieces of their own, written from where the
 /// log read them), each a megabyte at a time, so the watch can tell a client that takes it slowly from one
 /// that takes none of it.
-async fn write_in_pieces(
-    stream: &mut futures_lite::io::WriteHalf<TcpStream>,
+async fn write_in_pieces<S: AsyncWrite + Unpin>(
+    stream: &mut futures_lite::io::WriteHalf<S>,
     frame: &ResponseFrame,
     activity: &Activity,
 ) -> std::io::Result<()> {
@@ -377,7 +444,7 @@ async fn write_in_pieces(
 }
 
 /// Decodes a frame; a frame that is not a request we serve is answered (or closes the connection) here.
-fn decode(ctx: &Arc<BrokerContext>, frame: bytes::Bytes, peer: &str) -> Result<DecodedRequest, Answer> {
+pub(super) fn decode(ctx: &Arc<BrokerContext>, frame: bytes::Bytes, peer: &str) -> Result<DecodedRequest, Answer> {
     match decode_request(frame, &ctx.apis) {
         Ok(request) => Ok(request),
         // KIP-511: the client learns our versions from this answer and asks again on this connection.
@@ -413,14 +480,15 @@ fn budget_units(request: &DecodedRequest, frame_bytes: usize) -> u64 {
 fn start(
     ctx: &Arc<BrokerContext>,
     request: DecodedRequest,
-    peer: &str,
+    client: &ClientInfo,
     permit: StaticPermit,
     shared: BudgetPermit,
     received: Instant,
 ) -> Pending {
     let (api_key, version, correlation_id) = (request.api_key, request.version, request.header.correlation_id);
     let slow = SlowRequest::new(ctx.config.clients.slow_request_ms, &request.body, received);
-    let (ctx, peer) = (ctx.clone(), peer.to_string());
+    let (ctx, client) = (ctx.clone(), client.clone());
+    let peer = client.peer.clone();
     let answer = match request.body {
         // Dispatched here, before the next frame is read, so appends keep the connection's order.
         RequestKind::Produce(req) => {
@@ -435,7 +503,7 @@ fn start(
             })
         }
         _ => spawn_handler(async move {
-            let body = handlers::handle(&ctx, request, &peer).await;
+            let body = handlers::handle(&ctx, request, &client).await;
             drop(shared);
             crate::metrics::observe_request(api_key, received.elapsed(), body.as_ref());
             let answer = encode(body, correlation_id, api_key, version, &peer);
@@ -529,7 +597,13 @@ fn spawn_handler(handler: impl Future<Output = Answer> + 'static) -> oneshot::Re
     rx
 }
 
-fn encode(body: Option<ResponseKind>, correlation_id: i32, api_key: ApiKey, version: i16, peer: &str) -> Answer {
+pub(super) fn encode(
+    body: Option<ResponseKind>,
+    correlation_id: i32,
+    api_key: ApiKey,
+    version: i16,
+    peer: &str,
+) -> Answer {
     // Produce with acks=0: Kafka sends nothing back.
     let Some(body) = body else { return (None, Next::Continue) };
     match encode_response(correlation_id, api_key, version, &body) {

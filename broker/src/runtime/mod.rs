@@ -1,11 +1,9 @@
 //! The shard runtime: one glommio executor per shard, pinned to a core when there are enough cores,
-//! each accepting connections on the broker's one listening socket and serving them to the end.
+//! each accepting connections on every Kafka listener and serving them to the end.
 //!
-//! The Kafka listener is bound and listening from the start, without SO_REUSEPORT: a port another process
-//! listens on stops the start with "address already in use" (two brokers sharing a port would each get a
-//! random share of the clients), before anything else is done. Every shard gets a duplicate of its
-//! descriptor and accepts once the broker is ready to serve; connections made before wait in the backlog
-//! (as Kafka's do until its request handlers start).
+//! The listeners are bound and listening from the start ([`listeners`]). Every shard gets a duplicate of
+//! each listener's descriptor and accepts once the broker is ready to serve; connections made before wait
+//! in the backlog (as Kafka's do until its request handlers start).
 //!
 //! Shutdown: the process's signal thread sets [`Shutdown`]; every shard stops accepting and lets its
 //! connections finish the requests in hand. Only when every shard has done so do the shards close their
@@ -17,8 +15,10 @@
 //! glommio task handle. glommio 0.9 frees a finished task twice when its handle is dropped while another
 //! thread drops the task's last waker (see `connection::spawn_handler`).
 
+mod authentication;
 mod connection;
 pub mod limits;
+mod listeners;
 mod offline;
 mod replication;
 
@@ -44,10 +44,11 @@ use crate::host_check::system::RESERVED_FILES;
 use crate::logging::Throttle;
 use crate::metadata::image::MetadataImage;
 use crate::metadata::link::{LinkSettings, QuorumLink};
-use crate::quorum::state::{BrokerEndpoint, DEFAULT_LISTENER_NAME, ListenerEndpoint, NodeId};
+use crate::quorum::state::{BrokerEndpoint, ListenerEndpoint, NodeId};
 use crate::shard::{self, PartitionRequest};
 use crate::shutdown::Shutdown;
 use limits::Clients;
+use listeners::{ServedListener, bind_listeners, serve_listeners};
 
 /// Triggers shutdown if dropped while its thread panics.
 struct StopOnFailure(Shutdown);
@@ -107,8 +108,9 @@ pub fn run(config: BrokerConfig, shutdown: Shutdown) -> Result<()> {
     let (admin_tx, admin_rx) = flume::unbounded();
     let (group_txs, group_rxs): (Vec<_>, Vec<_>) = (0..shards).map(|_| flume::unbounded()).unzip();
     let mut group_rxs = group_rxs.into_iter();
-    let addr = config.listener.socket_addr().with_context(|| format!("resolve listener {}", config.listener))?;
-    let mut listeners = bind_listener(addr, shards)?.into_iter();
+    let served = serve_listeners(&config, shards)?;
+    let tls_listeners = served.iter().filter_map(|(l, _)| l.tls.clone()).collect();
+    let mut per_shard = bind_listeners(served, shards).into_iter();
     let metrics_listener = crate::metrics::endpoint::bind(&config.metrics_listen)?;
     // Before anything registers a metric: handles registered earlier would record nothing.
     let recorder = crate::metrics::install();
@@ -125,6 +127,7 @@ pub fn run(config: BrokerConfig, shutdown: Shutdown) -> Result<()> {
         shutdown.clone(),
         disk,
     ));
+    listeners::watch_certificates(tls_listeners, shutdown.clone())?;
     let notifier = crate::notify::spawn(ctx.clone());
     let metrics = crate::metrics::endpoint::Endpoint::start(metrics_listener, recorder, ctx.clone(), clients.clone())?;
     let draining = Arc::new(AtomicUsize::new(shards));
@@ -136,7 +139,7 @@ pub fn run(config: BrokerConfig, shutdown: Shutdown) -> Result<()> {
         let placement = if shards <= cpus { Placement::Fixed(shard) } else { Placement::Unbound };
         let (ctx, shutdown, admin, draining) = (ctx.clone(), shutdown.clone(), admin_rx.take(), draining.clone());
         let clients = clients.clone();
-        let listener = listeners.next().expect("one listener descriptor per shard");
+        let listeners = per_shard.next().expect("descriptors for every shard");
         let groups = group_rxs.next().expect("one group coordinator channel per shard");
         let mut builder = LocalExecutorBuilder::new(placement).name(&format!("shard-{shard}"));
         if ctx.config.shard_limits.idle_poll_us > 0 {
@@ -148,7 +151,7 @@ pub fn run(config: BrokerConfig, shutdown: Shutdown) -> Result<()> {
                 // cluster view with its partitions missing.
                 let guard = StopOnFailure(shutdown.clone());
                 let channels = ShardChannels { requests, groups, admin };
-                let result = run_shard(shard, addr, listener, ctx, clients, channels, shutdown, draining).await;
+                let result = run_shard(shard, listeners, ctx, clients, channels, shutdown, draining).await;
                 if let Err(e) = &result {
                     tracing::error!(shard, error = %e, "shard failed; stopping the broker");
                     guard.0.trigger();
@@ -188,12 +191,16 @@ fn link_settings(config: &BrokerConfig) -> LinkSettings {
             host: config.advertised_listener.host.clone(),
             port: config.advertised_listener.port,
         },
-        // One listener until the configuration names several.
-        listeners: vec![ListenerEndpoint {
-            name: DEFAULT_LISTENER_NAME.to_string(),
-            host: config.advertised_listener.host.clone(),
-            port: config.advertised_listener.port,
-        }],
+        listeners: config
+            .listeners
+            .all
+            .iter()
+            .map(|l| ListenerEndpoint {
+                name: l.name.clone(),
+                host: l.advertised.host.clone(),
+                port: l.advertised.port,
+            })
+            .collect(),
         data_dir: config.data_dir.clone(),
         voters: config.quorum_voters.iter().map(|v| (v.id as u64, format!("{}:{}", v.host, v.port))).collect(),
         heartbeat_interval: Duration::from_millis(config.broker_heartbeat_interval_ms),
@@ -201,52 +208,6 @@ fn link_settings(config: &BrokerConfig) -> LinkSettings {
         quorum_reserve_bytes: crate::disk_space::quorum_reserve_bytes(config.log_dir_min_free_bytes),
         leader_rebalance: config.leader_rebalance,
     }
-}
-
-/// How long a start waits for a port in use to be released before it gives up.
-const PORT_RELEASE_WAIT: Duration = Duration::from_secs(5);
-
-/// Connections the kernel queues for the shards to accept.
-const LISTEN_BACKLOG: i32 = 1024;
-
-/// Binds the Kafka listener and listens (SO_REUSEADDR, so a restart is not held up by connections of the
-/// previous process in TIME_WAIT, but not SO_REUSEPORT) and returns one descriptor of it per shard. It is
-/// non-blocking: the descriptors share its file status flags, and glommio's accept sets and restores
-/// O_NONBLOCK around a direct accept(2), which on a blocking socket could block a shard.
-///
-/// A port still held for a moment after its process died is waited for, up to [`PORT_RELEASE_WAIT`]:
-/// after kill -9 under load, the kernel tears the dead broker's io_uring rings down only once their
-/// direct writes complete, and a pending accept keeps its listening socket open until then.
-fn bind_listener(addr: std::net::SocketAddr, shards: usize) -> Result<Vec<OwnedFd>> {
-    use socket2::{Domain, Protocol, Socket, Type};
-    let in_use = || format!("listen on {addr}");
-    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP)).with_context(in_use)?;
-    socket.set_reuse_address(true).with_context(in_use)?;
-    socket.set_nonblocking(true).with_context(in_use)?;
-    let deadline = std::time::Instant::now() + PORT_RELEASE_WAIT;
-    let mut told = false;
-    loop {
-        match socket.bind(&addr.into()) {
-            Ok(()) => break,
-            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && std::time::Instant::now() < deadline => {
-                if !std::mem::replace(&mut told, true) {
-                    tracing::info!(%addr, "the port is in use; waiting a few seconds in case a previous process still holds it");
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            Err(e) => return Err(e).with_context(in_use),
-        }
-    }
-    // Listening at once: two sockets with SO_REUSEADDR may both bind while neither listens, so only a
-    // listening socket keeps the port from a second process.
-    socket.listen(LISTEN_BACKLOG).with_context(in_use)?;
-    let first = OwnedFd::from(socket);
-    let mut out = Vec::with_capacity(shards);
-    for _ in 1..shards {
-        out.push(first.try_clone().with_context(in_use)?);
-    }
-    out.push(first);
-    Ok(out)
 }
 
 /// The file whose lock says a broker process runs on the data dir.
@@ -358,8 +319,7 @@ struct ShardChannels {
 #[allow(clippy::too_many_arguments)]
 async fn run_shard(
     shard: usize,
-    addr: std::net::SocketAddr,
-    listener: OwnedFd,
+    listeners: Vec<(Arc<ServedListener>, OwnedFd)>,
     ctx: Arc<BrokerContext>,
     clients: Arc<Clients>,
     channels: ShardChannels,
@@ -422,7 +382,7 @@ async fn run_shard(
         glommio::spawn_local(crate::metadata::follow::follow(ctx.clone(), images)).detach();
         glommio::spawn_local(trim_frame_buffers(shutdown.clone())).detach();
     }
-    let served = serve(shard, addr, listener, ctx, clients, shutdown.clone()).await;
+    let served = serve(shard, listeners, ctx, clients, shutdown.clone()).await;
     if served.is_err() {
         // This shard cannot serve (its listener failed): the broker stops, and upkeep with it.
         shutdown.trigger();
@@ -442,8 +402,7 @@ async fn run_shard(
 
 async fn serve(
     shard: usize,
-    addr: std::net::SocketAddr,
-    listener: OwnedFd,
+    listeners: Vec<(Arc<ServedListener>, OwnedFd)>,
     ctx: Arc<BrokerContext>,
     clients: Arc<Clients>,
     shutdown: Shutdown,
@@ -455,10 +414,6 @@ async fn serve(
         }
         glommio::timer::sleep(Duration::from_millis(10)).await;
     }
-    // SAFETY: the descriptor is a bound, listening, non-blocking TCP socket that nothing else owns: it
-    // moves into the listener, which closes it when dropped.
-    let listener = unsafe { TcpListener::from_raw_fd(listener.into_raw_fd()) };
-    tracing::info!(shard, %addr, "accepting connections");
     ctx.liveness.accepting();
     if ctx.config.test_stall_shard == Some(shard) {
         tracing::warn!(shard, "test.stall.shard: this shard's thread blocks for good in a second");
@@ -471,6 +426,32 @@ async fn serve(
         .detach();
     }
     let open_connections = Rc::new(Cell::new(0usize));
+    let accepting = listeners.into_iter().map(|(listener, fd)| {
+        accept(shard, listener, fd, ctx.clone(), clients.clone(), shutdown.clone(), open_connections.clone())
+    });
+    futures_util::future::join_all(accepting).await;
+    tracing::info!(shard, connections = open_connections.get(), "stopped accepting; finishing connections");
+    let deadline = std::time::Instant::now() + DRAIN_LIMIT;
+    while open_connections.get() > 0 && std::time::Instant::now() < deadline {
+        glommio::timer::sleep(Duration::from_millis(10)).await;
+    }
+    Ok(())
+}
+
+/// Accepts connections on one listener until shutdown, each served as a task of its own.
+async fn accept(
+    shard: usize,
+    served: Arc<ServedListener>,
+    fd: OwnedFd,
+    ctx: Arc<BrokerContext>,
+    clients: Arc<Clients>,
+    shutdown: Shutdown,
+    open_connections: Rc<Cell<usize>>,
+) {
+    // SAFETY: the descriptor is a bound, listening, non-blocking TCP socket that nothing else owns: it
+    // moves into the listener, which closes it when dropped.
+    let listener = unsafe { TcpListener::from_raw_fd(fd.into_raw_fd()) };
+    tracing::info!(shard, listener = %served.config.name, protocol = %served.config.protocol, addr = %served.addr, "accepting connections");
     let (mut refusals, mut accept_failures) = (Throttle::new(LOG_INTERVAL), Throttle::new(LOG_INTERVAL));
     loop {
         let accepted = future::or(async { Some(listener.accept().await) }, async {
@@ -502,9 +483,10 @@ async fn serve(
                 };
                 let (ctx, clients, shutdown, open) =
                     (ctx.clone(), clients.clone(), shutdown.clone(), open_connections.clone());
+                let served = served.clone();
                 open.set(open.get() + 1);
                 glommio::spawn_local(async move {
-                    connection::serve(stream, ctx, clients, shutdown, slot).await;
+                    connection::serve(stream, served, ctx, clients, shutdown, slot).await;
                     open.set(open.get() - 1);
                 })
                 .detach();
@@ -519,10 +501,4 @@ async fn serve(
         }
     }
     drop(listener);
-    tracing::info!(shard, connections = open_connections.get(), "stopped accepting; finishing connections");
-    let deadline = std::time::Instant::now() + DRAIN_LIMIT;
-    while open_connections.get() > 0 && std::time::Instant::now() < deadline {
-        glommio::timer::sleep(Duration::from_millis(10)).await;
-    }
-    Ok(())
 }

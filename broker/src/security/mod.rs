@@ -1,3 +1,16 @@
-//! Security: who a client or peer is, and what it may do. Each part is a room of its own below.
+//! Security: who a client or peer is, and what it may do. Each part is a room of its own:
+//!
+//! - [`tls`]: TLS listeners (rustls), their certificates and reloading them;
+//! - [`sasl`]: the SASL mechanisms, as pure code;
+//! - [`authenticate`]: a connection's SASL exchange, driving the mechanisms;
+//! - [`principal`]: the principal a connection authenticated as;
+//! - [`session`]: what the request handlers know of the client behind a request.
+//!
+//! Every connection passes through here once, at the edge (`crate::runtime`): the handlers never
+//! authenticate anyone themselves.
 
+pub mod authenticate;
+pub mod principal;
 pub mod sasl;
+pub mod session;
+pub mod tls;

@@ -13,8 +13,8 @@ use crate::pool::{LARGE_FRAME_BYTES, PooledBuf};
 pub enum FrameError {
     #[error("frame length {0} is negative")]
     Negative(i32),
-    #[error("frame of {size} bytes exceeds the {max}-byte limit (socket.request.max.bytes)")]
-    TooLarge { size: usize, max: usize },
+    #[error("frame of {size} bytes exceeds the {max}-byte limit ({setting})")]
+    TooLarge { size: usize, max: usize, setting: &'static str },
     #[error("no memory for a frame of {size} bytes: {error}")]
     NoMemory { size: usize, error: String },
 }
@@ -29,13 +29,22 @@ pub struct FrameReader {
     /// The large frame being received: its announced size and the buffer its bytes go to.
     large: Option<(usize, PooledBuf)>,
     max_frame_bytes: usize,
+    /// The setting the limit comes from, for the error.
+    setting: &'static str,
 }
 
 impl FrameReader {
     /// A reader refusing frames larger than `max_frame_bytes` (Kafka's `socket.request.max.bytes`,
     /// default 100 MiB).
     pub fn new(max_frame_bytes: usize) -> Self {
-        FrameReader { buf: BytesMut::new(), large: None, max_frame_bytes }
+        FrameReader { buf: BytesMut::new(), large: None, max_frame_bytes, setting: "socket.request.max.bytes" }
+    }
+
+    /// Changes the limit for frames whose size has not arrived yet: a SASL listener bounds frames by
+    /// `sasl.server.max.receive.size` until the client has authenticated.
+    pub fn set_limit(&mut self, max_frame_bytes: usize, setting: &'static str) {
+        self.max_frame_bytes = max_frame_bytes;
+        self.setting = setting;
     }
 
     /// Adds bytes read from the connection.
@@ -97,7 +106,7 @@ impl FrameReader {
         }
         let size = claimed as usize;
         if size > self.max_frame_bytes {
-            return Err(FrameError::TooLarge { size, max: self.max_frame_bytes });
+            return Err(FrameError::TooLarge { size, max: self.max_frame_bytes, setting: self.setting });
         }
         if size >= LARGE_FRAME_BYTES {
             // The mapping takes memory only as the frame's bytes arrive.
@@ -144,7 +153,10 @@ mod tests {
         assert_eq!(r.next_frame(), Err(FrameError::Negative(i32::MIN)));
         let mut r = FrameReader::new(1 << 20);
         r.extend(&0x7FFF_FFFFu32.to_be_bytes());
-        assert_eq!(r.next_frame(), Err(FrameError::TooLarge { size: 0x7FFF_FFFF, max: 1 << 20 }));
+        assert_eq!(
+            r.next_frame(),
+            Err(FrameError::TooLarge { size: 0x7FFF_FFFF, max: 1 << 20, setting: "socket.request.max.bytes" })
+        );
         assert!(r.buf.capacity() < 1 << 20, "nothing was reserved for the refused frame");
     }
 

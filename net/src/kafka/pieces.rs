@@ -30,6 +30,15 @@ impl ResponseFrame {
         ResponseFrame { pieces, len }
     }
 
+    /// `payload` framed by its size: a SASL token as SaslHandshake v0's clients read it (no Kafka
+    /// response header).
+    pub fn raw(payload: &[u8]) -> Self {
+        let mut frame = BytesMut::with_capacity(4 + payload.len());
+        frame.extend_from_slice(&(payload.len() as i32).to_be_bytes());
+        frame.extend_from_slice(payload);
+        ResponseFrame::new(vec![frame.freeze()])
+    }
+
     /// Bytes in the frame, size prefix included.
     pub fn len(&self) -> usize {
         self.len

@@ -273,6 +273,28 @@ struct StartArgs {
     /// them by module, as `info,shardlog_broker::group=debug`.
     #[arg(long, value_enum, default_value_t = LogFormat::Human)]
     log_format: LogFormat,
+    /// A SCRAM user added when this start forms the cluster (repeatable), as Kafka's `kafka-storage
+    /// format --add-scram`: `SCRAM-SHA-256=[name=admin,password=admin-secret]`, optionally with
+    /// `iterations=N` (4096 to 16384, default 4096). Ignored by later starts.
+    #[arg(long = "add-scram", value_name = "MECHANISM=[name=N,password=P]")]
+    add_scram: Vec<Secret>,
+}
+
+/// A flag's value that holds a password: never printed, not even by `Debug`.
+#[derive(Clone)]
+struct Secret(String);
+
+impl std::str::FromStr for Secret {
+    type Err = std::convert::Infallible;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(Secret(s.to_string()))
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(..)")
+    }
 }
 
 impl StartArgs {
@@ -389,7 +411,9 @@ fn repair(args: &RepairArgs) -> Result<()> {
 }
 
 fn start(args: StartArgs) -> Result<()> {
-    let config = BrokerConfig::load(&args.sources()).context("invalid settings")?;
+    let mut config = BrokerConfig::load(&args.sources()).context("invalid settings")?;
+    let add_scram: Vec<String> = args.add_scram.iter().map(|s| s.0.clone()).collect();
+    config.bootstrap_scram = shardlog_broker::quorum::bootstrap::parse_all(&add_scram)?;
     let shutdown = Shutdown::default();
     shutdown.on_signals().context("install signal handler")?;
     tracing::info!(node = config.node_id, listener = %config.listener, shards = config.shards, "starting");

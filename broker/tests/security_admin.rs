@@ -252,3 +252,86 @@ fn scram_changes_answer_kafkas_per_user_errors_and_survive_a_restart() {
     let mut s = broker.connect();
     assert_eq!(describe_users(&mut s), vec![("alice".to_string(), 0, vec![(1, 4096)])]);
 }
+
+fn delete_user(s: &mut TcpStream, user: &str, mechanism: i8) -> i16 {
+    let deletion = ScramCredentialDeletion::default().with_name(text(user)).with_mechanism(mechanism);
+    let request = AlterUserScramCredentialsRequest::default().with_deletions(vec![deletion]);
+    send(s, ApiKey::AlterUserScramCredentials, 0, 4, &request);
+    let (_, ResponseKind::AlterUserScramCredentials(response)) = receive(s, ApiKey::AlterUserScramCredentials, 0)
+    else {
+        panic!("not an AlterUserScramCredentials response")
+    };
+    response.results[0].error_code
+}
+
+/// The users once the bootstrap credentials are committed (they are proposed once the quorum leads).
+fn users_once_added(broker: &Broker, count: usize) -> Users {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let users = describe_users(&mut broker.connect());
+        if users.len() >= count || std::time::Instant::now() > deadline {
+            return users;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// Every byte of every file under `dir`.
+fn contains_bytes(dir: &Path, needle: &[u8]) -> bool {
+    std::fs::read_dir(dir).unwrap().flatten().any(|entry| {
+        let path = entry.path();
+        if path.is_dir() {
+            return contains_bytes(&path, needle);
+        }
+        let bytes = std::fs::read(&path).unwrap_or_default();
+        bytes.windows(needle.len()).any(|w| w == needle)
+    })
+}
+
+#[test]
+fn add_scram_creates_users_when_the_cluster_forms_and_never_again() {
+    let data = tempfile::tempdir().unwrap();
+    let flags = [
+        "--add-scram",
+        "SCRAM-SHA-256=[name=admin,password=admin-secret]",
+        "--add-scram",
+        "SCRAM-SHA-512=[name=ops,password=\"ops-secret\",iterations=8192]",
+    ];
+    let broker = Broker::start_in(data.path(), 1, &flags);
+    let expected = vec![("admin".to_string(), 0, vec![(1, 4096)]), ("ops".to_string(), 0, vec![(2, 8192)])];
+    assert_eq!(users_once_added(&broker, 2), expected, "{}", broker.log());
+    assert_eq!(delete_user(&mut broker.connect(), "admin", 1), 0);
+    let (status, log) = broker.terminate_with_log();
+    assert!(status.success());
+    assert!(!log.contains("admin-secret") && !log.contains("ops-secret"), "{log}");
+    assert!(log.contains("SCRAM credentials from --add-scram added"), "{log}");
+
+    // A restart with the same flags: the cluster exists, so the deleted user stays deleted.
+    let broker = Broker::start_in(data.path(), 1, &flags);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert_eq!(describe_users(&mut broker.connect()), vec![("ops".to_string(), 0, vec![(2, 8192)])]);
+    let (status, log) = broker.terminate_with_log();
+    assert!(status.success());
+    assert!(!log.contains("--add-scram added"), "{log}");
+    // Only salted keys were stored: no password in the quorum's log or snapshot, nor anywhere else.
+    assert!(!contains_bytes(data.path(), b"admin-secret") && !contains_bytes(data.path(), b"ops-secret"));
+}
+
+#[test]
+fn a_malformed_add_scram_is_refused_at_start_without_repeating_the_value() {
+    let data = tempfile::tempdir().unwrap();
+    for bad in ["SCRAM-SHA-256=[name=a,password=hunter2,iterations=10]", "SCRAM-MD5=[name=a,password=hunter2]"] {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let out = Command::new(env!("CARGO_BIN_EXE_shardlog"))
+            .args(["start", "--listen", &format!("127.0.0.1:{port}"), "--metrics-listen", "127.0.0.1:0"])
+            .arg("--data-dir")
+            .arg(data.path())
+            .args(["--add-scram", bad])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{stderr}");
+        assert!(stderr.contains("--add-scram"), "{stderr}");
+        assert!(!stderr.contains("hunter2"), "{stderr}");
+    }
+}

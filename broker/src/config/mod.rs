@@ -138,6 +138,8 @@ pub struct BrokerConfig {
     pub groups: GroupConfig,
     /// Every row of [`settings::SETTINGS`] with the value in force, in the table's order.
     pub effective: Vec<EffectiveSetting>,
+    /// `shardlog start --add-scram` (a flag, not a setting: it acts only when the cluster forms), salted.
+    pub bootstrap_scram: Vec<crate::quorum::security::ScramUpsertion>,
 }
 
 /// SASL authentication (Kafka's settings).
@@ -692,6 +694,7 @@ impl Reader {
             shard_limits,
             groups,
             effective: Vec::new(),
+            bootstrap_scram: Vec::new(),
         };
         let mut effective = self.effective;
         let effective = SETTINGS

@@ -71,6 +71,8 @@ pub struct LinkSettings {
     pub quorum_reserve_bytes: u64,
     /// `auto.leader.rebalance.enable` of the voter this node runs.
     pub leader_rebalance: Option<crate::quorum::service::LeaderRebalance>,
+    /// `--add-scram`: credentials the voter this node runs adds if it forms the cluster.
+    pub bootstrap_scram: Vec<crate::quorum::security::ScramUpsertion>,
 }
 
 /// Why the link could not start.
@@ -82,6 +84,11 @@ pub enum LinkError {
     OtherNode { path: PathBuf, recorded: u32, configured: u32 },
     #[error("start the quorum link thread: {0}")]
     Thread(std::io::Error),
+    #[error(
+        "--add-scram adds users when the quorum forms, and node {0} runs no quorum voter: give it to a node in \
+         controller.quorum.voters"
+    )]
+    AddScramWithoutVoter(NodeId),
 }
 
 struct WriteRequest {
@@ -190,6 +197,7 @@ impl QuorumLink {
             voter.session_timeout_ms = settings.session_timeout_ms as i64;
             voter.reserve_bytes = settings.quorum_reserve_bytes;
             voter.leader_rebalance = settings.leader_rebalance;
+            voter.bootstrap_scram = settings.bootstrap_scram.clone();
             let voter = Voter::start(voter).map_err(|e| LinkError::Voter(settings.node.to_string(), e))?;
             Quorum::Embedded(Arc::new(voter))
         } else if let Some((_, addr)) = settings.voters.iter().find(|(id, _)| *id == settings.node.0 as u64) {
@@ -198,8 +206,11 @@ impl QuorumLink {
             voter.session_timeout_ms = settings.session_timeout_ms as i64;
             voter.reserve_bytes = settings.quorum_reserve_bytes;
             voter.leader_rebalance = settings.leader_rebalance;
+            voter.bootstrap_scram = settings.bootstrap_scram.clone();
             let voter = Voter::start(voter).map_err(|e| LinkError::Voter(addr.clone(), e))?;
             Quorum::Embedded(Arc::new(voter))
+        } else if !settings.bootstrap_scram.is_empty() {
+            return Err(LinkError::AddScramWithoutVoter(settings.node));
         } else {
             Quorum::Remote(Arc::new(settings.voters.clone()))
         };

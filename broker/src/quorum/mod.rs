@@ -12,9 +12,12 @@
 //! - [`service`] runs a voter: openraft on its own thread with a current-thread tokio runtime, reached
 //!   from other threads through flume channels.
 //!
+//! [`bootstrap`] adds the first SCRAM users when a voter forms the cluster (`--add-scram`).
+//!
 //! Voters run standalone (`shardlog quorum`) or inside brokers; brokers reach them through
 //! [`crate::metadata::link`].
 
+pub mod bootstrap;
 pub mod client;
 mod command_error;
 pub mod election;

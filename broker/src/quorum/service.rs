@@ -42,6 +42,8 @@ pub struct VoterSettings {
     pub reserve_bytes: u64,
     /// `auto.leader.rebalance.enable`: what the leader checks, and how often; `None` when off.
     pub leader_rebalance: Option<LeaderRebalance>,
+    /// `--add-scram`: credentials added when this voter forms the cluster (see [`super::bootstrap`]).
+    pub bootstrap_scram: Vec<super::security::ScramUpsertion>,
 }
 
 /// Kafka's automatic preferred-leader election: every `interval`, a live broker that does not lead more
@@ -75,6 +77,7 @@ impl VoterSettings {
             session_timeout_ms: 9000,
             reserve_bytes: crate::disk_space::quorum_reserve_bytes(1 << 30),
             leader_rebalance: Some(LeaderRebalance::default()),
+            bootstrap_scram: Vec::new(),
         }
     }
 
@@ -310,12 +313,24 @@ async fn run(
     // Only a pristine voter proposes the membership: openraft logs an ERROR when asked on a voter that
     // has a log or a vote (every start but the first).
     let pristine = matches!(raft.is_initialized().await, Ok(false));
+    // The credentials of `--add-scram` belong to the cluster's formation: marked before it, so a crash
+    // before they are committed does not lose them; never added by a later start.
+    let bootstrap = match settings.bootstrap_scram.is_empty() {
+        true => false,
+        false if pristine => {
+            super::bootstrap::mark_pending(&settings.dir);
+            true
+        }
+        false => super::bootstrap::pending(&settings.dir),
+    };
     match if pristine { raft.initialize(members).await } else { Ok(()) } {
         Ok(()) => {}
         // Another voter's vote request arrived first: the cluster is forming without this proposal.
         Err(openraft::error::RaftError::APIError(openraft::error::InitializeError::NotAllowed(_))) => {}
         Err(e) => tracing::warn!(node = settings.node_id, error = %e, "quorum: initial membership not proposed"),
     }
+    let bootstrapping = bootstrap
+        .then(|| tokio::spawn(super::bootstrap::add_credentials(served.clone(), settings.bootstrap_scram.clone())));
     let _ = ready.send(Ok(()));
     while let Ok(request) = inbox.recv_async().await {
         match request {
@@ -345,6 +360,9 @@ async fn run(
     }
     fencing.abort();
     reporting.abort();
+    if let Some(bootstrapping) = bootstrapping {
+        bootstrapping.abort();
+    }
     if let Some(rebalancing) = rebalancing {
         rebalancing.abort();
     }

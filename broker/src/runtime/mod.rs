@@ -207,6 +207,7 @@ fn link_settings(config: &BrokerConfig) -> LinkSettings {
         session_timeout_ms: config.broker_session_timeout_ms,
         quorum_reserve_bytes: crate::disk_space::quorum_reserve_bytes(config.log_dir_min_free_bytes),
         leader_rebalance: config.leader_rebalance,
+        bootstrap_scram: config.bootstrap_scram.clone(),
     }
 }
 

@@ -43,6 +43,12 @@ enum Command {
         #[command(subcommand)]
         command: GroupCommand,
     },
+    /// Manage SCRAM users over the Kafka protocol (KIP-554): the password is salted here, and only the
+    /// salted password reaches the broker.
+    User {
+        #[command(subcommand)]
+        command: UserCommand,
+    },
     /// The broker's settings.
     Config {
         #[command(subcommand)]
@@ -79,6 +85,43 @@ struct RepairArgs {
     /// ERROR line names is where the damage starts.
     #[arg(long)]
     truncate_at: u64,
+}
+
+#[derive(Debug, Subcommand)]
+enum UserCommand {
+    /// Add a user's SCRAM credential, or replace the one it has for that mechanism.
+    Create {
+        name: String,
+        /// SCRAM-SHA-256 or SCRAM-SHA-512.
+        #[arg(long, default_value = "SCRAM-SHA-512")]
+        mechanism: String,
+        /// The password (visible to other users of this host in the process list: prefer
+        /// --password-file).
+        #[arg(long, required_unless_present = "password_file", conflicts_with = "password_file")]
+        password: Option<Secret>,
+        /// A file whose content (without the final newline) is the password.
+        #[arg(long)]
+        password_file: Option<PathBuf>,
+        /// PBKDF2 iterations, 4096 to 16384 (Kafka's bounds).
+        #[arg(long, default_value_t = 4096)]
+        iterations: u32,
+        #[command(flatten)]
+        bootstrap: Bootstrap,
+    },
+    /// Remove a user's SCRAM credential for one mechanism, or all of them.
+    Delete {
+        name: String,
+        /// Only this mechanism's credential (default: every one the user has).
+        #[arg(long)]
+        mechanism: Option<String>,
+        #[command(flatten)]
+        bootstrap: Bootstrap,
+    },
+    /// Every user with a SCRAM credential: mechanism and iterations.
+    List {
+        #[command(flatten)]
+        bootstrap: Bootstrap,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -346,6 +389,7 @@ fn run(command: Command) -> Result<()> {
         Command::Quorum(args) => quorum(args),
         Command::Topic { command } => topic(command),
         Command::Group { command } => group(command),
+        Command::User { command } => user(command),
         Command::Config { command: ConfigCommand::List } => {
             print!("{}", shardlog_broker::config::settings::render());
             Ok(())
@@ -419,6 +463,42 @@ fn start(args: StartArgs) -> Result<()> {
     tracing::info!(node = config.node_id, listener = %config.listener, shards = config.shards, "starting");
     runtime::run(config, shutdown)?;
     tracing::info!("stopped");
+    Ok(())
+}
+
+fn scram_mechanism(name: &str) -> Result<i8> {
+    shardlog_broker::quorum::security::scram_mechanism_code(name)
+        .with_context(|| format!("--mechanism {name:?}: SCRAM-SHA-256 or SCRAM-SHA-512"))
+}
+
+fn user(command: UserCommand) -> Result<()> {
+    match command {
+        UserCommand::Create { name, mechanism, password, password_file, iterations, bootstrap } => {
+            let code = scram_mechanism(&mechanism)?;
+            let password = match (password, password_file) {
+                (Some(p), _) => p.0,
+                (None, Some(file)) => {
+                    let text = std::fs::read_to_string(&file)
+                        .with_context(|| format!("--password-file {}", file.display()))?;
+                    text.strip_suffix('\n').map(|t| t.strip_suffix('\r').unwrap_or(t)).unwrap_or(&text).to_string()
+                }
+                (None, None) => anyhow::bail!("--password or --password-file is needed"),
+            };
+            if password.is_empty() {
+                anyhow::bail!("the password is empty");
+            }
+            bootstrap.connect()?.upsert_scram_user(&name, code, iterations, password.as_bytes())?;
+            println!("Created {mechanism} credential for user {name}.");
+        }
+        UserCommand::Delete { name, mechanism, bootstrap } => {
+            let code = mechanism.as_deref().map(scram_mechanism).transpose()?;
+            let removed = bootstrap.connect()?.delete_scram_user(&name, code)?;
+            println!("Deleted {} credential(s) of user {name}.", removed.join(", "));
+        }
+        UserCommand::List { bootstrap } => {
+            print!("{}", shardlog_broker::client::render_users(&bootstrap.connect()?.scram_users()?))
+        }
+    }
     Ok(())
 }
 

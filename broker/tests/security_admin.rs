@@ -335,3 +335,58 @@ fn a_malformed_add_scram_is_refused_at_start_without_repeating_the_value() {
         assert!(!stderr.contains("hunter2"), "{stderr}");
     }
 }
+
+fn shardlog(args: &[&str]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_shardlog")).args(args).output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), text)
+}
+
+#[test]
+fn shardlog_user_creates_lists_and_deletes_scram_users() {
+    let broker = Broker::start(1);
+    let bootstrap = format!("127.0.0.1:{}", broker.port);
+    let b = ["--bootstrap", bootstrap.as_str()];
+    let user = |args: &[&str]| shardlog(&[&["user"], args, &b[..]].concat());
+
+    let (ok, out) =
+        user(&["create", "alice", "--mechanism", "SCRAM-SHA-256", "--password", "pw-alice", "--iterations", "8192"]);
+    assert!(ok, "{out}");
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), "pw-bob\n").unwrap();
+    let (ok, out) = user(&["create", "bob", "--password-file", file.path().to_str().unwrap()]);
+    assert!(ok, "{out}");
+    let (ok, out) = user(&["create", "bob", "--mechanism", "SCRAM-SHA-256", "--password", "pw-bob"]);
+    assert!(ok, "{out}");
+
+    let (ok, out) = user(&["list"]);
+    assert!(ok, "{out}");
+    let rows: Vec<Vec<&str>> = out.lines().skip(1).map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(
+        rows,
+        vec![
+            vec!["alice", "SCRAM-SHA-256", "8192"],
+            vec!["bob", "SCRAM-SHA-256", "4096"],
+            vec!["bob", "SCRAM-SHA-512", "4096"]
+        ],
+        "{out}"
+    );
+    // Kafka's refusals, in Kafka's words; the password never echoed.
+    let (ok, out) = user(&["create", "carol", "--password", "pw-carol", "--iterations", "100"]);
+    assert!(!ok && out.contains("UnacceptableCredential"), "{out}");
+    assert!(!out.contains("pw-carol"), "{out}");
+    let (ok, out) = user(&["delete", "nobody", "--mechanism", "SCRAM-SHA-256"]);
+    assert!(!ok && out.contains("ResourceNotFound"), "{out}");
+    let (ok, out) = user(&["create", "dave", "--mechanism", "SCRAM-SHA-1", "--password", "x"]);
+    assert!(!ok && out.contains("--mechanism"), "{out}");
+
+    // Deleting one mechanism, then every credential of a user.
+    let (ok, out) = user(&["delete", "bob", "--mechanism", "SCRAM-SHA-512"]);
+    assert!(ok, "{out}");
+    let (ok, out) = user(&["delete", "alice"]);
+    assert!(ok && out.contains("SCRAM-SHA-256"), "{out}");
+    let users = describe_users(&mut broker.connect());
+    assert_eq!(users, vec![("bob".to_string(), 0, vec![(1, 4096)])]);
+    let log = broker.log();
+    assert!(!log.contains("pw-alice") && !log.contains("pw-bob"), "{log}");
+}

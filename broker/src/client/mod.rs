@@ -8,6 +8,7 @@
 mod connection;
 mod groups;
 mod reassign;
+mod users;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -29,6 +30,7 @@ use kafka_protocol::protocol::{Encodable, StrBytes};
 pub use connection::{Connection, READ_TIMEOUT, Receiver, Sender};
 pub use groups::{DescribedGroup, GroupMember, ListedGroup};
 pub use reassign::{Ongoing, Refused};
+pub use users::{ScramUser, render_users};
 
 /// The environment variable a `--bootstrap` list defaults to.
 pub const BOOTSTRAP_ENV: &str = "SHARDLOG_BOOTSTRAP";

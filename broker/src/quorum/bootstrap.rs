@@ -115,16 +115,16 @@ pub async fn add_credentials(served: Served, upsertions: Vec<ScramUpsertion>) {
             .filter(|u| state.security.scram_credential(&u.user, u.mechanism).is_none())
             .cloned()
             .collect();
-        if missing.is_empty() {
-            break;
-        }
+        let Some(mechanism) = missing.first().map(|u| u.mechanism) else { break };
+        // One mechanism per command: a command names each user once (as AlterUserScramCredentials
+        // does), and `--add-scram` may give one user a credential for each mechanism.
+        let missing: Vec<ScramUpsertion> = missing.into_iter().filter(|u| u.mechanism == mechanism).collect();
         let users: Vec<&str> = missing.iter().map(|u| u.user.as_str()).collect();
         let users = users.join(",");
         let command = Command::AlterScramCredentials { upsertions: missing, deletions: Vec::new() };
         match network::write(&served, command, false).await {
             WireWriteResult::Applied { outcome: Ok(_), .. } => {
                 tracing::info!(%users, "quorum: SCRAM credentials from --add-scram added at cluster formation");
-                break;
             }
             WireWriteResult::Applied { outcome: Err(e), .. } => {
                 tracing::error!(%users, error = %e, "quorum: the --add-scram credentials were refused");

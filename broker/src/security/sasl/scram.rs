@@ -413,7 +413,11 @@ impl ScramServer {
         if final_message.channel_binding != STANDARD.encode(&exchange.gs2_header) {
             return Err(ScramError::ChannelBindingMismatch);
         }
-        if final_message.nonce != nonce {
+        // librdkafka before 2.6.1 (Debian's kcat among them) puts its own nonce in front of the
+        // combined one a second time (librdkafka#4895); Kafka 3.8.1-3.9 accepted that too. Exactly
+        // that form is taken, nothing looser: the whole combined nonce must still be there.
+        let doubled = final_message.nonce.strip_prefix(exchange.client_nonce.as_str()) == Some(nonce.as_str());
+        if final_message.nonce != nonce && !doubled {
             return Err(ScramError::NonceMismatch);
         }
         if final_message.proof.len() != self.mechanism.hash_bytes() {

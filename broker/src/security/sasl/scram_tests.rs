@@ -42,6 +42,16 @@ impl TestClient {
 
     /// client-final for `server_first`, and the server-final the client expects back.
     fn client_final(&self, server_first: &[u8], password: &str) -> (Vec<u8>, String) {
+        self.client_final_echoing(server_first, password, |nonce| nonce.to_owned())
+    }
+
+    /// [`Self::client_final`] with the nonce sent back as `echo` makes it of the server's.
+    fn client_final_echoing(
+        &self,
+        server_first: &[u8],
+        password: &str,
+        echo: impl Fn(&str) -> String,
+    ) -> (Vec<u8>, String) {
         let server_first = std::str::from_utf8(server_first).unwrap();
         let mut nonce = "";
         let mut salt = Vec::new();
@@ -64,7 +74,7 @@ impl TestClient {
         let salted = hmac::Key::new(hmac_alg, &salted);
         let client_key = hmac::sign(&salted, b"Client Key");
         let stored_key = digest::digest(digest_alg, client_key.as_ref());
-        let without_proof = format!("c={},r={nonce}", STANDARD.encode(&self.gs2_header));
+        let without_proof = format!("c={},r={}", STANDARD.encode(&self.gs2_header), echo(nonce));
         let auth_message = format!("{},{server_first},{without_proof}", self.client_first_bare);
         let signature = hmac::sign(&hmac::Key::new(hmac_alg, stored_key.as_ref()), auth_message.as_bytes());
         let proof: Vec<u8> = client_key.as_ref().iter().zip(signature.as_ref()).map(|(k, s)| k ^ s).collect();
@@ -170,6 +180,25 @@ fn wrong_nonce_is_refused() {
     let tampered = RFC_CLIENT_FINAL.replace("k0,p=", "k1,p=");
     assert_eq!(server.client_final(tampered.as_bytes()), Err(ScramError::NonceMismatch));
     assert_eq!(server.authenticated_user(), None);
+}
+
+#[test]
+fn old_librdkafka_sending_its_nonce_twice_is_accepted_and_nothing_looser() {
+    // librdkafka before 2.6.1 sends r=<client nonce><client nonce><server nonce> (librdkafka#4895).
+    let client_nonce = "fyko+d2lbbFgONRv9qkxdawL";
+    let stored = ScramCredential::derive(ScramMechanism::Sha256, b"s3cret", b"salt", 4096).unwrap();
+    let attempt = |echo: &dyn Fn(&str) -> String| {
+        let mut server = ScramServer::new(ScramMechanism::Sha256).unwrap();
+        let (client, first) = TestClient::new(ScramMechanism::Sha256, "alice");
+        server.client_first(&first).unwrap();
+        let server_first = server.server_first(Some(&stored)).unwrap();
+        let (final_message, _) = client.client_final_echoing(&server_first, "s3cret", echo);
+        server.client_final(&final_message).map(|_| ())
+    };
+    assert_eq!(attempt(&|n| format!("{client_nonce}{n}")), Ok(()));
+    assert_eq!(attempt(&|n| format!("x{n}")), Err(ScramError::NonceMismatch));
+    assert_eq!(attempt(&|n| format!("{client_nonce}{client_nonce}{n}")), Err(ScramError::NonceMismatch));
+    assert_eq!(attempt(&|_| client_nonce.to_owned()), Err(ScramError::NonceMismatch));
 }
 
 #[test]

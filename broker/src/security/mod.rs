@@ -3,6 +3,7 @@
 //! - [`tls`]: TLS listeners (rustls), their certificates and reloading them;
 //! - [`sasl`]: the SASL mechanisms, as pure code;
 //! - [`authenticate`]: a connection's SASL exchange, driving the mechanisms;
+//! - [`authorizer`]: ACLs and Kafka's authorization decisions, and the rules every request passes;
 //! - [`principal`]: the principal a connection authenticated as;
 //! - [`session`]: what the request handlers know of the client behind a request.
 //!
@@ -10,6 +11,7 @@
 //! authenticate anyone themselves.
 
 pub mod authenticate;
+pub mod authorizer;
 pub mod principal;
 pub mod sasl;
 pub mod session;

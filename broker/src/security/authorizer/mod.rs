@@ -1,5 +1,5 @@
 //! Authorization: who may do what to which resource, decided as Kafka's `StandardAuthorizer` decides it,
-//! and (soon) the request edge that asks it for every request.
+//! and the request edge that asks it for every request ([`rules`]).
 //!
 //! This module does no I/O. It is given the ACLs in force (from the quorum, by its caller) and answers
 //! questions; it never stores, loads or logs on its own (the request edge logs).
@@ -27,6 +27,7 @@
 
 pub mod acl;
 mod index;
+pub mod rules;
 
 use std::collections::HashSet;
 use std::fmt;
@@ -118,6 +119,11 @@ impl Authorizer {
             allow_everyone_if_no_acl_found: config.allow_everyone_if_no_acl_found,
             index: AclIndex::build(acls),
         }
+    }
+
+    /// Whether `principal` is named in `super.users`.
+    pub fn is_super_user(&self, principal: &str) -> bool {
+        self.super_users.contains(principal)
     }
 
     /// The number of ACLs in force.

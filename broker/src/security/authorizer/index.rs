@@ -27,13 +27,18 @@ pub(super) enum HostMatch {
 
 impl HostMatch {
     fn parse(host: &str) -> HostMatch {
-        if host == WILDCARD_HOST { HostMatch::Any } else { host.parse().map_or(HostMatch::Never, HostMatch::Ip) }
+        if host == WILDCARD_HOST {
+            HostMatch::Any
+        } else {
+            host.parse().map_or(HostMatch::Never, |ip: IpAddr| HostMatch::Ip(ip.to_canonical()))
+        }
     }
 
     pub(super) fn matches(&self, client: IpAddr) -> bool {
         match self {
             HostMatch::Any => true,
-            HostMatch::Ip(ip) => *ip == client,
+            // An IPv4 client on a dual-stack socket shows as `::ffff:a.b.c.d`; Kafka (Java) sees a.b.c.d.
+            HostMatch::Ip(ip) => *ip == client.to_canonical(),
             HostMatch::Never => false,
         }
     }

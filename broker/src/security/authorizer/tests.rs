@@ -154,6 +154,8 @@ fn host_matches_star_or_the_exact_address() {
     assert!(!allowed(&on("client.example"), &alice(), AclOperation::Read, "t"));
     // Kafka writes IPv6 addresses in full; the address, not its spelling, is compared.
     assert!(allowed(&on("0:0:0:0:0:0:0:1"), &ctx(ALICE, "::1"), AclOperation::Read, "t"));
+    // An IPv4 client seen through a dual-stack socket is its IPv4 address.
+    assert!(allowed(&on("10.0.0.1"), &ctx(ALICE, "::ffff:10.0.0.1"), AclOperation::Read, "t"));
 }
 
 #[test]
@@ -237,8 +239,8 @@ const NAMES: &[&str] = &["a", "ab", "abc", "b", "*", "hard", "hardcode", "é", "
 const QUERY_NAMES: &[&str] = &["a", "ab", "abc", "abcd", "b", "ba", "*", "hardcode", "x", "é", "éa"];
 const PRINCIPALS: &[&str] = &["User:alice", "User:bob", "User:*", "Group:alice"];
 const ASKERS: &[&str] = &["User:alice", "User:bob", "User:carol", "Group:alice"];
-const HOSTS: &[&str] = &["*", "10.0.0.1", "10.0.0.2", "0:0:0:0:0:0:0:1", "client.example"];
-const CLIENTS: &[&str] = &["10.0.0.1", "10.0.0.2", "::1"];
+const HOSTS: &[&str] = &["*", "10.0.0.1", "10.0.0.2", "0:0:0:0:0:0:0:1", "::ffff:10.0.0.2", "client.example"];
+const CLIENTS: &[&str] = &["10.0.0.1", "10.0.0.2", "::1", "::ffff:10.0.0.1"];
 const TYPES: &[ResourceType] = &[ResourceType::Topic, ResourceType::Group];
 
 /// Kafka's implications, written out as a table independent of `AclOperation::allow_grants`.
@@ -252,7 +254,8 @@ fn naive_allow_grants(granted: AclOperation, asked: AclOperation) -> bool {
 
 fn naive_who(acl: &AclBinding, c: &RequestContext) -> bool {
     let principal = acl.principal() == c.principal || acl.principal() == "User:*";
-    let host = acl.host() == "*" || acl.host().parse::<IpAddr>().is_ok_and(|ip| ip == c.host);
+    let host =
+        acl.host() == "*" || acl.host().parse::<IpAddr>().is_ok_and(|ip| ip.to_canonical() == c.host.to_canonical());
     principal && host
 }
 

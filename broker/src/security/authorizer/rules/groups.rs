@@ -129,14 +129,23 @@ pub(super) fn leave_group(check: &Check<'_>, req: LeaveGroupRequest) -> Gate {
     Gate::Answer(ResponseKind::LeaveGroup(LeaveGroupResponse::default().with_error_code(code(GROUP_DENIED))))
 }
 
-/// ConsumerGroupHeartbeat (KIP-848): READ on the group.
+/// ConsumerGroupHeartbeat (KIP-848): READ on the group (else GROUP_AUTHORIZATION_FAILED), then, as
+/// Kafka 4 does, DESCRIBE on every subscribed topic name (else TOPIC_AUTHORIZATION_FAILED for the
+/// heartbeat: a member may not subscribe to topics it may not see).
 pub(super) fn consumer_group_heartbeat(check: &Check<'_>, req: ConsumerGroupHeartbeatRequest) -> Gate {
-    if read_group(check, &req.group_id) {
-        return super::pass(RequestKind::ConsumerGroupHeartbeat(req));
+    let refused = if !read_group(check, &req.group_id) {
+        Some(GROUP_DENIED)
+    } else {
+        let names = req.subscribed_topic_names.iter().flatten().map(|n| n.0.as_str());
+        let denied = check.denied_names(AclOperation::Describe, ResourceType::Topic, names, true);
+        (!denied.is_empty()).then_some(TOPIC_DENIED)
+    };
+    match refused {
+        None => super::pass(RequestKind::ConsumerGroupHeartbeat(req)),
+        Some(error) => Gate::Answer(ResponseKind::ConsumerGroupHeartbeat(
+            ConsumerGroupHeartbeatResponse::default().with_error_code(code(error)),
+        )),
     }
-    Gate::Answer(ResponseKind::ConsumerGroupHeartbeat(
-        ConsumerGroupHeartbeatResponse::default().with_error_code(code(GROUP_DENIED)),
-    ))
 }
 
 fn offset_commit_errors(topics: Vec<(TopicName, Vec<i32>)>, error: i16) -> Vec<OffsetCommitResponseTopic> {

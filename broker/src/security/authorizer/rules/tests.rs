@@ -642,3 +642,25 @@ fn follower_fetch_needs_cluster_action_and_consumer_fetch_needs_read() {
         Gate::Handle { merge, .. } if !merge.has_denials()
     ));
 }
+
+#[test]
+fn consumer_group_heartbeat_needs_describe_on_every_subscribed_topic() {
+    let heartbeat = |topics: &[&str]| {
+        RequestKind::ConsumerGroupHeartbeat(
+            ConsumerGroupHeartbeatRequest::default()
+                .with_group_id(group("g"))
+                .with_subscribed_topic_names(Some(topics.iter().map(|t| topic(t)).collect())),
+        )
+    };
+    let authorizer = authorizer(vec![
+        allow(ResourceType::Group, "g", PatternType::Literal, AclOperation::Read),
+        allow(ResourceType::Topic, "t", PatternType::Literal, AclOperation::Read),
+    ]);
+    assert!(matches!(authorize_request(&alice(), &authorizer, heartbeat(&["t"]), 1), Gate::Handle { .. }));
+    let Gate::Answer(ResponseKind::ConsumerGroupHeartbeat(r)) =
+        authorize_request(&alice(), &authorizer, heartbeat(&["t", "secret"]), 1)
+    else {
+        panic!("refused");
+    };
+    assert_eq!(r.error_code, TOPIC_DENIED);
+}

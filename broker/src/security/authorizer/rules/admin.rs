@@ -203,7 +203,7 @@ pub(super) fn create_topics(check: &Check<'_>, mut req: CreateTopicsRequest) -> 
 /// and `topics` (v6+) alike. A topic named only by its id (v6+) cannot be checked before it is
 /// resolved, and a deletion cannot be undone, so it is refused with TOPIC_AUTHORIZATION_FAILED unless
 /// the principal is a super user.
-pub(super) fn delete_topics(check: &Check<'_>, mut req: DeleteTopicsRequest, _version: i16) -> Gate {
+pub(super) fn delete_topics(check: &Check<'_>, mut req: DeleteTopicsRequest) -> Gate {
     let names = req
         .topic_names
         .iter()

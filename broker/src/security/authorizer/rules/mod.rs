@@ -117,7 +117,7 @@ pub fn authorize_request(
         RequestKind::Metadata(req) => admin::metadata(&check(ApiKey::Metadata), req, version),
         RequestKind::DescribeCluster(req) => admin::describe_cluster(&check(ApiKey::DescribeCluster), req),
         RequestKind::CreateTopics(req) => admin::create_topics(&check(ApiKey::CreateTopics), req),
-        RequestKind::DeleteTopics(req) => admin::delete_topics(&check(ApiKey::DeleteTopics), req, version),
+        RequestKind::DeleteTopics(req) => admin::delete_topics(&check(ApiKey::DeleteTopics), req),
         RequestKind::CreatePartitions(req) => admin::create_partitions(&check(ApiKey::CreatePartitions), req),
         RequestKind::DescribeConfigs(req) => admin::describe_configs(&check(ApiKey::DescribeConfigs), req),
         RequestKind::AlterConfigs(req) => admin::alter_configs(&check(ApiKey::AlterConfigs), req),

@@ -664,3 +664,37 @@ fn consumer_group_heartbeat_needs_describe_on_every_subscribed_topic() {
     };
     assert_eq!(r.error_code, TOPIC_DENIED);
 }
+
+#[test]
+fn describe_configs_answers_each_resource_with_its_own_authorization_error() {
+    let resource = |resource_type: i8, name: &str| {
+        describe_configs_request::DescribeConfigsResource::default()
+            .with_resource_type(resource_type)
+            .with_resource_name(s(name))
+    };
+    let request = DescribeConfigsRequest::default().with_resources(vec![
+        resource(2, "t"),
+        resource(4, "1"),
+        resource(32, "g"),
+        resource(2, "mine"),
+    ]);
+    let authorizer =
+        authorizer(vec![allow(ResourceType::Topic, "mine", PatternType::Literal, AclOperation::AlterConfigs)]);
+    let Gate::Handle { request: RequestKind::DescribeConfigs(handled), merge } =
+        authorize_request(&alice(), &authorizer, RequestKind::DescribeConfigs(request), 4)
+    else {
+        panic!("handled");
+    };
+    assert_eq!(handled.resources, vec![resource(2, "mine")], "ALTER_CONFIGS implies DESCRIBE_CONFIGS");
+    let ResponseKind::DescribeConfigs(r) =
+        merge.finish(ResponseKind::DescribeConfigs(DescribeConfigsResponse::default()))
+    else {
+        panic!()
+    };
+    let answered: Vec<(i8, String, i16)> =
+        r.results.iter().map(|d| (d.resource_type, d.resource_name.to_string(), d.error_code)).collect();
+    assert_eq!(
+        answered,
+        vec![(2, "t".into(), TOPIC_DENIED), (4, "1".into(), CLUSTER_DENIED), (32, "g".into(), GROUP_DENIED)]
+    );
+}

@@ -49,14 +49,22 @@ fn api_versions_lists_exactly_what_is_served() {
             (14, 0, 5),
             (15, 0, 6),
             (16, 0, 5),
+            // SaslHandshake, listed on every listener as Kafka does.
+            (17, 0, 1),
             (18, 0, 4),
             (19, 2, 7),
             (20, 1, 6),
             (21, 0, 2),
             (22, 0, 5),
             (23, 2, 4),
+            // DescribeAcls, CreateAcls, DeleteAcls.
+            (29, 1, 3),
+            (30, 1, 3),
+            (31, 1, 3),
             (32, 1, 4),
             (33, 0, 2),
+            // SaslAuthenticate.
+            (36, 0, 2),
             (37, 0, 3),
             (42, 0, 2),
             (43, 0, 2),
@@ -64,6 +72,11 @@ fn api_versions_lists_exactly_what_is_served() {
             (45, 0, 1),
             (46, 0, 0),
             (47, 0, 0),
+            // Describe/AlterClientQuotas and Describe/AlterUserScramCredentials.
+            (48, 0, 1),
+            (49, 0, 1),
+            (50, 0, 0),
+            (51, 0, 0),
             (60, 0, 2),
             // KIP-848's ConsumerGroupHeartbeat and ConsumerGroupDescribe.
             (68, 0, 1),

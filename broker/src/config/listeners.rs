@@ -454,6 +454,8 @@ mod tests {
         ListenerInputs {
             listeners: listeners.to_string(),
             protocol_map: DEFAULT_PROTOCOL_MAP.to_string(),
+            // `sasl.enabled.mechanisms`' default.
+            sasl_mechanisms: "SCRAM-SHA-256,SCRAM-SHA-512".to_string(),
             ..ListenerInputs::default()
         }
     }
@@ -497,6 +499,9 @@ mod tests {
         let mut i = inputs("PLAINTEXT://127.0.0.1:9092");
         i.inter_broker = Some("INTERNAL".into());
         assert!(error(&i).contains("not one of the listeners"), "{}", error(&i));
+        let mut i = inputs("SASL_PLAINTEXT://127.0.0.1:9092");
+        i.sasl_mechanisms = String::new();
+        assert!(error(&i).contains("enables no SASL mechanism"), "{}", error(&i));
     }
 
     #[test]

@@ -100,6 +100,9 @@ fn unknown_keys_and_invalid_values_are_refused_by_name() {
         ("listeners = \"KERBEROS://h:9093\"", "listener.security.protocol.map"),
         ("listeners = \"PLAINTEXT://h:9092,SASL_PLAINTEXT://h:9092\"", "listeners"),
         ("ssl.client.auth = \"always\"", "ssl.client.auth"),
+        ("authorizer.class.name = \"kafka.security.authorizer.AclAuthorizer\"", "authorizer.class.name"),
+        ("super.users = \"admin\"", "super.users"),
+        ("sasl.enabled.mechanisms = \"GSSAPI\"", "sasl.enabled.mechanisms"),
         ("ssl.enabled.protocols = [\"TLSv1.1\"]", "ssl.enabled.protocols"),
         ("ssl.keystore.type = \"JKS\"", "ssl.keystore.type"),
         ("inter.broker.listener.name = \"INTERNAL\"", "inter.broker.listener.name"),
@@ -151,6 +154,8 @@ fn every_setting_in_the_table_is_reported_and_changes_the_broker_config_when_set
             "sasl.oauthbearer.jwks.endpoint.url",
             "sasl.oauthbearer.expected.issuer",
             "sasl.oauthbearer.expected.audience",
+            "authorizer.class.name",
+            "super.users",
             "controller.quorum.voters",
             "log.flush.interval.messages",
             "log.flush.interval.ms"

@@ -103,6 +103,8 @@ pub struct BrokerConfig {
     pub ssl: BTreeMap<&'static str, String>,
     /// SASL authentication on the SASL listeners.
     pub sasl: SaslConfig,
+    /// ACL authorization (`authorizer.class.name`, `super.users`, `allow.everyone.if.no.acl.found`).
+    pub authorization: AuthorizationConfig,
     /// `metrics.listen`: the Prometheus endpoint (port 0: any free port, logged at start).
     pub metrics_listen: Endpoint,
     pub shards: usize,
@@ -140,6 +142,20 @@ pub struct BrokerConfig {
     pub effective: Vec<EffectiveSetting>,
     /// `shardlog start --add-scram` (a flag, not a setting: it acts only when the cluster forms), salted.
     pub bootstrap_scram: Vec<crate::quorum::security::ScramUpsertion>,
+}
+
+/// Kafka's only authorizer, the one `authorizer.class.name` may name.
+pub const STANDARD_AUTHORIZER: &str = "org.apache.kafka.metadata.authorizer.StandardAuthorizer";
+
+/// ACL authorization (Kafka's settings).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthorizationConfig {
+    /// `authorizer.class.name` is the StandardAuthorizer: every request is checked against the ACLs.
+    pub enabled: bool,
+    /// `super.users`: principals (`User:admin`) allowed everything.
+    pub super_users: Vec<String>,
+    /// `allow.everyone.if.no.acl.found`
+    pub allow_everyone_if_no_acl_found: bool,
 }
 
 /// SASL authentication (Kafka's settings).
@@ -482,6 +498,40 @@ impl Reader {
         Ok((listeners, inputs.ssl))
     }
 
+    fn authorization(&mut self) -> Result<AuthorizationConfig, ConfigError> {
+        let enabled = match self.text("authorizer.class.name") {
+            None => {
+                self.record("authorizer.class.name", None);
+                false
+            }
+            Some(name) if name.trim() == STANDARD_AUTHORIZER => true,
+            Some(name) => {
+                return Err(invalid(
+                    "authorizer.class.name",
+                    format!("{name:?}: the only authorizer is {STANDARD_AUTHORIZER} (ACLs kept in the quorum)"),
+                ));
+            }
+        };
+        let super_users = match self.text("super.users") {
+            None => {
+                self.record("super.users", None);
+                Vec::new()
+            }
+            // Kafka separates them with semicolons (a principal's name may hold a comma).
+            Some(text) => text.split(';').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect(),
+        };
+        if let Some(bad) =
+            super_users.iter().find(|p| p.split_once(':').is_none_or(|(t, n)| t.is_empty() || n.is_empty()))
+        {
+            return Err(invalid("super.users", format!("{bad:?} is not a principal Type:name (User:admin)")));
+        }
+        Ok(AuthorizationConfig {
+            enabled,
+            super_users,
+            allow_everyone_if_no_acl_found: self.bool("allow.everyone.if.no.acl.found"),
+        })
+    }
+
     fn sasl(&mut self, listeners: &listeners::Listeners) -> Result<SaslConfig, ConfigError> {
         let jwks = self.text("sasl.oauthbearer.jwks.endpoint.url");
         let issuer = self.text("sasl.oauthbearer.expected.issuer");
@@ -527,6 +577,7 @@ impl Reader {
         let data_dir = PathBuf::from(self.text("log.dirs").expect("a default"));
         let (listeners, ssl) = self.listeners()?;
         let sasl = self.sasl(&listeners)?;
+        let authorization = self.authorization()?;
         let listener = listeners.inter_broker().bind.clone();
         let advertised_listener = listeners.inter_broker().advertised.clone();
         let metrics_listen = endpoint("metrics.listen", &self.text("metrics.listen").expect("a default"))?;
@@ -666,6 +717,7 @@ impl Reader {
             advertised_listener,
             ssl,
             sasl,
+            authorization,
             metrics_listen,
             shards,
             quorum_voters,

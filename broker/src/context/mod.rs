@@ -16,8 +16,10 @@ use kafka_protocol::messages::{
 use shardlog_net::kafka::SupportedApis;
 use shardlog_storage::{LeaderEpoch, TopicPartition};
 
+mod authorization;
 mod producer_ids;
 
+pub use authorization::Authorization;
 pub use producer_ids::{PRODUCER_ID_BLOCK, ProducerIds};
 
 use crate::config::BrokerConfig;
@@ -116,6 +118,8 @@ pub struct BrokerContext {
     pub producer_ids: ProducerIds,
     /// Per shard: followers' replication connections handed to the shard that owns their partitions.
     pub peer_handoffs: Vec<(flume::Sender<PeerHandoff>, flume::Receiver<PeerHandoff>)>,
+    /// ACL authorization; `None` without `authorizer.class.name`.
+    pub authorization: Option<Authorization>,
 }
 
 /// The channels to every shard's work: partitions, topic changes (shard 0), group coordinators.
@@ -183,6 +187,7 @@ impl BrokerContext {
             disk,
             producer_ids: ProducerIds::default(),
             peer_handoffs: (0..shards_count).map(|_| flume::unbounded()).collect(),
+            authorization: Authorization::new(&config.authorization),
             config,
         }
     }

@@ -7,8 +7,9 @@ pub(super) async fn metadata(
     ctx: &Arc<BrokerContext>,
     req: &MetadataRequest,
     version: i16,
-    listener: &str,
+    client: &ClientInfo,
 ) -> MetadataResponse {
+    let listener = &*client.listener;
     // Before v4 there is no flag and auto-creation is always asked for.
     let auto_create = ctx.config.auto_create_topics && (version < 4 || req.allow_auto_topic_creation);
     // All topics: a null list, or (v0 only, which has no null) an empty one. From v10 on a topic may be
@@ -37,10 +38,18 @@ pub(super) async fn metadata(
     let missing: Vec<&String> = names.iter().filter(|n| image.topic(n).is_none()).collect();
     let image = if auto_create && !missing.is_empty() {
         let mut request = CreateTopicsRequest::default();
+        // With an authorizer, auto-creation needs CREATE on the cluster or on the topic.
+        let authorizer = ctx.authorization.as_ref().map(|a| (a.authorizer(&image), client.request_context()));
+        let may_create = |name: &str| {
+            authorizer.as_ref().is_none_or(|(authorizer, asker)| {
+                crate::security::authorizer::rules::may_auto_create_topic(asker, authorizer, name)
+            })
+        };
         request.topics = missing
             .iter()
             // Internal topics are made by the broker, with their own settings.
             .filter(|n| crate::topics::validate_topic_name(n).is_ok() && !crate::topics::is_internal(n))
+            .filter(|n| may_create(n))
             .map(|n| {
                 kafka_protocol::messages::create_topics_request::CreatableTopic::default()
                     .with_name(topic_name(n))

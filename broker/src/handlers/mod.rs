@@ -155,7 +155,7 @@ pub async fn handle(ctx: &Arc<BrokerContext>, request: DecodedRequest, client: &
                 .with_error_code(ResponseError::IllegalSaslState.code())
                 .with_error_message(Some(StrBytes::from_static_str("this listener does not use SASL"))),
         ),
-        RequestKind::Metadata(req) => ResponseKind::Metadata(metadata(ctx, &req, version, listener).await),
+        RequestKind::Metadata(req) => ResponseKind::Metadata(metadata(ctx, &req, version, client).await),
         RequestKind::CreateTopics(req) => ResponseKind::CreateTopics(create_topics(ctx, req).await),
         RequestKind::Produce(req) => return dispatch_produce(ctx, req).answer().await.map(ResponseKind::Produce),
         RequestKind::Fetch(req) => ResponseKind::Fetch(fetch(ctx, req).await),

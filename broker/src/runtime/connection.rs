@@ -45,6 +45,7 @@ use super::limits::{BudgetPermit, Clients, ConnectionSlot};
 use crate::context::BrokerContext;
 use crate::handlers;
 use crate::security::authenticate::{SaslListener, SaslSession};
+use crate::security::authorizer::rules::{Gate, Merge, authorize_request};
 use crate::security::principal::Principal;
 use crate::security::session::ClientInfo;
 use crate::shutdown::Shutdown;
@@ -486,6 +487,13 @@ fn start(
     received: Instant,
 ) -> Pending {
     let (api_key, version, correlation_id) = (request.api_key, request.version, request.header.correlation_id);
+    let acks_zero = matches!(&request.body, RequestKind::Produce(p) if p.acks == 0);
+    let (request, merge) = match authorize(ctx, request, client) {
+        Ok(allowed) => allowed,
+        Err(answer) => return Pending::Ready(answer),
+    };
+    // An acks=0 produce gets no answer: when some of it was denied, Kafka closes the connection.
+    let next = if acks_zero && merge.has_denials() { Next::Close } else { Next::Continue };
     let slow = SlowRequest::new(ctx.config.clients.slow_request_ms, &request.body, received);
     let (ctx, client) = (ctx.clone(), client.clone());
     let peer = client.peer.clone();
@@ -494,16 +502,17 @@ fn start(
         RequestKind::Produce(req) => {
             let produce = handlers::dispatch_produce(&ctx, req);
             spawn_handler(async move {
-                let body = produce.answer().await.map(ResponseKind::Produce);
+                let body = produce.answer().await.map(|p| merge.finish(ResponseKind::Produce(p)));
                 drop(shared);
                 crate::metrics::observe_request(api_key, received.elapsed(), body.as_ref());
-                let answer = encode(body, correlation_id, api_key, version, &peer);
+                let (frame, after) = encode(body, correlation_id, api_key, version, &peer);
+                let answer = (frame, if after == Next::Close { after } else { next });
                 slow.report(api_key, &peer, &answer);
                 answer
             })
         }
         _ => spawn_handler(async move {
-            let body = handlers::handle(&ctx, request, &client).await;
+            let body = handlers::handle(&ctx, request, &client).await.map(|b| merge.finish(b));
             drop(shared);
             crate::metrics::observe_request(api_key, received.elapsed(), body.as_ref());
             let answer = encode(body, correlation_id, api_key, version, &peer);
@@ -512,6 +521,24 @@ fn start(
         }),
     };
     Pending::Running(answer, permit)
+}
+
+/// Passes a request through the authorizer, when there is one (`authorizer.class.name`): the request to
+/// handle (perhaps with denied items taken out) and what its answer owes them, or the answer already
+/// given (a whole refusal, or the connection closing).
+fn authorize(
+    ctx: &BrokerContext,
+    request: DecodedRequest,
+    client: &ClientInfo,
+) -> Result<(DecodedRequest, Merge), Answer> {
+    let Some(authorization) = &ctx.authorization else { return Ok((request, Merge::nothing())) };
+    let authorizer = authorization.authorizer(&ctx.image());
+    let DecodedRequest { api_key, version, header, body } = request;
+    match authorize_request(&client.request_context(), &authorizer, body, version) {
+        Gate::Handle { request: body, merge } => Ok((DecodedRequest { api_key, version, header, body }, merge)),
+        Gate::Answer(response) => Err(encode(Some(response), header.correlation_id, api_key, version, &client.peer)),
+        Gate::Close => Err((None, Next::Close)),
+    }
 }
 
 /// `log.slow.request.ms`: what is known of a request to say where its time went, if it was slow.

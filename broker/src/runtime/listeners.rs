@@ -106,6 +106,11 @@ fn refuse_unused_settings(config: &BrokerConfig) -> Result<()> {
             "{setting} is set, but no listener speaks SASL_PLAINTEXT or SASL_SSL (listener.security.protocol.map)"
         );
     }
+    if !config.authorization.enabled
+        && let Some(setting) = explicit(&|key| key == "super.users" || key == "allow.everyone.if.no.acl.found")
+    {
+        anyhow::bail!("{setting} is set, but authorizer.class.name is not: nothing is authorized");
+    }
     if !listeners.iter().any(|l| l.sasl_mechanisms.iter().any(|m| m == "OAUTHBEARER"))
         && let Some(setting) = explicit(&|key| key.starts_with("sasl.oauthbearer."))
     {

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use super::authorizer::RequestContext;
 use super::principal::Principal;
 
 #[derive(Debug, Clone)]
@@ -15,6 +16,16 @@ pub struct ClientInfo {
 }
 
 impl ClientInfo {
+    /// The client's address without its port.
+    pub fn ip(&self) -> std::net::IpAddr {
+        self.peer.parse::<std::net::SocketAddr>().map_or(std::net::Ipv4Addr::UNSPECIFIED.into(), |a| a.ip())
+    }
+
+    /// Who is asking, for the authorizer.
+    pub fn request_context(&self) -> RequestContext {
+        RequestContext { principal: self.principal.to_string(), host: self.ip() }
+    }
+
     /// A group member's host as Kafka shows it: `/IP`.
     pub fn member_host(&self) -> String {
         format!("/{}", self.peer.rsplit_once(':').map_or(&*self.peer, |(ip, _)| ip))

@@ -27,8 +27,9 @@ enum Command {
     /// Run a broker. With no arguments: node 1 on 127.0.0.1:9092, data in ./data.
     Start(StartArgs),
     /// Check the host before a broker's first start: kernel and io_uring, resource limits, kernel
-    /// settings, the data dir's filesystem (direct I/O, not in memory, free space) and the data disk's
-    /// speed. Prints one row per check; exits non-zero when any fails.
+    /// settings, the data dir's filesystem (direct I/O, not in memory, free space), the data disk's
+    /// speed and the TLS listeners' certificates (a warning for each that expires within 30 days). Prints
+    /// one row per check; exits non-zero when any fails.
     Check(CheckArgs),
     /// Run a standalone quorum voter (the replicated metadata controller).
     Quorum(QuorumArgs),
@@ -65,7 +66,8 @@ enum Command {
 half the free space above log.dir.min.free.bytes) into temporary files in the data dir, removed afterwards: run \
 it before the first start or with the broker stopped.")]
 struct CheckArgs {
-    /// TOML settings file, as `start --config` takes it: `log.dirs`, `shards` and the limits are read from it.
+    /// TOML settings file, as `start --config` takes it: `log.dirs`, `shards`, the limits and the listeners'
+    /// certificate files are read from it.
     #[arg(long)]
     config: Option<PathBuf>,
     /// `log.dirs` (default: `data`, as for `start`); wins over the file.

@@ -18,6 +18,8 @@ use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedPr
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls_pki_types::pem::PemObject;
 use shardlog_net::kafka::{decode_response, encode_request};
+use shardlog_net::peer::replication::{ReplicaHello, kind};
+use shardlog_net::peer::{encode_frame, encode_message};
 
 use common::Broker;
 use common::pki::{Issued, Pki};
@@ -309,4 +311,33 @@ fn a_listener_whose_files_cannot_be_used_stops_the_start_with_the_reason() {
     let stderr = String::from_utf8_lossy(&unused.stderr);
     assert!(!unused.status.success());
     assert!(stderr.contains("ssl.client.auth is set, but no listener speaks SSL"), "{stderr}");
+}
+
+#[test]
+fn replication_frames_are_taken_only_on_the_inter_broker_listener() {
+    let s = start_secured(&[]);
+    let hello = ReplicaHello { cluster_id: "another-cluster".into(), broker: 7, from_shard: 0, to_shard: 0 };
+    let frame = encode_frame(kind::HELLO, &encode_message(&hello));
+    let refused = "closing replication connection: not a broker of this cluster";
+    // The SSL listener takes Kafka clients only: a peer frame is not a TLS handshake, and is never seen as
+    // replication.
+    let mut stranger = TcpStream::connect(("127.0.0.1", s.ssl)).unwrap();
+    stranger.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    stranger.write_all(&frame).unwrap();
+    common::assert_closed(&mut stranger);
+    // The inter-broker listener (the first, PLAINTEXT, here) reads it as a Hello, and refuses its cluster.
+    let mut peer = TcpStream::connect(("127.0.0.1", s.broker.port)).unwrap();
+    peer.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    peer.write_all(&frame).unwrap();
+    common::assert_closed(&mut peer);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !s.broker.log().contains(refused) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        s.broker.log().matches(refused).count(),
+        1,
+        "only the inter-broker listener's Hello is read:\n{}",
+        s.broker.log()
+    );
 }

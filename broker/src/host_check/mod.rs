@@ -4,13 +4,15 @@
 //! ([`data_dir::require_direct_io`]).
 //!
 //! It owns the probes of the host (kernel, io_uring, resource limits, kernel settings), of the data dir's
-//! filesystem (direct I/O, its type, free space) and a short measurement of the data disk. It must never
+//! filesystem (direct I/O, its type, free space), a short measurement of the data disk, and the TLS
+//! listeners' certificates (those expiring within 30 days). It must never
 //! leave anything behind in the data dir (every file it makes is removed, also when a probe fails), and
 //! never take longer than [`disk_speed::BANDWIDTH_TIME`] plus [`disk_speed::SYNC_TIME`] on the disk.
 //!
 //! A data dir that does not exist yet is not created: its nearest existing parent, where `start` would
 //! create it, is checked instead.
 
+pub mod certificates;
 pub mod data_dir;
 pub mod disk_speed;
 pub mod system;
@@ -115,6 +117,7 @@ pub fn run(config: &BrokerConfig) -> Vec<Row> {
     } else {
         rows.extend(disk_speed::rows(&dir, free.map(|f| f.saturating_sub(config.log_dir_min_free_bytes))));
     }
+    rows.extend(certificates::rows(&config.listeners.all));
     rows
 }
 

@@ -126,11 +126,13 @@ pub(super) async fn serve(
     slot: ConnectionSlot,
 ) {
     let peer = stream.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "unknown".into());
-    // Another broker's replication connection starts with a peer frame, sent as soon as it connects; a
-    // Kafka client's with a size. The first bytes are looked at without reading them (and without giving
-    // the connection a receive buffer of its own), for a short while: what says nothing by then is a
-    // Kafka client, served as one.
-    if let Some(first) = peek_first_bytes(stream.as_raw_fd()).await
+    // Another broker's replication connection, on the inter-broker listener, starts with a peer frame,
+    // sent as soon as it connects; a Kafka client's with a size. The first bytes are looked at without
+    // reading them (and without giving the connection a receive buffer of its own), for a short while:
+    // what says nothing by then is a Kafka client, served as one. Other listeners take Kafka clients only:
+    // a peer frame there is a Kafka frame of an impossible size, and closes the connection.
+    if listener.peers
+        && let Some(first) = peek_first_bytes(stream.as_raw_fd()).await
         && super::replication::is_peer(&first)
     {
         return super::replication::accept_peer(stream, ctx, peer, Box::new(slot)).await;

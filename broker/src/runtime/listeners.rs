@@ -32,6 +32,9 @@ pub(super) struct ServedListener {
     pub tls: Option<Arc<TlsListener>>,
     /// Present for SASL_PLAINTEXT and SASL_SSL listeners.
     pub sasl: Option<Arc<SaslListener>>,
+    /// The inter-broker listener: the one other brokers' replication connections come to (the address
+    /// the broker registers). No other listener takes a peer frame.
+    pub peers: bool,
 }
 
 /// Loads every listener's certificates and binds every listener, in the config's order; each comes with
@@ -44,7 +47,7 @@ pub(super) fn serve_listeners(
     let validator = oauthbearer_validator(config)?;
     let plain_limiter = Arc::new(PlainLimiter::default());
     let mut out = Vec::with_capacity(config.listeners.all.len());
-    for listener in &config.listeners.all {
+    for (index, listener) in config.listeners.all.iter().enumerate() {
         let tls = match listener.protocol.tls() {
             true => Some(Arc::new(
                 TlsListener::load(listener)
@@ -68,7 +71,16 @@ pub(super) fn serve_listeners(
                 plain_limiter: plain_limiter.clone(),
             })
         });
-        out.push((Arc::new(ServedListener { config: listener.clone(), addr, tls, sasl }), fds));
+        out.push((
+            Arc::new(ServedListener {
+                config: listener.clone(),
+                addr,
+                tls,
+                sasl,
+                peers: index == config.listeners.inter_broker,
+            }),
+            fds,
+        ));
     }
     Ok(out)
 }

@@ -235,17 +235,23 @@ struct ResetTarget {
     to_offset: Option<i64>,
 }
 
-/// Where the cluster is: any of its brokers.
+/// Where the cluster is (any of its brokers), and how to reach it.
 #[derive(Debug, Args)]
 struct Bootstrap {
     /// Brokers to reach the cluster through, HOST:PORT[,HOST:PORT...]: the first that answers is used.
     #[arg(long = "bootstrap", env = shardlog_broker::client::BOOTSTRAP_ENV, default_value = shardlog_broker::client::DEFAULT_BOOTSTRAP)]
     list: String,
+    /// Kafka client properties for a secured cluster (key=value lines): security.protocol, sasl.mechanism,
+    /// sasl.username, sasl.password, ssl.ca.location, ssl.certificate.location, ssl.key.location,
+    /// ssl.endpoint.identification.algorithm. Without it: plaintext.
+    #[arg(long = "command-config", value_name = "FILE", env = shardlog_broker::client::COMMAND_CONFIG_ENV)]
+    command_config: Option<PathBuf>,
 }
 
 impl Bootstrap {
     fn connect(&self) -> Result<KafkaClient> {
-        KafkaClient::connect(&self.list)
+        let security = shardlog_broker::client::ClientSecurity::load(self.command_config.as_deref())?;
+        KafkaClient::connect_secured(&self.list, security)
     }
 }
 

@@ -3,11 +3,15 @@
 //! takes a bootstrap list and uses whichever broker answers, asks any broker for the cluster's metadata,
 //! sends each partition's requests to that partition's leader, and on NOT_LEADER_OR_FOLLOWER,
 //! UNKNOWN_TOPIC_OR_PARTITION and Kafka's other retriable errors refreshes the metadata and tries again,
-//! for up to [`KafkaClient::retry_for`].
+//! for up to [`KafkaClient::retry_for`]. It reaches a secured cluster as `--command-config` says
+//! ([`command_config`]): TLS, SASL, or both, on every connection it opens.
 
+pub mod command_config;
 mod connection;
 mod groups;
 mod reassign;
+mod scram;
+mod transport;
 mod users;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -27,6 +31,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::{Encodable, StrBytes};
 
+pub use command_config::{COMMAND_CONFIG_ENV, ClientSecurity, SecurityProtocol};
 pub use connection::{Connection, READ_TIMEOUT, Receiver, Sender};
 pub use groups::{DescribedGroup, GroupMember, ListedGroup};
 pub use reassign::{Ongoing, Refused};
@@ -123,6 +128,8 @@ fn topic_name(n: &str) -> TopicName {
 #[derive(Debug)]
 pub struct KafkaClient {
     bootstrap: Vec<String>,
+    /// How every connection is opened (TLS, SASL).
+    security: ClientSecurity,
     /// Open connections, by broker address.
     connections: BTreeMap<String, Connection>,
     /// Where cluster-wide requests (Metadata, topic administration) go: the broker that answered last.
@@ -139,16 +146,22 @@ pub struct KafkaClient {
 }
 
 impl KafkaClient {
-    /// Connects to the first broker of the bootstrap list that answers.
+    /// Connects to the first broker of the bootstrap list that answers, over plain TCP.
     pub fn connect(bootstrap: &str) -> Result<KafkaClient> {
+        Self::connect_secured(bootstrap, ClientSecurity::plaintext())
+    }
+
+    /// Connects to the first broker of the bootstrap list that answers, as `security` says.
+    pub fn connect_secured(bootstrap: &str, security: ClientSecurity) -> Result<KafkaClient> {
         let bootstrap = parse_bootstrap(bootstrap)?;
         let mut failures = Vec::new();
         for addr in &bootstrap {
-            match Connection::open(addr)
+            match Connection::open_secured(addr, &security)
                 .and_then(|mut c| c.negotiate(ApiKey::Metadata, METADATA_VERSIONS).map(|v| (c, v)))
             {
                 Ok((conn, metadata_version)) => {
                     return Ok(KafkaClient {
+                        security,
                         connections: BTreeMap::from([(addr.clone(), conn)]),
                         home: addr.clone(),
                         bootstrap,
@@ -162,13 +175,25 @@ impl KafkaClient {
                 Err(e) => failures.push(format!("{addr}: {e:#}")),
             }
         }
-        bail!("no bootstrap broker answered ({})", failures.join("; "))
+        // A broker closes a plaintext connection to a TLS or SASL listener without a word.
+        let hint = match security.protocol {
+            SecurityProtocol::Plaintext => {
+                "; if the listener uses TLS or SASL, give --command-config FILE with its security.protocol"
+            }
+            _ => "",
+        };
+        bail!("no bootstrap broker answered ({}){hint}", failures.join("; "))
+    }
+
+    /// How this client opens connections.
+    pub fn security(&self) -> &ClientSecurity {
+        &self.security
     }
 
     /// The connection to `addr`, opened if need be.
     pub fn connection(&mut self, addr: &str) -> Result<&mut Connection> {
         if !self.connections.contains_key(addr) {
-            let mut conn = Connection::open(addr)?;
+            let mut conn = Connection::open_secured(addr, &self.security)?;
             if self.read_timeout != READ_TIMEOUT {
                 conn.set_read_timeout(self.read_timeout)?;
             }

@@ -6,9 +6,11 @@
 //! for up to [`KafkaClient::retry_for`]. It reaches a secured cluster as `--command-config` says
 //! ([`command_config`]): TLS, SASL, or both, on every connection it opens.
 
+mod acls;
 pub mod command_config;
 mod connection;
 mod groups;
+mod quotas;
 mod reassign;
 mod scram;
 mod transport;
@@ -31,9 +33,11 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::{Encodable, StrBytes};
 
+pub use acls::{AclBinding, AclFilter, operation_code, pattern_type_code, render_acls};
 pub use command_config::{COMMAND_CONFIG_ENV, ClientSecurity, SecurityProtocol};
 pub use connection::{Connection, READ_TIMEOUT, Receiver, Sender};
 pub use groups::{DescribedGroup, GroupMember, ListedGroup};
+pub use quotas::{DescribedQuota, Entity, QuotaChange, render_entity, render_quotas};
 pub use reassign::{Ongoing, Refused};
 pub use users::{ScramUser, render_users};
 

@@ -208,6 +208,11 @@ impl Receiver {
     pub fn receive(&mut self, api: ApiKey, version: i16) -> Result<(i32, ResponseKind)> {
         let mut size = [0u8; 4];
         self.stream.read_exact(&mut size).context("read answer (did the broker close the connection?)")?;
+        // A TLS listener answers a plaintext request with a TLS alert or handshake record: content type
+        // 21 or 22, then version 3.x.
+        if matches!(size, [21 | 22, 3, 0..=4, _]) {
+            bail!("the broker answered with TLS: this listener needs security.protocol=SSL or SASL_SSL");
+        }
         let size = i32::from_be_bytes(size);
         if size < 0 || size as usize > MAX_RESPONSE_BYTES {
             bail!("answer frame of {size} bytes");

@@ -114,28 +114,26 @@ impl Read for ReadHalf {
             ReadHalf::Tls { socket, shared, raw, raw_start } => (socket, shared, raw, raw_start),
         };
         loop {
-            let wants_write = {
-                let mut tls = shared.tls();
-                match tls.reader().read(buf) {
-                    // Plaintext there, or (0) the broker's close_notify.
-                    Ok(n) => return Ok(n),
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                    Err(e) => return Err(e),
-                }
-                // Feed what is left of the last raw read; rustls may take only part of it at a time.
-                if *raw_start < raw.len() {
-                    let taken = tls.read_tls(&mut &raw[*raw_start..])?;
-                    *raw_start += taken;
-                    tls.process_new_packets().map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-                }
-                tls.wants_write()
-            };
-            if wants_write {
-                shared.flush_records()?;
+            let mut tls = shared.tls();
+            match tls.reader().read(buf) {
+                // Plaintext there, or (0) the broker's close_notify.
+                Ok(n) => return Ok(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
             }
+            // Feed what is left of the last raw read (rustls may take only part of it at a time), then
+            // look for plaintext again.
             if *raw_start < raw.len() {
+                *raw_start += tls.read_tls(&mut &raw[*raw_start..])?;
+                tls.process_new_packets().map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+                let wants_write = tls.wants_write();
+                drop(tls);
+                if wants_write {
+                    shared.flush_records()?;
+                }
                 continue;
             }
+            drop(tls);
             // Nothing left to feed and no plaintext: read more from the socket, without the lock.
             raw.resize(RAW_READ_BYTES, 0);
             let n = match socket.read(raw) {
@@ -191,5 +189,76 @@ impl Write for WriteHalf {
             WriteHalf::Plain(s) => s.flush(),
             WriteHalf::Tls { shared } => shared.flush_records(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::TcpListener;
+    use std::sync::Arc;
+
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+
+    use super::*;
+
+    /// A TLS server on a thread that sends back every byte it reads, and a client for it.
+    fn echo_over_tls() -> (ReadHalf, WriteHalf, std::thread::JoinHandle<()>) {
+        let issued = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+        let certificate: CertificateDer<'static> = issued.cert.der().clone();
+        let key = PrivateKeyDer::try_from(issued.signing_key.serialize_der()).unwrap();
+        #[allow(deprecated)]
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let server_config = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![certificate.clone()], key)
+            .unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = std::thread::spawn(move || {
+            let (socket, _) = listener.accept().unwrap();
+            let tls = rustls::ServerConnection::new(Arc::new(server_config)).unwrap();
+            let mut stream = rustls::StreamOwned::new(tls, socket);
+            let mut buf = vec![0u8; 50_000];
+            loop {
+                match stream.read(&mut buf) {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => stream.write_all(&buf[..n]).unwrap(),
+                }
+            }
+        });
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(certificate).unwrap();
+        let client_config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let name = ServerName::try_from("localhost").unwrap();
+        let client = rustls::ClientConnection::new(Arc::new(client_config), name).unwrap();
+        let (read, write) = tls(TcpStream::connect(addr).unwrap(), client).unwrap();
+        (read, write, server)
+    }
+
+    #[test]
+    fn the_halves_of_a_tls_connection_write_and_read_at_once_on_two_threads() {
+        let (mut read, mut write, server) = echo_over_tls();
+        // Messages from 1 byte to several TLS records long, all sent before most answers are read.
+        let messages: Vec<Vec<u8>> =
+            (0..200u32).map(|i| vec![(i % 251) as u8; 1 + (i as usize * 997) % 70_000]).collect();
+        let expected: Vec<u8> = messages.concat();
+        let writer = std::thread::spawn(move || {
+            for message in &messages {
+                write.write_all(message).unwrap();
+            }
+            write
+        });
+        let mut echoed = vec![0u8; expected.len()];
+        read.read_exact(&mut echoed).unwrap();
+        assert!(echoed == expected, "the bytes come back in order and whole");
+        drop(writer.join().unwrap());
+        drop(read);
+        server.join().unwrap();
     }
 }

@@ -120,6 +120,17 @@ pub fn check_said(code: i16, message: Option<&str>, what: &str) -> Result<()> {
     }
 }
 
+/// What to add to a failure to reach any broker: a broker closes a plaintext connection to a TLS
+/// listener at once, and one to a SASL listener at the first request past ApiVersions, without a word.
+fn plaintext_hint(security: &ClientSecurity) -> &'static str {
+    match security.protocol {
+        SecurityProtocol::Plaintext => {
+            "; if the listener uses TLS or SASL, give --command-config FILE with its security.protocol"
+        }
+        _ => "",
+    }
+}
+
 fn retriable(code: i16) -> bool {
     ResponseError::try_from_code(code).is_some_and(|e| e.is_retriable())
 }
@@ -179,14 +190,7 @@ impl KafkaClient {
                 Err(e) => failures.push(format!("{addr}: {e:#}")),
             }
         }
-        // A broker closes a plaintext connection to a TLS or SASL listener without a word.
-        let hint = match security.protocol {
-            SecurityProtocol::Plaintext => {
-                "; if the listener uses TLS or SASL, give --command-config FILE with its security.protocol"
-            }
-            _ => "",
-        };
-        bail!("no bootstrap broker answered ({}){hint}", failures.join("; "))
+        bail!("no bootstrap broker answered ({}){}", failures.join("; "), plaintext_hint(&security))
     }
 
     /// How this client opens connections.
@@ -243,7 +247,7 @@ impl KafkaClient {
                 }
             }
         }
-        bail!("no broker answered {api:?} ({})", failures.join("; "))
+        bail!("no broker answered {api:?} ({}){}", failures.join("; "), plaintext_hint(&self.security))
     }
 
     /// Metadata of `topics` (`None`: every topic), from any broker; remembers the brokers' addresses.

@@ -14,6 +14,7 @@
 //! run with an error (as Kafka's console consumer's `--timeout-ms` does).
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -23,7 +24,9 @@ use kafka_protocol::ResponseError;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::{ApiKey, FetchRequest, ResponseKind, TopicName};
 use kafka_protocol::protocol::StrBytes;
-use shardlog_broker::client::{BOOTSTRAP_ENV, DEFAULT_BOOTSTRAP, KafkaClient, RETRY_FOR};
+use shardlog_broker::client::{
+    BOOTSTRAP_ENV, COMMAND_CONFIG_ENV, ClientSecurity, DEFAULT_BOOTSTRAP, KafkaClient, RETRY_FOR,
+};
 use shardlog_storage::batch::BatchHeader;
 
 use crate::stats::{self, Tally};
@@ -55,6 +58,10 @@ pub struct ConsumeArgs {
     /// Brokers to reach the cluster through, HOST:PORT[,HOST:PORT...].
     #[arg(long, env = BOOTSTRAP_ENV, default_value = DEFAULT_BOOTSTRAP)]
     pub bootstrap: String,
+    /// Kafka client properties for a secured cluster (`security.protocol`, `sasl.*`, `ssl.*`), as
+    /// `shardlog --command-config` takes them. Without it: plaintext.
+    #[arg(long, value_name = "FILE", env = COMMAND_CONFIG_ENV)]
+    pub command_config: Option<PathBuf>,
     #[arg(long)]
     pub topic: String,
     #[arg(long, value_enum, default_value_t = From::Earliest)]
@@ -199,7 +206,8 @@ fn await_topic(admin: &mut KafkaClient, topic: &str, timeout: Duration) -> Resul
 pub fn run(args: &ConsumeArgs) -> Result<ConsumeResult> {
     let started_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
     let timeout = Duration::from_millis(args.timeout_ms);
-    let mut admin = KafkaClient::connect(&args.bootstrap)?;
+    let security = ClientSecurity::load(args.command_config.as_deref())?;
+    let mut admin = KafkaClient::connect_secured(&args.bootstrap, security.clone())?;
     await_topic(&mut admin, &args.topic, timeout)?;
     let layout = admin.led_layout(&args.topic)?;
     let bounds = admin.offsets(&args.topic, layout.partitions)?;
@@ -242,6 +250,7 @@ pub fn run(args: &ConsumeArgs) -> Result<ConsumeResult> {
                 .collect();
             let lane = Lane {
                 bootstrap: args.bootstrap.clone(),
+                security: security.clone(),
                 first_leader: leader,
                 topic: args.topic.clone(),
                 version,
@@ -309,6 +318,8 @@ pub fn run(args: &ConsumeArgs) -> Result<ConsumeResult> {
 /// One fetching thread: its share of the partitions, and what it fetches them with.
 struct Lane {
     bootstrap: String,
+    /// How its connections are opened (TLS, SASL).
+    security: ClientSecurity,
     /// Where its partitions were led when it started.
     first_leader: String,
     topic: String,
@@ -325,7 +336,7 @@ struct Lane {
 
 impl Lane {
     fn fetch(self, mut positions: BTreeMap<i32, i64>, shared: &Watch) -> Result<(Tally, Arrivals)> {
-        let mut client = KafkaClient::connect(&self.bootstrap)?;
+        let mut client = KafkaClient::connect_secured(&self.bootstrap, self.security.clone())?;
         let mut leaders: BTreeMap<i32, String> = positions.keys().map(|p| (*p, self.first_leader.clone())).collect();
         let mut tally = Tally::default();
         let first_positions = positions.clone();

@@ -26,7 +26,9 @@ use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProdu
 use kafka_protocol::messages::{ApiKey, InitProducerIdRequest, ProduceRequest, ProducerId, ResponseKind, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::Compression;
-use shardlog_broker::client::{BOOTSTRAP_ENV, Connection, DEFAULT_BOOTSTRAP, KafkaClient};
+use shardlog_broker::client::{
+    BOOTSTRAP_ENV, COMMAND_CONFIG_ENV, ClientSecurity, Connection, DEFAULT_BOOTSTRAP, KafkaClient,
+};
 
 use crate::payload::{self, Origin};
 use crate::stats::{self, Tally};
@@ -47,6 +49,10 @@ pub struct ProduceArgs {
     /// Brokers to reach the cluster through, HOST:PORT[,HOST:PORT...].
     #[arg(long, env = BOOTSTRAP_ENV, default_value = DEFAULT_BOOTSTRAP)]
     pub bootstrap: String,
+    /// Kafka client properties for a secured cluster (`security.protocol`, `sasl.*`, `ssl.*`), as
+    /// `shardlog --command-config` takes them. Without it: plaintext.
+    #[arg(long, value_name = "FILE", env = COMMAND_CONFIG_ENV)]
+    pub command_config: Option<PathBuf>,
     #[arg(long)]
     pub topic: String,
     /// Create the topic first (an existing one is used as it is).
@@ -244,6 +250,8 @@ fn record(recorder: &Recorder, partition: i32, base_offset: i64, hashes: &[u32])
 #[derive(Debug)]
 struct Plan {
     bootstrap: String,
+    /// How every connection is opened (TLS, SASL).
+    security: ClientSecurity,
     topic: String,
     retries: u32,
     delivery_timeout: Duration,
@@ -309,7 +317,8 @@ fn refuse_ignored_flags(args: &ProduceArgs) -> Result<()> {
 
 pub fn run(args: &ProduceArgs) -> Result<ProduceResult> {
     refuse_ignored_flags(args)?;
-    let mut admin = KafkaClient::connect(&args.bootstrap)?;
+    let security = ClientSecurity::load(args.command_config.as_deref())?;
+    let mut admin = KafkaClient::connect_secured(&args.bootstrap, security.clone())?;
     if args.create {
         let configs: Vec<(String, String)> =
             args.min_insync.iter().map(|m| ("min.insync.replicas".to_string(), m.to_string())).collect();
@@ -346,6 +355,7 @@ pub fn run(args: &ProduceArgs) -> Result<ProduceResult> {
     };
     let plan = Arc::new(Plan {
         bootstrap: args.bootstrap.clone(),
+        security,
         topic: args.topic.clone(),
         retries: args.retries,
         delivery_timeout: Duration::from_millis(args.delivery_timeout_ms),
@@ -445,7 +455,7 @@ pub(crate) fn outcomes(response: ResponseKind) -> Result<Vec<(i32, i16, i64)>> {
 
 /// One partition, one message per request, the next sent once the last is acknowledged.
 fn sync_lane(plan: &Plan, mut leader: String, partition: i32, recorder: &Recorder) -> Result<Tally> {
-    let mut conn = Connection::open(&leader)?;
+    let mut conn = Connection::open_secured(&leader, &plan.security)?;
     let mut tally = Tally::default();
     let mut again = Redelivery { plan, client: None };
     let mut sequence = 0u64;
@@ -481,7 +491,7 @@ fn sync_lane(plan: &Plan, mut leader: String, partition: i32, recorder: &Recorde
             if error != 0
                 && let Some(moved) = again.moved_leader(partition, &leader)
             {
-                conn = Connection::open(&moved)?;
+                conn = Connection::open_secured(&moved, &plan.security)?;
                 leader = moved;
             }
         }
@@ -517,7 +527,7 @@ impl Redelivery<'_> {
             std::thread::sleep(RETRY_BACKOFF);
             let client = match &mut self.client {
                 Some(client) => client,
-                None => self.client.insert(KafkaClient::connect(&plan.bootstrap)?),
+                None => self.client.insert(KafkaClient::connect_secured(&plan.bootstrap, plan.security.clone())?),
             };
             let Some(leader) = client.leader(&plan.topic, partition)? else {
                 error = kafka_protocol::ResponseError::LeaderNotAvailable.code();
@@ -624,7 +634,7 @@ fn async_lane(
     batch_bytes: usize,
     recorder: &Recorder,
 ) -> Result<Tally> {
-    let Connection { mut sender, mut receiver, .. } = Connection::open(leader)?;
+    let Connection { mut sender, mut receiver, .. } = Connection::open_secured(leader, &plan.security)?;
     // Each partition's batch within --batch-bytes, and the whole request within MAX_REQUEST_BYTES.
     let batch_bytes = batch_bytes.min(MAX_REQUEST_BYTES / partitions.len().max(1));
     let per_batch = (batch_bytes.saturating_sub(shardlog_storage::batch::HEADER_BYTES)

@@ -286,6 +286,7 @@ fn measure(bootstrap: &str, topic: &str, r: &Row, args: &TpsArgs, progress: &ind
     }
     let produce = ProduceArgs {
         bootstrap: bootstrap.to_string(),
+        command_config: None,
         topic: topic.to_string(),
         // Created above, with the row's settings.
         create: false,

@@ -19,11 +19,17 @@ struct Cluster {
 impl Cluster {
     fn start(data: &Path) -> Cluster {
         let port = shardlog_bench::cluster::free_port().unwrap();
+        Self::start_with(data, port, &[])
+    }
+
+    /// The broker listens on `port` (PLAINTEXT) and as `settings` say (`KEY=VALUE`, passed with --set).
+    fn start_with(data: &Path, port: u16, settings: &[&str]) -> Cluster {
         let metrics = shardlog_bench::cluster::free_port().unwrap();
         let mut child = bench()
             .args(["cluster", "--brokers", "1", "--shards", "2", "--base-port", &port.to_string()])
             .args(["--metrics-base-port", &metrics.to_string(), "--data-dir"])
             .arg(data)
+            .args(settings.iter().flat_map(|s| ["--set", s]))
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
@@ -229,6 +235,37 @@ fn consume_measures_end_to_end_latency_of_records_produced_after_it_started() {
     let label =
         format!("end to end, producer timestamp to fetch, of the {count} records produced after the start (ms): p50");
     assert!(consumed.contains(&label), "{consumed}");
+}
+
+#[test]
+fn produce_and_consume_authenticate_with_scram_through_a_command_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let (port, sasl) = (shardlog_bench::cluster::free_port().unwrap(), shardlog_bench::cluster::free_port().unwrap());
+    let listeners = format!("listeners=PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://127.0.0.1:{sasl}");
+    let _cluster =
+        Cluster::start_with(&dir.path().join("cluster"), port, &[&listeners, "sasl.enabled.mechanisms=SCRAM-SHA-256"]);
+    let mut admin = shardlog_broker::client::KafkaClient::connect(&format!("127.0.0.1:{port}")).unwrap();
+    admin.upsert_scram_user("loader", 1, 4096, b"loader-secret").unwrap();
+    let config = dir.path().join("loader.properties");
+    std::fs::write(
+        &config,
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\nsasl.username=loader\nsasl.password=loader-secret\n",
+    )
+    .unwrap();
+    let (b, c) = (format!("127.0.0.1:{sasl}"), config.to_str().unwrap());
+    let secured = ["--bootstrap", b.as_str(), "--command-config", c, "--topic", "signed-in"];
+
+    // Pipelined batches (several requests in flight on each connection), then fetches, all over SASL.
+    let produce =
+        ["produce", "--create", "--partitions", "2", "--mode", "async", "--in-flight", "4", "--messages", "5000"];
+    let (_, produced) = run(&[&produce[..], &secured[..]].concat());
+    assert_eq!(messages(&produced), 5000, "{produced}");
+    let (_, consumed) = run(&[&["consume", "--messages", "5000"][..], &secured[..]].concat());
+    assert_eq!(messages(&consumed), 5000, "{consumed}");
+
+    // Without the file the SASL listener closes the connection, and the tool says what is missing.
+    let (_, stderr) = run_failing(&["produce", "--bootstrap", &b, "--topic", "signed-in", "--messages", "1"]);
+    assert!(stderr.contains("--command-config"), "{stderr}");
 }
 
 /// Runs the tool expecting it to fail; returns (stdout, stderr).

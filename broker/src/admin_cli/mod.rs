@@ -4,6 +4,7 @@
 
 mod durability;
 pub mod groups;
+pub mod security;
 
 use std::collections::BTreeMap;
 

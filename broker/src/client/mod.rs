@@ -3,11 +3,17 @@
 //! takes a bootstrap list and uses whichever broker answers, asks any broker for the cluster's metadata,
 //! sends each partition's requests to that partition's leader, and on NOT_LEADER_OR_FOLLOWER,
 //! UNKNOWN_TOPIC_OR_PARTITION and Kafka's other retriable errors refreshes the metadata and tries again,
-//! for up to [`KafkaClient::retry_for`].
+//! for up to [`KafkaClient::retry_for`]. It reaches a secured cluster as `--command-config` says
+//! ([`command_config`]): TLS, SASL, or both, on every connection it opens.
 
+mod acls;
+pub mod command_config;
 mod connection;
 mod groups;
+mod quotas;
 mod reassign;
+mod scram;
+mod transport;
 mod users;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -27,8 +33,11 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::{Encodable, StrBytes};
 
+pub use acls::{AclBinding, AclFilter, operation_code, pattern_type_code, render_acls};
+pub use command_config::{COMMAND_CONFIG_ENV, ClientSecurity, SecurityProtocol};
 pub use connection::{Connection, READ_TIMEOUT, Receiver, Sender};
 pub use groups::{DescribedGroup, GroupMember, ListedGroup};
+pub use quotas::{DescribedQuota, Entity, QuotaChange, render_entity, render_quotas};
 pub use reassign::{Ongoing, Refused};
 pub use users::{ScramUser, render_users};
 
@@ -111,6 +120,17 @@ pub fn check_said(code: i16, message: Option<&str>, what: &str) -> Result<()> {
     }
 }
 
+/// What to add to a failure to reach any broker: a broker closes a plaintext connection to a TLS
+/// listener at once, and one to a SASL listener at the first request past ApiVersions, without a word.
+fn plaintext_hint(security: &ClientSecurity) -> &'static str {
+    match security.protocol {
+        SecurityProtocol::Plaintext => {
+            "; if the listener uses TLS or SASL, give --command-config FILE with its security.protocol"
+        }
+        _ => "",
+    }
+}
+
 fn retriable(code: i16) -> bool {
     ResponseError::try_from_code(code).is_some_and(|e| e.is_retriable())
 }
@@ -123,6 +143,8 @@ fn topic_name(n: &str) -> TopicName {
 #[derive(Debug)]
 pub struct KafkaClient {
     bootstrap: Vec<String>,
+    /// How every connection is opened (TLS, SASL).
+    security: ClientSecurity,
     /// Open connections, by broker address.
     connections: BTreeMap<String, Connection>,
     /// Where cluster-wide requests (Metadata, topic administration) go: the broker that answered last.
@@ -139,16 +161,22 @@ pub struct KafkaClient {
 }
 
 impl KafkaClient {
-    /// Connects to the first broker of the bootstrap list that answers.
+    /// Connects to the first broker of the bootstrap list that answers, over plain TCP.
     pub fn connect(bootstrap: &str) -> Result<KafkaClient> {
+        Self::connect_secured(bootstrap, ClientSecurity::plaintext())
+    }
+
+    /// Connects to the first broker of the bootstrap list that answers, as `security` says.
+    pub fn connect_secured(bootstrap: &str, security: ClientSecurity) -> Result<KafkaClient> {
         let bootstrap = parse_bootstrap(bootstrap)?;
         let mut failures = Vec::new();
         for addr in &bootstrap {
-            match Connection::open(addr)
+            match Connection::open_secured(addr, &security)
                 .and_then(|mut c| c.negotiate(ApiKey::Metadata, METADATA_VERSIONS).map(|v| (c, v)))
             {
                 Ok((conn, metadata_version)) => {
                     return Ok(KafkaClient {
+                        security,
                         connections: BTreeMap::from([(addr.clone(), conn)]),
                         home: addr.clone(),
                         bootstrap,
@@ -162,13 +190,18 @@ impl KafkaClient {
                 Err(e) => failures.push(format!("{addr}: {e:#}")),
             }
         }
-        bail!("no bootstrap broker answered ({})", failures.join("; "))
+        bail!("no bootstrap broker answered ({}){}", failures.join("; "), plaintext_hint(&security))
+    }
+
+    /// How this client opens connections.
+    pub fn security(&self) -> &ClientSecurity {
+        &self.security
     }
 
     /// The connection to `addr`, opened if need be.
     pub fn connection(&mut self, addr: &str) -> Result<&mut Connection> {
         if !self.connections.contains_key(addr) {
-            let mut conn = Connection::open(addr)?;
+            let mut conn = Connection::open_secured(addr, &self.security)?;
             if self.read_timeout != READ_TIMEOUT {
                 conn.set_read_timeout(self.read_timeout)?;
             }
@@ -214,7 +247,7 @@ impl KafkaClient {
                 }
             }
         }
-        bail!("no broker answered {api:?} ({})", failures.join("; "))
+        bail!("no broker answered {api:?} ({}){}", failures.join("; "), plaintext_hint(&self.security))
     }
 
     /// Metadata of `topics` (`None`: every topic), from any broker; remembers the brokers' addresses.

@@ -104,6 +104,14 @@ fn run_for(length: Duration, mut step: impl FnMut() -> (usize, i32)) -> Run {
         }
     }
     run.after_burst = burst_spent.map_or(Duration::ZERO, |at| at.elapsed());
+    eprintln!(
+        "{} bytes in {:?}, {} answers throttled; after the burst {} bytes in {:?}",
+        run.total_bytes,
+        start.elapsed(),
+        run.throttled_answers,
+        run.bytes_after_burst,
+        run.after_burst
+    );
     run
 }
 

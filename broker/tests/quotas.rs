@@ -1,5 +1,6 @@
 //! Client quotas enforced on the real broker (issue 38 §6): a client above its producer_byte_rate or
-//! consumer_byte_rate gets `throttle_time_ms` in its answers and is held to its quota, and a client
+//! consumer_byte_rate gets `throttle_time_ms` in its answers and is held to its quota, so is one above
+//! its request_percentage, connections over an IP's connection_creation_rate are closed, and a client
 //! without quotas is never throttled.
 //!
 //! The clients here speak the Kafka protocol directly and never wait out a throttle themselves, as a
@@ -220,4 +221,18 @@ fn connections_over_an_ips_connection_creation_rate_are_closed_unanswered() {
     assert!(answered >= 1, "a connection within the rate is served");
     // The connection made before the quota is not affected.
     set_client_quota(&mut admin, "producer_byte_rate", QUOTA_BYTES_PER_SECOND);
+}
+
+#[test]
+fn a_client_above_its_request_percentage_gets_throttle_time_of_at_most_one_sample() {
+    let broker = start_broker();
+    let mut s = broker.connect();
+    assert_eq!(create(&mut s, "quota-request", 1, 1, &[]), 0);
+    // A thousandth of a percent of a shard thread: ten microseconds of handler time a second.
+    set_client_quota(&mut s, "request_percentage", 0.001);
+    let records = batch(5, 10, 0);
+    let throttles: Vec<i32> = (0..10).map(|_| produce(&mut s, "quota-request", &records)).collect();
+    assert!(throttles.iter().any(|t| *t > 0), "answers carried throttle_time_ms: {throttles:?}");
+    // Kafka throttles a request quota for at most one sample (quota.window.size.seconds, 1 s here).
+    assert!(throttles.iter().all(|t| *t <= 1000), "{throttles:?}");
 }

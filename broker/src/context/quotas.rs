@@ -2,14 +2,14 @@
 //! shards has one budget per quota here, as in a Kafka broker. The quota table is rebuilt the first time
 //! a request meets an image whose quotas changed (`SecurityState::quotas_version`), as the authorizer is.
 //!
-//! With no client quota in the metadata a request costs one look at the image's quota map: no lock and
-//! no lookup.
+//! With no client quota in the metadata a request costs one atomic load: no lock and no lookup.
 //!
 //! Connection creation rates (KIP-612) are kept here too: per IP, the `ip` entities'
 //! `connection_creation_rate`, and for the whole broker `max.connection.creation.rate`.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -24,6 +24,8 @@ const BUDGETS_BEFORE_PRUNING: usize = 1024;
 #[derive(Debug)]
 pub struct Quotas {
     window: Window,
+    /// Whether the image the shards serve has any quota (set as each image is applied).
+    any: AtomicBool,
     /// The table as of the quotas' version (`SecurityState::quotas_version`) it was built from.
     table: Mutex<Option<(u64, Arc<QuotaTable>)>>,
     rates: Mutex<Rates>,
@@ -45,12 +47,23 @@ impl Quotas {
     pub fn new(window: Window, max_connection_creation_rate: Option<u32>) -> Quotas {
         Quotas {
             window,
+            any: AtomicBool::new(false),
             ip_rates: Mutex::new(HashMap::new()),
             broker_connections: max_connection_creation_rate
                 .map(|limit| (f64::from(limit), Mutex::new(Rate::new(Instant::now())))),
             table: Mutex::new(None),
             rates: Mutex::new(Rates { by_budget: HashMap::new(), prune_at: BUDGETS_BEFORE_PRUNING }),
         }
+    }
+
+    /// Notes whether `image`, about to be served, has any quota.
+    pub fn image_applied(&self, image: &MetadataImage) {
+        self.any.store(!image.security().quotas.is_empty(), Ordering::Release);
+    }
+
+    /// False when the metadata the shards serve has no quota at all: nothing need be recorded.
+    pub fn any(&self) -> bool {
+        self.any.load(Ordering::Acquire)
     }
 
     pub fn window(&self) -> Window {
@@ -93,7 +106,9 @@ impl Quotas {
             rates.prune_at = (rates.by_budget.len() * 2).max(BUDGETS_BEFORE_PRUNING);
         }
         let rate = rates.by_budget.entry(applied.budget.clone()).or_insert_with(|| Rate::new(now));
-        rate.record_and_throttle(&self.window, value, applied.limit, now)
+        let throttle = rate.record_and_throttle(&self.window, value, applied.limit, now);
+        // Kafka throttles a request quota for at most one sample.
+        if applied.budget.kind == QuotaKind::Request { throttle.min(self.window.sample) } else { throttle }
     }
 
     /// Counts a connection accepted from `ip` against its `connection_creation_rate`, if it has one:

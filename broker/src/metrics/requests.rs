@@ -87,8 +87,8 @@ fn describe() {
     metrics::describe_counter!(READAHEAD_USED, "reads made ahead that a consumer's next fetch took");
     metrics::describe_counter!(
         QUOTA_THROTTLED,
-        "throttles for client quotas, by quota: produce (producer_byte_rate) and fetch (consumer_byte_rate) \
-         mute the connection; connection_creation closes a connection over its IP's connection_creation_rate \
+        "throttles for client quotas, by quota: produce (producer_byte_rate), fetch (consumer_byte_rate) and \
+         request (request_percentage) mute the connection; connection_creation closes a connection over its IP's connection_creation_rate \
          late, or holds the listener at max.connection.creation.rate"
     );
     metrics::describe_counter!(QUOTA_THROTTLE_MS, "milliseconds of throttle given for client quotas, by quota");

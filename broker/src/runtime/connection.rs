@@ -23,11 +23,12 @@
 //! `connections.max.idle.ms` is closed: a client cannot hold the broker's memory or a connection by
 //! sending slowly or not at all.
 //!
-//! Client quotas (KIP-13, KIP-219) are applied here too: a Produce request's bytes and a Fetch answer's
-//! are counted against the client's budget ([`crate::context::Quotas`]); when that takes it above its
+//! Client quotas (KIP-13, KIP-124, KIP-219) are applied here too: a Produce request's bytes, a Fetch
+//! answer's, and every request's handler time on the shard thread (the time spent polling its handler)
+//! are counted against the client's budgets ([`crate::context::Quotas`]); when that takes it above a
 //! quota the answer is sent at once with `throttle_time_ms`, and the connection is muted: the reader
-//! takes no further request from it until the throttle time has passed. A throttled Fetch is answered
-//! empty, and its bytes are not counted, as in Kafka.
+//! takes no further request from it until the throttle time has passed. A Fetch throttled for its bytes
+//! is answered empty, and its bytes are not counted, as in Kafka.
 //!
 //! Bad input closes the connection with one log line; nothing a client sends can panic the shard.
 
@@ -435,15 +436,55 @@ fn set_throttle_time(body: &mut ResponseKind, throttle: Duration) {
     }
 }
 
-/// The quota that applies to `request`, if it is a Produce or a Fetch and the client has one.
-fn quota_of(ctx: &BrokerContext, request: &DecodedRequest, client: &ClientInfo) -> Option<Applied> {
-    let kind = match &request.body {
-        RequestKind::Produce(_) => QuotaKind::Produce,
-        RequestKind::Fetch(_) => QuotaKind::Fetch,
-        _ => return None,
-    };
+/// The `throttle_time_ms` a Produce or Fetch answer carries already.
+fn throttle_time_of(body: &ResponseKind) -> u64 {
+    match body {
+        ResponseKind::Produce(r) => r.throttle_time_ms.max(0) as u64,
+        ResponseKind::Fetch(r) => r.throttle_time_ms.max(0) as u64,
+        _ => 0,
+    }
+}
+
+/// The byte rate quota that applies to `request` (if it is a Produce or a Fetch) and its
+/// request_percentage quota, where the client has them.
+fn quotas_of(ctx: &BrokerContext, request: &DecodedRequest, client: &ClientInfo) -> (Option<Applied>, Option<Applied>) {
+    if !ctx.quotas.any() {
+        return (None, None);
+    }
+    let image = ctx.image();
     let client_id = request.header.client_id.as_deref().unwrap_or("");
-    ctx.quotas.applied(&ctx.image(), kind, &client.principal.name, client_id)
+    let user = &client.principal.name;
+    let bytes = match &request.body {
+        RequestKind::Produce(_) => ctx.quotas.applied(&image, QuotaKind::Produce, user, client_id),
+        RequestKind::Fetch(_) => ctx.quotas.applied(&image, QuotaKind::Fetch, user, client_id),
+        _ => None,
+    };
+    (bytes, ctx.quotas.applied(&image, QuotaKind::Request, user, client_id))
+}
+
+/// Counts a request's handler time against its request_percentage quota, if it has one; returns the
+/// throttle time, with the connection muted for it.
+fn throttle_request_time(ctx: &BrokerContext, quota: Option<&Applied>, spent: Duration, mute: &Mute) -> Duration {
+    let Some(applied) = quota else { return Duration::ZERO };
+    // Percent of a thread's second, as Kafka records it.
+    let throttle = ctx.quotas.record(applied, spent.as_secs_f64() * 100.0);
+    throttle_connection(mute, QuotaKind::Request, throttle);
+    throttle
+}
+
+/// Runs `work`, measuring the time spent polling it: the shard thread's time on it, not the time it
+/// waited.
+async fn timed<T>(work: impl Future<Output = T>) -> (T, Duration) {
+    let mut work = std::pin::pin!(work);
+    let mut spent = Duration::ZERO;
+    let output = std::future::poll_fn(|cx| {
+        let began = Instant::now();
+        let poll = work.as_mut().poll(cx);
+        spent += began.elapsed();
+        poll
+    })
+    .await;
+    (output, spent)
 }
 
 /// Counts a Fetch answer against its quota: an answer that takes the client above it is not counted and
@@ -574,7 +615,7 @@ fn start(
 ) -> Pending {
     let (api_key, version, correlation_id) = (request.api_key, request.version, request.header.correlation_id);
     let acks_zero = matches!(&request.body, RequestKind::Produce(p) if p.acks == 0);
-    let quota = quota_of(ctx, &request, client);
+    let (quota, request_quota) = quotas_of(ctx, &request, client);
     let (mut request, merge) = match authorize(ctx, request, client) {
         Ok(allowed) => allowed,
         Err(answer) => return Pending::Ready(answer),
@@ -602,11 +643,17 @@ fn start(
     let answer = match request.body {
         // Dispatched here, before the next frame is read, so appends keep the connection's order.
         RequestKind::Produce(req) => {
+            let began = Instant::now();
             let produce = handlers::dispatch_produce(&ctx, req);
+            let dispatch_time = began.elapsed();
+            let mute = mute.clone();
             spawn_handler(async move {
-                let mut body = produce.answer().await.map(|p| merge.finish(ResponseKind::Produce(p)));
+                let (answer, spent) = timed(produce.answer()).await;
+                let mut body = answer.map(|p| merge.finish(ResponseKind::Produce(p)));
+                let request_throttle =
+                    throttle_request_time(&ctx, request_quota.as_ref(), dispatch_time + spent, &mute);
                 if let Some(body) = &mut body {
-                    set_throttle_time(body, produce_throttle);
+                    set_throttle_time(body, produce_throttle.max(request_throttle));
                 }
                 drop(shared);
                 crate::metrics::observe_request(api_key, received.elapsed(), body.as_ref());
@@ -616,17 +663,28 @@ fn start(
                 answer
             })
         }
-        _ => spawn_handler(async move {
-            let mut body = handlers::handle(&ctx, request, &client).await.map(|b| merge.finish(b));
-            if let (Some(body), Some((applied, mute))) = (&mut body, &fetch_quota) {
-                throttle_fetch(&ctx, applied, body, mute);
-            }
-            drop(shared);
-            crate::metrics::observe_request(api_key, received.elapsed(), body.as_ref());
-            let answer = encode(body, correlation_id, api_key, version, &peer);
-            slow.report(api_key, &peer, &answer);
-            answer
-        }),
+        _ => {
+            let mute = mute.clone();
+            spawn_handler(async move {
+                let (answer, spent) = timed(handlers::handle(&ctx, request, &client)).await;
+                let mut body = answer.map(|b| merge.finish(b));
+                if let (Some(body), Some((applied, mute))) = (&mut body, &fetch_quota) {
+                    throttle_fetch(&ctx, applied, body, mute);
+                }
+                let request_throttle = throttle_request_time(&ctx, request_quota.as_ref(), spent, &mute);
+                if let Some(body) = &mut body
+                    && !request_throttle.is_zero()
+                {
+                    let bandwidth_ms = throttle_time_of(body);
+                    set_throttle_time(body, request_throttle.max(Duration::from_millis(bandwidth_ms)));
+                }
+                drop(shared);
+                crate::metrics::observe_request(api_key, received.elapsed(), body.as_ref());
+                let answer = encode(body, correlation_id, api_key, version, &peer);
+                slow.report(api_key, &peer, &answer);
+                answer
+            })
+        }
     };
     Pending::Running(answer, permit)
 }

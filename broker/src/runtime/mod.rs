@@ -484,7 +484,8 @@ async fn accept(
                 };
                 // KIP-612: a connection over its IP's connection_creation_rate is closed after the
                 // throttle time, as Kafka closes it.
-                let ip_throttle = ctx.quotas.ip_connection_throttle(&ctx.image(), ip);
+                let ip_throttle =
+                    if ctx.quotas.any() { ctx.quotas.ip_connection_throttle(&ctx.image(), ip) } else { Duration::ZERO };
                 if !ip_throttle.is_zero() {
                     crate::metrics::quota_throttled("connection_creation", ip_throttle);
                     tracing::debug!(shard, %ip, throttle_ms = ip_throttle.as_millis() as u64, "closing a connection over its IP's connection_creation_rate");

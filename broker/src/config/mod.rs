@@ -120,6 +120,8 @@ pub struct BrokerConfig {
     pub socket_request_max_bytes: usize,
     /// What clients may make the broker hold.
     pub clients: ClientLimits,
+    /// `quota.window.num` and `quota.window.size.seconds`: how client quotas' rates are measured.
+    pub quota_window: crate::security::quotas::Window,
     /// `log.dir.min.free.bytes`: below this much free space on the data dir's disk, produce is refused.
     pub log_dir_min_free_bytes: u64,
     pub min_insync_replicas: u16,
@@ -201,6 +203,9 @@ pub struct ClientLimits {
     pub max_connections: usize,
     /// `max.connections.per.ip`: open client connections from one address.
     pub max_connections_per_ip: usize,
+    /// `max.connection.creation.rate`: connections accepted per second, all listeners together; `None`:
+    /// unbounded (Kafka's default, the largest int).
+    pub max_connection_creation_rate: Option<u32>,
 }
 
 /// Consumer groups: the offsets topic and the group coordinator's bounds and timings (Kafka's settings).
@@ -698,6 +703,12 @@ impl Reader {
             connections_max_idle_ms: self.int_set("connections.max.idle.ms")? as u64,
             max_connections: self.int_set("max.connections")? as usize,
             max_connections_per_ip: self.int_set("max.connections.per.ip")? as usize,
+            max_connection_creation_rate: Some(self.int_set("max.connection.creation.rate")? as u32)
+                .filter(|rate| *rate < i32::MAX as u32),
+        };
+        let quota_window = crate::security::quotas::Window {
+            samples: self.int_set("quota.window.num")? as usize,
+            sample: std::time::Duration::from_secs(self.int_set("quota.window.size.seconds")? as u64),
         };
         if clients.queued_max_request_bytes < socket_request_max_bytes {
             return Err(invalid(
@@ -736,6 +747,7 @@ impl Reader {
             default_replication_factor: self.int_set("default.replication.factor")? as u16,
             socket_request_max_bytes,
             clients,
+            quota_window,
             log_dir_min_free_bytes: self.int_set("log.dir.min.free.bytes")? as u64,
             min_insync_replicas: self.int_set("min.insync.replicas")? as u16,
             replica_lag_time_max_ms: self.int_set("replica.lag.time.max.ms")? as u64,

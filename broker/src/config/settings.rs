@@ -395,6 +395,32 @@ pub const SETTINGS: &[Setting] = &[
         example: "100",
     },
     Setting {
+        key: "max.connection.creation.rate",
+        kind: int(1, I32),
+        default: Default::Value("2147483647"),
+        unit: "",
+        meaning: "client connections accepted per second, all listeners together, measured as client quotas are; \
+                  past it the listeners wait before accepting more (the default: unbounded)",
+        example: "100",
+    },
+    Setting {
+        key: "quota.window.num",
+        kind: int(2, 3600),
+        default: Default::Value("11"),
+        unit: "",
+        meaning: "samples a client quota's rate is measured over; after a quiet spell a client may burst to \
+                  (quota.window.num - 1) samples' worth of its quota",
+        example: "2",
+    },
+    Setting {
+        key: "quota.window.size.seconds",
+        kind: int(1, 3600),
+        default: Default::Value("1"),
+        unit: "s",
+        meaning: "the time one sample of a client quota's rate covers",
+        example: "2",
+    },
+    Setting {
         key: "message.max.bytes",
         kind: int(1024, I32),
         default: Default::Value("1048588"),

@@ -18,9 +18,11 @@ use shardlog_storage::{LeaderEpoch, TopicPartition};
 
 mod authorization;
 mod producer_ids;
+mod quotas;
 
 pub use authorization::Authorization;
 pub use producer_ids::{PRODUCER_ID_BLOCK, ProducerIds};
+pub use quotas::Quotas;
 
 use crate::config::BrokerConfig;
 use crate::disk_space::DiskSpace;
@@ -120,6 +122,8 @@ pub struct BrokerContext {
     pub peer_handoffs: Vec<(flume::Sender<PeerHandoff>, flume::Receiver<PeerHandoff>)>,
     /// ACL authorization; `None` without `authorizer.class.name`.
     pub authorization: Option<Authorization>,
+    /// Client quotas' budgets, one per client across all shards.
+    pub quotas: Quotas,
 }
 
 /// The channels to every shard's work: partitions, topic changes (shard 0), group coordinators.
@@ -188,6 +192,7 @@ impl BrokerContext {
             producer_ids: ProducerIds::default(),
             peer_handoffs: (0..shards_count).map(|_| flume::unbounded()).collect(),
             authorization: Authorization::new(&config.authorization),
+            quotas: Quotas::new(config.quota_window, config.clients.max_connection_creation_rate),
             config,
         }
     }

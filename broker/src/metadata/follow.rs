@@ -51,6 +51,7 @@ pub async fn follow(ctx: Arc<BrokerContext>, images: flume::Receiver<Arc<Metadat
             let whole = apply(&ctx, &mut hosted, &image, ctx.ready.load(Ordering::SeqCst)).await;
             applied = whole.then(|| image.clone());
         }
+        ctx.quotas.image_applied(&image);
         *ctx.metadata.write().expect("metadata lock") = image.clone();
         if topics_changed {
             ctx.quorum.leadership_news().bump();

@@ -22,7 +22,7 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use metrics_util::MetricKindMask;
 
 pub use partitions::{sample_shard, scrape_broker};
-pub use requests::{fetch_held, observe_request, produced, read_ahead, register_shard};
+pub use requests::{fetch_held, observe_request, produced, quota_throttled, read_ahead, register_shard};
 
 /// How often a shard samples its partitions' gauges.
 pub const SAMPLE_INTERVAL: Duration = Duration::from_secs(1);

@@ -19,6 +19,8 @@ const FETCHED_BYTES: &str = "shardlog_fetch_bytes_total";
 const READAHEAD_STARTED: &str = "shardlog_fetch_readahead_started_total";
 const READAHEAD_USED: &str = "shardlog_fetch_readahead_used_total";
 const FETCHES_HELD: &str = "shardlog_fetch_held_total";
+const QUOTA_THROTTLED: &str = "shardlog_quota_throttled_total";
+const QUOTA_THROTTLE_MS: &str = "shardlog_quota_throttle_ms_total";
 
 struct ShardHandles {
     shard: String,
@@ -84,10 +86,23 @@ fn describe() {
     );
     metrics::describe_counter!(READAHEAD_USED, "reads made ahead that a consumer's next fetch took");
     metrics::describe_counter!(
+        QUOTA_THROTTLED,
+        "throttles for client quotas, by quota: produce (producer_byte_rate), fetch (consumer_byte_rate) and \
+         request (request_percentage) mute the connection; connection_creation closes a connection over its IP's connection_creation_rate \
+         late, or holds the listener at max.connection.creation.rate"
+    );
+    metrics::describe_counter!(QUOTA_THROTTLE_MS, "milliseconds of throttle given for client quotas, by quota");
+    metrics::describe_counter!(
         FETCHES_HELD,
         "Fetches held until fetch.min.bytes were there (Kafka's delayed fetches), by how they ended: answered \
          once enough arrived (or an error), or expired at max.wait.ms"
     );
+}
+
+/// A request throttled for a client quota (`quota`: produce, fetch or request) for `throttle`.
+pub fn quota_throttled(quota: &'static str, throttle: Duration) {
+    metrics::counter!(QUOTA_THROTTLED, "quota" => quota).increment(1);
+    metrics::counter!(QUOTA_THROTTLE_MS, "quota" => quota).increment(throttle.as_millis() as u64);
 }
 
 fn with(record: impl FnOnce(&ShardHandles)) {

@@ -23,6 +23,13 @@
 //! `connections.max.idle.ms` is closed: a client cannot hold the broker's memory or a connection by
 //! sending slowly or not at all.
 //!
+//! Client quotas (KIP-13, KIP-124, KIP-219) are applied here too: a Produce request's bytes, a Fetch
+//! answer's, and every request's handler time on the shard thread (the time spent polling its handler)
+//! are counted against the client's budgets ([`crate::context::Quotas`]); when that takes it above a
+//! quota the answer is sent at once with `throttle_time_ms`, and the connection is muted: the reader
+//! takes no further request from it until the throttle time has passed. A Fetch throttled for its bytes
+//! is answered empty, and its bytes are not counted, as in Kafka.
+//!
 //! Bad input closes the connection with one log line; nothing a client sends can panic the shard.
 
 use std::cell::Cell;
@@ -47,6 +54,7 @@ use crate::handlers;
 use crate::security::authenticate::{SaslListener, SaslSession};
 use crate::security::authorizer::rules::{Gate, Merge, authorize_request};
 use crate::security::principal::Principal;
+use crate::security::quotas::{Applied, QuotaKind};
 use crate::security::session::ClientInfo;
 use crate::shutdown::Shutdown;
 
@@ -64,6 +72,10 @@ const MAX_IN_FLIGHT_REQUESTS: usize = 32;
 /// The most request bytes one connection holds in flight (a larger single request is still admitted
 /// alone).
 const MAX_IN_FLIGHT_BYTES: u64 = 64 << 20;
+
+/// Until when the connection is muted for a quota (KIP-219): shared by the reader and the handlers that
+/// throttle it.
+type Mute = Rc<Cell<Option<Instant>>>;
 
 /// What to do after a frame's answer is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -189,13 +201,14 @@ async fn serve_kafka<S>(
     let (mut reader, writer) = futures_lite::io::split(stream);
     let (queue, answers) = local_channel::new_bounded(MAX_IN_FLIGHT_REQUESTS);
     let activity = Activity::new();
+    let mute: Mute = Rc::new(Cell::new(None));
     let peer = client.peer.clone();
     // The reader ends at end of stream, a bad frame or shutdown, dropping its end of the queue; the writer
     // then writes what is queued and ends. A writer that ends first (a lost peer) ends the reader too, and
     // so does the watch when the client is too slow or idle too long.
     let reading = async {
         let sasl = sasl.map(SaslSession::new);
-        read_requests(&mut reader, queue, &ctx, &clients, &activity, &shutdown, client.clone(), sasl).await;
+        read_requests(&mut reader, queue, &ctx, &clients, &activity, &shutdown, client.clone(), sasl, mute).await;
         future::pending::<()>().await
     };
     let watching = watch(&activity, &clients, &peer);
@@ -266,6 +279,7 @@ async fn read_requests<S: AsyncRead + Unpin>(
     shutdown: &Shutdown,
     mut client: ClientInfo,
     mut sasl: Option<SaslSession>,
+    mute: Mute,
 ) {
     let peer = client.peer.clone();
     let peer = &*peer;
@@ -279,6 +293,9 @@ async fn read_requests<S: AsyncRead + Unpin>(
     let mut held: Option<BudgetPermit> = None;
     loop {
         loop {
+            if !wait_unmuted(&mute, activity, clients, shutdown).await {
+                return;
+            }
             let frame = match reader.next_frame() {
                 Ok(Some(frame)) => frame,
                 Ok(None) => break,
@@ -311,7 +328,7 @@ async fn read_requests<S: AsyncRead + Unpin>(
                 Ok(request) => {
                     let units = budget_units(&request, frame_bytes);
                     let Ok(permit) = budget.clone().acquire_static_permit(units).await else { return };
-                    start(ctx, request, &client, permit, shared, received)
+                    start(ctx, request, &client, (permit, shared), frame_bytes, received, &mute)
                 }
                 Err(answer) => Pending::Ready(answer),
             };
@@ -377,6 +394,115 @@ async fn read_requests<S: AsyncRead + Unpin>(
             }
         }
     }
+}
+
+/// Waits out the connection's quota throttle, if it is muted; false once the broker is stopping. The wait
+/// is the broker's, not the client's: a frame being received gets its full time to arrive after it.
+async fn wait_unmuted(mute: &Mute, activity: &Activity, clients: &Clients, shutdown: &Shutdown) -> bool {
+    while let Some(until) = mute.get() {
+        let Some(left) = until.checked_duration_since(Instant::now()) else {
+            mute.set(None);
+            break;
+        };
+        let due = activity.frame_due.replace(None);
+        if until_shutdown(glommio::timer::sleep(left), shutdown).await.is_none() {
+            return false;
+        }
+        activity.moved();
+        if due.is_some() {
+            activity.frame_due.set(Some(Instant::now() + clients.frame_limit()));
+        }
+    }
+    true
+}
+
+/// Mutes the connection for `throttle` from now (a longer mute already set stands), and counts it.
+fn throttle_connection(mute: &Mute, kind: QuotaKind, throttle: Duration) {
+    if throttle.is_zero() {
+        return;
+    }
+    crate::metrics::quota_throttled(kind.label(), throttle);
+    let until = Instant::now() + throttle;
+    if mute.get().is_none_or(|current| current < until) {
+        mute.set(Some(until));
+    }
+}
+
+/// Sets the `throttle_time_ms` of a Produce or Fetch answer.
+fn set_throttle_time(body: &mut ResponseKind, throttle: Duration) {
+    let ms = throttle.as_millis().min(i32::MAX as u128) as i32;
+    match body {
+        ResponseKind::Produce(r) => r.throttle_time_ms = ms,
+        ResponseKind::Fetch(r) => r.throttle_time_ms = ms,
+        _ => {}
+    }
+}
+
+/// The `throttle_time_ms` a Produce or Fetch answer carries already.
+fn throttle_time_of(body: &ResponseKind) -> u64 {
+    match body {
+        ResponseKind::Produce(r) => r.throttle_time_ms.max(0) as u64,
+        ResponseKind::Fetch(r) => r.throttle_time_ms.max(0) as u64,
+        _ => 0,
+    }
+}
+
+/// The byte rate quota that applies to `request` (if it is a Produce or a Fetch) and its
+/// request_percentage quota, where the client has them.
+fn quotas_of(ctx: &BrokerContext, request: &DecodedRequest, client: &ClientInfo) -> (Option<Applied>, Option<Applied>) {
+    if !ctx.quotas.any() {
+        return (None, None);
+    }
+    let image = ctx.image();
+    let client_id = request.header.client_id.as_deref().unwrap_or("");
+    let user = &client.principal.name;
+    let bytes = match &request.body {
+        RequestKind::Produce(_) => ctx.quotas.applied(&image, QuotaKind::Produce, user, client_id),
+        RequestKind::Fetch(_) => ctx.quotas.applied(&image, QuotaKind::Fetch, user, client_id),
+        _ => None,
+    };
+    (bytes, ctx.quotas.applied(&image, QuotaKind::Request, user, client_id))
+}
+
+/// Counts a request's handler time against its request_percentage quota, if it has one; returns the
+/// throttle time, with the connection muted for it.
+fn throttle_request_time(ctx: &BrokerContext, quota: Option<&Applied>, spent: Duration, mute: &Mute) -> Duration {
+    let Some(applied) = quota else { return Duration::ZERO };
+    // Percent of a thread's second, as Kafka records it.
+    let throttle = ctx.quotas.record(applied, spent.as_secs_f64() * 100.0);
+    throttle_connection(mute, QuotaKind::Request, throttle);
+    throttle
+}
+
+/// Runs `work`, measuring the time spent polling it: the shard thread's time on it, not the time it
+/// waited.
+async fn timed<T>(work: impl Future<Output = T>) -> (T, Duration) {
+    let mut work = std::pin::pin!(work);
+    let mut spent = Duration::ZERO;
+    let output = std::future::poll_fn(|cx| {
+        let began = Instant::now();
+        let poll = work.as_mut().poll(cx);
+        spent += began.elapsed();
+        poll
+    })
+    .await;
+    (output, spent)
+}
+
+/// Counts a Fetch answer against its quota: an answer that takes the client above it is not counted and
+/// is replaced by an empty one, which carries the throttle time (as Kafka answers a throttled fetch).
+fn throttle_fetch(ctx: &BrokerContext, applied: &Applied, body: &mut ResponseKind, mute: &Mute) {
+    let ResponseKind::Fetch(response) = body else { return };
+    let bytes: usize =
+        response.responses.iter().flat_map(|t| &t.partitions).map(|p| p.records.as_ref().map_or(0, |r| r.len())).sum();
+    let throttle = ctx.quotas.record(applied, bytes as f64);
+    if throttle.is_zero() {
+        return;
+    }
+    ctx.quotas.unrecord(applied, bytes as f64);
+    response.responses.clear();
+    set_throttle_time(body, throttle);
+    throttle_connection(mute, QuotaKind::Fetch, throttle);
 }
 
 /// `work`'s outcome, or `None` once the broker is stopping.
@@ -478,22 +604,39 @@ fn budget_units(request: &DecodedRequest, frame_bytes: usize) -> u64 {
     ((frame_bytes + answer_bytes) as u64).clamp(1, MAX_IN_FLIGHT_BYTES)
 }
 
-/// Starts answering a request. `shared`, the frame's share of the broker's request budget, is given back
-/// when the handler has its answer.
+/// Starts answering a request of `frame_bytes`. `shared`, the frame's share of the broker's request
+/// budget, is given back when the handler has its answer; `permit` holds its share of the connection's.
 fn start(
     ctx: &Arc<BrokerContext>,
     request: DecodedRequest,
     client: &ClientInfo,
-    permit: StaticPermit,
-    shared: BudgetPermit,
+    (permit, shared): (StaticPermit, BudgetPermit),
+    frame_bytes: usize,
     received: Instant,
+    mute: &Mute,
 ) -> Pending {
     let (api_key, version, correlation_id) = (request.api_key, request.version, request.header.correlation_id);
     let acks_zero = matches!(&request.body, RequestKind::Produce(p) if p.acks == 0);
-    let (request, merge) = match authorize(ctx, request, client) {
+    let (quota, request_quota) = quotas_of(ctx, &request, client);
+    let (mut request, merge) = match authorize(ctx, request, client) {
         Ok(allowed) => allowed,
         Err(answer) => return Pending::Ready(answer),
     };
+    // A Produce request counts its bytes at once (an acks=0 one has no answer: it is only muted); a Fetch
+    // answer may bring at most what its quota allows after a quiet spell, as Kafka caps it.
+    let mut produce_throttle = Duration::ZERO;
+    match (&quota, &mut request.body) {
+        (Some(applied), RequestKind::Produce(_)) => {
+            produce_throttle = ctx.quotas.record(applied, frame_bytes as f64);
+            throttle_connection(mute, QuotaKind::Produce, produce_throttle);
+        }
+        (Some(applied), RequestKind::Fetch(fetch)) => {
+            let most = ctx.quotas.window().most_at_once(applied.limit).clamp(1.0, i32::MAX as f64) as i32;
+            fetch.max_bytes = if fetch.max_bytes <= 0 { most } else { fetch.max_bytes.min(most) };
+        }
+        _ => {}
+    }
+    let fetch_quota = quota.filter(|q| q.budget.kind == QuotaKind::Fetch).map(|q| (q, mute.clone()));
     // An acks=0 produce gets no answer: when some of it was denied, Kafka closes the connection.
     let next = if acks_zero && merge.has_denials() { Next::Close } else { Next::Continue };
     let slow = SlowRequest::new(ctx.config.clients.slow_request_ms, &request.body, received);
@@ -502,9 +645,18 @@ fn start(
     let answer = match request.body {
         // Dispatched here, before the next frame is read, so appends keep the connection's order.
         RequestKind::Produce(req) => {
+            let began = Instant::now();
             let produce = handlers::dispatch_produce(&ctx, req);
+            let dispatch_time = began.elapsed();
+            let mute = mute.clone();
             spawn_handler(async move {
-                let body = produce.answer().await.map(|p| merge.finish(ResponseKind::Produce(p)));
+                let (answer, spent) = timed(produce.answer()).await;
+                let mut body = answer.map(|p| merge.finish(ResponseKind::Produce(p)));
+                let request_throttle =
+                    throttle_request_time(&ctx, request_quota.as_ref(), dispatch_time + spent, &mute);
+                if let Some(body) = &mut body {
+                    set_throttle_time(body, produce_throttle.max(request_throttle));
+                }
                 drop(shared);
                 crate::metrics::observe_request(api_key, received.elapsed(), body.as_ref());
                 let (frame, after) = encode(body, correlation_id, api_key, version, &peer);
@@ -513,14 +665,28 @@ fn start(
                 answer
             })
         }
-        _ => spawn_handler(async move {
-            let body = handlers::handle(&ctx, request, &client).await.map(|b| merge.finish(b));
-            drop(shared);
-            crate::metrics::observe_request(api_key, received.elapsed(), body.as_ref());
-            let answer = encode(body, correlation_id, api_key, version, &peer);
-            slow.report(api_key, &peer, &answer);
-            answer
-        }),
+        _ => {
+            let mute = mute.clone();
+            spawn_handler(async move {
+                let (answer, spent) = timed(handlers::handle(&ctx, request, &client)).await;
+                let mut body = answer.map(|b| merge.finish(b));
+                if let (Some(body), Some((applied, mute))) = (&mut body, &fetch_quota) {
+                    throttle_fetch(&ctx, applied, body, mute);
+                }
+                let request_throttle = throttle_request_time(&ctx, request_quota.as_ref(), spent, &mute);
+                if let Some(body) = &mut body
+                    && !request_throttle.is_zero()
+                {
+                    let bandwidth_ms = throttle_time_of(body);
+                    set_throttle_time(body, request_throttle.max(Duration::from_millis(bandwidth_ms)));
+                }
+                drop(shared);
+                crate::metrics::observe_request(api_key, received.elapsed(), body.as_ref());
+                let answer = encode(body, correlation_id, api_key, version, &peer);
+                slow.report(api_key, &peer, &answer);
+                answer
+            })
+        }
     };
     Pending::Running(answer, permit)
 }

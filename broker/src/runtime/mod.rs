@@ -482,6 +482,23 @@ async fn accept(
                         continue;
                     }
                 };
+                // KIP-612: a connection over its IP's connection_creation_rate is closed after the
+                // throttle time, as Kafka closes it.
+                let ip_throttle =
+                    if ctx.quotas.any() { ctx.quotas.ip_connection_throttle(&ctx.image(), ip) } else { Duration::ZERO };
+                if !ip_throttle.is_zero() {
+                    crate::metrics::quota_throttled("connection_creation", ip_throttle);
+                    tracing::debug!(shard, %ip, throttle_ms = ip_throttle.as_millis() as u64, "closing a connection over its IP's connection_creation_rate");
+                    glommio::spawn_local(async move {
+                        glommio::timer::sleep(ip_throttle).await;
+                        drop((stream, slot));
+                    })
+                    .detach();
+                    continue;
+                }
+                // max.connection.creation.rate: the listener waits before it accepts another.
+                let broker_throttle = ctx.quotas.broker_connection_throttle();
+                let stopping = shutdown.clone();
                 let (ctx, clients, shutdown, open) =
                     (ctx.clone(), clients.clone(), shutdown.clone(), open_connections.clone());
                 let served = served.clone();
@@ -491,6 +508,10 @@ async fn accept(
                     open.set(open.get() - 1);
                 })
                 .detach();
+                if !broker_throttle.is_zero() {
+                    crate::metrics::quota_throttled("connection_creation", broker_throttle);
+                    future::or(glommio::timer::sleep(broker_throttle), stopping.wait()).await;
+                }
             }
             Some(Err(e)) => {
                 // Out of descriptors and the like: keep the shard alive, back off, log once a second.

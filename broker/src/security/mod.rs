@@ -5,7 +5,8 @@
 //! - [`authenticate`]: a connection's SASL exchange, driving the mechanisms;
 //! - [`authorizer`]: ACLs and Kafka's authorization decisions, and the rules every request passes;
 //! - [`principal`]: the principal a connection authenticated as;
-//! - [`session`]: what the request handlers know of the client behind a request.
+//! - [`session`]: what the request handlers know of the client behind a request;
+//! - [`quotas`]: which client quota applies to a request, and how long to throttle it.
 //!
 //! Every connection passes through here once, at the edge (`crate::runtime`): the handlers never
 //! authenticate anyone themselves.
@@ -13,6 +14,7 @@
 pub mod authenticate;
 pub mod authorizer;
 pub mod principal;
+pub mod quotas;
 pub mod sasl;
 pub mod session;
 pub mod tls;

@@ -188,7 +188,26 @@ fn without_quotas_nothing_is_throttled() {
 #[test]
 fn connections_over_an_ips_connection_creation_rate_are_closed_unanswered() {
     use kafka_protocol::messages::ApiVersionsRequest;
-    let broker = start_broker();
+    // Two listeners: the first, PLAINTEXT, is the inter-broker one, exempt from connection rates (other
+    // brokers replicate through it); CLIENTS is an ordinary one.
+    let free_port = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let (inter_broker, clients) = (free_port(), free_port());
+    let listeners = format!("listeners=PLAINTEXT://127.0.0.1:{inter_broker},CLIENTS://127.0.0.1:{clients}");
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start_at(
+        &dir.path().join("data"),
+        inter_broker,
+        2,
+        &[
+            "--set",
+            "quota.window.num=2",
+            "--set",
+            &listeners,
+            "--set",
+            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CLIENTS:PLAINTEXT",
+        ],
+        None,
+    );
     let mut admin = broker.connect();
     let entity = vec![EntityData::default().with_entity_type(text("ip")).with_entity_name(Some(text("127.0.0.1")))];
     let op = OpData::default().with_key(text("connection_creation_rate")).with_value(1.0);
@@ -200,7 +219,8 @@ fn connections_over_an_ips_connection_creation_rate_are_closed_unanswered() {
     };
     assert_eq!(response.entries[0].error_code, 0, "the quota is set");
     // Ten connections at once against one a second: most are over the rate.
-    let mut connections: Vec<TcpStream> = (0..10).map(|_| broker.connect()).collect();
+    let mut connections: Vec<TcpStream> =
+        (0..10).map(|_| TcpStream::connect(("127.0.0.1", clients)).unwrap()).collect();
     let (mut answered, mut closed) = (0, 0);
     for s in &mut connections {
         s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
@@ -219,6 +239,13 @@ fn connections_over_an_ips_connection_creation_rate_are_closed_unanswered() {
     }
     assert!(closed >= 1, "{answered} answered, {closed} closed");
     assert!(answered >= 1, "a connection within the rate is served");
+    // The inter-broker listener serves every connection, however fast they come.
+    for _ in 0..10 {
+        let mut s = broker.connect();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        send(&mut s, ApiKey::ApiVersions, 2, 1, &ApiVersionsRequest::default());
+        receive(&mut s, ApiKey::ApiVersions, 2);
+    }
     // The connection made before the quota is not affected.
     set_client_quota(&mut admin, "producer_byte_rate", QUOTA_BYTES_PER_SECOND);
 }

@@ -399,8 +399,8 @@ pub const SETTINGS: &[Setting] = &[
         kind: int(1, I32),
         default: Default::Value("2147483647"),
         unit: "",
-        meaning: "client connections accepted per second, all listeners together, measured as client quotas are; \
-                  past it the listeners wait before accepting more (the default: unbounded)",
+        meaning: "client connections accepted per second, all listeners but the inter-broker one together, measured \
+                  as client quotas are; past it the listeners wait before accepting more (the default: unbounded)",
         example: "100",
     },
     Setting {

@@ -483,9 +483,15 @@ async fn accept(
                     }
                 };
                 // KIP-612: a connection over its IP's connection_creation_rate is closed after the
-                // throttle time, as Kafka closes it.
-                let ip_throttle =
-                    if ctx.quotas.any() { ctx.quotas.ip_connection_throttle(&ctx.image(), ip) } else { Duration::ZERO };
+                // throttle time, as Kafka closes it. The inter-broker listener is exempt from both
+                // connection rates (Kafka exempts it from the broker's): other brokers' replication
+                // connections come there, and a default `ip` quota must not cut the cluster apart.
+                let limited = !served.peers;
+                let ip_throttle = if limited && ctx.quotas.any() {
+                    ctx.quotas.ip_connection_throttle(&ctx.image(), ip)
+                } else {
+                    Duration::ZERO
+                };
                 if !ip_throttle.is_zero() {
                     crate::metrics::quota_throttled("connection_creation", ip_throttle);
                     tracing::debug!(shard, %ip, throttle_ms = ip_throttle.as_millis() as u64, "closing a connection over its IP's connection_creation_rate");
@@ -497,7 +503,7 @@ async fn accept(
                     continue;
                 }
                 // max.connection.creation.rate: the listener waits before it accepts another.
-                let broker_throttle = ctx.quotas.broker_connection_throttle();
+                let broker_throttle = if limited { ctx.quotas.broker_connection_throttle() } else { Duration::ZERO };
                 let stopping = shutdown.clone();
                 let (ctx, clients, shutdown, open) =
                     (ctx.clone(), clients.clone(), shutdown.clone(), open_connections.clone());

@@ -28,6 +28,7 @@ use crate::group::call::CoordinatorRequest;
 use crate::metadata::image::MetadataImage;
 use crate::metadata::link::QuorumHandle;
 use crate::quorum::state::NodeId;
+use crate::security::cluster_tls::ClusterTls;
 use crate::shard::PartitionRequest;
 use crate::shutdown::Shutdown;
 use crate::topics::configs::{Compression, TopicDefaults};
@@ -120,6 +121,8 @@ pub struct BrokerContext {
     pub peer_handoffs: Vec<(flume::Sender<PeerHandoff>, flume::Receiver<PeerHandoff>)>,
     /// ACL authorization; `None` without `authorizer.class.name`.
     pub authorization: Option<Authorization>,
+    /// Mutual TLS with the other brokers (replication); `None` without `cluster.ssl.*`.
+    pub cluster_tls: Option<Arc<ClusterTls>>,
 }
 
 /// The channels to every shard's work: partitions, topic changes (shard 0), group coordinators.
@@ -137,9 +140,18 @@ pub struct PeerHandoff {
     pub fd: std::os::fd::OwnedFd,
     /// Its address, for logs.
     pub peer: String,
-    pub follower: NodeId,
+    pub start: PeerStart,
     /// Its place in the connection limits, held for as long as the connection lives.
     pub slot: Box<dyn Send>,
+}
+
+/// How far a handed-over replication connection has come.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeerStart {
+    /// Plain TCP: the accepting shard checked and answered the follower's Hello.
+    Answered { follower: NodeId },
+    /// Cluster mTLS: nothing was read yet; the shard runs the handshake and checks the Hello itself.
+    Tls,
 }
 
 impl std::fmt::Debug for PeerHandoff {
@@ -147,7 +159,7 @@ impl std::fmt::Debug for PeerHandoff {
         f.debug_struct("PeerHandoff")
             .field("fd", &self.fd)
             .field("peer", &self.peer)
-            .field("follower", &self.follower)
+            .field("start", &self.start)
             .finish()
     }
 }
@@ -167,6 +179,7 @@ impl BrokerContext {
         channels: ContextChannels,
         shutdown: Shutdown,
         disk: Arc<DiskSpace>,
+        cluster_tls: Option<Arc<ClusterTls>>,
     ) -> BrokerContext {
         let ContextChannels { shards, admin, groups } = channels;
         let lowest_voter = config.quorum_voters.iter().map(|v| v.id).min().unwrap_or(config.node_id);
@@ -188,6 +201,7 @@ impl BrokerContext {
             producer_ids: ProducerIds::default(),
             peer_handoffs: (0..shards_count).map(|_| flume::unbounded()).collect(),
             authorization: Authorization::new(&config.authorization),
+            cluster_tls,
             config,
         }
     }

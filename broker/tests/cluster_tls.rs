@@ -1,0 +1,278 @@
+//! Cluster mTLS against the real binary (`docs/peer-protocol.md` §4): a broker whose replication and
+//! quorum ports require node certificates refuses a plain peer frame, a TLS peer without a certificate,
+//! one with a certificate of another authority, and one whose valid certificate is another node's and
+//! asks in someone else's name. Each is refused with a WARN line that says why, nothing it sent is
+//! applied, and the broker goes on serving. A certified node may read the quorum's status.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ResponseKind};
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{ClientConfig, ClientConnection, DigitallySignedStruct, SignatureScheme, StreamOwned};
+use shardlog_broker::config::ClusterTlsSettings;
+use shardlog_broker::quorum::network::WireWrite;
+use shardlog_broker::quorum::state::{Command, NodeId};
+use shardlog_broker::quorum::wire::{WireStatus, WireVote, WireVoteRequest, kind as quorum_kind};
+use shardlog_broker::security::cluster_tls::{ClusterTls, server_name};
+use shardlog_net::peer::replication::{ReplicaHello, kind, peer_alpn};
+use shardlog_net::peer::{PeerFrame, PeerFrameReader, decode_message, encode_frame, encode_message};
+
+use common::Broker;
+use common::pki::{Issued, Pki};
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Broker 1, its own one-voter quorum with a quorum port, cluster mTLS on; the cluster's authority.
+struct Secured {
+    broker: Broker,
+    quorum: u16,
+    cluster: Pki,
+    dir: tempfile::TempDir,
+}
+
+fn start_secured() -> Secured {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = Pki::new(dir.path(), "cluster");
+    let node = cluster.node("node-1", 1);
+    let quorum = free_port();
+    let voters = format!("1@127.0.0.1:{quorum}");
+    let keystore = format!("cluster.ssl.keystore.location={}", node.keystore.display());
+    let truststore = format!("cluster.ssl.truststore.location={}", cluster.ca.display());
+    let args = ["--node-id", "1", "--quorum-voters", &voters, "--set", &keystore, "--set", &truststore];
+    let broker = Broker::start_with(1, &args);
+    Secured { broker, quorum, cluster, dir }
+}
+
+/// How a test process dials the broker as node `node`, with `issued` (of any authority), trusting the
+/// cluster's authority.
+fn as_node(secured: &Secured, issued: &Issued, node: u32) -> ClusterTls {
+    let settings =
+        ClusterTlsSettings { keystore: Some(issued.keystore.clone()), truststore: Some(secured.cluster.ca.clone()) };
+    Arc::into_inner(ClusterTls::load(&settings, node).unwrap().unwrap()).unwrap()
+}
+
+/// A TLS connection to 127.0.0.1:`port` as broker 1's dialler would open it.
+fn dial(config: Arc<ClientConfig>, port: u16) -> StreamOwned<ClientConnection, TcpStream> {
+    let tcp = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    StreamOwned::new(ClientConnection::new(config, server_name(1)).unwrap(), tcp)
+}
+
+/// Sends `bytes` and returns the frame that answers it, or `None` once the broker has closed the
+/// connection (or failed the handshake) instead.
+fn exchange(
+    stream: &mut impl Read,
+    bytes: &[u8],
+    write: impl FnOnce(&[u8]) -> std::io::Result<()>,
+) -> Option<PeerFrame> {
+    if write(bytes).is_err() {
+        return None;
+    }
+    let mut reader = PeerFrameReader::new(64 << 20);
+    let mut buf = [0u8; 4096];
+    loop {
+        if let Some(frame) = reader.next_frame().expect("a well-formed frame") {
+            return Some(frame);
+        }
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => reader.extend(&buf[..n]),
+        }
+    }
+}
+
+fn tls_exchange(stream: &mut StreamOwned<ClientConnection, TcpStream>, bytes: &[u8]) -> Option<PeerFrame> {
+    let sent = stream.write_all(bytes).and_then(|_| stream.flush());
+    if sent.is_err() {
+        return None;
+    }
+    exchange(stream, &[], |_| Ok(()))
+}
+
+fn plain_exchange(port: u16, bytes: &[u8]) -> Option<PeerFrame> {
+    let mut tcp = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut writer = tcp.try_clone().unwrap();
+    exchange(&mut tcp, bytes, |b| writer.write_all(b))
+}
+
+/// Waits (up to 20 s) until the broker has logged `count` WARN lines that contain `text`.
+fn wait_for_warnings(broker: &Broker, text: &str, count: usize) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let log = broker.log();
+        let seen = log.lines().filter(|l| l.contains("WARN") && l.contains(text)).count();
+        if seen >= count {
+            assert_eq!(seen, count, "one line per refusal of {text:?}:\n{log}");
+            return;
+        }
+        assert!(Instant::now() < deadline, "no WARN line {text:?} (wanted {count}):\n{log}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn hello(broker: u32) -> Vec<u8> {
+    let hello = ReplicaHello { cluster_id: "shardlog-1".into(), broker, from_shard: 0, to_shard: 0 };
+    encode_frame(kind::HELLO, &encode_message(&hello))
+}
+
+/// A dialler that checks nothing and shows no certificate: a process without a node certificate.
+#[derive(Debug)]
+struct Anything;
+
+impl ServerCertVerifier for Anything {
+    fn verify_server_cert(
+        &self,
+        _: &CertificateDer<'_>,
+        _: &[CertificateDer<'_>],
+        _: &ServerName<'_>,
+        _: &[u8],
+        _: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        _: &[u8],
+        _: &CertificateDer<'_>,
+        _: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        Ok(HandshakeSignatureValid::assertion())
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        _: &[u8],
+        _: &CertificateDer<'_>,
+        _: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        Ok(HandshakeSignatureValid::assertion())
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        #[allow(deprecated)]
+        rustls::crypto::ring::default_provider().signature_verification_algorithms.supported_schemes()
+    }
+}
+
+fn without_certificate(alpn: Option<Vec<u8>>) -> Arc<ClientConfig> {
+    #[allow(deprecated)]
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(Anything))
+        .with_no_client_auth();
+    config.alpn_protocols = alpn.into_iter().collect();
+    Arc::new(config)
+}
+
+/// The broker still serves Kafka clients.
+fn answers_kafka(broker: &Broker) {
+    let mut client = broker.connect();
+    common::send(&mut client, ApiKey::ApiVersions, 0, 7, &ApiVersionsRequest::default());
+    let (correlation, answer) = common::receive(&mut client, ApiKey::ApiVersions, 0);
+    assert_eq!(correlation, 7);
+    assert!(matches!(answer, ResponseKind::ApiVersions(a) if a.error_code == 0));
+}
+
+#[test]
+fn the_replication_port_refuses_peers_without_a_node_certificate_or_speaking_for_another_broker() {
+    let secured = start_secured();
+    let port = secured.broker.port;
+    let stranger = Pki::new(secured.dir.path(), "stranger");
+
+    // A process without any certificate, speaking the plain peer protocol.
+    assert!(plain_exchange(port, &hello(2)).is_none(), "a plain Hello is not answered");
+    wait_for_warnings(&secured.broker, "refused a replication connection: plain TCP", 1);
+
+    // TLS, as a follower's, but without a certificate.
+    let mut anonymous = dial(without_certificate(Some(peer_alpn(0))), port);
+    assert!(tls_exchange(&mut anonymous, &hello(2)).is_none(), "no certificate: no answer");
+    wait_for_warnings(&secured.broker, "refused a replication connection: no valid node certificate", 1);
+
+    // A certificate that names node 2, of another authority.
+    let forged = as_node(&secured, &stranger.node("forged-2", 2), 2);
+    let mut stream = dial(forged.client_config(Some(peer_alpn(0))), port);
+    assert!(tls_exchange(&mut stream, &hello(2)).is_none(), "another authority's certificate: no answer");
+    wait_for_warnings(&secured.broker, "refused a replication connection: no valid node certificate", 2);
+
+    // Node 2's valid certificate, with a Hello in broker 1's name.
+    let node_2 = as_node(&secured, &secured.cluster.node("node-2", 2), 2);
+    let mut stream = dial(node_2.client_config(Some(peer_alpn(0))), port);
+    assert!(tls_exchange(&mut stream, &hello(1)).is_none(), "a Hello in another's name: no answer");
+    wait_for_warnings(&secured.broker, "its Hello speaks for another broker than its certificate names", 1);
+
+    // Node 2's valid certificate in its own name, but node 2 is no registered broker.
+    let mut stream = dial(node_2.client_config(Some(peer_alpn(0))), port);
+    assert!(tls_exchange(&mut stream, &hello(2)).is_none(), "an unknown broker: no answer");
+    wait_for_warnings(&secured.broker, "refused a replication connection: not a broker of this cluster", 1);
+
+    answers_kafka(&secured.broker);
+    let (status, log) = secured.broker.terminate_with_log();
+    assert!(status.success(), "{log}");
+}
+
+fn status_request() -> Vec<u8> {
+    encode_frame(quorum_kind::STATUS, &[])
+}
+
+#[test]
+fn the_quorum_port_refuses_strangers_and_requests_in_another_nodes_name_and_answers_a_certified_node() {
+    let secured = start_secured();
+    let port = secured.quorum;
+
+    // Plain TCP: the bytes are no TLS handshake.
+    assert!(plain_exchange(port, &status_request()).is_none(), "a plain request is not answered");
+    wait_for_warnings(&secured.broker, "quorum port: refused a connection: no valid node certificate", 1);
+
+    // TLS without a certificate.
+    let mut anonymous = dial(without_certificate(None), port);
+    assert!(tls_exchange(&mut anonymous, &status_request()).is_none(), "no certificate: no answer");
+    wait_for_warnings(&secured.broker, "quorum port: refused a connection: no valid node certificate", 2);
+
+    // Node 2, which is not a voter, asking for votes; then writing a heartbeat in broker 1's name.
+    let node_2 = as_node(&secured, &secured.cluster.node("node-2", 2), 2);
+    let vote = WireVoteRequest { vote: WireVote { term: 1_000, node: 2, committed: false }, last_log_id: None };
+    let mut stream = dial(node_2.client_config(None), port);
+    let answer = tls_exchange(&mut stream, &encode_frame(quorum_kind::VOTE, &encode_message(&vote)));
+    assert!(answer.is_none(), "a vote from a node that is not a voter: no answer");
+    wait_for_warnings(&secured.broker, "Vote from node 2, which is not a voter", 1);
+    let heartbeat = Command::BrokerHeartbeat { id: NodeId(1), incarnation: 1, now_ms: 0 };
+    let write = WireWrite { command: heartbeat, forwarded: false };
+    let mut stream = dial(node_2.client_config(None), port);
+    let answer = tls_exchange(&mut stream, &encode_frame(quorum_kind::WRITE, &encode_message(&write)));
+    assert!(answer.is_none(), "a heartbeat in broker 1's name: no answer");
+    wait_for_warnings(&secured.broker, "a command in the name of broker 1 from node 2", 1);
+
+    // Node 2 may read what the voter holds.
+    let mut stream = dial(node_2.client_config(None), port);
+    let answer = tls_exchange(&mut stream, &status_request()).expect("a certified node's Status is answered");
+    assert_eq!(answer.kind, quorum_kind::STATUS_RESULT);
+    let status: WireStatus = decode_message(&answer.body).unwrap();
+    assert_eq!(status.leader, Some(1), "voter 1 still leads");
+
+    answers_kafka(&secured.broker);
+    let (status, log) = secured.broker.terminate_with_log();
+    assert!(status.success(), "{log}");
+}
+
+#[test]
+fn a_broker_with_cluster_mtls_starts_and_stops_without_a_warning() {
+    let secured = start_secured();
+    answers_kafka(&secured.broker);
+    let (status, log) = secured.broker.terminate_with_log();
+    assert!(status.success(), "{log}");
+    let loud: Vec<&str> = log.lines().filter(|l| l.contains("WARN") || l.contains("ERROR")).collect();
+    assert!(loud.is_empty(), "no WARN or ERROR line: {loud:#?}");
+}

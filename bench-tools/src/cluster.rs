@@ -39,7 +39,8 @@ pub struct ClusterArgs {
     /// The shardlog binary (default: next to this one, else on PATH).
     #[arg(long)]
     pub shardlog: Option<PathBuf>,
-    /// Extra `KEY=VALUE` broker settings for every broker.
+    /// Extra `KEY=VALUE` broker settings for every broker; `{id}` in one stands for the broker's node id
+    /// (`cluster.ssl.keystore.location=/etc/shardlog/node-{id}.pem`).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub settings: Vec<String>,
     /// Where each broker's log goes, `<log-dir>/broker-<id>.log` (default: `broker.log` in its data dir).
@@ -262,7 +263,7 @@ impl Cluster {
                 command.extend(["--shards".into(), shards.to_string().into()]);
             }
             for setting in &args.settings {
-                command.extend(["--set".into(), setting.into()]);
+                command.extend(["--set".into(), setting.replace("{id}", &id.to_string()).into()]);
             }
             let netns = hosts.get(i).map(|(_, ns)| ns.clone());
             let log =

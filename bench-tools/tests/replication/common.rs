@@ -140,3 +140,37 @@ pub fn broker_log(dir: &Path, id: usize) -> Vec<String> {
         .map(String::from)
         .collect()
 }
+
+/// A cluster authority and node certificates for nodes 1..=`nodes` in `dir`, made with openssl as
+/// `docs/security.md` §8a shows: the keystore setting's value (with `{id}` for the node id, see
+/// `ClusterArgs::settings`) and the truststore's.
+pub fn node_certificates(dir: &Path, nodes: u32) -> (String, String) {
+    let openssl = |args: &[&str]| {
+        let out = std::process::Command::new("openssl").args(args).current_dir(dir).output().expect("openssl runs");
+        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    openssl(
+        &["req", "-x509", "-newkey", "rsa:3072", "-nodes", "-days", "3650", "-subj", "/CN=shardlog cluster CA"]
+            .iter()
+            .chain(&["-keyout", "cluster-ca.key", "-out", "cluster-ca.pem"])
+            .copied()
+            .collect::<Vec<_>>(),
+    );
+    std::fs::write(dir.join("node.ext"), "extendedKeyUsage=serverAuth,clientAuth\n").unwrap();
+    for n in 1..=nodes {
+        let (key, csr, crt) = (format!("node-{n}.key"), format!("node-{n}.csr"), format!("node-{n}.crt"));
+        let subject = format!("/CN=node-{n}");
+        openssl(&["req", "-newkey", "rsa:3072", "-nodes", "-subj", &subject, "-keyout", &key, "-out", &csr]);
+        openssl(
+            &["x509", "-req", "-in", &csr, "-CA", "cluster-ca.pem", "-CAkey", "cluster-ca.key"]
+                .iter()
+                .chain(&["-CAcreateserial", "-days", "365", "-out", &crt, "-extfile", "node.ext"])
+                .copied()
+                .collect::<Vec<_>>(),
+        );
+        let pem = std::fs::read_to_string(dir.join(&key)).unwrap() + &std::fs::read_to_string(dir.join(&crt)).unwrap();
+        std::fs::write(dir.join(format!("node-{n}.pem")), pem).unwrap();
+    }
+    let keystore = dir.join("node-{id}.pem").display().to_string();
+    (keystore, dir.join("cluster-ca.pem").display().to_string())
+}

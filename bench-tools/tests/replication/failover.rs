@@ -14,7 +14,9 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
 use shardlog_broker::client::KafkaClient;
 
-use crate::common::{Reports, all_led_with_isr, cluster, log_bytes, partitions, wait_for};
+use crate::common::{
+    Reports, all_led_with_isr, broker_log, cluster, log_bytes, node_certificates, partitions, wait_for,
+};
 
 const TOPIC: &str = "replicated";
 const PARTITIONS: i32 = 3;
@@ -30,17 +32,40 @@ enum Fault {
 
 #[test]
 fn an_idempotent_acks_all_producer_loses_and_repeats_nothing_through_a_leaders_sigkill_and_replicas_match() {
-    produce_through(Fault::Kill);
+    produce_through(Fault::Kill, &[]);
 }
 
 #[test]
 fn a_leader_paused_past_the_lag_time_leaves_every_isr_and_rejoins_without_losing_an_acknowledged_record() {
-    produce_through(Fault::Pause);
+    produce_through(Fault::Pause, &[]);
 }
 
-fn produce_through(fault: Fault) {
+/// The same with replication and the quorum over cluster mTLS, the node certificates made with openssl
+/// as `docs/security.md` §8a says: a follower or voter that could not prove itself would stop the
+/// cluster from forming, keeping its ISRs whole, or electing a new leader.
+#[test]
+fn with_cluster_mtls_a_leaders_sigkill_loses_and_repeats_no_acknowledged_record_and_nothing_is_refused() {
+    let certificates = tempfile::tempdir().unwrap();
+    let (keystore, truststore) = node_certificates(certificates.path(), 3);
+    let keystore = format!("cluster.ssl.keystore.location={keystore}");
+    let truststore = format!("cluster.ssl.truststore.location={truststore}");
+    let logs = produce_through(Fault::Kill, &[&keystore, &truststore]);
+    for (broker, log) in logs.iter().enumerate() {
+        let refused: Vec<&str> = log
+            .iter()
+            .filter(|l| l.contains("refused a replication connection") || l.contains("quorum port: refused"))
+            .map(String::as_str)
+            .collect();
+        assert!(refused.is_empty(), "broker {}: no peer was refused: {refused:#?}", broker + 1);
+    }
+}
+
+/// Returns each broker's log lines once the cluster has stopped.
+fn produce_through(fault: Fault, extra: &[&str]) -> Vec<Vec<String>> {
     let dir = tempfile::tempdir().unwrap();
-    let mut cluster = cluster(dir.path(), 3, 2, &["replica.lag.time.max.ms=3000"]);
+    let mut settings = vec!["replica.lag.time.max.ms=3000"];
+    settings.extend_from_slice(extra);
+    let mut cluster = cluster(dir.path(), 3, 2, &settings);
     let bootstrap = cluster.bootstrap.clone();
     let configs = [("min.insync.replicas".to_string(), "2".to_string())];
     KafkaClient::connect(cluster.addr(1)).unwrap().create_topic(TOPIC, PARTITIONS, 3, &configs).unwrap();
@@ -158,4 +183,5 @@ fn produce_through(fault: Fault) {
             );
         }
     }
+    (1..=3).map(|b| broker_log(dir.path(), b)).collect()
 }

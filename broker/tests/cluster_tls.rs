@@ -276,3 +276,73 @@ fn a_broker_with_cluster_mtls_starts_and_stops_without_a_warning() {
     let loud: Vec<&str> = log.lines().filter(|l| l.contains("WARN") || l.contains("ERROR")).collect();
     assert!(loud.is_empty(), "no WARN or ERROR line: {loud:#?}");
 }
+
+/// A Kafka client's TLS connection to 127.0.0.1:`port`, trusting `ca`.
+fn kafka_tls_client(port: u16, ca: &std::path::Path) -> StreamOwned<ClientConnection, TcpStream> {
+    use rustls_pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(ca).unwrap() {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    #[allow(deprecated)]
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connection = ClientConnection::new(Arc::new(config), ServerName::try_from("127.0.0.1").unwrap()).unwrap();
+    let tcp = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    StreamOwned::new(connection, tcp)
+}
+
+#[test]
+fn on_a_tls_inter_broker_listener_kafka_clients_are_served_and_followers_are_told_apart_by_their_client_hello() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = Pki::new(dir.path(), "cluster");
+    let clients = Pki::new(dir.path(), "clients");
+    let listener = clients.server("listener", "broker-1");
+    let node = cluster.node("node-1", 1);
+    let (plain, ssl) = (free_port(), free_port());
+    // The SSL listener comes first: it is the inter-broker listener, which followers dial.
+    let listeners = format!("listeners=SSL://127.0.0.1:{ssl},PLAINTEXT://127.0.0.1:{plain}");
+    let ssl_keystore = format!("ssl.keystore.location={}", listener.keystore.display());
+    let keystore = format!("cluster.ssl.keystore.location={}", node.keystore.display());
+    let truststore = format!("cluster.ssl.truststore.location={}", cluster.ca.display());
+    let args =
+        ["--node-id", "1", "--set", &listeners, "--set", &ssl_keystore, "--set", &keystore, "--set", &truststore];
+    let broker = Broker::start_at(dir.path().join("data").as_path(), plain, 1, &args, None);
+
+    // A Kafka client over TLS on the inter-broker listener: its ClientHello names no peer protocol.
+    let mut client = kafka_tls_client(ssl, &clients.ca);
+    let request = shardlog_net::kafka::encode_request(
+        ApiKey::ApiVersions,
+        0,
+        7,
+        "cluster-tls-test",
+        &ApiVersionsRequest::default(),
+    )
+    .unwrap();
+    client.write_all(&request).unwrap();
+    client.flush().unwrap();
+    let mut size = [0u8; 4];
+    client.read_exact(&mut size).expect("the Kafka client is answered over TLS");
+    let mut frame = vec![0u8; u32::from_be_bytes(size) as usize];
+    client.read_exact(&mut frame).unwrap();
+    let (correlation, answer) =
+        shardlog_net::kafka::decode_response(bytes::Bytes::from(frame), ApiKey::ApiVersions, 0).unwrap();
+    assert_eq!(correlation, 7);
+    assert!(matches!(answer, ResponseKind::ApiVersions(a) if a.error_code == 0));
+
+    // A follower's ClientHello on the same port goes the replication way: node 2 proves itself, and is
+    // refused as no broker of this cluster (the Kafka way, the listener's certificate, would not name node 1).
+    let dialler = Secured { broker, quorum: 0, cluster, dir };
+    let node_2 = as_node(&dialler, &dialler.cluster.node("node-2", 2), 2);
+    let mut stream = dial(node_2.client_config(Some(peer_alpn(0))), ssl);
+    assert!(tls_exchange(&mut stream, &hello(2)).is_none(), "an unknown broker: no answer");
+    wait_for_warnings(&dialler.broker, "refused a replication connection: not a broker of this cluster", 1);
+
+    let (status, log) = dialler.broker.terminate_with_log();
+    assert!(status.success(), "{log}");
+}

@@ -346,3 +346,50 @@ fn on_a_tls_inter_broker_listener_kafka_clients_are_served_and_followers_are_tol
     let (status, log) = dialler.broker.terminate_with_log();
     assert!(status.success(), "{log}");
 }
+
+/// Standalone voters (`shardlog quorum` with the cluster mTLS flags) elect a leader among themselves over
+/// mTLS, and a broker that is no voter registers through them as a remote client of the quorum port;
+/// nobody is refused.
+#[test]
+fn standalone_voters_over_cluster_mtls_elect_a_leader_and_a_certified_broker_registers_through_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = Pki::new(dir.path(), "cluster");
+    for id in 1..=4 {
+        cluster.node(&format!("node-{id}"), id);
+    }
+    let keystore = dir.path().join("node-{id}.pem").display().to_string();
+    let ca = cluster.ca.display().to_string();
+    let flags = ["--cluster-ssl-keystore-location", &keystore, "--cluster-ssl-truststore-location", &ca];
+    let voters = common::voters::Voters::start(3, &flags);
+    let list: Vec<String> = voters.addrs.iter().enumerate().map(|(i, a)| format!("{}@{a}", i + 1)).collect();
+    let list = list.join(",");
+    let node_4 = format!("cluster.ssl.keystore.location={}", dir.path().join("node-4.pem").display());
+    let truststore = format!("cluster.ssl.truststore.location={ca}");
+    let args = ["--node-id", "4", "--quorum-voters", &list, "--set", &node_4, "--set", &truststore];
+    let broker = Broker::start_with(1, &args);
+
+    // A topic is created: the broker registered (through a voter over mTLS, forwarded to the leader) and
+    // its CreateTopics was committed the same way; Metadata then shows broker 4 leading the partition.
+    let addr = format!("127.0.0.1:{}", broker.port);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let created = shardlog_broker::client::KafkaClient::connect(&addr)
+            .and_then(|mut client| client.create_topic("over-mtls", 1, 1, &[]).map(|_| client))
+            .and_then(|mut client| client.metadata(Some(&["over-mtls"])));
+        let leader = created.as_ref().ok().and_then(|m| m.topics.first()?.partitions.first().map(|p| p.leader_id.0));
+        if leader == Some(4) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no topic led by broker 4: {created:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (status, log) = broker.terminate_with_log();
+    assert!(status.success(), "{log}");
+    let loud: Vec<&str> = log.lines().filter(|l| l.contains("WARN") || l.contains("ERROR")).collect();
+    assert!(loud.is_empty(), "broker 4: no WARN or ERROR line: {loud:#?}");
+    for id in 1..=3 {
+        let log = voters.log(id);
+        let refused: Vec<&str> = log.lines().filter(|l| l.contains("refused")).collect();
+        assert!(refused.is_empty(), "voter {id} refused nobody: {refused:#?}");
+    }
+}

@@ -34,6 +34,8 @@ fn free_port() -> u16 {
 struct Secured {
     broker: Broker,
     quorum: u16,
+    /// The metrics endpoint's port.
+    metrics: u16,
     cluster: Pki,
     dir: tempfile::TempDir,
 }
@@ -42,13 +44,25 @@ fn start_secured() -> Secured {
     let dir = tempfile::tempdir().unwrap();
     let cluster = Pki::new(dir.path(), "cluster");
     let node = cluster.node("node-1", 1);
-    let quorum = free_port();
+    let (quorum, metrics) = (free_port(), free_port());
     let voters = format!("1@127.0.0.1:{quorum}");
+    let metrics_listen = format!("metrics.listen=\"127.0.0.1:{metrics}\"");
     let keystore = format!("cluster.ssl.keystore.location={}", node.keystore.display());
     let truststore = format!("cluster.ssl.truststore.location={}", cluster.ca.display());
-    let args = ["--node-id", "1", "--quorum-voters", &voters, "--set", &keystore, "--set", &truststore];
+    let args = [
+        "--node-id",
+        "1",
+        "--quorum-voters",
+        &voters,
+        "--set",
+        &keystore,
+        "--set",
+        &truststore,
+        "--set",
+        &metrics_listen,
+    ];
     let broker = Broker::start_with(1, &args);
-    Secured { broker, quorum, cluster, dir }
+    Secured { broker, quorum, metrics, cluster, dir }
 }
 
 /// How a test process dials the broker as node `node`, with `issued` (of any authority), trusting the
@@ -117,6 +131,21 @@ fn wait_for_warnings(broker: &Broker, text: &str, count: usize) {
         assert!(Instant::now() < deadline, "no WARN line {text:?} (wanted {count}):\n{log}");
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// `shardlog_peer_refused_total{service, reason}` as the metrics endpoint on `port` shows it (0 if absent).
+fn refused_total(port: u16, service: &str, reason: &str) -> f64 {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    let (service, reason) = (format!("service=\"{service}\""), format!("reason=\"{reason}\""));
+    answer
+        .lines()
+        .filter(|l| l.starts_with("shardlog_peer_refused_total{") && l.contains(&service) && l.contains(&reason))
+        .map(|l| l.rsplit_once(' ').unwrap().1.parse::<f64>().unwrap())
+        .sum()
 }
 
 fn hello(broker: u32) -> Vec<u8> {
@@ -218,6 +247,8 @@ fn the_replication_port_refuses_peers_without_a_node_certificate_or_speaking_for
     assert!(tls_exchange(&mut stream, &hello(2)).is_none(), "an unknown broker: no answer");
     wait_for_warnings(&secured.broker, "refused a replication connection: not a broker of this cluster", 1);
 
+    let counted = |reason| refused_total(secured.metrics, "replication", reason);
+    assert_eq!((counted("plaintext"), counted("handshake"), counted("forbidden")), (1.0, 2.0, 2.0));
     answers_kafka(&secured.broker);
     let (status, log) = secured.broker.terminate_with_log();
     assert!(status.success(), "{log}");
@@ -261,6 +292,8 @@ fn the_quorum_port_refuses_strangers_and_requests_in_another_nodes_name_and_answ
     assert_eq!(answer.kind, quorum_kind::STATUS_RESULT);
     let status: WireStatus = decode_message(&answer.body).unwrap();
     assert_eq!(status.leader, Some(1), "voter 1 still leads");
+    let counted = |reason| refused_total(secured.metrics, "quorum", reason);
+    assert_eq!((counted("handshake"), counted("forbidden")), (2.0, 2.0));
 
     answers_kafka(&secured.broker);
     let (status, log) = secured.broker.terminate_with_log();
@@ -337,7 +370,7 @@ fn on_a_tls_inter_broker_listener_kafka_clients_are_served_and_followers_are_tol
 
     // A follower's ClientHello on the same port goes the replication way: node 2 proves itself, and is
     // refused as no broker of this cluster (the Kafka way, the listener's certificate, would not name node 1).
-    let dialler = Secured { broker, quorum: 0, cluster, dir };
+    let dialler = Secured { broker, quorum: 0, metrics: 0, cluster, dir };
     let node_2 = as_node(&dialler, &dialler.cluster.node("node-2", 2), 2);
     let mut stream = dial(node_2.client_config(Some(peer_alpn(0))), ssl);
     assert!(tls_exchange(&mut stream, &hello(2)).is_none(), "an unknown broker: no answer");

@@ -426,3 +426,53 @@ fn standalone_voters_over_cluster_mtls_elect_a_leader_and_a_certified_broker_reg
         assert!(refused.is_empty(), "voter {id} refused nobody: {refused:#?}");
     }
 }
+
+/// Runs `shardlog` with `args` until it exits (within 30 s): its status and what it logged.
+fn run_shardlog(args: &[&str]) -> (std::process::ExitStatus, String) {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_shardlog"))
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("shardlog {args:?} kept running");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let output = child.wait_with_output().unwrap();
+    (output.status, String::from_utf8_lossy(&output.stderr).into_owned())
+}
+
+#[test]
+fn a_node_with_half_the_cluster_mtls_files_or_another_nodes_certificate_does_not_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = Pki::new(dir.path(), "cluster");
+    let node_2 = cluster.node("node-2", 2);
+    let data = dir.path().join("data").display().to_string();
+    let port = format!("127.0.0.1:{}", free_port());
+    let keystore = format!("cluster.ssl.keystore.location={}", node_2.keystore.display());
+    let truststore = format!("cluster.ssl.truststore.location={}", cluster.ca.display());
+    let start = ["start", "--node-id", "2", "--data-dir", &data, "--listen", &port, "--metrics-listen", "127.0.0.1:0"];
+
+    let (status, log) = run_shardlog(&[&start[..], &["--set", &keystore]].concat());
+    assert!(!status.success());
+    assert!(log.contains("only cluster.ssl.keystore.location is set"), "{log}");
+
+    let another =
+        ["start", "--node-id", "3", "--data-dir", &data, "--listen", &port, "--metrics-listen", "127.0.0.1:0"];
+    let (status, log) = run_shardlog(&[&another[..], &["--set", &keystore, "--set", &truststore]].concat());
+    assert!(!status.success());
+    assert!(log.contains("node 2's, not node 3's"), "{log}");
+
+    let keystore_flag = node_2.keystore.display().to_string();
+    let ca = cluster.ca.display().to_string();
+    let quorum = ["quorum", "--node-id", "1", "--data-dir", &data, "--listen", &port];
+    let flags = ["--cluster-ssl-keystore-location", &keystore_flag, "--cluster-ssl-truststore-location", &ca];
+    let (status, log) = run_shardlog(&[&quorum[..], &flags[..]].concat());
+    assert!(!status.success());
+    assert!(log.contains("node 2's, not node 1's"), "shardlog quorum checks its certificate too: {log}");
+}

@@ -476,3 +476,45 @@ fn a_node_with_half_the_cluster_mtls_files_or_another_nodes_certificate_does_not
     assert!(!status.success());
     assert!(log.contains("node 2's, not node 1's"), "shardlog quorum checks its certificate too: {log}");
 }
+
+/// Three registered brokers: broker 3's valid certificate cannot fetch as broker 2, while broker 2's own
+/// certificate gets its Hello answered.
+#[test]
+fn a_registered_brokers_certificate_replicates_as_that_broker_and_never_as_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = Pki::new(dir.path(), "cluster");
+    let quorum = free_port();
+    let voters = format!("1@127.0.0.1:{quorum}");
+    let truststore = format!("cluster.ssl.truststore.location={}", cluster.ca.display());
+    let brokers: Vec<Broker> = (1..=3)
+        .map(|id| {
+            let node = cluster.node(&format!("node-{id}"), id);
+            let keystore = format!("cluster.ssl.keystore.location={}", node.keystore.display());
+            let id = id.to_string();
+            Broker::start_with(
+                1,
+                &["--node-id", &id, "--quorum-voters", &voters, "--set", &keystore, "--set", &truststore],
+            )
+        })
+        .collect();
+    let addr = format!("127.0.0.1:{}", brokers[0].port);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while shardlog_broker::client::KafkaClient::connect(&addr)
+        .and_then(|mut c| c.metadata(None))
+        .map_or(0, |m| m.brokers.len())
+        < 3
+    {
+        assert!(Instant::now() < deadline, "three brokers registered");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let secured = Secured { broker: brokers.into_iter().next().unwrap(), quorum, metrics: 0, cluster, dir };
+    let certificate = |id| as_node(&secured, &secured.cluster.node(&format!("again-{id}"), id), id);
+
+    let mut stream = dial(certificate(3).client_config(Some(peer_alpn(0))), secured.broker.port);
+    assert!(tls_exchange(&mut stream, &hello(2)).is_none(), "broker 3 as broker 2: no answer");
+    wait_for_warnings(&secured.broker, "its Hello speaks for another broker than its certificate names", 1);
+
+    let mut stream = dial(certificate(2).client_config(Some(peer_alpn(0))), secured.broker.port);
+    let answer = tls_exchange(&mut stream, &hello(2)).expect("broker 2 as itself is answered");
+    assert_eq!(answer.kind, kind::HELLO_ANSWER);
+}

@@ -39,7 +39,8 @@ pub struct ClusterArgs {
     /// The shardlog binary (default: next to this one, else on PATH).
     #[arg(long)]
     pub shardlog: Option<PathBuf>,
-    /// Extra `KEY=VALUE` broker settings for every broker.
+    /// Extra `KEY=VALUE` broker settings for every broker; `{id}` in one stands for the broker's node id
+    /// (`cluster.ssl.keystore.location=/etc/shardlog/node-{id}.pem`), `{port}` for its Kafka port.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub settings: Vec<String>,
     /// Where each broker's log goes, `<log-dir>/broker-<id>.log` (default: `broker.log` in its data dir).
@@ -49,6 +50,10 @@ pub struct ClusterArgs {
     /// namespaces and filesystems must not outlive it with brokers in them).
     #[arg(skip)]
     pub die_with_parent: bool,
+    /// Further command-line arguments of broker `i + 1` at index `i` (tests: listeners of its own,
+    /// `--add-scram`), after the settings; `{id}` and `{port}` in them as in `settings`.
+    #[arg(skip)]
+    pub broker_args: Vec<Vec<String>>,
 }
 
 /// One broker of the cluster: how to start it, and its process while it runs.
@@ -261,9 +266,11 @@ impl Cluster {
             if let Some(shards) = args.shards {
                 command.extend(["--shards".into(), shards.to_string().into()]);
             }
+            let fill = |text: &str| text.replace("{id}", &id.to_string()).replace("{port}", &kafka_port.to_string());
             for setting in &args.settings {
-                command.extend(["--set".into(), setting.into()]);
+                command.extend(["--set".into(), fill(setting).into()]);
             }
+            command.extend(args.broker_args.get(i).into_iter().flatten().map(|arg| fill(arg).into()));
             let netns = hosts.get(i).map(|(_, ns)| ns.clone());
             let log =
                 args.log_dir.as_ref().map_or_else(|| data.join("broker.log"), |d| d.join(format!("broker-{id}.log")));

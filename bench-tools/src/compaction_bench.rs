@@ -121,6 +121,7 @@ pub fn run(args: &CompactionArgs) -> Result<CompactionReport> {
         settings: vec![format!("log.cleaner.backoff.ms={}", args.backoff_ms)],
         log_dir: None,
         die_with_parent: true,
+        broker_args: Vec::new(),
     })?;
     let mut client = KafkaClient::connect(&cluster.bootstrap)?;
     let segment = ("segment.bytes".to_string(), args.segment_bytes.to_string());

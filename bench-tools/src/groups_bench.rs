@@ -322,6 +322,7 @@ pub(crate) fn local_or(
         settings,
         log_dir: None,
         die_with_parent: true,
+        broker_args: Vec::new(),
     })?;
     Ok((cluster.bootstrap.clone(), Some(cluster)))
 }

@@ -170,6 +170,7 @@ fn measure(
         settings: campaign::SETTINGS.iter().map(|s| s.to_string()).collect(),
         log_dir: None,
         die_with_parent: false,
+        broker_args: Vec::new(),
     })?;
     let bootstrap = cluster.bootstrap.clone();
     let mut admin = KafkaClient::connect(&bootstrap)?;

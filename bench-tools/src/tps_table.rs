@@ -193,6 +193,7 @@ pub fn run(args: &TpsArgs) -> Result<PathBuf> {
                 settings: args.settings.clone(),
                 log_dir: None,
                 die_with_parent: false,
+                broker_args: Vec::new(),
             })?;
             let bootstrap = cluster.bootstrap.clone();
             local = Some(cluster);

@@ -127,6 +127,7 @@ fn three_brokers(dir: &std::path::Path, shards: usize, settings: &[&str]) -> Clu
         settings: settings.iter().map(|s| s.to_string()).collect(),
         log_dir: None,
         die_with_parent: false,
+        broker_args: Vec::new(),
     })
     .expect("three brokers start")
 }
@@ -248,6 +249,7 @@ fn three_brokers_start_restart_and_stop_without_a_warning() {
         shardlog: None,
         log_dir: None,
         die_with_parent: false,
+        broker_args: Vec::new(),
         settings: Vec::new(),
     };
     let mut producer_ids = Vec::new();

@@ -443,6 +443,13 @@ struct QuorumArgs {
     /// `leader.imbalance.per.broker.percentage`: past which share of a broker's preferred partitions.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=100))]
     leader_imbalance_per_broker_percentage: u32,
+    /// `cluster.ssl.keystore.location`: this voter's key and node certificate (CN=node-<id>), PEM; with
+    /// the truststore, the quorum port takes only nodes that prove themselves with mutual TLS.
+    #[arg(long)]
+    cluster_ssl_keystore_location: Option<PathBuf>,
+    /// `cluster.ssl.truststore.location`: the cluster's authority, PEM.
+    #[arg(long)]
+    cluster_ssl_truststore_location: Option<PathBuf>,
 }
 
 /// Every flag is a shorthand for a setting of the config file; `--set KEY=VALUE` reaches any of them.
@@ -773,6 +780,12 @@ fn quorum(args: QuorumArgs) -> Result<()> {
     if !voters.iter().any(|(id, _)| *id == args.node_id as u64) {
         anyhow::bail!("--node-id {} is not one of the voters", args.node_id);
     }
+    let tls = shardlog_broker::config::ClusterTlsSettings {
+        keystore: args.cluster_ssl_keystore_location,
+        truststore: args.cluster_ssl_truststore_location,
+    };
+    let cluster_tls =
+        shardlog_broker::security::cluster_tls::ClusterTls::load(&tls, args.node_id).context("cluster mTLS")?;
     let shutdown = Shutdown::default();
     shutdown.on_signals().context("install signal handler")?;
     let mut settings = VoterSettings::new(args.node_id as u64, args.data_dir, listen, voters);
@@ -782,6 +795,7 @@ fn quorum(args: QuorumArgs) -> Result<()> {
         interval: std::time::Duration::from_secs(args.leader_imbalance_check_interval_seconds),
         imbalance_percent: args.leader_imbalance_per_broker_percentage,
     });
+    settings.cluster_tls = cluster_tls;
     let voter = Voter::start(settings).context("start the quorum voter")?;
     tracing::info!(node = args.node_id, %listen, "quorum voter running");
     while !shutdown.is_triggered() {

@@ -151,6 +151,8 @@ fn every_setting_in_the_table_is_reported_and_changes_the_broker_config_when_set
         [
             "ssl.keystore.location",
             "ssl.truststore.location",
+            "cluster.ssl.keystore.location",
+            "cluster.ssl.truststore.location",
             "sasl.oauthbearer.jwks.endpoint.url",
             "sasl.oauthbearer.expected.issuer",
             "sasl.oauthbearer.expected.audience",

@@ -230,6 +230,7 @@ pub fn run(args: &FaultsArgs) -> Result<Outcome> {
             // Beside the report, not on a filesystem a fault fills.
             log_dir: Some(out.clone()),
             die_with_parent: true,
+            broker_args: Vec::new(),
         },
         &hosts,
     )?;

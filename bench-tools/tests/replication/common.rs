@@ -38,6 +38,17 @@ impl ProducerContext for Reports {
 /// `brokers` brokers with `shards` shards each; a broker that stops heartbeating is fenced after 6 s
 /// (so tests do not wait Kafka's 9 s) unless `settings` say otherwise, plus `settings`.
 pub fn cluster(dir: &Path, brokers: usize, shards: usize, settings: &[&str]) -> Cluster {
+    cluster_with(dir, brokers, shards, settings, Vec::new())
+}
+
+/// [`cluster`] with further command-line arguments for each broker (`ClusterArgs::broker_args`).
+pub fn cluster_with(
+    dir: &Path,
+    brokers: usize,
+    shards: usize,
+    settings: &[&str],
+    broker_args: Vec<Vec<String>>,
+) -> Cluster {
     let mut all = vec!["broker.heartbeat.interval.ms=500".to_string()];
     if !settings.iter().any(|s| s.starts_with("broker.session.timeout.ms=")) {
         all.push("broker.session.timeout.ms=6000".to_string());
@@ -54,6 +65,7 @@ pub fn cluster(dir: &Path, brokers: usize, shards: usize, settings: &[&str]) -> 
         settings: all,
         log_dir: None,
         die_with_parent: false,
+        broker_args,
     })
     .expect("the brokers start")
 }
@@ -139,4 +151,86 @@ pub fn broker_log(dir: &Path, id: usize) -> Vec<String> {
         .lines()
         .map(String::from)
         .collect()
+}
+
+/// A cluster authority and node certificates for nodes 1..=`nodes` in `dir`, made with openssl as
+/// `docs/security.md` §8a shows: the keystore setting's value (with `{id}` for the node id, see
+/// `ClusterArgs::settings`) and the truststore's.
+pub fn node_certificates(dir: &Path, nodes: u32) -> (String, String) {
+    let openssl = |args: &[&str]| {
+        let out = std::process::Command::new("openssl").args(args).current_dir(dir).output().expect("openssl runs");
+        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    openssl(
+        &["req", "-x509", "-newkey", "rsa:3072", "-nodes", "-days", "3650", "-subj", "/CN=shardlog cluster CA"]
+            .iter()
+            .chain(&["-keyout", "cluster-ca.key", "-out", "cluster-ca.pem"])
+            .copied()
+            .collect::<Vec<_>>(),
+    );
+    std::fs::write(dir.join("node.ext"), "extendedKeyUsage=serverAuth,clientAuth\n").unwrap();
+    for n in 1..=nodes {
+        let (key, csr, crt) = (format!("node-{n}.key"), format!("node-{n}.csr"), format!("node-{n}.crt"));
+        let subject = format!("/CN=node-{n}");
+        openssl(&["req", "-newkey", "rsa:3072", "-nodes", "-subj", &subject, "-keyout", &key, "-out", &csr]);
+        openssl(
+            &["x509", "-req", "-in", &csr, "-CA", "cluster-ca.pem", "-CAkey", "cluster-ca.key"]
+                .iter()
+                .chain(&["-CAcreateserial", "-days", "365", "-out", &crt, "-extfile", "node.ext"])
+                .copied()
+                .collect::<Vec<_>>(),
+        );
+        let pem = std::fs::read_to_string(dir.join(&key)).unwrap() + &std::fs::read_to_string(dir.join(&crt)).unwrap();
+        std::fs::write(dir.join(format!("node-{n}.pem")), pem).unwrap();
+    }
+    let keystore = dir.join("node-{id}.pem").display().to_string();
+    (keystore, dir.join("cluster-ca.pem").display().to_string())
+}
+
+/// A certificate for the Kafka listeners of every broker on 127.0.0.1, of an authority of its own, made
+/// with openssl as `docs/security.md` §8 shows: (the PEM keystore, the authority's certificate).
+pub fn listener_certificate(dir: &Path) -> (String, String) {
+    let openssl = |args: &[&str]| {
+        let out = std::process::Command::new("openssl").args(args).current_dir(dir).output().expect("openssl runs");
+        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    let subject = "/CN=shardlog CA";
+    openssl(&[
+        "req", "-x509", "-newkey", "rsa:3072", "-nodes", "-days", "3650", "-subj", subject, "-keyout", "ca.key",
+        "-out", "ca.pem",
+    ]);
+    openssl(&[
+        "req",
+        "-newkey",
+        "rsa:3072",
+        "-nodes",
+        "-subj",
+        "/CN=127.0.0.1",
+        "-keyout",
+        "broker.key",
+        "-out",
+        "broker.csr",
+    ]);
+    std::fs::write(dir.join("broker.ext"), "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n").unwrap();
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "broker.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "365",
+        "-out",
+        "broker.crt",
+        "-extfile",
+        "broker.ext",
+    ]);
+    let pem = std::fs::read_to_string(dir.join("broker.key")).unwrap()
+        + &std::fs::read_to_string(dir.join("broker.crt")).unwrap();
+    std::fs::write(dir.join("broker.pem"), pem).unwrap();
+    (dir.join("broker.pem").display().to_string(), dir.join("ca.pem").display().to_string())
 }

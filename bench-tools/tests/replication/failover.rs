@@ -14,7 +14,10 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
 use shardlog_broker::client::KafkaClient;
 
-use crate::common::{Reports, all_led_with_isr, cluster, log_bytes, partitions, wait_for};
+use crate::common::{
+    Reports, all_led_with_isr, broker_log, cluster_with, listener_certificate, log_bytes, node_certificates,
+    partitions, wait_for,
+};
 
 const TOPIC: &str = "replicated";
 const PARTITIONS: i32 = 3;
@@ -30,18 +33,101 @@ enum Fault {
 
 #[test]
 fn an_idempotent_acks_all_producer_loses_and_repeats_nothing_through_a_leaders_sigkill_and_replicas_match() {
-    produce_through(Fault::Kill);
+    produce_through(Fault::Kill, &Security::default());
 }
 
 #[test]
 fn a_leader_paused_past_the_lag_time_leaves_every_isr_and_rejoins_without_losing_an_acknowledged_record() {
-    produce_through(Fault::Pause);
+    produce_through(Fault::Pause, &Security::default());
 }
 
-fn produce_through(fault: Fault) {
+/// How the cluster is secured: settings of every broker, further arguments of each, and what the
+/// clients connect to and with.
+#[derive(Default)]
+struct Security {
+    settings: Vec<String>,
+    broker_args: Vec<Vec<String>>,
+    /// The clients' bootstrap list; `None`: the brokers' PLAINTEXT addresses.
+    bootstrap: Option<String>,
+    client: Vec<(&'static str, String)>,
+}
+
+/// Cluster mTLS settings, with the node certificates made in `dir`.
+fn cluster_mtls(dir: &std::path::Path) -> Vec<String> {
+    let (keystore, truststore) = node_certificates(dir, 3);
+    vec![format!("cluster.ssl.keystore.location={keystore}"), format!("cluster.ssl.truststore.location={truststore}")]
+}
+
+/// No broker refused a peer.
+fn assert_nothing_refused(logs: &[Vec<String>]) {
+    for (broker, log) in logs.iter().enumerate() {
+        let refused: Vec<&str> = log
+            .iter()
+            .filter(|l| l.contains("refused a replication connection") || l.contains("quorum port: refused"))
+            .map(String::as_str)
+            .collect();
+        assert!(refused.is_empty(), "broker {}: no peer was refused: {refused:#?}", broker + 1);
+    }
+}
+
+/// The same with replication and the quorum over cluster mTLS, the node certificates made with openssl
+/// as `docs/security.md` §8a says: a follower or voter that could not prove itself would stop the
+/// cluster from forming, keeping its ISRs whole, or electing a new leader.
+#[test]
+fn with_cluster_mtls_a_leaders_sigkill_loses_and_repeats_no_acknowledged_record_and_nothing_is_refused() {
+    let certificates = tempfile::tempdir().unwrap();
+    let security = Security { settings: cluster_mtls(certificates.path()), ..Security::default() };
+    assert_nothing_refused(&produce_through(Fault::Kill, &security));
+}
+
+/// Secured everywhere: clients over SASL_SSL (SCRAM-SHA-512) on a listener that is also the inter-broker
+/// listener, so followers reach it with TLS too and are told apart by their ClientHello; replication and
+/// the quorum over cluster mTLS. (The brokers keep a PLAINTEXT listener for the test's own Metadata
+/// calls.)
+#[test]
+fn secured_everywhere_a_leaders_sigkill_loses_and_repeats_no_acknowledged_record_and_nothing_is_refused() {
+    let certificates = tempfile::tempdir().unwrap();
+    let mut settings = cluster_mtls(certificates.path());
+    let (listener_keystore, clients_ca) = listener_certificate(certificates.path());
+    settings.extend([
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL".to_string(),
+        "inter.broker.listener.name=SASL_SSL".to_string(),
+        format!("ssl.keystore.location={listener_keystore}"),
+        "sasl.enabled.mechanisms=SCRAM-SHA-512".to_string(),
+    ]);
+    let ports: Vec<u16> = (0..3).map(|_| shardlog_bench::cluster::free_port().unwrap()).collect();
+    let broker_args = ports
+        .iter()
+        .map(|port| {
+            let listeners = format!("listeners=SASL_SSL://127.0.0.1:{port},PLAINTEXT://127.0.0.1:{{port}}");
+            let admin = "SCRAM-SHA-512=[name=admin,password=admin-secret]";
+            ["--set", &listeners, "--add-scram", admin].map(String::from).to_vec()
+        })
+        .collect();
+    let bootstrap = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect::<Vec<_>>().join(",");
+    let client = vec![
+        ("security.protocol", "SASL_SSL".to_string()),
+        ("sasl.mechanism", "SCRAM-SHA-512".to_string()),
+        ("sasl.username", "admin".to_string()),
+        ("sasl.password", "admin-secret".to_string()),
+        ("ssl.ca.location", clients_ca),
+    ];
+    let security = Security { settings, broker_args, bootstrap: Some(bootstrap), client };
+    assert_nothing_refused(&produce_through(Fault::Kill, &security));
+}
+
+/// Returns each broker's log lines once the cluster has stopped.
+fn produce_through(fault: Fault, security: &Security) -> Vec<Vec<String>> {
     let dir = tempfile::tempdir().unwrap();
-    let mut cluster = cluster(dir.path(), 3, 2, &["replica.lag.time.max.ms=3000"]);
-    let bootstrap = cluster.bootstrap.clone();
+    let mut settings = vec!["replica.lag.time.max.ms=3000"];
+    settings.extend(security.settings.iter().map(String::as_str));
+    let mut cluster = cluster_with(dir.path(), 3, 2, &settings, security.broker_args.clone());
+    let bootstrap = security.bootstrap.clone().unwrap_or_else(|| cluster.bootstrap.clone());
+    let secured = |config: &mut ClientConfig| {
+        for (key, value) in &security.client {
+            config.set(*key, value);
+        }
+    };
     let configs = [("min.insync.replicas".to_string(), "2".to_string())];
     KafkaClient::connect(cluster.addr(1)).unwrap().create_topic(TOPIC, PARTITIONS, 3, &configs).unwrap();
     wait_for("every broker to know the topic with three in-sync replicas", Duration::from_secs(30), || {
@@ -50,7 +136,9 @@ fn produce_through(fault: Fault) {
     let victim = partitions(cluster.addr(1), TOPIC)[&0].leader as usize;
 
     let reports = Reports::default();
-    let producer: BaseProducer<Reports> = ClientConfig::new()
+    let mut config = ClientConfig::new();
+    secured(&mut config);
+    let producer: BaseProducer<Reports> = config
         .set("bootstrap.servers", &bootstrap)
         .set("enable.idempotence", "true")
         .set("acks", "all")
@@ -109,7 +197,9 @@ fn produce_through(fault: Fault) {
     });
 
     // Every acknowledged record is read back at its acknowledged offset; each value once, none missing.
-    let consumer: BaseConsumer = ClientConfig::new()
+    let mut config = ClientConfig::new();
+    secured(&mut config);
+    let consumer: BaseConsumer = config
         .set("bootstrap.servers", &bootstrap)
         .set("group.id", "replication-test")
         .set("enable.auto.commit", "false")
@@ -158,4 +248,5 @@ fn produce_through(fault: Fault) {
             );
         }
     }
+    (1..=3).map(|b| broker_log(dir.path(), b)).collect()
 }

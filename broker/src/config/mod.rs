@@ -105,6 +105,8 @@ pub struct BrokerConfig {
     pub sasl: SaslConfig,
     /// ACL authorization (`authorizer.class.name`, `super.users`, `allow.everyone.if.no.acl.found`).
     pub authorization: AuthorizationConfig,
+    /// Mutual TLS among brokers and voters (`cluster.ssl.*`).
+    pub cluster_tls: ClusterTlsSettings,
     /// `metrics.listen`: the Prometheus endpoint (port 0: any free port, logged at start).
     pub metrics_listen: Endpoint,
     pub shards: usize,
@@ -144,6 +146,16 @@ pub struct BrokerConfig {
     pub effective: Vec<EffectiveSetting>,
     /// `shardlog start --add-scram` (a flag, not a setting: it acts only when the cluster forms), salted.
     pub bootstrap_scram: Vec<crate::quorum::security::ScramUpsertion>,
+}
+
+/// The two files of cluster mTLS (`crate::security::cluster_tls`), as configured: both set turns it on
+/// for replication and the quorum port; one alone is refused when the node starts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClusterTlsSettings {
+    /// `cluster.ssl.keystore.location`: this node's key and certificate chain, PEM.
+    pub keystore: Option<PathBuf>,
+    /// `cluster.ssl.truststore.location`: the cluster's authority (or authorities), PEM.
+    pub truststore: Option<PathBuf>,
 }
 
 /// Kafka's only authorizer, the one `authorizer.class.name` may name.
@@ -481,6 +493,15 @@ impl Reader {
         v
     }
 
+    /// A file's path; unset (or empty) is recorded as unset.
+    fn path(&mut self, key: &'static str) -> Option<PathBuf> {
+        let path = self.text(key).filter(|p| !p.trim().is_empty()).map(|p| PathBuf::from(p.trim()));
+        if path.is_none() {
+            self.record(key, None);
+        }
+        path
+    }
+
     /// The listeners, and the base `ssl.*` settings given.
     fn listeners(&mut self) -> Result<(listeners::Listeners, BTreeMap<&'static str, String>), ConfigError> {
         let mut inputs = std::mem::take(&mut self.listener_extras);
@@ -583,6 +604,10 @@ impl Reader {
         let (listeners, ssl) = self.listeners()?;
         let sasl = self.sasl(&listeners)?;
         let authorization = self.authorization()?;
+        let cluster_tls = ClusterTlsSettings {
+            keystore: self.path("cluster.ssl.keystore.location"),
+            truststore: self.path("cluster.ssl.truststore.location"),
+        };
         let listener = listeners.inter_broker().bind.clone();
         let advertised_listener = listeners.inter_broker().advertised.clone();
         let metrics_listen = endpoint("metrics.listen", &self.text("metrics.listen").expect("a default"))?;
@@ -729,6 +754,7 @@ impl Reader {
             ssl,
             sasl,
             authorization,
+            cluster_tls,
             metrics_listen,
             shards,
             quorum_voters,

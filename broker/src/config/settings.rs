@@ -161,6 +161,22 @@ pub const SETTINGS: &[Setting] = &[
         example: "TLSv1.3",
     },
     Setting {
+        key: "cluster.ssl.keystore.location",
+        kind: Kind::Text,
+        default: Default::Derived("unset"),
+        unit: "",
+        meaning: "mutual TLS among brokers and voters (replication, quorum port): PEM file with this node's key and certificate, named CN=node-<node.id>",
+        example: "/etc/shardlog/node-1.pem",
+    },
+    Setting {
+        key: "cluster.ssl.truststore.location",
+        kind: Kind::Text,
+        default: Default::Derived("unset"),
+        unit: "",
+        meaning: "mutual TLS among brokers and voters: PEM file of the cluster's authority (set both cluster.ssl files or neither)",
+        example: "/etc/shardlog/cluster-ca.pem",
+    },
+    Setting {
         key: "sasl.enabled.mechanisms",
         kind: Kind::List,
         default: Default::Value("SCRAM-SHA-256,SCRAM-SHA-512"),

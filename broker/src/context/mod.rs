@@ -30,6 +30,7 @@ use crate::group::call::CoordinatorRequest;
 use crate::metadata::image::MetadataImage;
 use crate::metadata::link::QuorumHandle;
 use crate::quorum::state::NodeId;
+use crate::security::cluster_tls::ClusterTls;
 use crate::shard::PartitionRequest;
 use crate::shutdown::Shutdown;
 use crate::topics::configs::{Compression, TopicDefaults};
@@ -124,6 +125,8 @@ pub struct BrokerContext {
     pub authorization: Option<Authorization>,
     /// Client quotas' budgets, one per client across all shards.
     pub quotas: Quotas,
+    /// Mutual TLS with the other brokers (replication); `None` without `cluster.ssl.*`.
+    pub cluster_tls: Option<Arc<ClusterTls>>,
 }
 
 /// The channels to every shard's work: partitions, topic changes (shard 0), group coordinators.
@@ -141,9 +144,18 @@ pub struct PeerHandoff {
     pub fd: std::os::fd::OwnedFd,
     /// Its address, for logs.
     pub peer: String,
-    pub follower: NodeId,
+    pub start: PeerStart,
     /// Its place in the connection limits, held for as long as the connection lives.
     pub slot: Box<dyn Send>,
+}
+
+/// How far a handed-over replication connection has come.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeerStart {
+    /// Plain TCP: the accepting shard checked and answered the follower's Hello.
+    Answered { follower: NodeId },
+    /// Cluster mTLS: nothing was read yet; the shard runs the handshake and checks the Hello itself.
+    Tls,
 }
 
 impl std::fmt::Debug for PeerHandoff {
@@ -151,7 +163,7 @@ impl std::fmt::Debug for PeerHandoff {
         f.debug_struct("PeerHandoff")
             .field("fd", &self.fd)
             .field("peer", &self.peer)
-            .field("follower", &self.follower)
+            .field("start", &self.start)
             .finish()
     }
 }
@@ -171,6 +183,7 @@ impl BrokerContext {
         channels: ContextChannels,
         shutdown: Shutdown,
         disk: Arc<DiskSpace>,
+        cluster_tls: Option<Arc<ClusterTls>>,
     ) -> BrokerContext {
         let ContextChannels { shards, admin, groups } = channels;
         let lowest_voter = config.quorum_voters.iter().map(|v| v.id).min().unwrap_or(config.node_id);
@@ -193,6 +206,7 @@ impl BrokerContext {
             peer_handoffs: (0..shards_count).map(|_| flume::unbounded()).collect(),
             authorization: Authorization::new(&config.authorization),
             quotas: Quotas::new(config.quota_window, config.clients.max_connection_creation_rate),
+            cluster_tls,
             config,
         }
     }

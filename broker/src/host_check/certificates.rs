@@ -1,11 +1,13 @@
 //! The TLS listeners' certificate files: each certificate in a keystore or truststore that expires within
 //! [`WARN_DAYS`] is a warning (one row per listener), so that an operator replaces it in time — the broker
-//! reads replaced files without a restart. A file that cannot be read is a failure: `start` would refuse it.
+//! reads replaced files without a restart. The cluster mTLS files (`cluster.ssl.*`) get a row of their
+//! own; they are read only at start. A file that cannot be read is a failure: `start` would refuse it.
 
 use std::fmt::Write as _;
 use std::path::Path;
 
 use super::Row;
+use crate::config::ClusterTlsSettings;
 use crate::config::listeners::Listener;
 use crate::security::tls;
 
@@ -26,7 +28,24 @@ pub fn rows(listeners: &[Listener]) -> Vec<Row> {
         .collect()
 }
 
+/// The row of the cluster mTLS files; none when they are not set.
+pub fn cluster_row(settings: &ClusterTlsSettings) -> Option<Row> {
+    let files: Vec<&Path> = settings.keystore.iter().chain(&settings.truststore).map(|p| p.as_path()).collect();
+    if files.is_empty() {
+        return None;
+    }
+    let advice = "replace the node certificate (same file) and restart the node: cluster mTLS reads it at start";
+    Some(files_row("cluster mTLS", files.into_iter(), advice))
+}
+
 fn listener_row<'a>(name: &str, files: impl Iterator<Item = &'a Path>) -> Row {
+    let advice = "replace the certificate (same file): the broker reads it again within a second, or on SIGHUP";
+    files_row(&format!("listener {name}"), files, advice)
+}
+
+/// One row for the files of `what` (`listener SSL`, `cluster mTLS`); `advice` for a certificate that
+/// expires soon.
+fn files_row<'a>(what: &str, files: impl Iterator<Item = &'a Path>, advice: &'static str) -> Row {
     let mut soon = String::new();
     let mut checked = Vec::new();
     for file in files {
@@ -47,18 +66,14 @@ fn listener_row<'a>(name: &str, files: impl Iterator<Item = &'a Path>) -> Row {
                 checked.push(file.display().to_string());
             }
             Err(e) => {
-                return Row::fail(CHECK, format!("listener {name}: {e}"), "fix the file: start refuses it");
+                return Row::fail(CHECK, format!("{what}: {e}"), "fix the file: start refuses it");
             }
         }
     }
     if soon.is_empty() {
-        Row::pass(CHECK, format!("listener {name}: {} valid for {WARN_DAYS} days or more", checked.join(", ")))
+        Row::pass(CHECK, format!("{what}: {} valid for {WARN_DAYS} days or more", checked.join(", ")))
     } else {
-        Row::warn(
-            CHECK,
-            format!("listener {name}: {soon}"),
-            "replace the certificate (same file): the broker reads it again within a second, or on SIGHUP",
-        )
+        Row::warn(CHECK, format!("{what}: {soon}"), advice)
     }
 }
 
@@ -109,5 +124,16 @@ mod tests {
         assert!(row.found.contains("expired 3 day(s) ago"), "{row:?}");
         let missing = dir.path().join("missing.pem");
         assert_eq!(listener_row("SSL", [missing.as_path()].into_iter()).outcome, Outcome::Fail);
+    }
+
+    #[test]
+    fn an_expiring_node_certificate_is_a_warning_that_says_a_restart_takes_the_new_one() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(cluster_row(&ClusterTlsSettings::default()).is_none(), "no row without cluster mTLS");
+        let (node, ca) = (certificate(dir.path(), "node-1", 5), certificate(dir.path(), "ca", 400));
+        let row = cluster_row(&ClusterTlsSettings { keystore: Some(node), truststore: Some(ca) }).unwrap();
+        assert_eq!(row.outcome, Outcome::Warn, "{row:?}");
+        assert!(row.found.starts_with("cluster mTLS: ") && row.found.contains("CN=node-1"), "{row:?}");
+        assert!(!row.found.contains("CN=ca"), "{row:?}");
     }
 }

@@ -118,6 +118,7 @@ pub fn run(config: &BrokerConfig) -> Vec<Row> {
         rows.extend(disk_speed::rows(&dir, free.map(|f| f.saturating_sub(config.log_dir_min_free_bytes))));
     }
     rows.extend(certificates::rows(&config.listeners.all));
+    rows.extend(certificates::cluster_row(&config.cluster_tls));
     rows
 }
 

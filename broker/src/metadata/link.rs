@@ -29,6 +29,7 @@ use crate::quorum::network::{CallError, PeerConnection, WireWrite};
 use crate::quorum::service::{StartError, Voter, VoterSettings};
 use crate::quorum::state::{BrokerEndpoint, Command, CommandError, ListenerEndpoint, NodeId};
 use crate::quorum::wire::{MetadataDelta, WireFetch, WireFetchResult, WireWriteResult, kind};
+use crate::security::cluster_tls::ClusterTls;
 use crate::shutdown::Shutdown;
 
 /// The file in the data dir naming the node id and incarnation of the process that last started on it
@@ -73,6 +74,8 @@ pub struct LinkSettings {
     pub leader_rebalance: Option<crate::quorum::service::LeaderRebalance>,
     /// `--add-scram`: credentials the voter this node runs adds if it forms the cluster.
     pub bootstrap_scram: Vec<crate::quorum::security::ScramUpsertion>,
+    /// Cluster mTLS to the remote voters and on the quorum port of the voter this node runs.
+    pub cluster_tls: Option<Arc<ClusterTls>>,
 }
 
 /// Why the link could not start.
@@ -178,8 +181,8 @@ impl std::fmt::Debug for QuorumLink {
 enum Quorum {
     /// This process runs a voter (it forwards writes to the leader itself).
     Embedded(Arc<Voter>),
-    /// Voters elsewhere, `(id, HOST:PORT)`, tried in turn.
-    Remote(Arc<Vec<(u64, String)>>),
+    /// Voters elsewhere, `(id, HOST:PORT)`, tried in turn (over cluster mTLS when on).
+    Remote(Arc<Vec<(u64, String)>>, Option<Arc<ClusterTls>>),
 }
 
 impl QuorumLink {
@@ -198,6 +201,7 @@ impl QuorumLink {
             voter.reserve_bytes = settings.quorum_reserve_bytes;
             voter.leader_rebalance = settings.leader_rebalance;
             voter.bootstrap_scram = settings.bootstrap_scram.clone();
+            voter.cluster_tls = settings.cluster_tls.clone();
             let voter = Voter::start(voter).map_err(|e| LinkError::Voter(settings.node.to_string(), e))?;
             Quorum::Embedded(Arc::new(voter))
         } else if let Some((_, addr)) = settings.voters.iter().find(|(id, _)| *id == settings.node.0 as u64) {
@@ -207,12 +211,13 @@ impl QuorumLink {
             voter.reserve_bytes = settings.quorum_reserve_bytes;
             voter.leader_rebalance = settings.leader_rebalance;
             voter.bootstrap_scram = settings.bootstrap_scram.clone();
+            voter.cluster_tls = settings.cluster_tls.clone();
             let voter = Voter::start(voter).map_err(|e| LinkError::Voter(addr.clone(), e))?;
             Quorum::Embedded(Arc::new(voter))
         } else if !settings.bootstrap_scram.is_empty() {
             return Err(LinkError::AddScramWithoutVoter(settings.node));
         } else {
-            Quorum::Remote(Arc::new(settings.voters.clone()))
+            Quorum::Remote(Arc::new(settings.voters.clone()), settings.cluster_tls.clone())
         };
         let (writes, write_requests) = flume::unbounded();
         let incarnation = uuid::Uuid::new_v4().as_u64_pair().0;
@@ -547,7 +552,7 @@ async fn follow(
                 Some(fetched) => Some(fetched),
                 None => return,
             },
-            Quorum::Remote(voters) => fetch_remote(voters, &mut voter, image.applied).await,
+            Quorum::Remote(voters, tls) => fetch_remote(voters, tls.as_deref(), &mut voter, image.applied).await,
         };
         let Some(fetched) = fetched else {
             tokio::time::sleep(RETRY_PAUSE).await;
@@ -568,12 +573,19 @@ async fn follow(
 
 /// One fetch from the remote voters, starting with `voters[*current]`, which then becomes the leader the
 /// answer names: a voter cut off from the others would never have news, the leader always has the latest.
-async fn fetch_remote(voters: &[(u64, String)], current: &mut usize, after: Option<u64>) -> Option<WireFetchResult> {
+async fn fetch_remote(
+    voters: &[(u64, String)],
+    tls: Option<&ClusterTls>,
+    current: &mut usize,
+    after: Option<u64>,
+) -> Option<WireFetchResult> {
     let body = encode_message(&WireFetch { after, wait_ms: FETCH_WAIT.as_millis() as u32 });
     for attempt in 0..voters.len() {
         let at = (*current + attempt) % voters.len();
-        let addr = &voters[at].1;
-        match call(addr, kind::FETCH, &body, kind::FETCH_RESULT, FETCH_WAIT + CONNECT_TIMEOUT * 5).await {
+        let (node, addr) = (voters[at].0, &voters[at].1);
+        match call((node, addr.as_str(), tls), kind::FETCH, &body, kind::FETCH_RESULT, FETCH_WAIT + CONNECT_TIMEOUT * 5)
+            .await
+        {
             Ok(result) => {
                 let result: WireFetchResult = result;
                 // Follow the leader an answer with news names; after an answer without news, or from a voter
@@ -597,10 +609,12 @@ impl Quorum {
     async fn write(&self, command: Command, limit: Duration) -> WireWriteResult {
         match self {
             Quorum::Embedded(voter) => voter.write_async(command).await,
-            Quorum::Remote(voters) => {
+            Quorum::Remote(voters, tls) => {
                 let body = encode_message(&WireWrite { command, forwarded: false });
-                for (_, addr) in voters.iter() {
-                    match call(addr, kind::WRITE, &body, kind::WRITE_RESULT, limit).await {
+                for (node, addr) in voters.iter() {
+                    match call((*node, addr.as_str(), tls.as_deref()), kind::WRITE, &body, kind::WRITE_RESULT, limit)
+                        .await
+                    {
                         Ok(WireWriteResult::NoLeader) => continue,
                         Ok(result) => return result,
                         // Never reached that voter: the command was not proposed; the next may take it.
@@ -625,15 +639,23 @@ struct Failure {
     error: CallError,
 }
 
-/// One request to a remote voter over a fresh connection.
-async fn call<T>(addr: &str, request: u16, body: &[u8], answer: u16, timeout: Duration) -> Result<T, Failure>
+/// One request to a remote voter (its id, address and the cluster mTLS to reach it over) over a fresh
+/// connection.
+async fn call<T>(
+    to: (u64, &str, Option<&ClusterTls>),
+    request: u16,
+    body: &[u8],
+    answer: u16,
+    timeout: Duration,
+) -> Result<T, Failure>
 where
     T: rkyv::Archive,
     T::Archived: for<'a> rkyv::bytecheck::CheckBytes<rkyv::api::high::HighValidator<'a, rkyv::rancor::Error>>
         + rkyv::Deserialize<T, rkyv::api::high::HighDeserializer<rkyv::rancor::Error>>,
 {
     let unsent = |error| Failure { sent: false, error };
-    let mut conn = match tokio::time::timeout(CONNECT_TIMEOUT, PeerConnection::connect(addr)).await {
+    let (node, addr, tls) = to;
+    let mut conn = match tokio::time::timeout(CONNECT_TIMEOUT, PeerConnection::connect(addr, node, tls)).await {
         Ok(Ok(conn)) => conn,
         Ok(Err(e)) => return Err(unsent(CallError::Io(e))),
         Err(_) => return Err(unsent(CallError::Timeout(CONNECT_TIMEOUT))),

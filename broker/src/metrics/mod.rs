@@ -66,6 +66,12 @@ pub fn install() -> PrometheusHandle {
         .clone()
 }
 
+/// A connection of another node refused under cluster mTLS: `service` is `replication` or `quorum`,
+/// `reason` what failed (`handshake`, `certificate`, `forbidden`, `plaintext`).
+pub fn peer_refused(service: &'static str, reason: &'static str) {
+    metrics::counter!("shardlog_peer_refused_total", "service" => service, "reason" => reason).increment(1);
+}
+
 /// Kafka's name of an error code, as its clients print it (`NOT_LEADER_OR_FOLLOWER`).
 pub fn error_name(code: i16) -> String {
     let error = match kafka_protocol::ResponseError::try_from_code(code) {

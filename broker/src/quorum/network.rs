@@ -4,6 +4,12 @@
 //! One request at a time per connection: a request frame, then its answer frame. A frame that fails its
 //! checks (magic, version, length, CRC, archive validation) or has an unexpected type closes the
 //! connection with one log line naming the peer and the reason.
+//!
+//! With cluster mTLS (`crate::security::cluster_tls`) every connection is TLS, both ends proving their
+//! node id before a frame is read; the dialler names the voter it calls. Then [`Caller`] says who may ask
+//! what: Raft RPCs only from the voter they claim to come from, command writes that name a broker only
+//! from that broker (or forwarded by a voter), anything else from any node of the cluster. A refused
+//! request is logged (WARN: peer, node, reason), the connection closed, and nothing applied.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -17,7 +23,7 @@ use openraft::raft::{
 };
 use openraft::{BasicNode, Raft};
 use shardlog_net::peer::{PeerFrame, PeerFrameError, PeerFrameReader, decode_message, encode_frame, encode_message};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use super::log_store::LogStore;
@@ -28,6 +34,7 @@ use super::wire::{
     WireStatus, WireVote, WireVoteRequest, WireVoteResult, WireWriteResult, kind,
 };
 use crate::logging::Throttle;
+use crate::security::cluster_tls::{ClusterTls, server_name};
 
 /// The largest frame a voter accepts (snapshot chunks and entry batches are far smaller).
 pub const MAX_FRAME_BYTES: u32 = 64 << 20;
@@ -56,18 +63,35 @@ pub enum CallError {
     Closed,
 }
 
+/// A quorum connection's bytes: plain TCP, or TLS over it (cluster mTLS).
+pub trait Io: AsyncRead + AsyncWrite + Unpin + Send + Sync {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send + Sync> Io for T {}
+
 /// One connection to a peer's quorum port.
-#[derive(Debug)]
 pub struct PeerConnection {
-    stream: TcpStream,
+    stream: Box<dyn Io>,
     reader: PeerFrameReader,
     buf: Vec<u8>,
 }
 
+impl std::fmt::Debug for PeerConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PeerConnection").finish_non_exhaustive()
+    }
+}
+
 impl PeerConnection {
-    pub async fn connect(addr: &str) -> std::io::Result<PeerConnection> {
+    /// Connects to voter `node` at `addr`; under cluster mTLS (`tls`) the voter must prove it is `node`.
+    pub async fn connect(addr: &str, node: u64, tls: Option<&ClusterTls>) -> std::io::Result<PeerConnection> {
         let stream = TcpStream::connect(addr).await?;
         stream.set_nodelay(true)?;
+        let stream: Box<dyn Io> = match tls {
+            None => Box::new(stream),
+            Some(tls) => {
+                let connector = tokio_rustls::TlsConnector::from(tls.client_config(None));
+                Box::new(connector.connect(server_name(node), stream).await?)
+            }
+        };
         Ok(PeerConnection { stream, reader: PeerFrameReader::new(MAX_FRAME_BYTES), buf: Vec::new() })
     }
 
@@ -75,6 +99,8 @@ impl PeerConnection {
     pub async fn call(&mut self, request_kind: u16, body: &[u8], timeout: Duration) -> Result<PeerFrame, CallError> {
         let exchange = async {
             self.stream.write_all(&encode_frame(request_kind, body)).await?;
+            // A TLS stream may hold the end of the request until flushed.
+            self.stream.flush().await?;
             read_frame(&mut self.stream, &mut self.reader, &mut self.buf).await?.ok_or(CallError::Closed)
         };
         let frame = tokio::time::timeout(timeout, exchange).await.map_err(|_| CallError::Timeout(timeout))??;
@@ -91,7 +117,7 @@ const READ_CHUNK_BYTES: usize = 64 << 10;
 
 /// Reads the next frame; `None` at a clean end of stream. `buf` is scratch space, kept by the caller.
 async fn read_frame(
-    stream: &mut TcpStream,
+    stream: &mut (impl AsyncRead + Unpin),
     reader: &mut PeerFrameReader,
     buf: &mut Vec<u8>,
 ) -> Result<Option<PeerFrame>, CallError> {
@@ -119,6 +145,14 @@ pub const UNREACHABLE_REPORT_AFTER: Duration = Duration::from_secs(15);
 #[derive(Debug, Clone, Default)]
 pub struct Network {
     health: Arc<Mutex<HashMap<u64, PeerHealth>>>,
+    /// Cluster mTLS, when on.
+    tls: Option<Arc<ClusterTls>>,
+}
+
+impl Network {
+    pub fn new(tls: Option<Arc<ClusterTls>>) -> Network {
+        Network { health: Arc::default(), tls }
+    }
 }
 
 /// Since when a peer has failed every call, how many calls failed since, and whether that was reported.
@@ -136,13 +170,14 @@ pub struct PeerClient {
     addr: String,
     conn: Option<PeerConnection>,
     health: Arc<Mutex<HashMap<u64, PeerHealth>>>,
+    tls: Option<Arc<ClusterTls>>,
 }
 
 impl RaftNetworkFactory<QuorumConfig> for Network {
     type Network = PeerClient;
 
     async fn new_client(&mut self, target: u64, node: &BasicNode) -> PeerClient {
-        PeerClient { target, addr: node.addr.clone(), conn: None, health: self.health.clone() }
+        PeerClient { target, addr: node.addr.clone(), conn: None, health: self.health.clone(), tls: self.tls.clone() }
     }
 }
 
@@ -197,7 +232,7 @@ impl PeerClient {
         let mut conn = match self.conn.take() {
             Some(conn) => conn,
             None => {
-                let connect = PeerConnection::connect(&self.addr);
+                let connect = PeerConnection::connect(&self.addr, self.target, self.tls.as_deref());
                 let error = match tokio::time::timeout(option.hard_ttl(), connect).await {
                     Ok(Ok(conn)) => Ok(conn),
                     Ok(Err(e)) => Err(CallError::Io(e)),
@@ -287,6 +322,10 @@ pub struct Served {
     pub raft: Raft<QuorumConfig>,
     pub log: LogStore,
     pub state: StateMachineStore,
+    /// Every voter's id.
+    pub voters: Arc<Vec<u64>>,
+    /// Cluster mTLS, when on: who calls is known, and checked ([`Caller`]).
+    pub tls: Option<Arc<ClusterTls>>,
 }
 
 impl std::fmt::Debug for Served {
@@ -323,7 +362,7 @@ pub async fn serve(listener: TcpListener, served: Served) {
             }
             Ok((stream, peer)) => {
                 let _ = stream.set_nodelay(true);
-                connections.spawn(serve_connection(stream, peer.to_string(), served.clone(), budget.clone()));
+                connections.spawn(accept_connection(stream, peer.to_string(), served.clone(), budget.clone()));
             }
             Err(e) => {
                 if let Some(skipped) = failures.event(Instant::now()) {
@@ -335,7 +374,104 @@ pub async fn serve(listener: TcpListener, served: Served) {
     }
 }
 
-async fn serve_connection(mut stream: TcpStream, peer: String, served: Served, budget: Arc<tokio::sync::Semaphore>) {
+/// How long a dialler has to complete the TLS handshake.
+const HANDSHAKE_LIMIT: Duration = Duration::from_secs(10);
+
+/// Who is calling on a connection of the quorum port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Caller {
+    /// Cluster mTLS is off: anyone who reaches the port (the network is trusted).
+    Unproven,
+    /// The node id the caller's certificate names.
+    Node(u32),
+}
+
+/// A request the caller may not make: why.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Forbidden(String);
+
+impl Caller {
+    /// A Raft RPC: only from a voter, the one the RPC says it comes from (the leader or candidate).
+    fn raft(self, rpc: &str, from: u64, voters: &[u64]) -> Result<(), Forbidden> {
+        let Caller::Node(node) = self else { return Ok(()) };
+        if !voters.contains(&(node as u64)) {
+            return Err(Forbidden(format!("{rpc} from node {node}, which is not a voter")));
+        }
+        if from != node as u64 {
+            return Err(Forbidden(format!("{rpc} in the name of voter {from} from node {node}")));
+        }
+        Ok(())
+    }
+
+    /// A command write: one forwarded by a voter, or one whose command names no node other than the
+    /// caller's.
+    fn write(self, command: &Command, forwarded: bool, voters: &[u64]) -> Result<(), Forbidden> {
+        let Caller::Node(node) = self else { return Ok(()) };
+        let voter = voters.contains(&(node as u64));
+        if forwarded {
+            return match voter {
+                true => Ok(()),
+                false => Err(Forbidden(format!("a forwarded write from node {node}, which is not a voter"))),
+            };
+        }
+        match command {
+            // The controller's own decision: a voter's.
+            Command::FenceBroker { .. } if !voter => {
+                Err(Forbidden(format!("FenceBroker from node {node}, which is not a voter")))
+            }
+            Command::RegisterBroker { id, .. }
+            | Command::RegisterBrokerListeners { id, .. }
+            | Command::BrokerHeartbeat { id, .. }
+            | Command::ControlledShutdown { id, .. }
+            | Command::SetReplicaOffline { id, .. }
+            | Command::AllocateProducerIds { broker: id, .. }
+            | Command::AlterPartition { leader: id, .. }
+                if id.0 != node =>
+            {
+                Err(Forbidden(format!("a command in the name of broker {} from node {node}", id.0)))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Takes a connection: under cluster mTLS, its handshake first (the caller must present a certificate of
+/// the cluster's authority naming a node), then its requests.
+async fn accept_connection(stream: TcpStream, peer: String, served: Served, budget: Arc<tokio::sync::Semaphore>) {
+    let Some(tls) = served.tls.clone() else {
+        return serve_connection(Box::new(stream), Caller::Unproven, peer, served, budget).await;
+    };
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls.server_config());
+    let stream = match tokio::time::timeout(HANDSHAKE_LIMIT, acceptor.accept(stream)).await {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(error)) if ClusterTls::is_refusal(&error) => {
+            crate::metrics::peer_refused("quorum", "handshake");
+            return tracing::warn!(%peer, %error, "quorum port: refused a connection: no valid node certificate");
+        }
+        Ok(Err(error)) => return tracing::debug!(%peer, %error, "quorum port: connection lost in the TLS handshake"),
+        Err(_) => {
+            crate::metrics::peer_refused("quorum", "handshake");
+            return tracing::warn!(%peer, "quorum port: refused a connection: no TLS handshake in time");
+        }
+    };
+    let node = match ClusterTls::peer_node(stream.get_ref().1.peer_certificates()) {
+        Ok(node) => node,
+        Err(error) => {
+            crate::metrics::peer_refused("quorum", "certificate");
+            return tracing::warn!(%peer, %error, "quorum port: refused a connection: its certificate names no node");
+        }
+    };
+    serve_connection(Box::new(stream), Caller::Node(node), peer, served, budget).await
+}
+
+async fn serve_connection(
+    mut stream: Box<dyn Io>,
+    caller: Caller,
+    peer: String,
+    served: Served,
+    budget: Arc<tokio::sync::Semaphore>,
+) {
     let mut reader = PeerFrameReader::new(MAX_FRAME_BYTES);
     let mut buf = vec![0u8; READ_CHUNK_BYTES];
     loop {
@@ -352,14 +488,25 @@ async fn serve_connection(mut stream: TcpStream, peer: String, served: Served, b
                 return;
             }
         };
-        let answer = match answer(&served, frame).await {
+        let answer = match answer(&served, caller, frame).await {
             Ok(answer) => answer,
-            Err(e) => {
+            Err(Refusal::Frame(e)) => {
                 tracing::warn!(%peer, error = %e, "quorum port: closing connection");
                 return;
             }
+            Err(Refusal::Forbidden(reason)) => {
+                crate::metrics::peer_refused("quorum", "forbidden");
+                let Caller::Node(node) = caller else { unreachable!("only a proven caller is refused") };
+                tracing::warn!(%peer, node, %reason, "quorum port: refused a request, closing connection");
+                return;
+            }
         };
-        if let Err(e) = stream.write_all(&answer).await {
+        if let Err(e) = async {
+            stream.write_all(&answer).await?;
+            stream.flush().await
+        }
+        .await
+        {
             tracing::debug!(%peer, error = %e, "quorum port: connection lost");
             return;
         }
@@ -371,7 +518,7 @@ async fn serve_connection(mut stream: TcpStream, peer: String, served: Served, b
 /// (whose share comes back with the frame, to be held until it is answered), and must be whole within
 /// [`PEER_FRAME_LIMIT`] of that.
 async fn read_request(
-    stream: &mut TcpStream,
+    stream: &mut (impl AsyncRead + Unpin),
     reader: &mut PeerFrameReader,
     buf: &mut [u8],
     budget: &Arc<tokio::sync::Semaphore>,
@@ -408,13 +555,24 @@ async fn read_request(
     }
 }
 
-/// The answer frame to one request frame; an error closes the connection.
-async fn answer(served: &Served, frame: PeerFrame) -> Result<Vec<u8>, PeerFrameError> {
+/// Why a request is not answered: the connection is closed.
+#[derive(Debug, thiserror::Error)]
+enum Refusal {
+    #[error(transparent)]
+    Frame(#[from] PeerFrameError),
+    #[error(transparent)]
+    Forbidden(#[from] Forbidden),
+}
+
+/// The answer frame to one request frame from `caller`; an error closes the connection.
+async fn answer(served: &Served, caller: Caller, frame: PeerFrame) -> Result<Vec<u8>, Refusal> {
     let raft = &served.raft;
+    let voters = &served.voters;
     let refused = |e: &dyn std::fmt::Display| encode_frame(kind::FAILED, &encode_message(&e.to_string()));
     Ok(match frame.kind {
         kind::APPEND => {
             let request: WireAppend = decode_message(&frame.body)?;
+            caller.raft("AppendEntries", request.vote.node, voters)?;
             match raft.append_entries(request.into()).await {
                 Ok(r) => encode_frame(kind::APPEND_RESULT, &encode_message(&WireAppendResult::from(&r))),
                 Err(e) => refused(&e),
@@ -422,6 +580,7 @@ async fn answer(served: &Served, frame: PeerFrame) -> Result<Vec<u8>, PeerFrameE
         }
         kind::VOTE => {
             let request: WireVoteRequest = decode_message(&frame.body)?;
+            caller.raft("Vote", request.vote.node, voters)?;
             match raft.vote(request.into()).await {
                 Ok(r) => encode_frame(kind::VOTE_RESULT, &encode_message(&WireVoteResult::from(&r))),
                 Err(e) => refused(&e),
@@ -429,6 +588,7 @@ async fn answer(served: &Served, frame: PeerFrame) -> Result<Vec<u8>, PeerFrameE
         }
         kind::SNAPSHOT => {
             let request: WireSnapshotChunk = decode_message(&frame.body)?;
+            caller.raft("InstallSnapshot", request.vote.node, voters)?;
             match raft.install_snapshot(request.into()).await {
                 Ok(r) => encode_frame(kind::SNAPSHOT_RESULT, &encode_message(&WireVote::from(&r.vote))),
                 Err(e) => refused(&e),
@@ -436,6 +596,7 @@ async fn answer(served: &Served, frame: PeerFrame) -> Result<Vec<u8>, PeerFrameE
         }
         kind::WRITE => {
             let request: WireWrite = decode_message(&frame.body)?;
+            caller.write(&request.command, request.forwarded, voters)?;
             let result = write(served, request.command, request.forwarded).await;
             encode_frame(kind::WRITE_RESULT, &encode_message(&result))
         }
@@ -445,7 +606,7 @@ async fn answer(served: &Served, frame: PeerFrame) -> Result<Vec<u8>, PeerFrameE
             let wait = Duration::from_millis(request.wait_ms.min(MAX_FETCH_WAIT_MS) as u64);
             encode_frame(kind::FETCH_RESULT, &encode_message(&fetch(served, request.after, wait).await))
         }
-        other => return Err(PeerFrameError::UnexpectedType(other)),
+        other => return Err(PeerFrameError::UnexpectedType(other).into()),
     })
 }
 
@@ -545,8 +706,10 @@ pub async fn write(served: &Served, mut command: Command, forwarded: bool) -> Wi
     match raft.client_write(command.clone()).await {
         Ok(r) => WireWriteResult::Applied { index: r.log_id.index, outcome: r.data },
         Err(RaftError::APIError(ClientWriteError::ForwardToLeader(to))) => {
-            let Some(leader) = to.leader_node.filter(|_| !forwarded) else { return WireWriteResult::NoLeader };
-            forward(&leader.addr, command).await
+            let (Some(id), Some(leader)) = (to.leader_id, to.leader_node.filter(|_| !forwarded)) else {
+                return WireWriteResult::NoLeader;
+            };
+            forward(&leader.addr, id, served.tls.as_deref(), command).await
         }
         Err(e) => WireWriteResult::Failed(e.to_string()),
     }
@@ -557,9 +720,9 @@ pub fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
-async fn forward(addr: &str, command: Command) -> WireWriteResult {
+async fn forward(addr: &str, leader: u64, tls: Option<&ClusterTls>, command: Command) -> WireWriteResult {
     // A leader that cannot be reached was not asked: the writer may safely send the command again.
-    let connect = tokio::time::timeout(FORWARD_TIMEOUT, PeerConnection::connect(addr)).await;
+    let connect = tokio::time::timeout(FORWARD_TIMEOUT, PeerConnection::connect(addr, leader, tls)).await;
     let Ok(Ok(mut conn)) = connect else { return WireWriteResult::NoLeader };
     let call = async {
         let body = encode_message(&WireWrite { command, forwarded: true });
@@ -570,4 +733,46 @@ async fn forward(addr: &str, command: Command) -> WireWriteResult {
         Ok::<_, CallError>(decode_message::<WireWriteResult>(&frame.body)?)
     };
     call.await.unwrap_or_else(|e| WireWriteResult::Failed(format!("forward to the leader at {addr}: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quorum::state::NodeId;
+
+    const VOTERS: [u64; 3] = [1, 2, 3];
+
+    #[test]
+    fn raft_requests_come_only_from_the_voter_they_name() {
+        assert!(Caller::Node(2).raft("Vote", 2, &VOTERS).is_ok());
+        let as_another = Caller::Node(2).raft("AppendEntries", 3, &VOTERS).unwrap_err();
+        assert!(as_another.to_string().contains("in the name of voter 3 from node 2"), "{as_another}");
+        let not_a_voter = Caller::Node(4).raft("Vote", 4, &VOTERS).unwrap_err();
+        assert!(not_a_voter.to_string().contains("not a voter"), "{not_a_voter}");
+        assert!(Caller::Unproven.raft("Vote", 9, &VOTERS).is_ok(), "without cluster mTLS nothing is known");
+    }
+
+    #[test]
+    fn a_write_that_names_a_broker_comes_only_from_that_broker_or_a_forwarding_voter() {
+        let heartbeat = |id| Command::BrokerHeartbeat { id: NodeId(id), incarnation: 1, now_ms: 0 };
+        assert!(Caller::Node(5).write(&heartbeat(5), false, &VOTERS).is_ok());
+        let error = Caller::Node(5).write(&heartbeat(6), false, &VOTERS).unwrap_err();
+        assert!(error.to_string().contains("in the name of broker 6 from node 5"), "{error}");
+        assert!(Caller::Node(2).write(&heartbeat(6), true, &VOTERS).is_ok(), "a voter forwards what it took");
+        assert!(Caller::Node(5).write(&heartbeat(5), true, &VOTERS).is_err(), "only voters forward");
+        let isr = Command::AlterPartition {
+            topic: "t".into(),
+            partition: 0,
+            leader: NodeId(6),
+            leader_epoch: Default::default(),
+            partition_epoch: Default::default(),
+            isr: vec![NodeId(6)],
+        };
+        assert!(Caller::Node(5).write(&isr, false, &VOTERS).is_err(), "an ISR change only from its leader");
+        let fence = Command::FenceBroker { id: NodeId(5), incarnation: 1, last_heartbeat_ms: 0 };
+        assert!(Caller::Node(5).write(&fence, false, &VOTERS).is_err(), "fencing is the controller's");
+        assert!(Caller::Node(1).write(&fence, false, &VOTERS).is_ok());
+        let topic = Command::DeleteTopic { name: "t".into() };
+        assert!(Caller::Node(5).write(&topic, false, &VOTERS).is_ok(), "a broker serving an admin client");
+    }
 }

@@ -44,6 +44,8 @@ pub struct VoterSettings {
     pub leader_rebalance: Option<LeaderRebalance>,
     /// `--add-scram`: credentials added when this voter forms the cluster (see [`super::bootstrap`]).
     pub bootstrap_scram: Vec<super::security::ScramUpsertion>,
+    /// Cluster mTLS on the quorum port and to the other voters; `None`: plain TCP.
+    pub cluster_tls: Option<std::sync::Arc<crate::security::cluster_tls::ClusterTls>>,
 }
 
 /// Kafka's automatic preferred-leader election: every `interval`, a live broker that does not lead more
@@ -78,6 +80,7 @@ impl VoterSettings {
             reserve_bytes: crate::disk_space::quorum_reserve_bytes(1 << 30),
             leader_rebalance: Some(LeaderRebalance::default()),
             bootstrap_scram: Vec::new(),
+            cluster_tls: None,
         }
     }
 
@@ -279,14 +282,14 @@ async fn run(
             return;
         }
     };
-    let raft =
-        match Raft::new(settings.node_id, config, Network::default(), log_store.clone(), state_machine.clone()).await {
-            Ok(r) => r,
-            Err(e) => {
-                let _ = ready.send(Err(StartError::Raft(e.to_string())));
-                return;
-            }
-        };
+    let network = Network::new(settings.cluster_tls.clone());
+    let raft = match Raft::new(settings.node_id, config, network, log_store.clone(), state_machine.clone()).await {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = ready.send(Err(StartError::Raft(e.to_string())));
+            return;
+        }
+    };
     let listener = match listener.map(tokio::net::TcpListener::from_std).transpose() {
         Ok(l) => l,
         Err(error) => {
@@ -303,6 +306,8 @@ async fn run(
         raft: raft.clone(),
         log: log_store,
         state: state_machine.clone(),
+        voters: Arc::new(settings.voters.iter().map(|(id, _)| *id).collect()),
+        tls: settings.cluster_tls.clone(),
     };
     let server = listener.map(|listener| tokio::spawn(network::serve(listener, served.clone())));
     let fencing = tokio::spawn(fence_expired_sessions(served.clone()));

@@ -143,11 +143,23 @@ pub(super) async fn serve(
     // reading them (and without giving the connection a receive buffer of its own), for a short while:
     // what says nothing by then is a Kafka client, served as one. Other listeners take Kafka clients only:
     // a peer frame there is a Kafka frame of an impossible size, and closes the connection.
+    //
+    // Under cluster mTLS a follower starts with a TLS ClientHello instead, whose ALPN names the leader
+    // shard it is for: read from a copy, the socket untouched, and the connection handed to that shard
+    // for the handshake. A Kafka client's ClientHello (on a TLS inter-broker listener) names no such
+    // protocol, and the connection goes on as a Kafka client's.
     if listener.peers
         && let Some(first) = peek_first_bytes(stream.as_raw_fd()).await
-        && super::replication::is_peer(&first)
     {
-        return super::replication::accept_peer(stream, ctx, peer, Box::new(slot)).await;
+        if super::replication::is_peer(&first) {
+            return super::replication::accept_peer(stream, ctx, peer, Box::new(slot)).await;
+        }
+        if ctx.cluster_tls.is_some()
+            && super::replication::is_tls_record(&first)
+            && let Some(to) = super::replication::peek_peer_shard(stream.as_raw_fd()).await
+        {
+            return super::replication::accept_peer_tls(stream, ctx, peer, Box::new(slot), to);
+        }
     }
     let fd = stream.as_raw_fd();
     let name: Arc<str> = Arc::from(listener.config.name.as_str());

@@ -45,6 +45,7 @@ use crate::logging::Throttle;
 use crate::metadata::image::MetadataImage;
 use crate::metadata::link::{LinkSettings, QuorumLink};
 use crate::quorum::state::{BrokerEndpoint, ListenerEndpoint, NodeId};
+use crate::security::cluster_tls::ClusterTls;
 use crate::shard::{self, PartitionRequest};
 use crate::shutdown::Shutdown;
 use limits::Clients;
@@ -103,6 +104,7 @@ pub fn run(config: BrokerConfig, shutdown: Shutdown) -> Result<()> {
             "test.acks.all.before.replication is set: acks=all is answered without the followers and loses writes when a leader fails; for tests only"
         );
     }
+    let cluster_tls = ClusterTls::load(&config.cluster_tls, config.node_id).context("cluster mTLS")?;
     let shards = config.shards;
     let (senders, receivers): (Vec<_>, Vec<_>) = (0..shards).map(|_| flume::unbounded()).unzip();
     let (admin_tx, admin_rx) = flume::unbounded();
@@ -115,8 +117,8 @@ pub fn run(config: BrokerConfig, shutdown: Shutdown) -> Result<()> {
     // Before anything registers a metric: handles registered earlier would record nothing.
     let recorder = crate::metrics::install();
     let (images_tx, images_rx) = flume::unbounded();
-    let link =
-        QuorumLink::start(link_settings(&config), images_tx, shutdown.clone()).context("start the quorum link")?;
+    let link = QuorumLink::start(link_settings(&config, cluster_tls.clone()), images_tx, shutdown.clone())
+        .context("start the quorum link")?;
     let disk = crate::disk_space::DiskSpace::watch(&config.data_dir, config.log_dir_min_free_bytes)
         .with_context(|| format!("measure the free space of {}", config.data_dir.display()))?;
     let ctx = Arc::new(BrokerContext::new(
@@ -126,6 +128,7 @@ pub fn run(config: BrokerConfig, shutdown: Shutdown) -> Result<()> {
         crate::context::ContextChannels { shards: senders, admin: admin_tx, groups: group_txs },
         shutdown.clone(),
         disk,
+        cluster_tls,
     ));
     listeners::watch_certificates(tls_listeners, shutdown.clone())?;
     let notifier = crate::notify::spawn(ctx.clone());
@@ -184,7 +187,7 @@ pub fn run(config: BrokerConfig, shutdown: Shutdown) -> Result<()> {
     first_error.map_or(Ok(()), Err)
 }
 
-fn link_settings(config: &BrokerConfig) -> LinkSettings {
+fn link_settings(config: &BrokerConfig, cluster_tls: Option<Arc<ClusterTls>>) -> LinkSettings {
     LinkSettings {
         node: NodeId(config.node_id),
         endpoint: BrokerEndpoint {
@@ -208,6 +211,7 @@ fn link_settings(config: &BrokerConfig) -> LinkSettings {
         quorum_reserve_bytes: crate::disk_space::quorum_reserve_bytes(config.log_dir_min_free_bytes),
         leader_rebalance: config.leader_rebalance,
         bootstrap_scram: config.bootstrap_scram.clone(),
+        cluster_tls,
     }
 }
 

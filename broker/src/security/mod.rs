@@ -1,6 +1,7 @@
 //! Security: who a client or peer is, and what it may do. Each part is a room of its own:
 //!
 //! - [`tls`]: TLS listeners (rustls), their certificates and reloading them;
+//! - [`cluster_tls`]: mutual TLS among brokers and quorum voters, bound to node ids;
 //! - [`sasl`]: the SASL mechanisms, as pure code;
 //! - [`authenticate`]: a connection's SASL exchange, driving the mechanisms;
 //! - [`authorizer`]: ACLs and Kafka's authorization decisions, and the rules every request passes;
@@ -13,6 +14,7 @@
 
 pub mod authenticate;
 pub mod authorizer;
+pub mod cluster_tls;
 pub mod principal;
 pub mod quotas;
 pub mod sasl;

@@ -3,7 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
-use rcgen::{BasicConstraints, CertificateParams, DistinguishedName, DnType, IsCa, Issuer, KeyPair};
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+};
 
 /// A certificate authority and the directory its files go to.
 pub struct Pki {
@@ -59,6 +61,15 @@ impl Pki {
             params.not_before = rcgen::date_time_ymd(2019, 1, 1);
             params.not_after = rcgen::date_time_ymd(2020, 1, 1);
         }
+        self.issue(file, params)
+    }
+
+    /// A node certificate for cluster mTLS: subject `CN=node-<id>`, for both ends of a connection.
+    pub fn node(&self, file: &str, id: u32) -> Issued {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name = DistinguishedName::new();
+        params.distinguished_name.push(DnType::CommonName, format!("node-{id}"));
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
         self.issue(file, params)
     }
 

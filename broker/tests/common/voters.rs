@@ -9,7 +9,8 @@ use shardlog_broker::quorum::state::ClusterState;
 
 pub struct Voters {
     dir: tempfile::TempDir,
-    /// Flags every voter gets besides its id, address, voter list and directory.
+    /// Flags every voter gets besides its id, address, voter list and directory; `{id}` in one is replaced
+    /// by the voter's id.
     extra: Vec<String>,
     /// Voter `i + 1`'s quorum address at index `i`.
     pub addrs: Vec<String>,
@@ -39,7 +40,8 @@ impl Voters {
         Command::new(env!("CARGO_BIN_EXE_shardlog"))
             .args(["quorum", "--node-id", &id.to_string(), "--listen", &self.addrs[id as usize - 1]])
             .args(["--voters", &list.join(",")])
-            .args(&self.extra)
+            // `{id}` in a flag stands for the voter's id (its own node certificate, say).
+            .args(self.extra.iter().map(|flag| flag.replace("{id}", &id.to_string())))
             .arg("--data-dir")
             .arg(&dir)
             .env_remove("RUST_LOG")

@@ -24,6 +24,24 @@ pub mod kind {
     pub const FETCH_RESULT: u16 = 33;
 }
 
+/// Under cluster mTLS a replication connection is TLS from its first byte, and the follower's TLS
+/// ClientHello offers the ALPN protocol `shardlog-peer/<leader shard>`: the accepting shard reads it (the
+/// ClientHello is looked at, not consumed) to hand the connection, before any frame, to the shard that
+/// will run the handshake and serve it. `docs/peer-protocol.md` §4.
+pub const PEER_ALPN_PREFIX: &str = "shardlog-peer/";
+
+/// The ALPN protocol a follower offers for `leader_shard`.
+pub fn peer_alpn(leader_shard: u16) -> Vec<u8> {
+    format!("{PEER_ALPN_PREFIX}{leader_shard}").into_bytes()
+}
+
+/// The leader shard an ALPN protocol made by [`peer_alpn`] names; `None` for any other protocol.
+pub fn shard_of_alpn(protocol: &[u8]) -> Option<u16> {
+    let digits = protocol.strip_prefix(PEER_ALPN_PREFIX.as_bytes())?;
+    let plain = !digits.is_empty() && digits.len() <= 5 && digits.iter().all(u8::is_ascii_digit);
+    plain.then(|| std::str::from_utf8(digits).ok()?.parse().ok()).flatten()
+}
+
 /// "No epoch" in the fields below (Kafka's `UNDEFINED_EPOCH`).
 pub const NO_EPOCH: i32 = -1;
 
@@ -165,6 +183,23 @@ pub fn decode_fetch_result(body: &[u8]) -> Result<(ReplicaFetchResult, Vec<&[u8]
 mod tests {
     use super::*;
     use crate::peer::{PeerFrameReader, encode_frame};
+
+    #[test]
+    fn the_peer_alpn_names_a_leader_shard_and_nothing_else() {
+        assert_eq!(peer_alpn(3), b"shardlog-peer/3");
+        assert_eq!(shard_of_alpn(&peer_alpn(0)), Some(0));
+        assert_eq!(shard_of_alpn(&peer_alpn(65535)), Some(65535));
+        for other in [
+            &b"h2"[..],
+            b"http/1.1",
+            b"shardlog-peer/",
+            b"shardlog-peer/65536",
+            b"shardlog-peer/-1",
+            b"shardlog-peer/1x",
+        ] {
+            assert_eq!(shard_of_alpn(other), None, "{}", String::from_utf8_lossy(other));
+        }
+    }
 
     /// The body of a fetch result frame written out plainly (docs/peer-protocol.md §2.2): what the pieces
     /// must add up to.

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use futures_lite::AsyncWriteExt;
+use futures_lite::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use glommio::net::TcpStream;
 use kafka_protocol::ResponseError;
 use shardlog_net::peer::replication::{
@@ -19,10 +19,11 @@ use shardlog_storage::fs::dma::DmaFs;
 use shardlog_storage::{FlushPolicy, LeaderEpoch, LogDir, Offset, TopicPartition};
 
 use super::serve::{MAX_HOLD, RESPONSE_MAX_BYTES};
-use super::{MAX_FRAME_BYTES, PEER_TIMEOUT, RECONNECT_PAUSE, next_frame, within};
+use super::{MAX_FRAME_BYTES, PEER_TIMEOUT, RECONNECT_PAUSE, handshake, next_frame, within};
 use crate::context::BrokerContext;
 use crate::quorum::state::NodeId;
 use crate::replication::{FetchReply, ReplicaError};
+use crate::security::cluster_tls::ClusterTls;
 use crate::shard::ShardReplicas;
 use crate::shutdown::Shutdown;
 
@@ -84,18 +85,28 @@ pub(super) async fn fetch_from(
             continue;
         };
         let address = format!("{}:{}", endpoint.host, endpoint.port);
+        let at = Fetcher { ctx: &ctx, shard, leader, leader_shard, logs: &logs, replicas: &replicas, counts: &counts };
         let outcome = match within(PEER_TIMEOUT, TcpStream::connect(address.as_str())).await {
             Some(Ok(stream)) => {
-                let at = Fetcher {
-                    ctx: &ctx,
-                    shard,
-                    leader,
-                    leader_shard,
-                    logs: &logs,
-                    replicas: &replicas,
-                    counts: &counts,
-                };
-                fetch_over(stream, at, &shutdown).await
+                let _ = stream.set_nodelay(true);
+                match ctx.cluster_tls.as_deref() {
+                    None => fetch_over(stream, at, &shutdown).await,
+                    Some(tls) => {
+                        match within(PEER_TIMEOUT, handshake::connect(tls, stream, leader, leader_shard)).await {
+                            Some(Ok(stream)) => fetch_over(stream, at, &shutdown).await,
+                            Some(Err(e)) if ClusterTls::is_refusal(&e) => {
+                                // The leader's certificate is not the leader's, or it refused ours: an
+                                // operator must know (once for each run of failures).
+                                if !announced_failure {
+                                    tracing::warn!(?leader, %address, error = %e, "replication: TLS handshake with the leader refused");
+                                }
+                                Err(format!("TLS handshake: {e}"))
+                            }
+                            Some(Err(e)) => Err(format!("TLS handshake: {e}")),
+                            None => Err("TLS handshake timed out".into()),
+                        }
+                    }
+                }
             }
             Some(Err(e)) => Err(e.to_string()),
             None => Err("connect timed out".into()),
@@ -125,9 +136,13 @@ struct Fetcher<'a> {
     counts: &'a ShardCounts,
 }
 
-async fn fetch_over(mut stream: TcpStream, at: Fetcher<'_>, shutdown: &Shutdown) -> Result<(), String> {
+/// Fetches over one connection, plain or TLS.
+async fn fetch_over<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
+    at: Fetcher<'_>,
+    shutdown: &Shutdown,
+) -> Result<(), String> {
     let Fetcher { ctx, shard, leader, leader_shard, logs, replicas, counts } = at;
-    let _ = stream.set_nodelay(true);
     let hello = ReplicaHello {
         cluster_id: ctx.cluster_id.clone(),
         broker: ctx.config.node_id,
@@ -135,6 +150,7 @@ async fn fetch_over(mut stream: TcpStream, at: Fetcher<'_>, shutdown: &Shutdown)
         to_shard: leader_shard,
     };
     stream.write_all(&encode_frame(kind::HELLO, &encode_message(&hello))).await.map_err(|e| e.to_string())?;
+    stream.flush().await.map_err(|e| e.to_string())?;
     let mut frames = PeerFrameReader::new(MAX_FRAME_BYTES);
     let mut buf = vec![0u8; 256 * 1024];
     let answer = match within(PEER_TIMEOUT, next_frame(&mut stream, &mut frames, &mut buf)).await {
@@ -189,6 +205,7 @@ async fn fetch_over(mut stream: TcpStream, at: Fetcher<'_>, shutdown: &Shutdown)
             partitions,
         };
         stream.write_all(&encode_frame(kind::FETCH, &encode_message(&fetch))).await.map_err(|e| e.to_string())?;
+        stream.flush().await.map_err(|e| e.to_string())?;
         let frame = match within(MAX_HOLD + PEER_TIMEOUT, next_frame(&mut stream, &mut frames, &mut buf)).await {
             Some(Ok(Some(frame))) if frame.kind == kind::FETCH_RESULT => frame,
             Some(Ok(Some(frame))) => return Err(format!("unexpected frame type {}", frame.kind)),

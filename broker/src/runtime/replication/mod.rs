@@ -2,9 +2,10 @@
 //!
 //! Each follower shard keeps one connection per leader shard it follows partitions of, carrying all of
 //! them:
-//! - [`serve`], the leader side: the connection arrives on the Kafka listener, told apart by the peer
-//!   frame's magic in its first bytes, on whichever shard accepted it; after the Hello it moves to the
-//!   shard that owns its partitions, which answers each fetch from its own logs, holding it (up to its
+//! - [`serve`], the leader side: the connection arrives on the inter-broker listener, told apart by the
+//!   peer frame's magic in its first bytes (under cluster mTLS, by the ALPN of its TLS ClientHello, see
+//!   [`handshake`]), on whichever shard accepted it; after the Hello it moves to the shard that owns its
+//!   partitions, which answers each fetch from its own logs, holding it (up to its
 //!   wait) until one of them has records or a new high watermark.
 //! - [`fetch`], the follower side: every shard runs [`replicate`], which keeps the fetchers, appends what
 //!   the leaders send through the shard's replicas, and fdatasyncs before it asks again, so the stable
@@ -12,6 +13,7 @@
 //!   takes over the connections other shards hand it.
 
 mod fetch;
+mod handshake;
 mod serve;
 
 use std::cell::Cell;
@@ -20,9 +22,8 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_lite::AsyncReadExt;
 use futures_lite::future;
-use glommio::net::TcpStream;
+use futures_lite::{AsyncRead, AsyncReadExt};
 use shardlog_net::peer::{MAGIC, PeerFrame, PeerFrameReader};
 use shardlog_storage::LogDir;
 use shardlog_storage::fs::dma::DmaFs;
@@ -34,7 +35,8 @@ use crate::replication::ProposalOutcome;
 use crate::shard::ShardReplicas;
 use crate::shutdown::Shutdown;
 
-pub(super) use serve::accept_peer;
+pub(super) use handshake::{is_tls_record, peek_peer_shard};
+pub(super) use serve::{accept_peer, accept_peer_tls};
 
 /// The largest peer frame either side reads.
 const MAX_FRAME_BYTES: u32 = 64 << 20;
@@ -73,8 +75,8 @@ impl std::fmt::Display for ReadError {
 }
 
 /// Reads the next frame, `Ok(None)` at end of stream.
-async fn next_frame(
-    stream: &mut TcpStream,
+async fn next_frame<S: AsyncRead + Unpin>(
+    stream: &mut S,
     frames: &mut PeerFrameReader,
     buf: &mut [u8],
 ) -> Result<Option<PeerFrame>, ReadError> {
@@ -113,6 +115,7 @@ pub(super) async fn replicate(
 ) {
     let handoffs = ctx.peer_handoffs[shard].1.clone();
     let (serving_logs, serving_replicas, serving_shutdown) = (logs.clone(), replicas.clone(), shutdown.clone());
+    let serving_ctx = ctx.clone();
     glommio::spawn_local(async move {
         while let Ok(Some(handoff)) = future::or(async { Some(handoffs.recv_async().await) }, async {
             serving_shutdown.wait().await;
@@ -122,7 +125,8 @@ pub(super) async fn replicate(
         .transpose()
         {
             let (logs, replicas, shutdown) = (serving_logs.clone(), serving_replicas.clone(), serving_shutdown.clone());
-            glommio::spawn_local(serve::serve_fetches(handoff, logs, replicas, shutdown)).detach();
+            let ctx = serving_ctx.clone();
+            glommio::spawn_local(serve::serve_fetches(handoff, ctx, shard, logs, replicas, shutdown)).detach();
         }
     })
     .detach();

@@ -324,10 +324,7 @@ impl CommandConfig {
         if added == 0 {
             bail!("ssl.ca.location {}: no certificate of an authority in it (PEM)", ca.display());
         }
-        // ring, as the broker's listeners use (rustls marks it deprecated for its lack of post-quantum
-        // key exchange; see security/tls.rs).
-        #[allow(deprecated)]
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let provider = crate::security::tls::provider();
         let chain_checker = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
             .build()
             .context("ssl.ca.location: the authorities cannot be used")?;

@@ -206,8 +206,7 @@ mod tests {
         let issued = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
         let certificate: CertificateDer<'static> = issued.cert.der().clone();
         let key = PrivateKeyDer::try_from(issued.signing_key.serialize_der()).unwrap();
-        #[allow(deprecated)]
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let provider = crate::security::tls::provider();
         let server_config = rustls::ServerConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
             .unwrap()

@@ -27,8 +27,7 @@ use rustls::client::{Resumption, verify_server_cert_signed_by_trust_anchor};
 use rustls::crypto::CryptoProvider;
 use rustls::server::{NoServerSessionStorage, ParsedCertificate, WebPkiClientVerifier};
 use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, ServerConfig, SignatureScheme};
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
 use x509_parser::prelude::{FromDer, GeneralName, X509Certificate};
 
 use super::tls::{TlsError, certificates};
@@ -206,10 +205,7 @@ impl ClusterTls {
             }
             Err(error) => return Err(ClusterTlsError::NotThisNode { path: keystore.clone(), node, error }),
         }
-        let key = PrivateKeyDer::from_pem_file(keystore).map_err(|e| match e {
-            rustls_pki_types::pem::Error::NoItemsFound => TlsError::NoKey { path: keystore.clone() },
-            other => TlsError::Read { path: keystore.clone(), reason: other.to_string() },
-        })?;
+        let key = super::tls::private_key(keystore)?;
         let mut roots = RootCertStore::empty();
         for certificate in certificates(truststore)? {
             roots.add(certificate).map_err(rustls_err)?;
@@ -218,9 +214,7 @@ impl ClusterTls {
             return Err(TlsError::NoAuthority { path: truststore.clone() }.into());
         }
         let roots = Arc::new(roots);
-        // ring, as for the listeners (see `super::tls`).
-        #[allow(deprecated)]
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let provider = super::tls::provider();
 
         let verifier = WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone())
             .build()

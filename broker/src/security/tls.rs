@@ -126,21 +126,31 @@ pub fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsErro
     CertificateDer::pem_file_iter(path).map_err(read_err(path))?.collect::<Result<Vec<_>, _>>().map_err(read_err(path))
 }
 
+/// The private key of a PEM keystore (the key and its certificate chain in one file).
+pub fn private_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
+    PrivateKeyDer::from_pem_file(path).map_err(|e| match e {
+        rustls_pki_types::pem::Error::NoItemsFound => TlsError::NoKey { path: path.to_path_buf() },
+        other => read_err(path)(other),
+    })
+}
+
+/// The cryptography every TLS endpoint of shardlog uses, listeners, peers and tools alike: ring rather
+/// than aws-lc-rs, rustls's default, which needs cmake and a C build of its own. ring offers no
+/// post-quantum key exchange (rustls marks it deprecated for that): X25519, P-256 and P-384 are offered
+/// (docs/security.md).
+pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    #[allow(deprecated)]
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
 fn server_config(listener: &str, settings: &TlsSettings) -> Result<ServerConfig, TlsError> {
     let rustls_err = |e: rustls::Error| TlsError::Rustls { listener: listener.to_string(), reason: e.to_string() };
     let chain = certificates(&settings.keystore)?;
     if chain.is_empty() {
         return Err(TlsError::NoCertificate { path: settings.keystore.clone() });
     }
-    let key = PrivateKeyDer::from_pem_file(&settings.keystore).map_err(|e| match e {
-        rustls_pki_types::pem::Error::NoItemsFound => TlsError::NoKey { path: settings.keystore.clone() },
-        other => read_err(&settings.keystore)(other),
-    })?;
-    // ring rather than aws-lc-rs, rustls's default, which needs cmake and a C build of its own. ring
-    // offers no post-quantum key exchange (rustls marks it deprecated for that): X25519, P-256 and
-    // P-384 are offered (docs/security.md).
-    #[allow(deprecated)]
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let key = private_key(&settings.keystore)?;
+    let provider = provider();
     let versions: Vec<&'static rustls::SupportedProtocolVersion> = settings
         .versions
         .iter()

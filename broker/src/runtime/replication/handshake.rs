@@ -131,8 +131,7 @@ mod tests {
 
     /// The first record a client with these ALPN protocols sends.
     fn client_hello(alpn: &[&[u8]]) -> Vec<u8> {
-        #[allow(deprecated)]
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let provider = crate::security::tls::provider();
         let mut config = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .unwrap()

@@ -10,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use shardlog_broker::client::KafkaClient;
+use shardlog_broker::client::{ClientSecurity, KafkaClient};
 
 /// Options of `shardlog-bench cluster`.
 #[derive(Debug, Clone, clap::Args)]
@@ -40,7 +40,8 @@ pub struct ClusterArgs {
     #[arg(long)]
     pub shardlog: Option<PathBuf>,
     /// Extra `KEY=VALUE` broker settings for every broker; `{id}` in one stands for the broker's node id
-    /// (`cluster.ssl.keystore.location=/etc/shardlog/node-{id}.pem`), `{port}` for its Kafka port.
+    /// (`cluster.ssl.keystore.location=/etc/shardlog/node-{id}.pem`), `{host}` for its address and `{port}`
+    /// for its Kafka port (`listeners=SASL_SSL://{host}:{port}`).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub settings: Vec<String>,
     /// Where each broker's log goes, `<log-dir>/broker-<id>.log` (default: `broker.log` in its data dir).
@@ -54,6 +55,10 @@ pub struct ClusterArgs {
     /// `--add-scram`), after the settings; `{id}` and `{port}` in them as in `settings`.
     #[arg(skip)]
     pub broker_args: Vec<Vec<String>>,
+    /// How the cluster's own Metadata calls reach the brokers (`None`: plain TCP), for a cluster whose
+    /// listeners `settings` secure.
+    #[arg(skip)]
+    pub client_security: Option<ClientSecurity>,
 }
 
 /// One broker of the cluster: how to start it, and its process while it runs.
@@ -111,6 +116,7 @@ pub struct Cluster {
     binary: PathBuf,
     brokers: Vec<BrokerProcess>,
     pub bootstrap: String,
+    security: ClientSecurity,
 }
 
 /// A loopback port free right now, for a local broker or voter to bind a moment later.
@@ -246,7 +252,8 @@ impl Cluster {
         let metrics_ports = (0..args.brokers).map(|i| port(i, metrics_base)).collect::<Result<Vec<_>>>()?;
         let voters = if args.brokers > 1 { Some(voter_list(args, port, host)?) } else { None };
         let binary = shardlog_binary(args.shardlog.as_deref());
-        let mut cluster = Cluster { binary, brokers: Vec::new(), bootstrap: String::new() };
+        let security = args.client_security.clone().unwrap_or_else(ClientSecurity::plaintext);
+        let mut cluster = Cluster { binary, brokers: Vec::new(), bootstrap: String::new(), security };
         for (i, kafka_port) in kafka_ports.iter().enumerate() {
             let id = i + 1;
             let addr = format!("{}:{kafka_port}", host(i));
@@ -266,7 +273,11 @@ impl Cluster {
             if let Some(shards) = args.shards {
                 command.extend(["--shards".into(), shards.to_string().into()]);
             }
-            let fill = |text: &str| text.replace("{id}", &id.to_string()).replace("{port}", &kafka_port.to_string());
+            let fill = |text: &str| {
+                text.replace("{id}", &id.to_string())
+                    .replace("{host}", &host(i))
+                    .replace("{port}", &kafka_port.to_string())
+            };
             for setting in &args.settings {
                 command.extend(["--set".into(), fill(setting).into()]);
             }
@@ -390,7 +401,7 @@ impl Cluster {
         let deadline = Instant::now() + Duration::from_secs(60);
         let addr = self.brokers[index].addr.clone();
         loop {
-            if let Ok(mut admin) = KafkaClient::connect(&addr)
+            if let Ok(mut admin) = KafkaClient::connect_secured(&addr, self.security.clone())
                 && admin.metadata(None).is_ok_and(|m| m.brokers.len() >= expected)
             {
                 return Ok(());

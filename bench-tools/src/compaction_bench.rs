@@ -122,6 +122,7 @@ pub fn run(args: &CompactionArgs) -> Result<CompactionReport> {
         log_dir: None,
         die_with_parent: true,
         broker_args: Vec::new(),
+        client_security: None,
     })?;
     let mut client = KafkaClient::connect(&cluster.bootstrap)?;
     let segment = ("segment.bytes".to_string(), args.segment_bytes.to_string());

@@ -323,6 +323,7 @@ pub(crate) fn local_or(
         log_dir: None,
         die_with_parent: true,
         broker_args: Vec::new(),
+        client_security: None,
     })?;
     Ok((cluster.bootstrap.clone(), Some(cluster)))
 }

@@ -20,7 +20,7 @@ use std::time::Duration;
 use anyhow::Result;
 use shardlog_bench::cluster::{Cluster, ClusterArgs};
 use shardlog_bench::faults::check::{self, Delivery};
-use shardlog_broker::client::KafkaClient;
+use shardlog_broker::client::{ClientSecurity, KafkaClient};
 
 use crate::campaign::{self, ProducerSpec, Shared};
 use crate::tps_table::MIN_RECORDS_PER_ROW;
@@ -171,6 +171,7 @@ fn measure(
         log_dir: None,
         die_with_parent: false,
         broker_args: Vec::new(),
+        client_security: None,
     })?;
     let bootstrap = cluster.bootstrap.clone();
     let mut admin = KafkaClient::connect(&bootstrap)?;
@@ -183,7 +184,7 @@ fn measure(
     )?;
     admin.led_layout(campaign::TOPIC)?;
 
-    let shared = Arc::new(Shared::new());
+    let shared = Arc::new(Shared::new(ClientSecurity::plaintext()));
     let spec = ProducerSpec {
         id: PRODUCER,
         delivery: Delivery::AcksAll,

@@ -194,6 +194,7 @@ pub fn run(args: &TpsArgs) -> Result<PathBuf> {
                 log_dir: None,
                 die_with_parent: false,
                 broker_args: Vec::new(),
+                client_security: None,
             })?;
             let bootstrap = cluster.bootstrap.clone();
             local = Some(cluster);

@@ -128,6 +128,7 @@ fn three_brokers(dir: &std::path::Path, shards: usize, settings: &[&str]) -> Clu
         log_dir: None,
         die_with_parent: false,
         broker_args: Vec::new(),
+        client_security: None,
     })
     .expect("three brokers start")
 }
@@ -250,6 +251,7 @@ fn three_brokers_start_restart_and_stop_without_a_warning() {
         log_dir: None,
         die_with_parent: false,
         broker_args: Vec::new(),
+        client_security: None,
         settings: Vec::new(),
     };
     let mut producer_ids = Vec::new();

@@ -65,6 +65,39 @@ fn a_short_campaign_of_thirty_faults_of_every_kind_loses_no_acknowledged_record(
     assert!(!mounts.contains(&*out.to_string_lossy()), "the campaign's filesystems are unmounted\n{mounts}");
 }
 
+/// Secured everywhere (clients over SASL_SSL with SCRAM-SHA-512, replication and the quorum over cluster
+/// mTLS, the StandardAuthorizer on): a short campaign of every kind loses no acknowledged record, and no
+/// broker refused another, killed, torn, paused or cut off as it was.
+#[test]
+fn a_short_campaign_on_a_cluster_secured_everywhere_loses_no_acknowledged_record() {
+    require_namespaces();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("report");
+    let (run, report) = campaign(
+        &out,
+        &["--brokers", "3", "--faults", "12", "--seed", "20261207", "--duration", "36s", "--security", "sasl_ssl"],
+    );
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(run.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&run.stderr));
+    assert!(report.contains("PASSED: no acknowledged record lost"), "{report}");
+    assert!(report.contains("Secured everywhere: clients over SASL_SSL"), "{report}");
+    assert!(row(&report, "idempotent, acks=all").0 > 100, "{report}");
+    assert!(row(&report, "acks=all, retries").0 > 100, "{report}");
+    let properties = std::fs::read_to_string(out.join("certificates/client.properties")).unwrap();
+    assert!(properties.contains("security.protocol=SASL_SSL"), "{properties}");
+    for id in 1..=3 {
+        let log = std::fs::read_to_string(out.join(format!("broker-{id}.log"))).unwrap();
+        // The broker ran with the secured listener and cluster mTLS, and refused no peer.
+        assert!(log.contains("SASL_SSL"), "broker {id} ran a SASL_SSL listener:\n{log}");
+        assert!(log.contains("cluster mTLS"), "broker {id} ran cluster mTLS:\n{log}");
+        let refused: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("refused a replication connection") || l.contains("quorum port: refused"))
+            .collect();
+        assert!(refused.is_empty(), "broker {id} refused no peer: {refused:#?}");
+    }
+}
+
 /// The campaign's process id, as its report prints it in the namespaces' names.
 fn run_pid(stdout: &str) -> String {
     stdout.lines().find_map(|l| l.strip_prefix("namespaces: shardlog-faults-")).map_or_else(

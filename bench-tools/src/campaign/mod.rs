@@ -23,13 +23,15 @@ use shardlog_bench::faults::disk::{self, Disks};
 use shardlog_bench::faults::net::{self, Network};
 use shardlog_bench::faults::plan::{self, Fault, FaultKind, PlanSpec, Rng};
 use shardlog_bench::faults::{replica, tear};
-use shardlog_broker::client::KafkaClient;
+use shardlog_broker::client::{ClientSecurity, KafkaClient};
 
 use crate::faults_chart;
 use crate::payload::{self, Origin};
 
+mod security;
 mod workload;
 
+pub use security::Security;
 use workload::consume;
 pub(crate) use workload::{ProducerSpec, Shared, produce};
 
@@ -95,6 +97,11 @@ pub struct FaultsArgs {
     /// packet-loss, disk-full (default: every kind this machine can carry out).
     #[arg(long, value_delimiter = ',', value_parser = FaultKind::from_flag)]
     pub kinds: Vec<FaultKind>,
+    /// `sasl_ssl`: the cluster secured everywhere (clients over SASL_SSL with SCRAM-SHA-512, replication
+    /// and the quorum over cluster mTLS, ACLs on), with certificates and the client's properties made in
+    /// the report folder's `certificates/`.
+    #[arg(long, value_enum, default_value_t = Security::Plaintext)]
+    pub security: Security,
 }
 
 /// What the campaign made on the host: removed however it ends.
@@ -217,6 +224,19 @@ pub fn run(args: &FaultsArgs) -> Result<Outcome> {
         .net
         .as_ref()
         .map_or_else(Vec::new, |net| (1..=args.brokers).map(|id| (net.addr(id), net.namespace(id))).collect());
+    let secured = match args.security {
+        Security::Plaintext => None,
+        Security::SaslSsl => {
+            let addresses: Vec<std::net::IpAddr> = (0..args.brokers)
+                .map(|i| hosts.get(i).map_or(std::net::Ipv4Addr::LOCALHOST, |(ip, _)| *ip).into())
+                .collect();
+            Some(security::prepare(&out.join("certificates"), &addresses)?)
+        }
+    };
+    let client = secured.as_ref().map_or_else(ClientSecurity::plaintext, |s| s.client.clone());
+    let mut settings: Vec<String> = SETTINGS.iter().map(|s| s.to_string()).collect();
+    settings.extend(secured.iter().flat_map(|s| s.settings.iter().cloned()));
+    settings.extend(args.settings.iter().cloned());
     let mut cluster = Cluster::start_on(
         &ClusterArgs {
             brokers: args.brokers,
@@ -226,22 +246,23 @@ pub fn run(args: &FaultsArgs) -> Result<Outcome> {
             data_dir: data.clone(),
             shards: None,
             shardlog: args.shardlog.clone(),
-            settings: SETTINGS.iter().map(|s| s.to_string()).chain(args.settings.iter().cloned()).collect(),
+            settings,
             // Beside the report, not on a filesystem a fault fills.
             log_dir: Some(out.clone()),
             die_with_parent: true,
-            broker_args: Vec::new(),
+            broker_args: secured.iter().map(|s| s.broker_args.clone()).cycle().take(args.brokers).collect(),
+            client_security: Some(client.clone()),
         },
         &hosts,
     )?;
     let bootstrap = cluster.bootstrap.clone();
-    let mut admin = KafkaClient::connect(&bootstrap)?;
+    let mut admin = KafkaClient::connect_secured(&bootstrap, client.clone())?;
     admin.set_read_timeout(REQUEST_TIMEOUT)?;
     let configs = [("min.insync.replicas".to_string(), min_insync.to_string())];
     admin.create_topic(TOPIC, args.partitions, replicas, &configs)?;
     admin.led_layout(TOPIC)?;
 
-    let shared = Arc::new(Shared::new());
+    let shared = Arc::new(Shared::new(client));
     let mut producers = Vec::new();
     for (id, delivery) in PRODUCERS {
         let spec = ProducerSpec { id, delivery, partitions: args.partitions, value_bytes: VALUE_BYTES, retries: true };
@@ -663,6 +684,12 @@ fn render(
     );
     let settings: Vec<String> = SETTINGS.iter().map(|s| s.to_string()).chain(args.settings.iter().cloned()).collect();
     let _ = writeln!(out, "Broker settings: `{}`.\n", settings.join(" "));
+    if args.security == Security::SaslSsl {
+        let _ = writeln!(
+            out,
+            "Secured everywhere: clients over SASL_SSL (SCRAM-SHA-512) on the brokers' only listener, replication and the quorum over cluster mTLS, Kafka's StandardAuthorizer on (the campaign's user a super user); certificates and `client.properties` in `certificates/`.\n"
+        );
+    }
     let _ = writeln!(
         out,
         "A packet-loss fault drops {}% of the broker's packets each way at random (nftables); a slow link is a token bucket of {} each way holding packets up to {} (this kernel has no netem to add a fixed delay); a full disk is the broker's own ext4 filesystem filled to its last block.\n",

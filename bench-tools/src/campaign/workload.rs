@@ -12,7 +12,7 @@ use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
 use kafka_protocol::records::{Compression, RecordBatchDecoder};
 use shardlog_bench::faults::check::{Delivery, Event, Stored, Tag};
-use shardlog_broker::client::KafkaClient;
+use shardlog_broker::client::{ClientSecurity, KafkaClient};
 
 use super::{REQUEST_TIMEOUT, TOPIC, stored};
 use crate::faults_chart::Sample;
@@ -37,10 +37,12 @@ pub(crate) struct Shared {
     pub samples: Mutex<Vec<Sample>>,
     /// Records a producer without retries gave up on an error.
     pub given_up: Mutex<Vec<Tag>>,
+    /// How the workload's clients connect.
+    pub security: ClientSecurity,
 }
 
 impl Shared {
-    pub(crate) fn new() -> Shared {
+    pub(crate) fn new(security: ClientSecurity) -> Shared {
         Shared {
             start: Instant::now(),
             stop: AtomicBool::new(false),
@@ -49,6 +51,7 @@ impl Shared {
             retried: Mutex::new(BTreeMap::new()),
             samples: Mutex::new(Vec::new()),
             given_up: Mutex::new(Vec::new()),
+            security,
         }
     }
 
@@ -262,7 +265,7 @@ pub(crate) fn consume(shared: &Shared, bootstrap: &str, partitions: i32) -> Resu
 /// A client of the cluster, retried while brokers are down.
 fn connect(shared: &Shared, bootstrap: &str) -> Result<KafkaClient> {
     loop {
-        match KafkaClient::connect(bootstrap) {
+        match KafkaClient::connect_secured(bootstrap, shared.security.clone()) {
             Ok(mut client) => {
                 client.set_read_timeout(REQUEST_TIMEOUT)?;
                 return Ok(client);

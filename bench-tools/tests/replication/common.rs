@@ -66,6 +66,7 @@ pub fn cluster_with(
         log_dir: None,
         die_with_parent: false,
         broker_args,
+        client_security: None,
     })
     .expect("the brokers start")
 }

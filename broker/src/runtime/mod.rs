@@ -105,6 +105,12 @@ pub fn run(config: BrokerConfig, shutdown: Shutdown) -> Result<()> {
         );
     }
     let cluster_tls = ClusterTls::load(&config.cluster_tls, config.node_id).context("cluster mTLS")?;
+    if cluster_tls.is_some() {
+        tracing::info!(
+            node = config.node_id,
+            "cluster mTLS: replication and quorum peers must present a node certificate"
+        );
+    }
     let shards = config.shards;
     let (senders, receivers): (Vec<_>, Vec<_>) = (0..shards).map(|_| flume::unbounded()).unzip();
     let (admin_tx, admin_rx) = flume::unbounded();

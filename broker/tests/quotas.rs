@@ -4,7 +4,8 @@
 //! without quotas is never throttled.
 //!
 //! The clients here speak the Kafka protocol directly and never wait out a throttle themselves, as a
-//! real client would (KIP-219): what holds them to the quota is the broker muting their connection.
+//! real client would (KIP-219): what holds them to the quota is the broker muting their connection. The
+//! last test is a real client, librdkafka through confluent-kafka, which does wait throttles out.
 //!
 //! The brokers run with `quota.window.num=2`: a client's first burst may then reach one second of its
 //! quota (Kafka's default of 11 samples allows ten seconds' worth), so a run of a few seconds measures
@@ -262,4 +263,34 @@ fn a_client_above_its_request_percentage_gets_throttle_time_of_at_most_one_sampl
     assert!(throttles.iter().any(|t| *t > 0), "answers carried throttle_time_ms: {throttles:?}");
     // Kafka throttles a request quota for at most one sample (quota.window.size.seconds, 1 s here).
     assert!(throttles.iter().all(|t| *t <= 1000), "{throttles:?}");
+}
+
+/// A real client: a confluent-kafka (librdkafka) producer offering 10 MB/s under a 1 MiB/s
+/// producer_byte_rate set with `shardlog quota set` sees throttle time in librdkafka's statistics and
+/// has at most 1.1 MiB/s acknowledged once throttled (`scripts/client-tests/quota_throttle.py`).
+#[test]
+fn a_librdkafka_producer_at_ten_times_its_quota_sees_throttle_time_and_is_held_to_the_quota() {
+    let broker = start_broker();
+    let mut s = broker.connect();
+    assert_eq!(create(&mut s, "quota-librdkafka", 1, 1, &[]), 0);
+    let bootstrap = format!("127.0.0.1:{}", broker.port);
+    let set = std::process::Command::new(env!("CARGO_BIN_EXE_shardlog"))
+        .args(["quota", "set", "--client-id", "throttled-producer", "--producer-byte-rate", "1048576"])
+        .args(["--bootstrap", &bootstrap])
+        .output()
+        .unwrap();
+    assert!(set.status.success(), "{}", String::from_utf8_lossy(&set.stderr));
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/client-tests/quota_throttle.py");
+    let out = std::process::Command::new("python3")
+        .arg(&script)
+        .args([&bootstrap, "quota-librdkafka", "throttled-producer"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}");
+    assert!(
+        out.status.success() && stdout.trim_end().ends_with("ok"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

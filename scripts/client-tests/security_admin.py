@@ -4,7 +4,8 @@ Usage: python3 security_admin.py HOST:PORT
 
 SCRAM credentials (KIP-554): added, described, refused with Kafka's per-user errors, deleted. ACLs:
 created, described with filters (ANY, MATCH, exact), deleted with the bindings each filter removed.
-(confluent-kafka has no client quota API; the Rust test drives those with raw requests.) Exits non-zero
+(confluent-kafka has no client quota API; the Rust tests set quotas with raw requests and `shardlog quota`,
+and quota_throttle.py has a librdkafka producer throttled.) Exits non-zero
 with a message on the first mismatch.
 """
 

@@ -107,6 +107,10 @@ fn unknown_keys_and_invalid_values_are_refused_by_name() {
         ("ssl.keystore.type = \"JKS\"", "ssl.keystore.type"),
         ("inter.broker.listener.name = \"INTERNAL\"", "inter.broker.listener.name"),
         ("listener.name.internal.ssl.client.auth = \"required\"", "listener.name.internal.ssl.client.auth"),
+        (
+            "\"listener.name.plaintext.max.connection.creation.rate\" = 0",
+            "listener.name.plaintext.max.connection.creation.rate",
+        ),
         ("listeners = \"h:99999\"", "listeners"),
         ("shards = 0", "shards"),
         ("controller.quorum.voters = \"1@a:1,2@b:2\"", "controller.quorum.voters"),
@@ -123,6 +127,14 @@ fn unknown_keys_and_invalid_values_are_refused_by_name() {
             Err(ConfigError::Invalid { key: k, reason }) => assert_eq!(k, key, "{text}: {reason}"),
             other => panic!("{text}: expected an invalid-value error for {key}, got {other:?}"),
         }
+    }
+    // A listener's own connection rate, as a TOML integer or a string.
+    for text in [
+        "\"listener.name.plaintext.max.connection.creation.rate\" = 50",
+        "listener.name.plaintext.max.connection.creation.rate = \"50\"",
+    ] {
+        let config = BrokerConfig::from_toml(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+        assert_eq!(config.listeners.all[0].max_connection_creation_rate, Some(50), "{text}");
     }
     // A value of the wrong type names its key too.
     let err = BrokerConfig::from_toml("listeners = \"127.0.0.1:9092\"\nnum.partitions = \"three\"").unwrap_err();

@@ -294,3 +294,73 @@ fn a_librdkafka_producer_at_ten_times_its_quota_sees_throttle_time_and_is_held_t
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `shardlog_quota_throttled_total{quota="connection_creation"}` on the metrics endpoint at `port`.
+fn connection_creation_throttles(port: u16) -> f64 {
+    use std::io::{Read, Write};
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    answer
+        .lines()
+        .filter(|l| l.starts_with("shardlog_quota_throttled_total{") && l.contains("quota=\"connection_creation\""))
+        .map(|l| l.rsplit_once(' ').unwrap().1.parse::<f64>().unwrap())
+        .sum()
+}
+
+/// Opens `count` connections to `port` one after the other, each answered (ApiVersions) before the next.
+fn connect_and_ask(port: u16, count: usize) {
+    use kafka_protocol::messages::ApiVersionsRequest;
+    for _ in 0..count {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        send(&mut s, ApiKey::ApiVersions, 2, 1, &ApiVersionsRequest::default());
+        receive(&mut s, ApiKey::ApiVersions, 2);
+    }
+}
+
+/// `max.connection.creation.rate` holds every listener but the inter-broker one, and
+/// `listener.name.<name>.max.connection.creation.rate` its own listener, the inter-broker one included
+/// (as in Kafka, KIP-612): past the rate the listener waits before it accepts the next connection, which
+/// is then served, not closed.
+#[test]
+fn the_broker_and_a_listener_hold_connection_creation_to_their_rates() {
+    let free_port = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let start = |dir: &std::path::Path, limit: &str| {
+        let (inter_broker, clients, metrics) = (free_port(), free_port(), free_port());
+        let listeners = format!("listeners=PLAINTEXT://127.0.0.1:{inter_broker},CLIENTS://127.0.0.1:{clients}");
+        let metrics_listen = format!("metrics.listen=\"127.0.0.1:{metrics}\"");
+        let args = [
+            "--set",
+            "quota.window.num=2",
+            "--set",
+            &listeners,
+            "--set",
+            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CLIENTS:PLAINTEXT",
+            "--set",
+            &metrics_listen,
+            "--set",
+            limit,
+        ];
+        (Broker::start_at(dir, inter_broker, 2, &args, None), clients, metrics)
+    };
+    let dir = tempfile::tempdir().unwrap();
+
+    // The broker's limit: not the inter-broker listener, then the other one.
+    let (broker, clients, metrics) = start(&dir.path().join("broker"), "max.connection.creation.rate=2");
+    connect_and_ask(broker.port, 10);
+    assert_eq!(connection_creation_throttles(metrics), 0.0, "the inter-broker listener is exempt");
+    connect_and_ask(clients, 10);
+    assert!(connection_creation_throttles(metrics) > 0.0, "CLIENTS waited at the broker's rate");
+    drop(broker);
+
+    // A listener's own limit: the other listener is not held, the limited one is, inter-broker as it is.
+    let (broker, clients, metrics) =
+        start(&dir.path().join("listener"), "listener.name.plaintext.max.connection.creation.rate=2");
+    connect_and_ask(clients, 10);
+    assert_eq!(connection_creation_throttles(metrics), 0.0, "CLIENTS has no limit");
+    connect_and_ask(broker.port, 10);
+    assert!(connection_creation_throttles(metrics) > 0.0, "PLAINTEXT waited at its own rate");
+}

@@ -122,6 +122,9 @@ pub struct Listener {
     pub tls: Option<TlsSettings>,
     /// `sasl.enabled.mechanisms` (Kafka's names) for a SASL listener; empty for the others.
     pub sasl_mechanisms: Vec<String>,
+    /// `listener.name.<name>.max.connection.creation.rate`: connections this listener accepts per second
+    /// (`None`: unbounded), besides the broker-wide `max.connection.creation.rate`.
+    pub max_connection_creation_rate: Option<u32>,
 }
 
 /// The SASL mechanisms shardlog serves, by Kafka's names.
@@ -137,6 +140,7 @@ pub const PER_LISTENER: &[&str] = &[
     "ssl.principal.mapping.rules",
     "ssl.enabled.protocols",
     "sasl.enabled.mechanisms",
+    "max.connection.creation.rate",
 ];
 
 /// The base `ssl.*` settings that are rows of the settings table.
@@ -209,6 +213,7 @@ impl Listeners {
                 bind,
                 tls: None,
                 sasl_mechanisms: Vec::new(),
+                max_connection_creation_rate: None,
             });
         }
         if all.is_empty() {
@@ -261,6 +266,18 @@ impl Listeners {
         check_base_ssl(&inputs.ssl)?;
         let base_mechanisms = sasl_mechanisms("sasl.enabled.mechanisms", &inputs.sasl_mechanisms)?;
         for listener in &mut all {
+            let own = (listener.name.clone(), "max.connection.creation.rate".to_string());
+            if let Some(text) = inputs.overrides.get(&own) {
+                let key = format!("listener.name.{}.max.connection.creation.rate", listener.name.to_ascii_lowercase());
+                let rate = text
+                    .trim()
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|rate| (1..=i32::MAX as u32).contains(rate))
+                    .ok_or_else(|| invalid(&key, format!("{text:?} is not a whole number from 1 to 2147483647")))?;
+                // Kafka's default, Int.MaxValue, is no limit.
+                listener.max_connection_creation_rate = Some(rate).filter(|rate| *rate < i32::MAX as u32);
+            }
             if listener.protocol.tls() {
                 listener.tls = Some(tls_settings(&listener.name, inputs)?);
             }
@@ -539,5 +556,25 @@ mod tests {
         i.ssl.insert("ssl.keystore.location", "/etc/shardlog/broker.pem".into());
         i.ssl.insert("ssl.enabled.protocols", "TLSv1.1,TLSv1.2".into());
         assert!(error(&i).contains("only TLSv1.2 and TLSv1.3"), "{}", error(&i));
+    }
+
+    #[test]
+    fn a_listener_may_have_a_connection_creation_rate_of_its_own() {
+        let mut i = inputs("PLAINTEXT://127.0.0.1:9092,CLIENTS://127.0.0.1:9093");
+        i.protocol_map = format!("{DEFAULT_PROTOCOL_MAP},CLIENTS:PLAINTEXT");
+        i.overrides.insert(("CLIENTS".into(), "max.connection.creation.rate".into()), "20".into());
+        let l = Listeners::parse(&i).unwrap();
+        assert_eq!((l.all[0].max_connection_creation_rate, l.all[1].max_connection_creation_rate), (None, Some(20)));
+        // Kafka's default, Int.MaxValue, is no limit.
+        i.overrides.insert(("CLIENTS".into(), "max.connection.creation.rate".into()), "2147483647".into());
+        assert_eq!(Listeners::parse(&i).unwrap().all[1].max_connection_creation_rate, None);
+        for bad in ["0", "-1", "ten", "2147483648"] {
+            i.overrides.insert(("CLIENTS".into(), "max.connection.creation.rate".into()), bad.into());
+            let e = error(&i);
+            assert!(
+                e.contains("listener.name.clients.max.connection.creation.rate") && e.contains("1 to 2147483647"),
+                "{bad}: {e}"
+            );
+        }
     }
 }

@@ -387,7 +387,12 @@ impl Reader {
             .collect();
         for key in extras {
             let value = given.remove(&key).expect("listed above");
-            let text = value.as_str().ok_or_else(|| invalid(&key, format!("{value} is not a string")))?.to_string();
+            // Per-listener numbers (`listener.name.<name>.max.connection.creation.rate`) may be TOML integers.
+            let text = match &value {
+                toml::Value::String(text) => text.clone(),
+                toml::Value::Integer(n) if key.starts_with("listener.name.") => n.to_string(),
+                _ => return Err(invalid(&key, format!("{value} is not a string"))),
+            };
             match key.strip_prefix("listener.name.") {
                 Some(rest) => {
                     let (name, setting) = rest

@@ -416,7 +416,8 @@ pub const SETTINGS: &[Setting] = &[
         default: Default::Value("2147483647"),
         unit: "",
         meaning: "client connections accepted per second, all listeners but the inter-broker one together, measured \
-                  as client quotas are; past it the listeners wait before accepting more (the default: unbounded)",
+                  as client quotas are; past it the listeners wait before accepting more (the default: unbounded). \
+                  listener.name.<name>.max.connection.creation.rate limits one listener, the inter-broker one too",
         example: "100",
     },
     Setting {

@@ -18,7 +18,7 @@ use shardlog_storage::{LeaderEpoch, TopicPartition};
 
 mod authorization;
 mod producer_ids;
-mod quotas;
+pub(crate) mod quotas;
 
 pub use authorization::Authorization;
 pub use producer_ids::{PRODUCER_ID_BLOCK, ProducerIds};

@@ -5,7 +5,9 @@
 //! With no client quota in the metadata a request costs one atomic load: no lock and no lookup.
 //!
 //! Connection creation rates (KIP-612) are kept here too: per IP, the `ip` entities'
-//! `connection_creation_rate`, and for the whole broker `max.connection.creation.rate`.
+//! `connection_creation_rate`, and for the whole broker `max.connection.creation.rate`. A listener's own
+//! `listener.name.<name>.max.connection.creation.rate` is a [`ConnectionRateLimit`] its served listener
+//! holds, measured with the same window.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -32,7 +34,26 @@ pub struct Quotas {
     /// Connections accepted per IP, for the IPs with a connection creation rate.
     ip_rates: Mutex<HashMap<IpAddr, Rate>>,
     /// `max.connection.creation.rate` and the rate of connections accepted, when it is set.
-    broker_connections: Option<(f64, Mutex<Rate>)>,
+    broker_connections: Option<ConnectionRateLimit>,
+}
+
+/// A limit on connections accepted per second, and the rate of those accepted so far.
+#[derive(Debug)]
+pub struct ConnectionRateLimit {
+    limit: f64,
+    rate: Mutex<Rate>,
+}
+
+impl ConnectionRateLimit {
+    pub fn new(per_second: u32) -> ConnectionRateLimit {
+        ConnectionRateLimit { limit: f64::from(per_second), rate: Mutex::new(Rate::new(Instant::now())) }
+    }
+
+    /// Counts a connection accepted now: how long to wait before accepting the next one.
+    fn accepted(&self, window: &Window, now: Instant) -> Duration {
+        let mut rate = self.rate.lock().expect("never poisoned: nothing panics holding it");
+        rate.record_and_throttle(window, 1.0, self.limit, now)
+    }
 }
 
 #[derive(Debug, Default)]
@@ -49,8 +70,7 @@ impl Quotas {
             window,
             any: AtomicBool::new(false),
             ip_rates: Mutex::new(HashMap::new()),
-            broker_connections: max_connection_creation_rate
-                .map(|limit| (f64::from(limit), Mutex::new(Rate::new(Instant::now())))),
+            broker_connections: max_connection_creation_rate.map(ConnectionRateLimit::new),
             table: Mutex::new(None),
             rates: Mutex::new(Rates { by_budget: HashMap::new(), prune_at: BUDGETS_BEFORE_PRUNING }),
         }
@@ -133,9 +153,14 @@ impl Quotas {
     /// Counts a connection accepted against `max.connection.creation.rate`: how long the listener is to
     /// wait before it accepts the next one (zero when the rate is within the limit or unbounded).
     pub fn broker_connection_throttle(&self) -> Duration {
-        let Some((limit, rate)) = &self.broker_connections else { return Duration::ZERO };
-        let mut rate = rate.lock().expect("never poisoned: nothing panics holding it");
-        rate.record_and_throttle(&self.window, 1.0, *limit, Instant::now())
+        let Some(limit) = &self.broker_connections else { return Duration::ZERO };
+        limit.accepted(&self.window, Instant::now())
+    }
+
+    /// Counts a connection accepted against a listener's own `max.connection.creation.rate`, as
+    /// [`Quotas::broker_connection_throttle`] does against the broker's.
+    pub fn listener_connection_throttle(&self, limit: &ConnectionRateLimit) -> Duration {
+        limit.accepted(&self.window, Instant::now())
     }
 
     /// Takes back `value` recorded against `applied`'s budget (an answer that was not sent after all).

@@ -16,6 +16,7 @@ use anyhow::{Context, Result};
 
 use crate::config::BrokerConfig;
 use crate::config::listeners::{BASE_SSL, Listener};
+use crate::context::quotas::ConnectionRateLimit;
 use crate::security::authenticate::{PlainLimiter, SaslListener};
 use crate::security::sasl::SaslMechanism;
 use crate::security::sasl::oauthbearer::{JwtValidator, OAuthBearerSettings};
@@ -35,6 +36,8 @@ pub(super) struct ServedListener {
     /// The inter-broker listener: the one other brokers' replication connections come to (the address
     /// the broker registers). No other listener takes a peer frame.
     pub peers: bool,
+    /// `listener.name.<name>.max.connection.creation.rate`, across the shards.
+    pub connection_rate: Option<ConnectionRateLimit>,
 }
 
 /// Loads every listener's certificates and binds every listener, in the config's order; each comes with
@@ -78,6 +81,7 @@ pub(super) fn serve_listeners(
                 tls,
                 sasl,
                 peers: index == config.listeners.inter_broker,
+                connection_rate: listener.max_connection_creation_rate.map(ConnectionRateLimit::new),
             }),
             fds,
         ));

@@ -512,8 +512,15 @@ async fn accept(
                     .detach();
                     continue;
                 }
-                // max.connection.creation.rate: the listener waits before it accepts another.
+                // max.connection.creation.rate: the listener waits before it accepts another. Its own
+                // limit (listener.name.<name>.max.connection.creation.rate) applies to every listener,
+                // the inter-broker one included, as in Kafka.
                 let broker_throttle = if limited { ctx.quotas.broker_connection_throttle() } else { Duration::ZERO };
+                let listener_throttle = served
+                    .connection_rate
+                    .as_ref()
+                    .map_or(Duration::ZERO, |limit| ctx.quotas.listener_connection_throttle(limit));
+                let broker_throttle = broker_throttle.max(listener_throttle);
                 let stopping = shutdown.clone();
                 let (ctx, clients, shutdown, open) =
                     (ctx.clone(), clients.clone(), shutdown.clone(), open_connections.clone());

@@ -263,6 +263,17 @@ fn a_client_above_its_request_percentage_gets_throttle_time_of_at_most_one_sampl
     assert!(throttles.iter().any(|t| *t > 0), "answers carried throttle_time_ms: {throttles:?}");
     // Kafka throttles a request quota for at most one sample (quota.window.size.seconds, 1 s here).
     assert!(throttles.iter().all(|t| *t <= 1000), "{throttles:?}");
+    // Every answer with the field carries the throttle, not only Produce's: Metadata here.
+    let metadata_throttles: Vec<i32> = (0..10)
+        .map(|_| {
+            send(&mut s, ApiKey::Metadata, 12, 1, &kafka_protocol::messages::MetadataRequest::default());
+            let (_, ResponseKind::Metadata(r)) = receive(&mut s, ApiKey::Metadata, 12) else {
+                panic!("not a Metadata response")
+            };
+            r.throttle_time_ms
+        })
+        .collect();
+    assert!(metadata_throttles.iter().any(|t| *t > 0), "Metadata answers carried it: {metadata_throttles:?}");
 }
 
 /// A real client: a confluent-kafka (librdkafka) producer offering 10 MB/s under a 1 MiB/s

@@ -49,6 +49,7 @@ use shardlog_net::kafka::{DecodedRequest, FrameReader, RequestError, ResponseFra
 use super::ServedListener;
 use super::authentication;
 use super::limits::{BudgetPermit, Clients, ConnectionSlot};
+use super::throttle_time;
 use crate::context::BrokerContext;
 use crate::handlers;
 use crate::security::authenticate::{SaslListener, SaslSession};
@@ -440,25 +441,6 @@ fn throttle_connection(mute: &Mute, kind: QuotaKind, throttle: Duration) {
     }
 }
 
-/// Sets the `throttle_time_ms` of a Produce or Fetch answer.
-fn set_throttle_time(body: &mut ResponseKind, throttle: Duration) {
-    let ms = throttle.as_millis().min(i32::MAX as u128) as i32;
-    match body {
-        ResponseKind::Produce(r) => r.throttle_time_ms = ms,
-        ResponseKind::Fetch(r) => r.throttle_time_ms = ms,
-        _ => {}
-    }
-}
-
-/// The `throttle_time_ms` a Produce or Fetch answer carries already.
-fn throttle_time_of(body: &ResponseKind) -> u64 {
-    match body {
-        ResponseKind::Produce(r) => r.throttle_time_ms.max(0) as u64,
-        ResponseKind::Fetch(r) => r.throttle_time_ms.max(0) as u64,
-        _ => 0,
-    }
-}
-
 /// The byte rate quota that applies to `request` (if it is a Produce or a Fetch) and its
 /// request_percentage quota, where the client has them.
 fn quotas_of(ctx: &BrokerContext, request: &DecodedRequest, client: &ClientInfo) -> (Option<Applied>, Option<Applied>) {
@@ -513,7 +495,7 @@ fn throttle_fetch(ctx: &BrokerContext, applied: &Applied, body: &mut ResponseKin
     }
     ctx.quotas.unrecord(applied, bytes as f64);
     response.responses.clear();
-    set_throttle_time(body, throttle);
+    throttle_time::set(body, throttle);
     throttle_connection(mute, QuotaKind::Fetch, throttle);
 }
 
@@ -667,7 +649,7 @@ fn start(
                 let request_throttle =
                     throttle_request_time(&ctx, request_quota.as_ref(), dispatch_time + spent, &mute);
                 if let Some(body) = &mut body {
-                    set_throttle_time(body, produce_throttle.max(request_throttle));
+                    throttle_time::set(body, produce_throttle.max(request_throttle));
                 }
                 drop(shared);
                 crate::metrics::observe_request(api_key, received.elapsed(), body.as_ref());
@@ -689,8 +671,8 @@ fn start(
                 if let Some(body) = &mut body
                     && !request_throttle.is_zero()
                 {
-                    let bandwidth_ms = throttle_time_of(body);
-                    set_throttle_time(body, request_throttle.max(Duration::from_millis(bandwidth_ms)));
+                    let bandwidth = throttle_time::of(body);
+                    throttle_time::set(body, request_throttle.max(bandwidth));
                 }
                 drop(shared);
                 crate::metrics::observe_request(api_key, received.elapsed(), body.as_ref());

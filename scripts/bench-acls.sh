@@ -3,17 +3,19 @@
 # dir: the broker (2 shards) is started once with Kafka's StandardAuthorizer to create 6 topics and
 # 10,000 ACLs through confluent-kafka's AdminClient as a super user (over SASL_PLAINTEXT): a LITERAL WRITE
 # for User:ANONYMOUS on each bench topic, and for 9,994 other principals LITERAL, PREFIXED, group and DENY
-# ACLs. Then each round starts it once without an authorizer and once with it, and produces as
+# ACLs. Then each round starts it once without an authorizer and once with it (in turn first), and produces as
 # User:ANONYMOUS over PLAINTEXT for 10 s (`produce --mode async --acks all --batch-bytes 16384
 # --in-flight 5`, 12 partitions, 1 KiB messages) into a topic of its own, reporting MB/s and the
 # broker's CPU per byte (`perf stat` task-clock). With the authorizer each Produce passes the ACL gate.
 #
-#   scripts/bench-acls.sh BUILD_DIR      (release binaries shardlog and shardlog-bench)
+#   scripts/bench-acls.sh BUILD_DIR [ROUNDS]     (release binaries shardlog and shardlog-bench; 3 rounds)
 #
-# The six rounds write about 13 GB into target/: have 20 GB free, or the broker's disk floor slows it.
+# Each round writes about 4.5 GB into target/: have 7 GB free per round, or the broker's disk floor
+# slows it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=$(realpath "${1:?directory of the build}")
+rounds=${2:-3}
 work=$(mktemp -d "$PWD/target/bench-acls.XXXXXX")
 plain=29692; sasl=29693
 broker=
@@ -35,15 +37,16 @@ start() {
 }
 authz=(--set authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer --set super.users=User:admin)
 start "${authz[@]}" --add-scram 'SCRAM-SHA-256=[name=admin,password=admin-secret]'
-python3 - "$sasl" <<'PY'
+python3 - "$sasl" "$rounds" <<'PY'
 import sys
 from confluent_kafka.admin import AdminClient, AclBinding, AclOperation, AclPermissionType, ResourcePatternType, ResourceType, NewTopic
 a = AdminClient({"bootstrap.servers": f"127.0.0.1:{sys.argv[1]}", "security.protocol": "SASL_PLAINTEXT",
     "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "admin", "sasl.password": "admin-secret"})
-for f in a.create_topics([NewTopic(f"bench-{r}", 12, 1) for r in range(1, 7)]).values(): f.result()
+topics = 2 * int(sys.argv[2])
+for f in a.create_topics([NewTopic(f"bench-{r}", 12, 1) for r in range(1, topics + 1)]).values(): f.result()
 acls = [AclBinding(ResourceType.TOPIC, f"bench-{r}", ResourcePatternType.LITERAL, "User:ANONYMOUS", "*",
-                   AclOperation.WRITE, AclPermissionType.ALLOW) for r in range(1, 7)]
-for i in range(9_994):
+                   AclOperation.WRITE, AclPermissionType.ALLOW) for r in range(1, topics + 1)]
+for i in range(10_000 - topics):
     kind = i % 4
     if kind == 0:
         acls.append(AclBinding(ResourceType.TOPIC, f"app{i}-events", ResourcePatternType.LITERAL, f"User:app{i}", "*", AclOperation.WRITE, AclPermissionType.ALLOW))
@@ -66,12 +69,23 @@ measure() {
   local cpu; cpu=$(awk -F, '$3 == "task-clock" {print $1}' "$work/stat")
   grep -m1 ' msg/s, ' "$work/load" | awk -v cpu="$cpu" '{for (i=1;i<=NF;i++){if($i=="s:")s=$(i-1); if($i ~ /^MB\/s,?$/)m=$(i-1)} printf "%s MB/s %.2f ns CPU/byte\n", m, cpu*1e6/(m*1e6*s)}'
 }
-for r in 1 2 3; do
+none() {
   start
-  echo "round $r none: $(measure bench-$((2*r-1)))"
+  echo "round $1 none: $(measure "$2")"
   stop
+}
+with_acls() {
   start "${authz[@]}"
-  echo "round $r 10000-acls: $(measure bench-$((2*r)))"
+  echo "round $1 10000-acls: $(measure "$2")"
   echo "authorization denials logged so far: $(grep -c 'authorization denied' "$work/broker.log" || true)"
   stop
+}
+# Odd rounds run without the authorizer first, even rounds with it first, so that a drift over the
+# run (the data dir filling, the page cache) does not favour one side.
+for r in $(seq "$rounds"); do
+  if [ $((r % 2)) -eq 1 ]; then
+    none "$r" "bench-$((2*r-1))"; with_acls "$r" "bench-$((2*r))"
+  else
+    with_acls "$r" "bench-$((2*r))"; none "$r" "bench-$((2*r-1))"
+  fi
 done

@@ -254,6 +254,38 @@ fn the_replication_port_refuses_peers_without_a_node_certificate_or_speaking_for
     assert!(status.success(), "{log}");
 }
 
+/// A stranger knocking again and again is refused and counted every time, but the log's repeat limit
+/// holds its WARN lines to a burst of ten per five seconds and says how many it left out: a stranger
+/// cannot fill the log.
+#[test]
+fn a_stranger_knocking_again_and_again_is_counted_every_time_but_cannot_flood_the_log() {
+    use shardlog_broker::logging::{REPEAT_BURST, REPEAT_WINDOW};
+    let secured = start_secured();
+    let began = Instant::now();
+    for _ in 0..40 {
+        assert!(plain_exchange(secured.broker.port, &hello(2)).is_none(), "a plain Hello is not answered");
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while refused_total(secured.metrics, "replication", "plaintext") < 40.0 {
+        assert!(Instant::now() < deadline, "every refusal is counted");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let windows = began.elapsed().as_secs() / REPEAT_WINDOW.as_secs() + 1;
+    let log = secured.broker.log();
+    let lines = log.lines().filter(|l| l.contains("refused a replication connection: plain TCP")).count() as u64;
+    assert!(lines >= u64::from(REPEAT_BURST), "the first ten are all logged:\n{log}");
+    assert!(lines <= u64::from(REPEAT_BURST) * windows, "{lines} lines in {windows} windows:\n{log}");
+    if lines < 40 {
+        // What was left out is said, once its window is over.
+        let deadline = Instant::now() + REPEAT_WINDOW + Duration::from_secs(5);
+        while !secured.broker.log().contains("more lines from the same place were not logged") {
+            assert!(Instant::now() < deadline, "the lines left out are reported:\n{}", secured.broker.log());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    answers_kafka(&secured.broker);
+}
+
 fn status_request() -> Vec<u8> {
     encode_frame(quorum_kind::STATUS, &[])
 }

@@ -795,7 +795,8 @@ fn quorum(args: QuorumArgs) -> Result<()> {
         interval: std::time::Duration::from_secs(args.leader_imbalance_check_interval_seconds),
         imbalance_percent: args.leader_imbalance_per_broker_percentage,
     });
-    settings.cluster_tls = cluster_tls;
+    settings.cluster_tls = cluster_tls.clone();
+    shardlog_broker::security::reload::watch_certificates(Vec::new(), cluster_tls, shutdown.clone())?;
     let voter = Voter::start(settings).context("start the quorum voter")?;
     tracing::info!(node = args.node_id, %listen, "quorum voter running");
     while !shutdown.is_triggered() {

@@ -286,6 +286,59 @@ fn a_stranger_knocking_again_and_again_is_counted_every_time_but_cannot_flood_th
     answers_kafka(&secured.broker);
 }
 
+/// Node certificates are renewed without a restart: after the broker's truststore gains a new authority and
+/// its keystore a certificate of it, a node certified by the new authority gets past the handshake (it
+/// was refused before), and the broker shows its renewed certificate. A changed keystore that names
+/// another node is refused with a WARN line, and the renewed certificate stays in force.
+#[test]
+fn a_renewed_node_certificate_and_a_new_authority_are_taken_without_a_restart() {
+    let secured = start_secured();
+    let port = secured.broker.port;
+    let renewed = Pki::new(secured.dir.path(), "renewed");
+    let both = secured.dir.path().join("both-authorities.pem");
+    let old_authority = std::fs::read_to_string(&secured.cluster.ca).unwrap();
+    std::fs::write(&both, old_authority + &std::fs::read_to_string(&renewed.ca).unwrap()).unwrap();
+    let node_2 = renewed.node("node-2-renewed", 2);
+    let settings = ClusterTlsSettings { keystore: Some(node_2.keystore.clone()), truststore: Some(both.clone()) };
+    let node_2 = Arc::into_inner(ClusterTls::load(&settings, 2).unwrap().unwrap()).unwrap();
+
+    let mut stream = dial(node_2.client_config(Some(peer_alpn(0))), port);
+    assert!(tls_exchange(&mut stream, &hello(2)).is_none(), "the new authority is not trusted yet");
+    wait_for_warnings(&secured.broker, "refused a replication connection: no valid node certificate", 1);
+
+    // The operator's rotation: the truststore gets both authorities, the keystore node 1's renewed one.
+    let node_1 = renewed.node("node-1-renewed", 1);
+    let keystore = secured.dir.path().join("node-1.pem");
+    std::fs::copy(&both, &secured.cluster.ca).unwrap();
+    std::fs::copy(&node_1.keystore, &keystore).unwrap();
+    wait_for_log(&secured.broker, "cluster mTLS files read again");
+
+    let mut stream = dial(node_2.client_config(Some(peer_alpn(0))), port);
+    assert!(tls_exchange(&mut stream, &hello(2)).is_none(), "node 2 is no broker of this cluster");
+    // Past the handshake now: refused for what its Hello says, not for its certificate.
+    wait_for_warnings(&secured.broker, "refused a replication connection: not a broker of this cluster", 1);
+    let shown =
+        |stream: &StreamOwned<ClientConnection, TcpStream>| stream.conn.peer_certificates().unwrap()[0].to_vec();
+    assert_eq!(shown(&stream), node_1.der, "the broker shows its renewed certificate");
+
+    // A keystore of another node is not taken.
+    std::fs::copy(&renewed.node("node-3", 3).keystore, &keystore).unwrap();
+    wait_for_warnings(&secured.broker, "changed cluster mTLS files cannot be used", 1);
+    let mut stream = dial(node_2.client_config(Some(peer_alpn(0))), port);
+    assert!(tls_exchange(&mut stream, &hello(2)).is_none());
+    assert_eq!(shown(&stream), node_1.der, "the renewed certificate stays in force");
+    answers_kafka(&secured.broker);
+}
+
+/// Waits (up to 20 s) until the broker has logged a line that contains `text`.
+fn wait_for_log(broker: &Broker, text: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !broker.log().contains(text) {
+        assert!(Instant::now() < deadline, "no line {text:?}:\n{}", broker.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 fn status_request() -> Vec<u8> {
     encode_frame(quorum_kind::STATUS, &[])
 }

@@ -1,7 +1,7 @@
 //! The TLS listeners' certificate files: each certificate in a keystore or truststore that expires within
 //! [`WARN_DAYS`] is a warning (one row per listener), so that an operator replaces it in time — the broker
 //! reads replaced files without a restart. The cluster mTLS files (`cluster.ssl.*`) get a row of their
-//! own; they are read only at start. A file that cannot be read is a failure: `start` would refuse it.
+//! own; they too are read again when replaced. A file that cannot be read is a failure: `start` would refuse it.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -34,7 +34,7 @@ pub fn cluster_row(settings: &ClusterTlsSettings) -> Option<Row> {
     if files.is_empty() {
         return None;
     }
-    let advice = "replace the node certificate (same file) and restart the node: cluster mTLS reads it at start";
+    let advice = "replace the node certificate (same file): the node reads it again without a restart";
     Some(files_row("cluster mTLS", files.into_iter(), advice))
 }
 

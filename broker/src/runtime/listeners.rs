@@ -9,7 +9,6 @@
 use std::net::SocketAddr;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -21,7 +20,6 @@ use crate::security::authenticate::{PlainLimiter, SaslListener};
 use crate::security::sasl::SaslMechanism;
 use crate::security::sasl::oauthbearer::{JwtValidator, OAuthBearerSettings};
 use crate::security::tls::TlsListener;
-use crate::shutdown::Shutdown;
 
 /// A listener being served.
 #[derive(Debug)]
@@ -150,41 +148,6 @@ fn oauthbearer_validator(config: &BrokerConfig) -> Result<Option<Arc<JwtValidato
     };
     let validator = JwtValidator::new(settings).context("OAUTHBEARER: sasl.oauthbearer.jwks.endpoint.url")?;
     Ok(Some(Arc::new(validator)))
-}
-
-/// How often certificate files are looked at for changes.
-const RELOAD_INTERVAL: Duration = Duration::from_secs(1);
-
-/// Reads the TLS listeners' files again when they change, and on SIGHUP, until shutdown; a thread of its
-/// own (it reads files, which shards must not block on). Nothing is started without TLS listeners, and
-/// SIGHUP then keeps its default meaning.
-pub(super) fn watch_certificates(listeners: Vec<Arc<TlsListener>>, shutdown: Shutdown) -> Result<()> {
-    if listeners.is_empty() {
-        return Ok(());
-    }
-    let hangup = Arc::new(AtomicBool::new(false));
-    signal_hook::flag::register(signal_hook::consts::SIGHUP, hangup.clone()).context("handle SIGHUP")?;
-    std::thread::Builder::new()
-        .name("tls-reload".into())
-        .spawn(move || {
-            while !shutdown.is_triggered() {
-                std::thread::sleep(RELOAD_INTERVAL);
-                let forced = hangup.swap(false, Ordering::SeqCst);
-                for listener in &listeners {
-                    match listener.reload(forced) {
-                        Ok(true) => tracing::info!(listener = listener.name(), "TLS files read again"),
-                        Ok(false) => {}
-                        Err(e) => tracing::warn!(
-                            listener = listener.name(),
-                            error = %e,
-                            "changed TLS files cannot be used; the listener keeps its previous certificates"
-                        ),
-                    }
-                }
-            }
-        })
-        .context("start the TLS reload thread")?;
-    Ok(())
 }
 
 /// How long a start waits for a port in use to be released before it gives up.

@@ -135,9 +135,9 @@ pub fn run(config: BrokerConfig, shutdown: Shutdown) -> Result<()> {
         crate::context::ContextChannels { shards: senders, admin: admin_tx, groups: group_txs },
         shutdown.clone(),
         disk,
-        cluster_tls,
+        cluster_tls.clone(),
     ));
-    listeners::watch_certificates(tls_listeners, shutdown.clone())?;
+    crate::security::reload::watch_certificates(tls_listeners, cluster_tls, shutdown.clone())?;
     let notifier = crate::notify::spawn(ctx.clone());
     let metrics = crate::metrics::endpoint::Endpoint::start(metrics_listener, recorder, ctx.clone(), clients.clone())?;
     let draining = Arc::new(AtomicUsize::new(shards));

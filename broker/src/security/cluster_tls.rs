@@ -17,10 +17,12 @@
 //!   the certificate's broker, a Raft RPC the certificate's voter, ...).
 //!
 //! TLS 1.3 only (both ends are shardlog), and no session resumption: every connection's peer is proven
-//! by its own handshake. The files are read once, at start: replacing a node certificate takes a restart.
+//! by its own handshake. The files are read at start, and again when they change or on SIGHUP
+//! ([`ClusterTls::reload`], `crate::security::reload`): a renewed node certificate or a new authority
+//! bundle is taken without a restart, for the connections made from then on.
 
-use std::path::PathBuf;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::{Resumption, verify_server_cert_signed_by_trust_anchor};
@@ -30,7 +32,7 @@ use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, RootCertStor
 use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
 use x509_parser::prelude::{FromDer, GeneralName, X509Certificate};
 
-use super::tls::{TlsError, certificates};
+use super::tls::{Stamp, TlsError, certificates, stamp};
 pub use crate::config::ClusterTlsSettings;
 
 /// A node certificate's common name: this prefix, then the node id in decimal.
@@ -180,6 +182,15 @@ impl ServerCertVerifier for NodeServerVerifier {
 #[derive(Debug)]
 pub struct ClusterTls {
     node: u32,
+    keystore: PathBuf,
+    truststore: PathBuf,
+    current: RwLock<Configs>,
+    /// The stamps of the keystore and truststore the current configurations were built from.
+    stamps: Mutex<(Stamp, Stamp)>,
+}
+
+#[derive(Debug)]
+struct Configs {
     server: Arc<ServerConfig>,
     client: Arc<ClientConfig>,
 }
@@ -194,50 +205,31 @@ impl ClusterTls {
             (None, Some(_)) => return Err(ClusterTlsError::OnlyOne { set: "cluster.ssl.truststore.location" }),
             (Some(k), Some(t)) => (k, t),
         };
-        let rustls_err = |e: rustls::Error| ClusterTlsError::Rustls(e.to_string());
-        let chain = certificates(keystore)?;
-        let Some(leaf) = chain.first() else { return Err(TlsError::NoCertificate { path: keystore.clone() }.into()) };
-        match node_of(leaf) {
-            Ok(named) if named == node => {}
-            Ok(named) => {
-                let error = NodeCertError::OtherNode { expected: node, named };
-                return Err(ClusterTlsError::NotThisNode { path: keystore.clone(), node, error });
-            }
-            Err(error) => return Err(ClusterTlsError::NotThisNode { path: keystore.clone(), node, error }),
-        }
-        let key = super::tls::private_key(keystore)?;
-        let mut roots = RootCertStore::empty();
-        for certificate in certificates(truststore)? {
-            roots.add(certificate).map_err(rustls_err)?;
-        }
-        if roots.is_empty() {
-            return Err(TlsError::NoAuthority { path: truststore.clone() }.into());
-        }
-        let roots = Arc::new(roots);
-        let provider = super::tls::provider();
+        let stamps = (stamp(keystore), stamp(truststore));
+        let current = RwLock::new(configs(keystore, truststore, node)?);
+        let (keystore, truststore) = (keystore.clone(), truststore.clone());
+        Ok(Some(Arc::new(ClusterTls { node, keystore, truststore, current, stamps: Mutex::new(stamps) })))
+    }
 
-        let verifier = WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone())
-            .build()
-            .map_err(|e| ClusterTlsError::Rustls(e.to_string()))?;
-        let mut server = ServerConfig::builder_with_provider(provider.clone())
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .map_err(rustls_err)?
-            .with_client_cert_verifier(verifier)
-            .with_single_cert(chain.clone(), key.clone_key())
-            .map_err(rustls_err)?;
-        server.session_storage = Arc::new(NoServerSessionStorage {});
-        server.send_tls13_tickets = 0;
+    /// Reads the files again if they changed since the last load (or if `force`, on SIGHUP). Returns
+    /// whether new configurations are in force: connections made from then on use them, those open keep
+    /// theirs. On error (a file that cannot be used, a certificate of another node) the old ones stay.
+    pub fn reload(&self, force: bool) -> Result<bool, ClusterTlsError> {
+        let now = (stamp(&self.keystore), stamp(&self.truststore));
+        let mut stamps = self.stamps.lock().expect("never poisoned: nothing panics holding it");
+        if !force && *stamps == now {
+            return Ok(false);
+        }
+        // Seen, whether it loads or not: a broken file is reported once, not every second.
+        *stamps = now;
+        let configs = configs(&self.keystore, &self.truststore, self.node)?;
+        *self.current.write().expect("never poisoned: nothing panics holding it") = configs;
+        Ok(true)
+    }
 
-        let verifier = Arc::new(NodeServerVerifier { roots, provider: provider.clone() });
-        let mut client = ClientConfig::builder_with_provider(provider)
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .map_err(rustls_err)?
-            .dangerous()
-            .with_custom_certificate_verifier(verifier)
-            .with_client_auth_cert(chain, key)
-            .map_err(rustls_err)?;
-        client.resumption = Resumption::disabled();
-        Ok(Some(Arc::new(ClusterTls { node, server: Arc::new(server), client: Arc::new(client) })))
+    /// The keystore and truststore files.
+    pub fn files(&self) -> [&Path; 2] {
+        [&self.keystore, &self.truststore]
     }
 
     /// This node's id, which its certificate names.
@@ -247,15 +239,16 @@ impl ClusterTls {
 
     /// The acceptor's configuration: a client certificate of the cluster's authority is required.
     pub fn server_config(&self) -> Arc<ServerConfig> {
-        self.server.clone()
+        self.current.read().expect("never poisoned: nothing panics holding it").server.clone()
     }
 
     /// The dialler's configuration, offering `alpn` when given.
     pub fn client_config(&self, alpn: Option<Vec<u8>>) -> Arc<ClientConfig> {
+        let client = self.current.read().expect("never poisoned: nothing panics holding it").client.clone();
         match alpn {
-            None => self.client.clone(),
+            None => client,
             Some(protocol) => {
-                let mut config = (*self.client).clone();
+                let mut config = (*client).clone();
                 config.alpn_protocols = vec![protocol];
                 Arc::new(config)
             }
@@ -273,6 +266,54 @@ impl ClusterTls {
         let leaf = certificates.and_then(|c| c.first()).ok_or(NodeCertError::NoCertificate)?;
         node_of(leaf)
     }
+}
+
+/// Both ends' configurations from the files, for node `node`: the keystore's certificate must name it.
+fn configs(keystore: &Path, truststore: &Path, node: u32) -> Result<Configs, ClusterTlsError> {
+    let rustls_err = |e: rustls::Error| ClusterTlsError::Rustls(e.to_string());
+    let chain = certificates(keystore)?;
+    let Some(leaf) = chain.first() else { return Err(TlsError::NoCertificate { path: keystore.to_path_buf() }.into()) };
+    match node_of(leaf) {
+        Ok(named) if named == node => {}
+        Ok(named) => {
+            let error = NodeCertError::OtherNode { expected: node, named };
+            return Err(ClusterTlsError::NotThisNode { path: keystore.to_path_buf(), node, error });
+        }
+        Err(error) => return Err(ClusterTlsError::NotThisNode { path: keystore.to_path_buf(), node, error }),
+    }
+    let key = super::tls::private_key(keystore)?;
+    let mut roots = RootCertStore::empty();
+    for certificate in certificates(truststore)? {
+        roots.add(certificate).map_err(rustls_err)?;
+    }
+    if roots.is_empty() {
+        return Err(TlsError::NoAuthority { path: truststore.to_path_buf() }.into());
+    }
+    let roots = Arc::new(roots);
+    let provider = super::tls::provider();
+
+    let verifier = WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone())
+        .build()
+        .map_err(|e| ClusterTlsError::Rustls(e.to_string()))?;
+    let mut server = ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(rustls_err)?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(chain.clone(), key.clone_key())
+        .map_err(rustls_err)?;
+    server.session_storage = Arc::new(NoServerSessionStorage {});
+    server.send_tls13_tickets = 0;
+
+    let verifier = Arc::new(NodeServerVerifier { roots, provider: provider.clone() });
+    let mut client = ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(rustls_err)?
+        .dangerous()
+        .with_custom_certificate_verifier(verifier)
+        .with_client_auth_cert(chain, key)
+        .map_err(rustls_err)?;
+    client.resumption = Resumption::disabled();
+    Ok(Configs { server: Arc::new(server), client: Arc::new(client) })
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ pub mod authorizer;
 pub mod cluster_tls;
 pub mod principal;
 pub mod quotas;
+pub mod reload;
 pub mod sasl;
 pub mod session;
 pub mod tls;

@@ -38,9 +38,10 @@ pub enum TlsError {
 }
 
 /// When a file was last seen changed: its size and modification time.
-type Stamp = Option<(u64, SystemTime)>;
+/// A file's size and modification time, to notice that it changed.
+pub(super) type Stamp = Option<(u64, SystemTime)>;
 
-fn stamp(path: &Path) -> Stamp {
+pub(super) fn stamp(path: &Path) -> Stamp {
     std::fs::metadata(path).ok().and_then(|m| Some((m.len(), m.modified().ok()?)))
 }
 

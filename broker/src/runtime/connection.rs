@@ -49,13 +49,13 @@ use shardlog_net::kafka::{DecodedRequest, FrameReader, RequestError, ResponseFra
 use super::ServedListener;
 use super::authentication;
 use super::limits::{BudgetPermit, Clients, ConnectionSlot};
-use super::throttle_time;
+use super::throttling::{self, Mute, quotas_of, throttle_connection, throttle_fetch, throttle_request_time};
 use crate::context::BrokerContext;
 use crate::handlers;
 use crate::security::authenticate::{SaslListener, SaslSession};
 use crate::security::authorizer::rules::{Gate, Merge, authorize_request};
 use crate::security::principal::Principal;
-use crate::security::quotas::{Applied, QuotaKind};
+use crate::security::quotas::QuotaKind;
 use crate::security::session::ClientInfo;
 use crate::shutdown::Shutdown;
 
@@ -73,10 +73,6 @@ const MAX_IN_FLIGHT_REQUESTS: usize = 32;
 /// The most request bytes one connection holds in flight (a larger single request is still admitted
 /// alone).
 const MAX_IN_FLIGHT_BYTES: u64 = 64 << 20;
-
-/// Until when the connection is muted for a quota (KIP-219): shared by the reader and the handlers that
-/// throttle it.
-type Mute = Rc<Cell<Option<Instant>>>;
 
 /// What to do after a frame's answer is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -429,45 +425,6 @@ async fn wait_unmuted(mute: &Mute, activity: &Activity, clients: &Clients, shutd
     true
 }
 
-/// Mutes the connection for `throttle` from now (a longer mute already set stands), and counts it.
-fn throttle_connection(mute: &Mute, kind: QuotaKind, throttle: Duration) {
-    if throttle.is_zero() {
-        return;
-    }
-    crate::metrics::quota_throttled(kind.label(), throttle);
-    let until = Instant::now() + throttle;
-    if mute.get().is_none_or(|current| current < until) {
-        mute.set(Some(until));
-    }
-}
-
-/// The byte rate quota that applies to `request` (if it is a Produce or a Fetch) and its
-/// request_percentage quota, where the client has them.
-fn quotas_of(ctx: &BrokerContext, request: &DecodedRequest, client: &ClientInfo) -> (Option<Applied>, Option<Applied>) {
-    if !ctx.quotas.any() {
-        return (None, None);
-    }
-    let image = ctx.image();
-    let client_id = request.header.client_id.as_deref().unwrap_or("");
-    let user = &client.principal.name;
-    let bytes = match &request.body {
-        RequestKind::Produce(_) => ctx.quotas.applied(&image, QuotaKind::Produce, user, client_id),
-        RequestKind::Fetch(_) => ctx.quotas.applied(&image, QuotaKind::Fetch, user, client_id),
-        _ => None,
-    };
-    (bytes, ctx.quotas.applied(&image, QuotaKind::Request, user, client_id))
-}
-
-/// Counts a request's handler time against its request_percentage quota, if it has one; returns the
-/// throttle time, with the connection muted for it.
-fn throttle_request_time(ctx: &BrokerContext, quota: Option<&Applied>, spent: Duration, mute: &Mute) -> Duration {
-    let Some(applied) = quota else { return Duration::ZERO };
-    // Percent of a thread's second, as Kafka records it.
-    let throttle = ctx.quotas.record(applied, spent.as_secs_f64() * 100.0);
-    throttle_connection(mute, QuotaKind::Request, throttle);
-    throttle
-}
-
 /// Runs `work`, measuring the time spent polling it: the shard thread's time on it, not the time it
 /// waited.
 async fn timed<T>(work: impl Future<Output = T>) -> (T, Duration) {
@@ -481,22 +438,6 @@ async fn timed<T>(work: impl Future<Output = T>) -> (T, Duration) {
     })
     .await;
     (output, spent)
-}
-
-/// Counts a Fetch answer against its quota: an answer that takes the client above it is not counted and
-/// is replaced by an empty one, which carries the throttle time (as Kafka answers a throttled fetch).
-fn throttle_fetch(ctx: &BrokerContext, applied: &Applied, body: &mut ResponseKind, mute: &Mute) {
-    let ResponseKind::Fetch(response) = body else { return };
-    let bytes: usize =
-        response.responses.iter().flat_map(|t| &t.partitions).map(|p| p.records.as_ref().map_or(0, |r| r.len())).sum();
-    let throttle = ctx.quotas.record(applied, bytes as f64);
-    if throttle.is_zero() {
-        return;
-    }
-    ctx.quotas.unrecord(applied, bytes as f64);
-    response.responses.clear();
-    throttle_time::set(body, throttle);
-    throttle_connection(mute, QuotaKind::Fetch, throttle);
 }
 
 /// `work`'s outcome, or `None` once the broker is stopping.
@@ -649,7 +590,7 @@ fn start(
                 let request_throttle =
                     throttle_request_time(&ctx, request_quota.as_ref(), dispatch_time + spent, &mute);
                 if let Some(body) = &mut body {
-                    throttle_time::set(body, produce_throttle.max(request_throttle));
+                    throttling::set(body, produce_throttle.max(request_throttle));
                 }
                 drop(shared);
                 crate::metrics::observe_request(api_key, received.elapsed(), body.as_ref());
@@ -671,8 +612,8 @@ fn start(
                 if let Some(body) = &mut body
                     && !request_throttle.is_zero()
                 {
-                    let bandwidth = throttle_time::of(body);
-                    throttle_time::set(body, request_throttle.max(bandwidth));
+                    let bandwidth = throttling::of(body);
+                    throttling::set(body, request_throttle.max(bandwidth));
                 }
                 drop(shared);
                 crate::metrics::observe_request(api_key, received.elapsed(), body.as_ref());

@@ -21,7 +21,7 @@ pub mod limits;
 mod listeners;
 mod offline;
 mod replication;
-mod throttle_time;
+mod throttling;
 
 use std::cell::Cell;
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};

@@ -43,3 +43,4 @@ pub mod security;
 pub mod shard;
 pub mod shutdown;
 pub mod topics;
+pub mod txn;

@@ -24,9 +24,9 @@
 //!   id at epoch 0.
 //! - AddPartitionsToTxn (and AddOffsetsToTxn, which adds the group's `__consumer_offsets` partition)
 //!   moves an idle id to Ongoing and starts its timer; partitions already in an Ongoing transaction are
-//!   accepted without a write. A partition leader asks [`TxnCoordinator::verify_partition`] (KIP-890 part
-//!   1) before it accepts transactional data, so no data lands in a partition the transaction will not
-//!   send a marker to.
+//!   accepted without a write. Before it accepts transactional data, a partition leader asks
+//!   [`TxnCoordinator::verify_partition`] (KIP-890, part one), so no data lands in a partition the
+//!   transaction will not send a marker to.
 //! - EndTxn writes PrepareCommit or PrepareAbort; once it is durable the client is answered and markers are
 //!   requested for exactly the transaction's partitions. When every marker is written
 //!   ([`TxnCoordinator::markers_written`]), CompleteCommit or CompleteAbort is written and the id is ready
@@ -308,10 +308,8 @@ impl TxnCoordinator {
         if meta.pending.is_some() {
             return answer(request, Err(ResponseError::ConcurrentTransactions));
         }
-        if let Some(expected) = req.expected {
-            if !expected_is_valid(&meta.current, expected) {
-                return answer(request, Err(ResponseError::ProducerFenced));
-            }
+        if req.expected.is_some_and(|expected| !expected_is_valid(&meta.current, expected)) {
+            return answer(request, Err(ResponseError::ProducerFenced));
         }
         let current = &meta.current;
         let target = match current.state {

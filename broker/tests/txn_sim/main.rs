@@ -149,6 +149,8 @@ struct Sim {
     committed: usize,
     aborted: usize,
     crashes: usize,
+    /// Ids expired (tombstones in the log).
+    expired: usize,
 }
 
 fn tp(partition: u32) -> TopicPartition {
@@ -176,7 +178,7 @@ impl Sim {
             producers: PRODUCER_IDS
                 .iter()
                 .map(|id| Producer {
-                    transactional_id: *id,
+                    transactional_id: id,
                     phase: Phase::NeedInit,
                     me: None,
                     waiting: None,
@@ -192,6 +194,7 @@ impl Sim {
             committed: 0,
             aborted: 0,
             crashes: 0,
+            expired: 0,
         }
     }
 
@@ -306,6 +309,7 @@ impl Sim {
             if let Some(run) = open {
                 return Err(format!("{id} expired with run {run} open"));
             }
+            self.expired += 1;
             return Ok(());
         };
         match value.state {
@@ -430,7 +434,13 @@ impl Sim {
             return Ok(());
         }
         if self.faults && self.rng.permille(20) {
-            let stall = self.rng.range(100, 4_000);
+            // Mostly shorter than the transaction timeout or a little longer; now and then, between
+            // transactions, longer than the id's expiration, so it comes back to a forgotten id.
+            let stall = if p.phase == Phase::Idle && self.rng.permille(500) {
+                self.rng.range(EXPIRATION_MS, EXPIRATION_MS + 3_000)
+            } else {
+                self.rng.range(100, 4_000)
+            };
             trace!("producer {i} stalls {stall} ms");
             self.producers[i].stalled_until = self.now + stall;
             return Ok(());
@@ -524,11 +534,9 @@ impl Sim {
         trace!("producer {i} ({id}) {phase:?} answered {reply:?}");
         let next = match (phase, reply) {
             (Phase::NeedInit, Ok(Reply::ProducerId(me))) => {
-                if let Some(prev) = self.initialised.get(id) {
-                    if (me.producer_id, me.epoch) < (prev.producer_id, prev.epoch) && me.producer_id == prev.producer_id
-                    {
-                        return Err(format!("{id}: epoch went back from {prev:?} to {me:?}"));
-                    }
+                let prev = self.initialised.get(id).filter(|prev| prev.producer_id == me.producer_id);
+                if prev.is_some_and(|prev| me.epoch < prev.epoch) {
+                    return Err(format!("{id}: epoch went back from {prev:?} to {me:?}"));
                 }
                 self.initialised.insert(id.to_string(), me);
                 self.producers[i].me = Some(me);
@@ -624,10 +632,19 @@ impl Sim {
     }
 }
 
-fn run_seed(seed: u64) -> Result<(usize, usize, usize), String> {
+/// What a seed went through, to show that the simulation exercised what it checks.
+#[derive(Debug, Default, Clone, Copy)]
+struct Totals {
+    committed: usize,
+    aborted: usize,
+    crashes: usize,
+    expired: usize,
+}
+
+fn run_seed(seed: u64) -> Result<Totals, String> {
     let mut sim = Sim::new(seed);
     sim.run()?;
-    Ok((sim.committed, sim.aborted, sim.crashes))
+    Ok(Totals { committed: sim.committed, aborted: sim.aborted, crashes: sim.crashes, expired: sim.expired })
 }
 
 fn replay_hint(seed: u64) -> String {
@@ -637,22 +654,25 @@ fn replay_hint(seed: u64) -> String {
 #[test]
 fn transactions_end_once_and_markers_go_where_their_data_is_over_many_seeds() {
     let seeds: u64 = std::env::var("SIM_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(600);
-    let (mut committed, mut aborted, mut crashes) = (0, 0, 0);
+    let mut all = Totals::default();
     for seed in 0..seeds {
         match std::panic::catch_unwind(|| run_seed(seed)) {
-            Ok(Ok((c, a, k))) => {
-                committed += c;
-                aborted += a;
-                crashes += k;
+            Ok(Ok(t)) => {
+                all.committed += t.committed;
+                all.aborted += t.aborted;
+                all.crashes += t.crashes;
+                all.expired += t.expired;
             }
             Ok(Err(e)) => panic!("seed {seed}: {e}\n{}", replay_hint(seed)),
             Err(_) => panic!("seed {seed} panicked\n{}", replay_hint(seed)),
         }
     }
-    println!("{seeds} seeds: {committed} transactions committed, {aborted} aborted, {crashes} coordinator crashes");
-    assert!(committed as u64 > seeds * 5, "too few commits ({committed}) for the simulation to mean much");
-    assert!(aborted as u64 > seeds, "too few aborts ({aborted})");
-    assert!(crashes as u64 > seeds, "too few crashes ({crashes})");
+    println!("{seeds} seeds: {all:?}");
+    let seeds = seeds as usize;
+    assert!(all.committed > seeds * 5, "too few commits for the simulation to mean much: {all:?}");
+    assert!(all.aborted > seeds, "too few aborts: {all:?}");
+    assert!(all.crashes > seeds, "too few coordinator crashes: {all:?}");
+    assert!(all.expired > seeds, "too few expired ids: {all:?}");
 }
 
 /// Replays one seed: `SIM_SEED=<seed> cargo test -p shardlog-broker --test txn_sim -- --ignored replay`.
@@ -660,6 +680,6 @@ fn transactions_end_once_and_markers_go_where_their_data_is_over_many_seeds() {
 #[ignore = "replays the seed in SIM_SEED"]
 fn replay() {
     let seed: u64 = std::env::var("SIM_SEED").expect("SIM_SEED").parse().expect("a number");
-    let (committed, aborted, crashes) = run_seed(seed).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
-    println!("seed {seed}: {committed} committed, {aborted} aborted, {crashes} crashes");
+    let totals = run_seed(seed).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+    println!("seed {seed}: {totals:?}");
 }

@@ -681,3 +681,21 @@ fn damaged_records_are_refused_not_trusted() {
     v0[17..21].copy_from_slice(&i32::MAX.to_be_bytes());
     assert_eq!(TxnLogRecord::decode(&key, Some(&v0)), Err(RecordError::Truncated("partitions")));
 }
+
+#[test]
+fn fencing_at_the_last_usable_epoch_uses_the_reserved_epoch_then_rotates() {
+    let mut h = Harness::new();
+    let p = h.init_ok("app");
+    h.c.txns.get_mut("app").unwrap().current.producer_epoch = EXHAUSTED_EPOCH;
+    let old = pe(p.producer_id, EXHAUSTED_EPOCH);
+    h.add("app", old, &[tp("t", 0)]).unwrap();
+    let effects = h.init_raw("app", None);
+    let out = h.run(effects);
+    let m = markers(&out);
+    assert_eq!(m[0].producer_epoch, i16::MAX, "the abort takes the epoch kept for fencing");
+    h.finish_markers(&m[0]);
+    let next = h.init_ok("app");
+    assert_ne!(next.producer_id, p.producer_id);
+    assert_eq!(next.epoch, 0);
+    assert_eq!(h.add("app", old, &[tp("t", 0)]), Err(ResponseError::InvalidProducerIdMapping));
+}

@@ -6,6 +6,9 @@
 //! [`context`] (what they share) below them; then [`shard`] (a shard's partitions), [`metadata::image`]
 //! and the quorum service; [`shutdown`], [`config`] and [`topics`] at the bottom, with [`host_check`] (what
 //! the host must offer, probed before the broker runs) just above [`config`].
+//!
+//! [`txn`] is the transaction coordinator's I/O-free state machine (issue 39), which nothing serves yet: a
+//! coordinator runtime will drive it.
 
 /// The package version (the workspace's).
 pub const PACKAGE_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -43,3 +46,4 @@ pub mod security;
 pub mod shard;
 pub mod shutdown;
 pub mod topics;
+pub mod txn;

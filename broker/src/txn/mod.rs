@@ -356,6 +356,19 @@ impl TxnCoordinator {
         vec![self.write(&req.transactional_id, Some((request, ReplyKind::ProducerId)))]
     }
 
+    /// The metadata of `transactional_id`, if this coordinator is active and `producer` is the id's current
+    /// producer id and epoch.
+    fn producer_txn(
+        &mut self,
+        transactional_id: &str,
+        producer: ProducerIdAndEpoch,
+    ) -> Result<&mut TxnMetadata, ResponseError> {
+        self.check_active()?;
+        let meta = self.txns.get_mut(transactional_id).ok_or(ResponseError::InvalidProducerIdMapping)?;
+        check_producer(meta, producer)?;
+        Ok(meta)
+    }
+
     /// AddPartitionsToTxn v0-3: adds `partitions` to the producer's transaction, starting one if none is
     /// open.
     pub fn add_partitions(
@@ -366,15 +379,10 @@ impl TxnCoordinator {
         partitions: &[TopicPartition],
         now_ms: i64,
     ) -> Vec<Effect> {
-        if let Err(e) = self.check_active() {
-            return answer(request, Err(e));
-        }
-        let Some(meta) = self.txns.get_mut(transactional_id) else {
-            return answer(request, Err(ResponseError::InvalidProducerIdMapping));
+        let meta = match self.producer_txn(transactional_id, producer) {
+            Ok(meta) => meta,
+            Err(e) => return answer(request, Err(e)),
         };
-        if let Err(e) = check_producer(meta, producer) {
-            return answer(request, Err(e));
-        }
         if meta.pending.is_some() || meta.state().is_prepare() {
             return answer(request, Err(ResponseError::ConcurrentTransactions));
         }
@@ -437,15 +445,10 @@ impl TxnCoordinator {
         result: TxnResult,
         now_ms: i64,
     ) -> Vec<Effect> {
-        if let Err(e) = self.check_active() {
-            return answer(request, Err(e));
-        }
-        let Some(meta) = self.txns.get_mut(transactional_id) else {
-            return answer(request, Err(ResponseError::InvalidProducerIdMapping));
+        let meta = match self.producer_txn(transactional_id, producer) {
+            Ok(meta) => meta,
+            Err(e) => return answer(request, Err(e)),
         };
-        if let Err(e) = check_producer(meta, producer) {
-            return answer(request, Err(e));
-        }
         if meta.pending.is_some() {
             return answer(request, Err(ResponseError::ConcurrentTransactions));
         }

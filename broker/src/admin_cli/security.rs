@@ -106,7 +106,7 @@ impl AclFlags {
                         principal: principal.clone(),
                         host: host.clone(),
                         operation: *op,
-                        permission: *permission,
+                        permission_type: *permission,
                     });
                 }
             }
@@ -152,7 +152,7 @@ impl AclFlags {
                         principal: principal.clone(),
                         host: host.clone(),
                         operation: *op,
-                        permission: *permission,
+                        permission_type: *permission,
                     });
                 }
             }

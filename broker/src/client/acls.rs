@@ -77,29 +77,8 @@ pub fn pattern_type_code(name: &str) -> Result<i8> {
     code_of(&PATTERN_TYPES, name, "resource pattern type")
 }
 
-/// One ACL binding.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct AclBinding {
-    pub resource_type: i8,
-    pub resource_name: String,
-    pub pattern_type: i8,
-    pub principal: String,
-    pub host: String,
-    pub operation: i8,
-    pub permission: i8,
-}
-
-/// Which bindings a list or a removal is about; `None` and the ANY codes match anything.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AclFilter {
-    pub resource_type: i8,
-    pub resource_name: Option<String>,
-    pub pattern_type: i8,
-    pub principal: Option<String>,
-    pub host: Option<String>,
-    pub operation: i8,
-    pub permission: i8,
-}
+/// One ACL binding and a filter of them: the quorum's own types, which carry Kafka's codes.
+pub use crate::quorum::security::{AclFilter, AclRecord as AclBinding};
 
 impl AclFilter {
     /// Every binding.
@@ -111,7 +90,7 @@ impl AclFilter {
             principal: None,
             host: None,
             operation: operation::ANY,
-            permission: permission_type::ANY,
+            permission_type: permission_type::ANY,
         }
     }
 }
@@ -139,7 +118,7 @@ impl KafkaClient {
                     .with_principal(text(&b.principal))
                     .with_host(text(&b.host))
                     .with_operation(b.operation)
-                    .with_permission_type(b.permission)
+                    .with_permission_type(b.permission_type)
             })
             .collect();
         let version = self.acl_version(ApiKey::CreateAcls)?;
@@ -167,7 +146,7 @@ impl KafkaClient {
             .with_principal_filter(filter.principal.as_deref().map(text))
             .with_host_filter(filter.host.as_deref().map(text))
             .with_operation(filter.operation)
-            .with_permission_type(filter.permission);
+            .with_permission_type(filter.permission_type);
         let ResponseKind::DescribeAcls(r) = self.call_any(ApiKey::DescribeAcls, version, &req)? else {
             bail!("wrong answer to DescribeAcls")
         };
@@ -183,7 +162,7 @@ impl KafkaClient {
                     principal: acl.principal.to_string(),
                     host: acl.host.to_string(),
                     operation: acl.operation,
-                    permission: acl.permission_type,
+                    permission_type: acl.permission_type,
                 })
             })
             .collect();
@@ -205,7 +184,7 @@ impl KafkaClient {
                         .with_principal_filter(f.principal.as_deref().map(text))
                         .with_host_filter(f.host.as_deref().map(text))
                         .with_operation(f.operation)
-                        .with_permission_type(f.permission)
+                        .with_permission_type(f.permission_type)
                 })
                 .collect(),
         );
@@ -224,7 +203,7 @@ impl KafkaClient {
                     principal: acl.principal.to_string(),
                     host: acl.host.to_string(),
                     operation: acl.operation,
-                    permission: acl.permission_type,
+                    permission_type: acl.permission_type,
                 });
             }
         }
@@ -238,7 +217,7 @@ fn render_one(b: &AclBinding) -> String {
     format!(
         "{} {} {} from host {} on {}:{} ({})",
         b.principal,
-        name_of(&PERMISSIONS, b.permission),
+        name_of(&PERMISSIONS, b.permission_type),
         name_of(&OPERATIONS, b.operation),
         b.host,
         name_of(&RESOURCE_TYPES, b.resource_type),
@@ -256,7 +235,7 @@ pub fn render_acls(bindings: &[AclBinding]) -> String {
                 b.principal.clone(),
                 b.host.clone(),
                 name_of(&OPERATIONS, b.operation),
-                name_of(&PERMISSIONS, b.permission),
+                name_of(&PERMISSIONS, b.permission_type),
                 name_of(&RESOURCE_TYPES, b.resource_type),
                 b.resource_name.clone(),
                 name_of(&PATTERN_TYPES, b.pattern_type),
@@ -311,7 +290,7 @@ mod tests {
             principal: "User:app".into(),
             host: "*".into(),
             operation: operation::WRITE,
-            permission: permission_type::ALLOW,
+            permission_type: permission_type::ALLOW,
         };
         let table = render_acls(&[binding]);
         let lines: Vec<&str> = table.lines().collect();

@@ -30,6 +30,7 @@ pub mod client;
 pub mod compaction;
 pub mod config;
 pub mod context;
+pub mod coordinator;
 pub mod disk_space;
 pub mod exit;
 pub mod group;

@@ -7,9 +7,9 @@ use std::rc::Rc;
 use kafka_protocol::ResponseError;
 use shardlog_storage::LeaderEpoch;
 
+use super::Coordinator;
 use super::answers::coordinator_error;
 use super::state::Entry;
-use super::{Coordinator, Slot};
 use crate::group::classic::GroupState;
 use crate::group::consumer::{
     Change, ConsumerGroup, Heartbeat, HeartbeatAnswer, JOIN_EPOCH, Refusal, TopicId, TopicsView,
@@ -102,21 +102,21 @@ impl Coordinator {
         let not_coordinator = Refusal { error: ResponseError::NotCoordinator, message: String::new() };
         let (answer, records) = decided.unwrap_or(Err(not_coordinator.clone()))?;
         // Taken with no await since the decision: where the partition's writes stood when it was made.
-        let mark = self.writes.mark(partition);
+        let mark = self.runtime.mark(partition);
         if records.is_empty() {
             // Nothing of its own to write, but it may reflect others' changes still being written.
-            return match self.writes.settled(mark).await {
+            return match self.runtime.settled(mark).await {
                 Ok(()) => Ok(answer),
                 Err(error) => Err(Refusal { error, message: String::new() }),
             };
         }
         match self.write(partition, epoch, &records).await {
             // Decided on state that a failed earlier write may have left out of the log.
-            Ok(_) if self.writes.dropped_since(mark) => Err(not_coordinator),
+            Ok(_) if self.runtime.dropped_since(mark) => Err(not_coordinator),
             Ok(_) => Ok(answer),
             Err(e) => {
                 tracing::debug!(group, ?e, "consumer group records not written");
-                self.reload_after_failed_write(partition, epoch);
+                self.runtime.reload_after_failed_write(partition, epoch);
                 Err(Refusal { error: coordinator_error(e), message: String::new() })
             }
         }
@@ -145,20 +145,10 @@ impl Coordinator {
                 // The log may still hold the consumer group: read it again, as after any failed write
                 // of group records.
                 tracing::debug!(group = id, ?e, "records of a taken-over consumer group not deleted");
-                me.reload_after_failed_write(partition, epoch);
+                me.runtime.reload_after_failed_write(partition, epoch);
             }
         })
         .detach();
         Ok(())
-    }
-
-    /// After a write of group records failed, the groups in memory may be ahead of the log: they are
-    /// dropped and rebuilt from the log, if this shard still leads the partition.
-    pub(super) fn reload_after_failed_write(self: &Rc<Self>, partition: i32, epoch: LeaderEpoch) {
-        let loaded =
-            matches!(self.partitions.borrow().get(&partition), Some(Slot::Loaded { epoch: e, .. }) if *e == epoch);
-        if loaded {
-            self.start_load(partition, epoch);
-        }
     }
 }

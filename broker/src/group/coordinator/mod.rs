@@ -5,100 +5,119 @@
 //! consumer-protocol group.
 //!
 //! The coordinator of a group is the leader of the group's offsets partition, on the shard that owns
-//! that partition. When this shard's broker becomes leader of one (seen on the coordinator's timer, or
-//! on the first request for it), the partition's log is read from its start to the log end it had then,
-//! and the groups and committed offsets are rebuilt; meanwhile requests are answered
-//! COORDINATOR_LOAD_IN_PROGRESS. When leadership moves away, the groups are dropped and waiting
-//! answers get NOT_COORDINATOR.
-//!
-//! Every change is written to the partition as an acks=all produce through the shard's own partition
-//! channel, and answered only once that write is acknowledged: durable here, and past the high
-//! watermark when the topic is replicated. Writes are sent without an await between deciding a change
-//! and sending its record, so records land in the order the changes were made.
+//! that partition. Loading the groups from the partition, writing their records (acks=all, answered once
+//! acknowledged, in the order decided), and dropping them when leadership moves are the coordinator
+//! runtime's ([`crate::coordinator`]); this module decides what each request does to a group. When a
+//! partition's groups are dropped, their waiting JoinGroup and SyncGroup answers get NOT_COORDINATOR.
 //!
 //! State lives in `RefCell`s on the shard's thread; no borrow is held across an await.
 
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_lite::future;
 use kafka_protocol::ResponseError;
-use shardlog_storage::{Clock, LeaderEpoch, SystemClock, TopicPartition};
+use shardlog_storage::LeaderEpoch;
 
 mod answers;
 mod consumer;
 mod offsets;
 mod state;
-mod writes;
 
 use answers::{coordinator_error, describe, describe_consumer, fetch_offsets, refuse};
 use consumer::consumer_records;
-use state::{Entry, Replay, encode_batch};
-use writes::Writes;
+use state::{Entry, Groups, encode_batch};
 
-use super::OFFSETS_TOPIC;
 use super::call::{CoordinatorRequest, GroupCall, GroupListing, GroupOp};
 use super::classic::{Effects, GroupSettings, GroupState, JoinAnswer, Reply, SyncAnswer, Ticket};
 use super::consumer::ConsumerGroupSettings;
 use super::records::OffsetsRecord;
-use crate::context::{BrokerContext, ask_shard};
-use crate::shard::{FetchRead, OffsetSpec, PartitionRequest, ProduceBatch};
+use crate::context::BrokerContext;
+use crate::coordinator::{Runtime, now_ms};
 
 /// How often groups are checked for expired sessions and rebalance timeouts, and leadership of the
 /// offsets partitions for changes.
 const TICK: Duration = Duration::from_millis(100);
 /// A gauge per group and partition: the offset committed.
 const COMMITTED_OFFSET: &str = "shardlog_consumer_group_committed_offset";
-/// How much of the log one read takes while loading.
-const LOAD_READ_BYTES: usize = 1 << 20;
-/// How long a load waits before reading again when the high watermark has not reached the end yet.
-const LOAD_RETRY: Duration = Duration::from_millis(20);
-
-enum Slot {
-    Loading(LeaderEpoch),
-    Loaded { epoch: LeaderEpoch, groups: HashMap<String, Entry> },
-}
-
 enum Waiter {
     Join(flume::Sender<JoinAnswer>),
     Sync(flume::Sender<SyncAnswer>),
 }
 
+/// The answers of JoinGroup and SyncGroup requests that wait for a rebalance, by ticket.
+#[derive(Default)]
+struct Waiters {
+    waiting: RefCell<HashMap<Ticket, Waiter>>,
+    next_ticket: Cell<Ticket>,
+}
+
+impl Waiters {
+    /// The next ticket, with its waiter.
+    fn wait_for(&self, waiter: Waiter) -> Ticket {
+        let ticket = self.next_ticket.get();
+        self.next_ticket.set(ticket + 1);
+        self.waiting.borrow_mut().insert(ticket, waiter);
+        ticket
+    }
+
+    /// Sends answers to their waiters; with `error`, each is replaced by that refusal.
+    fn deliver(&self, replies: Vec<Reply>, error: Option<ResponseError>) {
+        let mut waiters = self.waiting.borrow_mut();
+        for reply in replies {
+            match reply {
+                Reply::Join(ticket, answer) => {
+                    if let Some(Waiter::Join(tx)) = waiters.remove(&ticket) {
+                        let answer = match error {
+                            Some(e) => JoinAnswer::refused(e, &answer.member_id),
+                            None => answer,
+                        };
+                        let _ = tx.send(answer);
+                    }
+                }
+                Reply::Sync(ticket, answer) => {
+                    if let Some(Waiter::Sync(tx)) = waiters.remove(&ticket) {
+                        let _ = tx.send(error.map_or(answer, SyncAnswer::refused));
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// One shard's coordinator.
 struct Coordinator {
     ctx: Arc<BrokerContext>,
-    shard: usize,
     settings: GroupSettings,
     consumer_settings: ConsumerGroupSettings,
-    partitions: RefCell<HashMap<i32, Slot>>,
-    waiters: RefCell<HashMap<Ticket, Waiter>>,
-    next_ticket: Cell<Ticket>,
-    /// The writes in flight, which answers without records of their own wait for.
-    writes: Rc<Writes>,
+    runtime: Rc<Runtime<Groups>>,
+    waiters: Rc<Waiters>,
     /// When offsets were last checked for expiry (wall ms), and whether a check is under way.
     last_expiry: Cell<u64>,
     expiring: Cell<bool>,
 }
 
-fn now_ms() -> u64 {
-    SystemClock.now_ms().max(0) as u64
-}
-
 /// Runs the shard's coordinator until the broker stops.
 pub async fn run(ctx: Arc<BrokerContext>, shard: usize, requests: flume::Receiver<CoordinatorRequest>) {
     metrics::describe_gauge!(COMMITTED_OFFSET, "the offset a consumer group committed for a partition (coordinator)");
+    let settings = ctx.config.groups.settings;
+    let runtime = Runtime::new(ctx.clone(), shard, settings, ctx.config.groups.commit_timeout_ms);
+    let waiters = Rc::new(Waiters { waiting: RefCell::default(), next_ticket: Cell::new(1) });
+    let on_unload = waiters.clone();
+    runtime.on_unload(move |_, Groups(groups)| {
+        for (_, mut entry) in groups {
+            on_unload.deliver(entry.group.abandon(ResponseError::NotCoordinator), None);
+        }
+    });
     let me = Rc::new(Coordinator {
-        settings: ctx.config.groups.settings,
+        settings,
         consumer_settings: ctx.config.groups.consumer,
         ctx,
-        shard,
-        partitions: RefCell::new(HashMap::new()),
-        waiters: RefCell::new(HashMap::new()),
-        next_ticket: Cell::new(1),
-        writes: Rc::default(),
+        runtime,
+        waiters,
         last_expiry: Cell::new(now_ms()),
         expiring: Cell::new(false),
     });
@@ -140,166 +159,39 @@ impl Coordinator {
     /// Sets the committed offset gauge of every group this shard coordinates (a group's lag is a
     /// partition's high watermark less it: see `deploy/README.md`).
     fn sample_committed_offsets(&self) {
-        for slot in self.partitions.borrow().values() {
-            let Slot::Loaded { groups, .. } = slot else { continue };
-            for (id, entry) in groups {
+        self.runtime.each_loaded(|_, _, Groups(groups)| {
+            for (id, entry) in groups.iter() {
                 for ((topic, partition), stored) in &entry.offsets {
                     let labels =
                         [("group", id.clone()), ("topic", topic.clone()), ("partition", partition.to_string())];
                     metrics::gauge!(COMMITTED_OFFSET, &labels).set(stored.value.offset as f64);
                 }
             }
-        }
+        });
     }
 
     fn list(&self) -> Result<Vec<GroupListing>, ResponseError> {
-        let partitions = self.partitions.borrow();
         let mut out = Vec::new();
-        for slot in partitions.values() {
-            match slot {
-                Slot::Loading(_) => return Err(ResponseError::CoordinatorLoadInProgress),
-                Slot::Loaded { groups, .. } => out.extend(groups.iter().map(|(id, e)| match &e.consumer {
-                    Some(consumer) => GroupListing {
-                        group: id.clone(),
-                        protocol_type: "consumer".to_string(),
-                        state: consumer.state().name(),
-                        group_type: "consumer",
-                    },
-                    None => GroupListing {
-                        group: id.clone(),
-                        protocol_type: e.group.protocol_type.clone().unwrap_or_default(),
-                        state: e.group.state.name(),
-                        group_type: "classic",
-                    },
-                })),
-            }
+        let all_loaded = self.runtime.each_loaded(|_, _, Groups(groups)| {
+            out.extend(groups.iter().map(|(id, e)| match &e.consumer {
+                Some(consumer) => GroupListing {
+                    group: id.clone(),
+                    protocol_type: "consumer".to_string(),
+                    state: consumer.state().name(),
+                    group_type: "consumer",
+                },
+                None => GroupListing {
+                    group: id.clone(),
+                    protocol_type: e.group.protocol_type.clone().unwrap_or_default(),
+                    state: e.group.state.name(),
+                    group_type: "classic",
+                },
+            }))
+        });
+        if !all_loaded {
+            return Err(ResponseError::CoordinatorLoadInProgress);
         }
         Ok(out)
-    }
-
-    /// Whether the partition is loaded at `epoch`; starts loading it when this is the first word of a
-    /// newer leadership.
-    fn ready(self: &Rc<Self>, partition: i32, epoch: LeaderEpoch) -> Result<(), ResponseError> {
-        let current = match self.partitions.borrow().get(&partition) {
-            Some(Slot::Loaded { epoch: e, .. }) => Some((*e, true)),
-            Some(Slot::Loading(e)) => Some((*e, false)),
-            None => None,
-        };
-        match current {
-            Some((e, true)) if e == epoch => Ok(()),
-            Some((e, false)) if e == epoch => Err(ResponseError::CoordinatorLoadInProgress),
-            // The handler saw an older leadership than the one loaded: it is no longer the coordinator.
-            Some((e, _)) if e > epoch => Err(ResponseError::NotCoordinator),
-            _ => {
-                self.start_load(partition, epoch);
-                Err(ResponseError::CoordinatorLoadInProgress)
-            }
-        }
-    }
-
-    fn start_load(self: &Rc<Self>, partition: i32, epoch: LeaderEpoch) {
-        let old = self.partitions.borrow_mut().insert(partition, Slot::Loading(epoch));
-        if let Some(Slot::Loaded { groups, .. }) = old {
-            self.abandon(partition, groups);
-        }
-        let me = self.clone();
-        glommio::spawn_local(async move {
-            let loaded = me.read_partition(partition, epoch).await;
-            let mut partitions = me.partitions.borrow_mut();
-            if !matches!(partitions.get(&partition), Some(Slot::Loading(e)) if *e == epoch) {
-                return;
-            }
-            match loaded {
-                Ok(groups) => {
-                    if groups.is_empty() {
-                        tracing::debug!(partition, %epoch, "no consumer groups to load");
-                    } else {
-                        tracing::info!(partition, %epoch, groups = groups.len(), "loaded consumer groups");
-                    }
-                    partitions.insert(partition, Slot::Loaded { epoch, groups });
-                }
-                Err(reason) => {
-                    // Tried again on the next tick while this broker still leads it.
-                    tracing::debug!(partition, %epoch, %reason, "consumer groups not loaded");
-                    partitions.remove(&partition);
-                }
-            }
-        })
-        .detach();
-    }
-
-    /// Answers every waiting request of groups this shard no longer coordinates, and refuses answers
-    /// still waiting for the partition's writes.
-    fn abandon(&self, partition: i32, groups: HashMap<String, Entry>) {
-        self.writes.dropped(partition);
-        for (_, mut entry) in groups {
-            self.deliver(entry.group.abandon(ResponseError::NotCoordinator), None);
-        }
-    }
-
-    /// Rebuilds the groups of a partition from its log, from the start to the log end it has now.
-    async fn read_partition(&self, partition: i32, epoch: LeaderEpoch) -> Result<HashMap<String, Entry>, String> {
-        let tp = TopicPartition::new(OFFSETS_TOPIC.to_string(), partition as u32);
-        let list = |spec| {
-            let tp = tp.clone();
-            ask_shard(&self.ctx, self.shard, move |reply| PartitionRequest::ListOffsets { tp, spec, reply })
-        };
-        let end = list(OffsetSpec::LogEnd).await.ok_or("shard gone")?;
-        let start = list(OffsetSpec::Earliest).await.ok_or("shard gone")?;
-        if let Some(e) = end.error.or(start.error) {
-            return Err(format!("list offsets: {e:?}"));
-        }
-        let mut replay = Replay::default();
-        let mut next = start.offset;
-        while next < end.offset {
-            if self.ctx.leader_here(OFFSETS_TOPIC, partition).map(|led| led.epoch) != Ok(epoch) {
-                return Err("no longer the leader".into());
-            }
-            let tp = tp.clone();
-            let reads = vec![FetchRead { tp, offset: next, max_bytes: LOAD_READ_BYTES, whole_first_batch: true }];
-            let read = ask_shard(&self.ctx, self.shard, move |reply| PartitionRequest::Fetch { reads, reply })
-                .await
-                .and_then(|mut outcomes| outcomes.pop())
-                .ok_or("shard gone")?;
-            match read.error {
-                None if !read.records.is_empty() => next = replay.batches(read.records, next)?,
-                // The high watermark has not reached the log end yet (a new leader's followers catch up).
-                None | Some(ResponseError::OffsetNotAvailable) => glommio::timer::sleep(LOAD_RETRY).await,
-                Some(e) => return Err(format!("read at {next}: {e:?}")),
-            }
-        }
-        Ok(replay.into_groups(self.settings, now_ms()))
-    }
-
-    /// The next ticket, with its waiter.
-    fn wait_for(&self, waiter: Waiter) -> Ticket {
-        let ticket = self.next_ticket.get();
-        self.next_ticket.set(ticket + 1);
-        self.waiters.borrow_mut().insert(ticket, waiter);
-        ticket
-    }
-
-    /// Sends answers to their waiters; with `error`, each is replaced by that refusal.
-    fn deliver(&self, replies: Vec<Reply>, error: Option<ResponseError>) {
-        let mut waiters = self.waiters.borrow_mut();
-        for reply in replies {
-            match reply {
-                Reply::Join(ticket, answer) => {
-                    if let Some(Waiter::Join(tx)) = waiters.remove(&ticket) {
-                        let answer = match error {
-                            Some(e) => JoinAnswer::refused(e, &answer.member_id),
-                            None => answer,
-                        };
-                        let _ = tx.send(answer);
-                    }
-                }
-                Reply::Sync(ticket, answer) => {
-                    if let Some(Waiter::Sync(tx)) = waiters.remove(&ticket) {
-                        let _ = tx.send(error.map_or(answer, SyncAnswer::refused));
-                    }
-                }
-            }
-        }
     }
 
     /// Runs `f` on the partition's groups, if it is (still) loaded at `epoch`: what was decided under
@@ -310,10 +202,7 @@ impl Coordinator {
         epoch: LeaderEpoch,
         f: impl FnOnce(&mut HashMap<String, Entry>) -> R,
     ) -> Option<R> {
-        match self.partitions.borrow_mut().get_mut(&partition) {
-            Some(Slot::Loaded { epoch: loaded, groups }) if *loaded == epoch => Some(f(groups)),
-            _ => None,
-        }
+        self.runtime.with_state(partition, epoch, |Groups(groups)| f(groups))
     }
 
     /// Carries out a group's effects: writes its membership record first when asked, then answers, then
@@ -327,7 +216,7 @@ impl Coordinator {
                 })
             });
             let Some(Some(record)) = record else {
-                self.deliver(effects.replies, Some(ResponseError::NotCoordinator));
+                self.waiters.deliver(effects.replies, Some(ResponseError::NotCoordinator));
                 return;
             };
             let generation = record.generation;
@@ -335,7 +224,7 @@ impl Coordinator {
                 self.write(partition, epoch, &[OffsetsRecord::Group { group: group.to_string(), value: Some(record) }]);
             let next = match write.await {
                 Ok(_) => {
-                    self.deliver(effects.replies, None);
+                    self.waiters.deliver(effects.replies, None);
                     self.with_groups(partition, epoch, |groups| {
                         groups.get_mut(group).map(|e| e.group.record_written(generation, now_ms()))
                     })
@@ -343,7 +232,7 @@ impl Coordinator {
                 Err(e) => {
                     let error = coordinator_error(e);
                     tracing::debug!(group, ?e, "group record not written");
-                    self.deliver(effects.replies, Some(error));
+                    self.waiters.deliver(effects.replies, Some(error));
                     self.with_groups(partition, epoch, |groups| {
                         groups.get_mut(group).map(|e| e.group.record_failed(generation, error, now_ms()))
                     })
@@ -351,46 +240,23 @@ impl Coordinator {
             };
             effects = next.flatten().unwrap_or_default();
         }
-        self.deliver(effects.replies, None);
+        self.waiters.deliver(effects.replies, None);
     }
 
-    /// Appends records to the partition (acks=all) and returns the offset of the first.
+    /// Appends records to the partition (acks=all) and returns the offset of the first; sent now, so
+    /// records keep the order of the decisions.
     fn write(
         &self,
         partition: i32,
         epoch: LeaderEpoch,
         records: &[OffsetsRecord],
     ) -> impl Future<Output = Result<i64, ResponseError>> + use<> {
-        let in_flight = self.writes.start(partition);
-        let sent = encode_batch(records).and_then(|batch| {
-            let (reply, outcome) = flume::bounded(1);
-            let request = PartitionRequest::Produce {
-                batches: vec![ProduceBatch {
-                    tp: TopicPartition::new(OFFSETS_TOPIC.to_string(), partition as u32),
-                    batch,
-                    epoch,
-                }],
-                acks: -1,
-                timeout_ms: self.ctx.config.groups.commit_timeout_ms,
-                reply,
-            };
-            // Sent now, not when the future is first polled: records keep the order of the decisions.
-            self.ctx.shards[self.shard].send(request).map(|()| outcome).map_err(|_| ResponseError::NotCoordinator)
-        });
-        async move {
-            let _in_flight = in_flight;
-            let mut outcomes = sent?.recv_async().await.map_err(|_| ResponseError::NotCoordinator)?;
-            let outcome = outcomes.pop().ok_or(ResponseError::NotCoordinator)?;
-            match outcome.error {
-                None => Ok(outcome.base_offset),
-                Some(e) => Err(e),
-            }
-        }
+        self.runtime.write(partition, epoch, encode_batch(records))
     }
 
     async fn handle_group(self: Rc<Self>, call: GroupCall) {
         let GroupCall { partition, epoch, group, op } = call;
-        if let Err(error) = self.ready(partition, epoch) {
+        if let Err(error) = self.runtime.ready(partition, epoch) {
             refuse(op, error);
             return;
         }
@@ -398,7 +264,7 @@ impl Coordinator {
         let settings = self.settings;
         match op {
             GroupOp::Join { args, reply } => {
-                let ticket = self.wait_for(Waiter::Join(reply));
+                let ticket = self.waiters.wait_for(Waiter::Join(reply));
                 let effects = self.with_groups(partition, epoch, |groups| {
                     let entry = groups.entry(group.clone()).or_insert_with(|| Entry::new(&group, settings, now));
                     if let Err(error) = self.make_classic(partition, epoch, &group, entry) {
@@ -415,7 +281,7 @@ impl Coordinator {
                 self.settle(partition, epoch, &group, effects).await;
             }
             GroupOp::Sync { member, generation, protocol_type, protocol_name, assignments, reply } => {
-                let ticket = self.wait_for(Waiter::Sync(reply));
+                let ticket = self.waiters.wait_for(Waiter::Sync(reply));
                 let effects = self.with_groups(partition, epoch, |groups| match groups.get_mut(&group) {
                     Some(entry) => {
                         let protocol = (protocol_type.as_deref(), protocol_name.as_deref());
@@ -532,7 +398,7 @@ impl Coordinator {
             Some(Err(e)) => return Some(e),
             Some(Ok(planned)) => planned,
         };
-        self.deliver(effects.replies, None);
+        self.waiters.deliver(effects.replies, None);
         let written = self.write(partition, epoch, &records).await;
         match written {
             Ok(_) => {
@@ -563,7 +429,7 @@ impl Coordinator {
     /// The coordinator's timer: follows leadership of the offsets partitions, then moves every group's
     /// clock and forgets empty groups without offsets.
     async fn tick(self: Rc<Self>) {
-        self.follow_leadership();
+        self.runtime.follow_leadership();
         let now = now_ms();
         let interval = self.ctx.config.groups.retention_check_interval_ms;
         if now.saturating_sub(self.last_expiry.get()) >= interval && !self.expiring.replace(true) {
@@ -577,18 +443,17 @@ impl Coordinator {
         }
         let mut work: Vec<(i32, LeaderEpoch, String, Effects)> = Vec::new();
         let mut gone: Vec<(i32, LeaderEpoch, Vec<OffsetsRecord>)> = Vec::new();
-        for (partition, slot) in self.partitions.borrow_mut().iter_mut() {
-            let Slot::Loaded { epoch, groups } = slot else { continue };
+        self.runtime.each_loaded(|partition, epoch, Groups(groups)| {
             for (id, entry) in groups.iter_mut() {
                 let effects = entry.group.tick(now);
                 if !effects.replies.is_empty() || effects.persist {
-                    work.push((*partition, *epoch, id.clone(), effects));
+                    work.push((partition, epoch, id.clone(), effects));
                 }
                 // Members whose session or rebalance timeout ran out leave the group.
                 if let Some(consumer) = entry.consumer.as_mut() {
                     let changes = consumer.tick(&self.consumer_settings, now);
                     if !changes.is_empty() {
-                        gone.push((*partition, *epoch, consumer_records(id, changes)));
+                        gone.push((partition, epoch, consumer_records(id, changes)));
                         entry.note_consumer_members(now);
                     }
                 }
@@ -607,11 +472,11 @@ impl Coordinator {
                     tombstones.extend(consumer_records(id, consumer.deletion()));
                 }
                 if !tombstones.is_empty() {
-                    gone.push((*partition, *epoch, tombstones));
+                    gone.push((partition, epoch, tombstones));
                 }
                 false
             });
-        }
+        });
         // Each write on a task of its own: a slow one must not hold up the next tick (sessions,
         // rebalance deadlines, leadership).
         for (partition, epoch, group, effects) in work {
@@ -624,51 +489,10 @@ impl Coordinator {
             glommio::spawn_local(async move {
                 if let Err(e) = write.await {
                     tracing::debug!(partition, ?e, "group records of the timer not written");
-                    me.reload_after_failed_write(partition, epoch);
+                    me.runtime.reload_after_failed_write(partition, epoch);
                 }
             })
             .detach();
-        }
-    }
-
-    /// Starts loading the offsets partitions this shard has come to lead and drops those it no longer
-    /// leads.
-    fn follow_leadership(self: &Rc<Self>) {
-        let image = self.ctx.image();
-        let count = image.topic(OFFSETS_TOPIC).map_or(0, |t| t.partitions.len() as i32);
-        // By the metadata alone: a moment without a quorum session (requests are answered NOT_COORDINATOR
-        // meanwhile) does not throw the groups away; only another leader or epoch does.
-        let me = crate::quorum::state::NodeId(self.ctx.config.node_id);
-        let led: BTreeMap<i32, LeaderEpoch> = (0..count)
-            .filter_map(|p| image.partition(OFFSETS_TOPIC, p).map(|record| (p, record)))
-            .filter(|(_, record)| record.leader == Some(me))
-            .filter(|(p, _)| {
-                self.ctx.shard_of(&TopicPartition::new(OFFSETS_TOPIC.to_string(), *p as u32)) == self.shard
-            })
-            .map(|(p, record)| (p, record.leader_epoch))
-            .collect();
-        let stale: Vec<i32> = self
-            .partitions
-            .borrow()
-            .iter()
-            .filter(|(p, slot)| {
-                let epoch = match slot {
-                    Slot::Loading(e) | Slot::Loaded { epoch: e, .. } => *e,
-                };
-                led.get(p) != Some(&epoch)
-            })
-            .map(|(p, _)| *p)
-            .collect();
-        for p in stale {
-            if let Some(Slot::Loaded { groups, .. }) = self.partitions.borrow_mut().remove(&p) {
-                tracing::info!(partition = p, groups = groups.len(), "no longer coordinating these consumer groups");
-                self.abandon(p, groups);
-            }
-        }
-        for (p, epoch) in led {
-            if !self.partitions.borrow().contains_key(&p) {
-                self.start_load(p, epoch);
-            }
         }
     }
 }

@@ -4,9 +4,10 @@
 use kafka_protocol::ResponseError;
 use shardlog_storage::{Clock, LeaderEpoch, SystemClock};
 
+use super::Coordinator;
 use super::answers::{commit_error, coordinator_error, subscribed_topics};
 use super::state::Entry;
-use super::{Coordinator, Slot};
+use super::state::Groups;
 use crate::group::call::{OffsetToCommit, PerItem};
 use crate::group::classic::{GroupState, MemberRef};
 use crate::group::records::{CommittedOffset, OffsetsRecord};
@@ -146,16 +147,10 @@ impl Coordinator {
     /// next tick.
     pub(super) async fn expire_offsets(&self, now: u64) {
         let retention = self.ctx.config.groups.offsets_retention_ms;
-        let candidates: Vec<(i32, LeaderEpoch, String)> = self
-            .partitions
-            .borrow()
-            .iter()
-            .filter_map(|(partition, slot)| match slot {
-                Slot::Loaded { epoch, groups } => Some((partition, epoch, groups)),
-                Slot::Loading(_) => None,
-            })
-            .flat_map(|(partition, epoch, groups)| groups.keys().map(move |id| (*partition, *epoch, id.clone())))
-            .collect();
+        let mut candidates: Vec<(i32, LeaderEpoch, String)> = Vec::new();
+        self.runtime.each_loaded(|partition, epoch, Groups(groups)| {
+            candidates.extend(groups.keys().map(|id| (partition, epoch, id.clone())))
+        });
         for (partition, epoch, group) in candidates {
             // Decided just before the tombstones are sent (no await between): the group is still empty,
             // and keys with a commit in flight are left for the next pass (a later commit outlives them).

@@ -7,10 +7,13 @@ use std::collections::{BTreeMap, HashMap};
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::ResponseError;
 use kafka_protocol::records::{
-    Compression, NO_PARTITION_LEADER_EPOCH, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, Record, RecordBatchDecoder,
-    RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    Compression, NO_PARTITION_LEADER_EPOCH, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, Record, RecordBatchEncoder,
+    RecordEncodeOptions, TimestampType,
 };
-use shardlog_storage::{Clock, SystemClock};
+use shardlog_storage::{Clock, LeaderEpoch, SystemClock};
+
+use crate::coordinator::Coordinated;
+use crate::group::OFFSETS_TOPIC;
 
 use crate::group::classic::{Group, GroupRecord, GroupSettings, GroupState};
 use crate::group::consumer::{Change, ConsumerGroup};
@@ -144,26 +147,51 @@ pub(super) struct Replay {
     groups: BTreeMap<String, Replayed>,
 }
 
+/// The consumer groups of one offsets partition, as the coordinator runtime keeps them.
+pub(super) struct Groups(pub(super) HashMap<String, Entry>);
+
+impl Coordinated for Groups {
+    const TOPIC: &'static str = OFFSETS_TOPIC;
+    const WHAT: &'static str = "consumer groups";
+    type Replay = Replay;
+    type Settings = GroupSettings;
+
+    fn start_replay() -> Replay {
+        Replay::default()
+    }
+
+    fn replay(replay: &mut Replay, record: &Record) {
+        replay.record(record)
+    }
+
+    fn finish(replay: Replay, settings: &GroupSettings, _epoch: LeaderEpoch, now_ms: u64) -> Groups {
+        Groups(replay.into_groups(*settings, now_ms))
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
 impl Replay {
     /// Applies the batches read from `from` on; returns the offset after the last one.
-    pub(super) fn batches(&mut self, mut bytes: Bytes, from: i64) -> Result<i64, String> {
-        let mut next = from;
-        while !bytes.is_empty() {
-            let header = shardlog_storage::batch::BatchHeader::parse(&bytes).map_err(|e| e.to_string())?;
-            let set = RecordBatchDecoder::decode(&mut bytes)
-                .map_err(|e| format!("decode batch at {}: {e}", header.base_offset))?;
-            for record in set.records.iter().filter(|r| r.offset >= from && !r.control) {
-                match OffsetsRecord::decode(record.key.as_deref(), record.value.as_deref()) {
-                    Ok(decoded) => self.apply(decoded, record.offset),
-                    // Written by another version or damaged: skipped, as Kafka skips unknown record types.
-                    Err(e) => {
-                        tracing::warn!(offset = record.offset, error = %e, "skipped an unreadable record in __consumer_offsets")
-                    }
-                }
-            }
-            next = next.max(header.base_offset + header.last_offset_delta as i64 + 1);
+    #[cfg(test)]
+    pub(super) fn batches(&mut self, bytes: Bytes, from: i64) -> Result<i64, String> {
+        crate::coordinator::replay_batches(bytes, from, |record| self.record(record))
+    }
+
+    /// One record of the partition, in log order. Control records (transaction markers) are skipped.
+    fn record(&mut self, record: &Record) {
+        if record.control {
+            return;
         }
-        Ok(next)
+        match OffsetsRecord::decode(record.key.as_deref(), record.value.as_deref()) {
+            Ok(decoded) => self.apply(decoded, record.offset),
+            // Written by another version or damaged: skipped, as Kafka skips unknown record types.
+            Err(e) => {
+                tracing::warn!(offset = record.offset, error = %e, "skipped an unreadable record in __consumer_offsets")
+            }
+        }
     }
 
     fn apply(&mut self, record: OffsetsRecord, at: i64) {

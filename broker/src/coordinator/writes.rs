@@ -1,9 +1,9 @@
-//! The coordinator's writes in flight, per offsets partition, in the order they were sent. An answer
-//! that has no records of its own may still reflect changes whose records are not yet written (another
-//! member's join, a timer's removal): it waits until every write sent before it has been answered, and
-//! is refused NOT_COORDINATOR if the partition's groups were dropped meanwhile (a write failed and they
-//! are read again, or leadership moved), so no client acts on a state the log does not have. Kafka's
-//! coordinator holds such answers the same way.
+//! A coordinator's writes in flight, per partition of its internal topic, in the order they were sent.
+//! An answer that has no records of its own may still reflect changes whose records are not yet written
+//! (another member's join, a timer's removal): it waits until every write sent before it has been
+//! answered, and is refused NOT_COORDINATOR if the partition's state was dropped meanwhile (a write
+//! failed and it is read again, or leadership moved), so no client acts on a state the log does not
+//! have. Kafka's coordinator holds such answers the same way.
 
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
@@ -17,18 +17,18 @@ struct Partition {
     sent: u64,
     /// The numbers of the writes sent and not yet answered.
     in_flight: BTreeSet<u64>,
-    /// How many times the partition's groups in memory were dropped.
+    /// How many times the partition's state in memory was dropped.
     drops: u64,
 }
 
 #[derive(Default)]
-pub(super) struct Writes {
+pub(crate) struct Writes {
     partitions: RefCell<HashMap<i32, Partition>>,
     answered: event_listener::Event,
 }
 
 /// A write in flight: it counts as answered when this is dropped (answered, or given up).
-pub(super) struct InFlight {
+pub(crate) struct InFlight {
     writes: Rc<Writes>,
     partition: i32,
     number: u64,
@@ -45,7 +45,7 @@ impl Drop for InFlight {
 
 /// Where the partition's writes stood when an answer was decided.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Mark {
+pub(crate) struct Mark {
     partition: i32,
     last_sent: u64,
     drops: u64,
@@ -53,7 +53,7 @@ pub(super) struct Mark {
 
 impl Writes {
     /// A write about to be sent.
-    pub(super) fn start(self: &Rc<Self>, partition: i32) -> InFlight {
+    pub(crate) fn start(self: &Rc<Self>, partition: i32) -> InFlight {
         let mut partitions = self.partitions.borrow_mut();
         let p = partitions.entry(partition).or_default();
         p.sent += 1;
@@ -61,30 +61,30 @@ impl Writes {
         InFlight { writes: self.clone(), partition, number: p.sent }
     }
 
-    /// The partition's groups in memory are dropped (to be read again, or for good): what was decided
+    /// The partition's state in memory is dropped (to be read again, or for good): what was decided
     /// before may not be in the log.
-    pub(super) fn dropped(&self, partition: i32) {
+    pub(crate) fn dropped(&self, partition: i32) {
         self.partitions.borrow_mut().entry(partition).or_default().drops += 1;
         // Answers waiting on the partition's writes are refused now, not when those writes end.
         self.answered.notify(usize::MAX);
     }
 
-    /// Whether the partition's groups were dropped since `mark`: an answer decided before then may
+    /// Whether the partition's state was dropped since `mark`: an answer decided before then may
     /// reflect changes the log does not have, even if its own write went through.
-    pub(super) fn dropped_since(&self, mark: Mark) -> bool {
+    pub(crate) fn dropped_since(&self, mark: Mark) -> bool {
         self.partitions.borrow().get(&mark.partition).is_some_and(|p| p.drops != mark.drops)
     }
 
     /// Where the partition's writes stand now.
-    pub(super) fn mark(&self, partition: i32) -> Mark {
+    pub(crate) fn mark(&self, partition: i32) -> Mark {
         let mut partitions = self.partitions.borrow_mut();
         let p = partitions.entry(partition).or_default();
         Mark { partition, last_sent: p.sent, drops: p.drops }
     }
 
     /// Waits until every write sent before `mark` has been answered; NOT_COORDINATOR if the partition's
-    /// groups were dropped since.
-    pub(super) async fn settled(&self, mark: Mark) -> Result<(), ResponseError> {
+    /// state was dropped since.
+    pub(crate) async fn settled(&self, mark: Mark) -> Result<(), ResponseError> {
         loop {
             let listener = self.answered.listen();
             if self.dropped_since(mark) {

@@ -8,7 +8,8 @@
 //! the host must offer, probed before the broker runs) just above [`config`].
 //!
 //! [`txn`] is the transaction coordinator's I/O-free state machine (issue 39), which nothing serves yet: a
-//! coordinator runtime will drive it.
+//! coordinator runtime will drive it. FindCoordinator already finds a transactional id's coordinator, the
+//! leader of the id's partition of `__transaction_state` (created at the first ask).
 
 /// The package version (the workspace's).
 pub const PACKAGE_VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -220,3 +220,32 @@ fn the_heartbeat_must_come_more_often_than_the_session_expires() {
     .unwrap_err();
     assert!(matches!(&err, ConfigError::Invalid { key, .. } if key == "broker.heartbeat.interval.ms"), "{err}");
 }
+
+#[test]
+fn the_transaction_state_log_settings_have_kafkas_defaults_and_refuse_what_no_topic_can_be() {
+    let c = BrokerConfig::load(&Sources::default()).unwrap();
+    let log = c.transaction_log;
+    assert_eq!((log.partitions, log.replication_factor, log.min_isr), (50, 3, 2));
+    assert_eq!(log.segment_bytes, 100 << 20);
+    // RF 1 alone is a valid single-broker setting: the min ISR is capped at the RF when the topic is made.
+    let single = BrokerConfig::load(&overrides(&["transaction.state.log.replication.factor=1".into()])).unwrap();
+    assert_eq!((single.transaction_log.replication_factor, single.transaction_log.min_isr), (1, 2));
+    for (setting, key) in [
+        ("transaction.state.log.num.partitions=0", "transaction.state.log.num.partitions"),
+        ("transaction.state.log.num.partitions=10001", "transaction.state.log.num.partitions"),
+        ("transaction.state.log.replication.factor=0", "transaction.state.log.replication.factor"),
+        ("transaction.state.log.replication.factor=40000", "transaction.state.log.replication.factor"),
+        ("transaction.state.log.min.isr=0", "transaction.state.log.min.isr"),
+        ("transaction.state.log.min.isr=-1", "transaction.state.log.min.isr"),
+        ("transaction.state.log.segment.bytes=10", "transaction.state.log.segment.bytes"),
+        ("transaction.state.log.segment.bytes=4294967296", "transaction.state.log.segment.bytes"),
+    ] {
+        match BrokerConfig::load(&overrides(&[setting.into()])) {
+            Err(ConfigError::Invalid { key: k, reason }) => {
+                assert_eq!(k, key, "{setting}: {reason}");
+                assert!(!reason.is_empty(), "{setting}: a reason is given");
+            }
+            other => panic!("{setting}: expected an invalid-value error for {key}, got {other:?}"),
+        }
+    }
+}

@@ -142,6 +142,8 @@ pub struct BrokerConfig {
     pub shard_limits: ShardLimits,
     /// Consumer groups and their offsets topic.
     pub groups: GroupConfig,
+    /// The transaction coordinator's topic.
+    pub transaction_log: TransactionLogConfig,
     /// Every row of [`settings::SETTINGS`] with the value in force, in the table's order.
     pub effective: Vec<EffectiveSetting>,
     /// `shardlog start --add-scram` (a flag, not a setting: it acts only when the cluster forms), salted.
@@ -241,6 +243,21 @@ pub struct GroupConfig {
     pub settings: crate::group::classic::GroupSettings,
     /// The consumer protocol's (KIP-848) session, heartbeat interval, group size and assignors.
     pub consumer: crate::group::consumer::ConsumerGroupSettings,
+}
+
+/// `__transaction_state`, the transaction coordinator's topic (Kafka's settings). It is created when the
+/// first producer asks for its transaction coordinator, with the replication factor and min ISR the live
+/// brokers allow then; its partition count is fixed from then on (an id's partition depends on it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TransactionLogConfig {
+    /// `transaction.state.log.num.partitions`
+    pub partitions: u32,
+    /// `transaction.state.log.replication.factor`: at most the live brokers when the topic is created.
+    pub replication_factor: u16,
+    /// `transaction.state.log.min.isr`: the topic's `min.insync.replicas`, at most its replication factor.
+    pub min_isr: u16,
+    /// `transaction.state.log.segment.bytes`
+    pub segment_bytes: u32,
 }
 
 /// Per-shard bounds on what partitions hold, and how a shard waits for work (shardlog settings; Kafka has
@@ -725,6 +742,12 @@ impl Reader {
                 ),
             ));
         }
+        let transaction_log = TransactionLogConfig {
+            partitions: self.int_set("transaction.state.log.num.partitions")? as u32,
+            replication_factor: self.int_set("transaction.state.log.replication.factor")? as u16,
+            min_isr: self.int_set("transaction.state.log.min.isr")? as u16,
+            segment_bytes: self.int_set("transaction.state.log.segment.bytes")? as u32,
+        };
         let socket_request_max_bytes = self.int_set("socket.request.max.bytes")? as usize;
         let clients = ClientLimits {
             queued_max_request_bytes: self.int_set("queued.max.request.bytes")? as usize,
@@ -788,6 +811,7 @@ impl Reader {
             log,
             shard_limits,
             groups,
+            transaction_log,
             effective: Vec::new(),
             bootstrap_scram: Vec::new(),
         };

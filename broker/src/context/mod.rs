@@ -4,9 +4,9 @@
 //! This module sits below the request handlers, the runtime and the metadata follower, which all use it;
 //! it uses only the shard's request types, the metadata image and the quorum handle.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use kafka_protocol::ResponseError;
@@ -38,7 +38,8 @@ use crate::topics::configs::{Compression, TopicDefaults};
 /// Topic changes, applied by shard 0 one at a time.
 #[derive(Debug)]
 pub enum AdminRequest {
-    /// `internal`: from the broker itself, which alone may create internal topics (`__consumer_offsets`).
+    /// `internal`: from the broker itself, which alone may create internal topics
+    /// ([`crate::topics::internal`]).
     CreateTopics {
         request: CreateTopicsRequest,
         internal: bool,
@@ -110,9 +111,9 @@ pub struct BrokerContext {
     pub admin: flume::Sender<AdminRequest>,
     /// One channel per shard to its group coordinator.
     pub groups: Vec<flume::Sender<CoordinatorRequest>>,
-    /// Set while this broker is creating `__consumer_offsets`, so that concurrent FindCoordinator
-    /// requests ask for it once.
-    pub creating_offsets_topic: AtomicBool,
+    /// The internal topics this broker is creating, so that concurrent FindCoordinator requests ask for
+    /// each once.
+    pub creating_internal_topics: Mutex<BTreeSet<&'static str>>,
     /// Set when the broker is stopping: long polls answer at once.
     pub shutdown: Shutdown,
     /// The data dir's free space: produce is refused below `log.dir.min.free.bytes`.
@@ -199,7 +200,7 @@ impl BrokerContext {
             shards,
             admin,
             groups,
-            creating_offsets_topic: AtomicBool::new(false),
+            creating_internal_topics: Mutex::new(BTreeSet::new()),
             shutdown,
             disk,
             producer_ids: ProducerIds::default(),

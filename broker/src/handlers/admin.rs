@@ -121,7 +121,7 @@ fn plan_create(
     if crate::topics::is_internal(&name) && !internal {
         return Err(refusal(
             ResponseError::InvalidRequest,
-            format!("{name} is internal: the broker creates it when a consumer group first needs it"),
+            format!("{name} is internal: the broker creates it when its coordinator is first asked for"),
         ));
     }
     if image.topic(&name).is_some() {
@@ -314,7 +314,7 @@ pub(super) async fn apply_delete_topics(
     let mut outcomes = Vec::new();
     for name in names {
         if crate::topics::is_internal(&name) {
-            // Every group's committed offsets live there.
+            // Every group's committed offsets, or every transactional id's state, live there.
             tracing::info!(topic = %name, "refused to delete an internal topic");
             outcomes.push((name, Some(ResponseError::InvalidTopicException)));
             continue;
@@ -362,7 +362,7 @@ pub(super) async fn apply_create_partitions(
             if crate::topics::is_internal(&name) {
                 return Err(refusal(
                     ResponseError::InvalidRequest,
-                    format!("the partition count of {name} decides which partition holds each group's offsets"),
+                    format!("the partition count of {name} decides which of its partitions holds each key"),
                 ));
             }
             let current = image

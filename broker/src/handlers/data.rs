@@ -149,7 +149,7 @@ pub fn dispatch_produce(ctx: &Arc<BrokerContext>, req: ProduceRequest) -> Dispat
             let slot = if ![-1, 0, 1].contains(&acks) {
                 Err(ResponseError::InvalidRequiredAcks.into())
             } else if crate::topics::is_internal(&name) {
-                // Only the broker writes there (the group coordinator).
+                // Only the broker writes there (the group and transaction coordinators).
                 Err(ResponseError::InvalidTopicException.into())
             } else {
                 let tp = TopicPartition::new(name.clone(), partition.index as u32);

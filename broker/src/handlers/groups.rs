@@ -1,4 +1,4 @@
-//! Consumer groups: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
+//! Consumer groups: JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
 //! OffsetFetch, ListGroups, DescribeGroups, DeleteGroups and OffsetDelete (the consumer protocol's own
 //! requests are in [`super::consumer_groups`]). Each request is checked and
 //! turned into calls to the group coordinator ([`crate::group::coordinator`]) on the shard that owns the
@@ -7,7 +7,6 @@
 
 use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
 use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
-use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
 use kafka_protocol::messages::leave_group_response::MemberResponse;
 use kafka_protocol::messages::list_groups_response::ListedGroup;
@@ -18,11 +17,10 @@ use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseTopics,
 };
 use kafka_protocol::messages::{
-    DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse, FindCoordinatorRequest,
-    FindCoordinatorResponse, GroupId, HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse,
-    LeaveGroupRequest, LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse, OffsetCommitRequest,
-    OffsetCommitResponse, OffsetDeleteRequest, OffsetDeleteResponse, OffsetFetchRequest, OffsetFetchResponse,
-    SyncGroupRequest, SyncGroupResponse,
+    DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse, GroupId,
+    HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse,
+    ListGroupsRequest, ListGroupsResponse, OffsetCommitRequest, OffsetCommitResponse, OffsetDeleteRequest,
+    OffsetDeleteResponse, OffsetFetchRequest, OffsetFetchResponse, SyncGroupRequest, SyncGroupResponse,
 };
 
 use super::*;
@@ -73,113 +71,6 @@ pub(super) async fn ask<T>(
         .await
         .map_err(|_| ResponseError::CoordinatorNotAvailable)?;
     rx.recv_async().await.map_err(|_| ResponseError::CoordinatorNotAvailable)
-}
-
-pub(super) async fn find_coordinator(
-    ctx: &Arc<BrokerContext>,
-    req: FindCoordinatorRequest,
-    version: i16,
-    listener: &str,
-) -> FindCoordinatorResponse {
-    let keys = if version >= 4 { req.coordinator_keys.clone() } else { vec![req.key.clone()] };
-    let image = ctx.image();
-    if req.key_type == 0 && image.topic(OFFSETS_TOPIC).is_none() {
-        create_offsets_topic(ctx);
-    }
-    let brokers = &image.state.brokers;
-    let coordinators: Vec<Coordinator> = keys
-        .into_iter()
-        .map(|key| {
-            let refused = |error: ResponseError, message: &str| {
-                Coordinator::default()
-                    .with_key(key.clone())
-                    .with_node_id(BrokerId(-1))
-                    .with_host(StrBytes::from_static_str(""))
-                    .with_port(-1)
-                    .with_error_code(error.code())
-                    .with_error_message(Some(str_bytes(message)))
-            };
-            if req.key_type != 0 {
-                return refused(ResponseError::InvalidRequest, "only group coordinators (key type 0) are served");
-            }
-            let Some(topic) = image.topic(OFFSETS_TOPIC) else {
-                return refused(ResponseError::CoordinatorNotAvailable, "the offsets topic is being created");
-            };
-            let partition = offsets_partition(key.as_str(), topic.partitions.len() as u32);
-            let leader = image.partition(OFFSETS_TOPIC, partition).and_then(|p| p.leader);
-            let live = leader.filter(|id| brokers.get(id).is_some_and(|b| !b.fenced));
-            match live.and_then(|id| Some((id, ctx.broker_address(&image, id, listener)?))) {
-                Some((id, (host, port))) => Coordinator::default()
-                    .with_key(key.clone())
-                    .with_node_id(BrokerId(id.0 as i32))
-                    .with_host(str_bytes(host))
-                    .with_port(port as i32),
-                None => refused(ResponseError::CoordinatorNotAvailable, "the group's offsets partition has no leader"),
-            }
-        })
-        .collect();
-    if version >= 4 {
-        return FindCoordinatorResponse::default().with_coordinators(coordinators);
-    }
-    let one = coordinators.into_iter().next().unwrap_or_default();
-    FindCoordinatorResponse::default()
-        .with_error_code(one.error_code)
-        .with_error_message(one.error_message)
-        .with_node_id(one.node_id)
-        .with_host(one.host)
-        .with_port(one.port)
-}
-
-/// Creates `__consumer_offsets` in the background (once at a time on this broker); FindCoordinator
-/// answers COORDINATOR_NOT_AVAILABLE meanwhile, which clients retry.
-fn create_offsets_topic(ctx: &Arc<BrokerContext>) {
-    use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
-    use std::sync::atomic::Ordering;
-    if ctx.creating_offsets_topic.swap(true, Ordering::SeqCst) {
-        return;
-    }
-    let live = ctx.image().state.live().len().max(1);
-    let settings = ctx.config.groups;
-    let replication = (settings.offsets_replication_factor as usize).min(live) as i16;
-    let config = |name: &'static str, value: String| {
-        CreatableTopicConfig::default()
-            .with_name(StrBytes::from_static_str(name))
-            .with_value(Some(StrBytes::from_string(value)))
-    };
-    let topic = CreatableTopic::default()
-        .with_name(topic_name(OFFSETS_TOPIC))
-        .with_num_partitions(settings.offsets_partitions as i32)
-        .with_replication_factor(replication)
-        // Compacted: the latest record of each offset and group is kept, tombstones remove deleted groups
-        // and expired offsets; nothing goes by age or size.
-        .with_configs(vec![
-            config("cleanup.policy", "compact".into()),
-            config("segment.bytes", settings.offsets_segment_bytes.to_string()),
-        ]);
-    let request = CreateTopicsRequest::default().with_topics(vec![topic]).with_timeout_ms(30_000);
-    let ctx = ctx.clone();
-    glommio::spawn_local(async move {
-        let (tx, rx) = flume::bounded(1);
-        let sent =
-            ctx.admin.send_async(AdminRequest::CreateTopics { request, internal: true, reply: tx }).await.is_ok();
-        if sent && let Ok(response) = rx.recv_async().await {
-            for t in response.topics {
-                match ResponseError::try_from_code(t.error_code) {
-                    None => tracing::info!(
-                        partitions = settings.offsets_partitions,
-                        replication_factor = replication,
-                        "created __consumer_offsets"
-                    ),
-                    Some(ResponseError::TopicAlreadyExists) => {}
-                    Some(e) => {
-                        tracing::warn!(error = ?e, message = ?t.error_message, "cannot create __consumer_offsets yet")
-                    }
-                }
-            }
-        }
-        ctx.creating_offsets_topic.store(false, Ordering::SeqCst);
-    })
-    .detach();
 }
 
 pub(super) async fn join_group(

@@ -6,6 +6,7 @@
 //! change of shard count a partition's log is simply opened by its new shard.
 
 pub mod configs;
+pub mod internal;
 pub mod recompress;
 pub mod records;
 
@@ -40,10 +41,11 @@ pub fn validate_topic_name(name: &str) -> Result<(), InvalidTopicName> {
     Ok(())
 }
 
-/// Whether the broker keeps `name` for itself (`__consumer_offsets`): Metadata marks it internal, and
-/// clients may not produce to it, create it, delete it, add partitions to it or commit offsets of it.
+/// Whether the broker keeps `name` for itself (`__consumer_offsets`, `__transaction_state`): Metadata marks
+/// it internal, and clients may not produce to it, create it, delete it, add partitions to it or commit
+/// offsets of it.
 pub fn is_internal(name: &str) -> bool {
-    name == crate::group::OFFSETS_TOPIC
+    internal::INTERNAL_TOPICS.contains(&name)
 }
 
 /// The shard a new partition goes to: partitions of a topic spread over consecutive shards from a
@@ -62,6 +64,15 @@ pub fn assign_shard(topic: &str, partition: u32, shards: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn both_coordinator_topics_are_internal_and_lookalikes_are_not() {
+        assert!(is_internal("__consumer_offsets"));
+        assert!(is_internal("__transaction_state"));
+        for other in ["__transaction_state2", "_transaction_state", "transaction_state", "orders", ""] {
+            assert!(!is_internal(other), "{other:?}");
+        }
+    }
 
     #[test]
     fn topic_names_follow_kafka_rules() {

@@ -44,6 +44,7 @@
 //! that is not in the transaction, or let an older epoch of a producer change a transaction.
 
 pub mod metadata;
+pub mod partition;
 pub mod record;
 
 #[cfg(test)]
@@ -55,6 +56,7 @@ use kafka_protocol::ResponseError;
 use shardlog_storage::TopicPartition;
 
 pub use metadata::{NO_PRODUCER_EPOCH, NO_PRODUCER_ID, TxnMetadata, TxnSnapshot, TxnState};
+pub use partition::transaction_partition;
 pub use record::{RecordError, TxnLogRecord};
 
 /// The internal topic the coordinator keeps its records in.

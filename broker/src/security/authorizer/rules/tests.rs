@@ -413,6 +413,39 @@ fn transactional_produce_needs_write_on_the_transactional_id() {
     ));
 }
 
+#[test]
+fn transaction_coordinator_lookup_needs_describe_on_the_transactional_id_not_on_a_group() {
+    const TXN_DENIED: i16 = 53;
+    let authorizer = authorizer(vec![
+        allow(ResourceType::TransactionalId, "tx-ok", PatternType::Literal, AclOperation::Describe),
+        // A group of the same name grants nothing on the transactional id.
+        allow(ResourceType::Group, "tx-other", PatternType::Literal, AclOperation::Describe),
+    ]);
+    let batched =
+        FindCoordinatorRequest::default().with_key_type(1).with_coordinator_keys(vec![s("tx-ok"), s("tx-other")]);
+    let Gate::Handle { request: RequestKind::FindCoordinator(handled), merge } =
+        authorize_request(&alice(), &authorizer, RequestKind::FindCoordinator(batched), 4)
+    else {
+        panic!("the allowed key is handled");
+    };
+    assert_eq!(handled.coordinator_keys, vec![s("tx-ok")]);
+    let ResponseKind::FindCoordinator(r) =
+        merge.finish(ResponseKind::FindCoordinator(FindCoordinatorResponse::default()))
+    else {
+        panic!("a FindCoordinator answer");
+    };
+    let denied: Vec<(&str, i16)> = r.coordinators.iter().map(|c| (c.key.as_str(), c.error_code)).collect();
+    assert_eq!(denied, vec![("tx-other", TXN_DENIED)]);
+
+    let single = FindCoordinatorRequest::default().with_key_type(1).with_key(s("tx-other"));
+    let Gate::Answer(ResponseKind::FindCoordinator(r)) =
+        authorize_request(&alice(), &authorizer, RequestKind::FindCoordinator(single), 3)
+    else {
+        panic!("a denied single key is answered at once");
+    };
+    assert_eq!((r.error_code, r.node_id.0), (TXN_DENIED, -1));
+}
+
 fn metadata_topics(names: &[&str]) -> Vec<metadata_response::MetadataResponseTopic> {
     names.iter().map(|n| metadata_response::MetadataResponseTopic::default().with_name(Some(topic(n)))).collect()
 }

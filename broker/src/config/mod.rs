@@ -144,6 +144,8 @@ pub struct BrokerConfig {
     pub groups: GroupConfig,
     /// The transaction coordinator's topic.
     pub transaction_log: TransactionLogConfig,
+    /// The transaction coordinator.
+    pub transactions: TransactionConfig,
     /// Every row of [`settings::SETTINGS`] with the value in force, in the table's order.
     pub effective: Vec<EffectiveSetting>,
     /// `shardlog start --add-scram` (a flag, not a setting: it acts only when the cluster forms), salted.
@@ -258,6 +260,18 @@ pub struct TransactionLogConfig {
     pub min_isr: u16,
     /// `transaction.state.log.segment.bytes`
     pub segment_bytes: u32,
+}
+
+/// The transaction coordinator's bounds and timings (Kafka's settings).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TransactionConfig {
+    /// `transaction.max.timeout.ms` and `transactional.id.expiration.ms`.
+    pub settings: crate::txn::TxnSettings,
+    /// `transaction.abort.timed.out.transaction.cleanup.interval.ms`
+    pub abort_timed_out_interval_ms: u64,
+    /// The acks=all timeout of the coordinator's writes to `__transaction_state` (Kafka uses the
+    /// broker's `request.timeout.ms`, 30 s).
+    pub write_timeout_ms: i32,
 }
 
 /// Per-shard bounds on what partitions hold, and how a shard waits for work (shardlog settings; Kafka has
@@ -724,6 +738,15 @@ impl Reader {
                 },
             },
         };
+        let transactions = TransactionConfig {
+            settings: crate::txn::TxnSettings {
+                transaction_max_timeout_ms: self.int_set("transaction.max.timeout.ms")? as i32,
+                transactional_id_expiration_ms: self.int_set("transactional.id.expiration.ms")?,
+            },
+            abort_timed_out_interval_ms: self.int_set("transaction.abort.timed.out.transaction.cleanup.interval.ms")?
+                as u64,
+            write_timeout_ms: 30_000,
+        };
         if groups.consumer.heartbeat_interval_ms >= groups.consumer.session_timeout_ms {
             return Err(invalid(
                 "group.consumer.heartbeat.interval.ms",
@@ -812,6 +835,7 @@ impl Reader {
             shard_limits,
             groups,
             transaction_log,
+            transactions,
             effective: Vec::new(),
             bootstrap_scram: Vec::new(),
         };

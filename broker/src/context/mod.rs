@@ -114,6 +114,8 @@ pub struct BrokerContext {
     /// The internal topics this broker is creating, so that concurrent FindCoordinator requests ask for
     /// each once.
     pub creating_internal_topics: Mutex<BTreeSet<&'static str>>,
+    /// One channel per shard to its transaction coordinator.
+    pub txns: Vec<flume::Sender<crate::txn::call::TxnRequest>>,
     /// Set when the broker is stopping: long polls answer at once.
     pub shutdown: Shutdown,
     /// The data dir's free space: produce is refused below `log.dir.min.free.bytes`.
@@ -136,6 +138,7 @@ pub struct ContextChannels {
     pub shards: Vec<flume::Sender<PartitionRequest>>,
     pub admin: flume::Sender<AdminRequest>,
     pub groups: Vec<flume::Sender<CoordinatorRequest>>,
+    pub txns: Vec<flume::Sender<crate::txn::call::TxnRequest>>,
 }
 
 /// A follower's replication connection on its way from the shard that accepted it to the shard that owns
@@ -186,7 +189,7 @@ impl BrokerContext {
         disk: Arc<DiskSpace>,
         cluster_tls: Option<Arc<ClusterTls>>,
     ) -> BrokerContext {
-        let ContextChannels { shards, admin, groups } = channels;
+        let ContextChannels { shards, admin, groups, txns } = channels;
         let lowest_voter = config.quorum_voters.iter().map(|v| v.id).min().unwrap_or(config.node_id);
         let shards_count = shards.len();
         BrokerContext {
@@ -201,6 +204,7 @@ impl BrokerContext {
             admin,
             groups,
             creating_internal_topics: Mutex::new(BTreeSet::new()),
+            txns,
             shutdown,
             disk,
             producer_ids: ProducerIds::default(),

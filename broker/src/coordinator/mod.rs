@@ -31,6 +31,7 @@
 //!
 //! State lives in `RefCell`s on the shard's thread; no borrow is held across an await.
 
+pub mod transactions;
 mod writes;
 
 use std::cell::{OnceCell, RefCell};
@@ -40,8 +41,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use bytes::BytesMut;
 use kafka_protocol::ResponseError;
-use kafka_protocol::records::{Record, RecordBatchDecoder};
+use kafka_protocol::records::{
+    Compression, NO_PARTITION_LEADER_EPOCH, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, Record, RecordBatchDecoder,
+    RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
 use shardlog_storage::{Clock, LeaderEpoch, SystemClock, TopicPartition};
 
 pub(crate) use writes::Mark;
@@ -92,12 +97,42 @@ pub(crate) fn replay_batches(mut bytes: Bytes, from: i64, mut f: impl FnMut(&Rec
     Ok(next)
 }
 
+/// One uncompressed batch of a coordinator's records (key, value or tombstone), without a producer id.
+pub(crate) fn encode_batch(records: Vec<(Bytes, Option<Bytes>)>) -> Result<Bytes, ResponseError> {
+    let timestamp = SystemClock.now_ms();
+    let records: Vec<Record> = records
+        .into_iter()
+        .enumerate()
+        .map(|(i, (key, value))| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: NO_PARTITION_LEADER_EPOCH,
+            producer_id: NO_PRODUCER_ID,
+            producer_epoch: NO_PRODUCER_EPOCH,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            // The encoder keeps records in one batch while offset - sequence stays the same.
+            sequence: i as i32 - 1,
+            timestamp,
+            key: Some(key),
+            value,
+            headers: Default::default(),
+        })
+        .collect();
+    let mut out = BytesMut::new();
+    RecordBatchEncoder::encode(&mut out, &records, &RecordEncodeOptions { version: 2, compression: Compression::None })
+        .map_err(|_| ResponseError::UnknownServerError)?;
+    Ok(out.freeze())
+}
+
 enum Slot<S> {
     Loading(LeaderEpoch),
     Loaded { epoch: LeaderEpoch, state: S },
 }
 
 type UnloadHook<S> = Box<dyn Fn(i32, S)>;
+type LoadHook = Box<dyn Fn(i32, LeaderEpoch)>;
 
 /// One shard's runtime for one coordinator: see the module documentation.
 pub(crate) struct Runtime<S: Coordinated> {
@@ -109,6 +144,7 @@ pub(crate) struct Runtime<S: Coordinated> {
     slots: RefCell<HashMap<i32, Slot<S>>>,
     writes: Rc<Writes>,
     unloaded: OnceCell<UnloadHook<S>>,
+    loaded: OnceCell<LoadHook>,
 }
 
 pub(crate) fn now_ms() -> u64 {
@@ -125,6 +161,7 @@ impl<S: Coordinated> Runtime<S> {
             slots: RefCell::new(HashMap::new()),
             writes: Rc::default(),
             unloaded: OnceCell::new(),
+            loaded: OnceCell::new(),
         })
     }
 
@@ -133,6 +170,14 @@ impl<S: Coordinated> Runtime<S> {
     pub(crate) fn on_unload(&self, hook: impl Fn(i32, S) + 'static) {
         if self.unloaded.set(Box::new(hook)).is_err() {
             unreachable!("a coordinator's unload hook is set once");
+        }
+    }
+
+    /// What is done once a partition's state is loaded, before any request sees it (the transaction
+    /// coordinator completes the transactions it finds decided). Set once, before the first load.
+    pub(crate) fn on_load(&self, hook: impl Fn(i32, LeaderEpoch) + 'static) {
+        if self.loaded.set(Box::new(hook)).is_err() {
+            unreachable!("a coordinator's load hook is set once");
         }
     }
 
@@ -245,25 +290,31 @@ impl<S: Coordinated> Runtime<S> {
         let me = self.clone();
         glommio::spawn_local(async move {
             let loaded = me.read_partition(partition, epoch).await;
-            let mut slots = me.slots.borrow_mut();
-            if !matches!(slots.get(&partition), Some(Slot::Loading(e)) if *e == epoch) {
-                return;
-            }
-            match loaded {
-                Ok(replay) => {
-                    let state = S::finish(replay, &me.settings, epoch, now_ms());
-                    if state.len() == 0 {
-                        tracing::debug!(topic = S::TOPIC, partition, %epoch, "nothing to load");
-                    } else {
-                        tracing::info!(topic = S::TOPIC, partition, %epoch, count = state.len(), "loaded {}", S::WHAT);
+            {
+                let mut slots = me.slots.borrow_mut();
+                if !matches!(slots.get(&partition), Some(Slot::Loading(e)) if *e == epoch) {
+                    return;
+                }
+                match loaded {
+                    Ok(replay) => {
+                        let state = S::finish(replay, &me.settings, epoch, now_ms());
+                        if state.len() == 0 {
+                            tracing::debug!(topic = S::TOPIC, partition, %epoch, "nothing to load");
+                        } else {
+                            tracing::info!(topic = S::TOPIC, partition, %epoch, count = state.len(), "loaded {}", S::WHAT);
+                        }
+                        slots.insert(partition, Slot::Loaded { epoch, state });
                     }
-                    slots.insert(partition, Slot::Loaded { epoch, state });
+                    Err(reason) => {
+                        // Tried again on the next tick while this broker still leads it.
+                        tracing::debug!(topic = S::TOPIC, partition, %epoch, %reason, "not loaded");
+                        slots.remove(&partition);
+                        return;
+                    }
                 }
-                Err(reason) => {
-                    // Tried again on the next tick while this broker still leads it.
-                    tracing::debug!(topic = S::TOPIC, partition, %epoch, %reason, "not loaded");
-                    slots.remove(&partition);
-                }
+            }
+            if let Some(hook) = me.loaded.get() {
+                hook(partition, epoch);
             }
         })
         .detach();

@@ -47,6 +47,8 @@ mod internal_topics;
 mod producers;
 mod reassign;
 mod security;
+pub(crate) mod transactions;
+pub(crate) mod txn_markers;
 
 pub use admin::admin;
 use admin::*;
@@ -91,6 +93,13 @@ pub fn supported_apis() -> SupportedApis {
         (ApiKey::ListPartitionReassignments, 0, 0),
         // v6 adds two-phase commit transactions.
         (ApiKey::InitProducerId, 0, 5),
+        // Transactions, `transaction.version` 1: AddPartitionsToTxn v4-5 are brokers' verify-only calls
+        // (here the peer protocol's), EndTxn v5 and TxnOffsetCommit v5 KIP-890 part 2.
+        (ApiKey::AddPartitionsToTxn, 0, 3),
+        (ApiKey::AddOffsetsToTxn, 0, 4),
+        (ApiKey::EndTxn, 0, 4),
+        (ApiKey::DescribeTransactions, 0, 0),
+        (ApiKey::ListTransactions, 0, 1),
         (ApiKey::FindCoordinator, 0, 6),
         (ApiKey::JoinGroup, 0, 9),
         (ApiKey::SyncGroup, 0, 5),
@@ -175,7 +184,20 @@ pub async fn handle(ctx: &Arc<BrokerContext>, request: DecodedRequest, client: &
         RequestKind::IncrementalAlterConfigs(req) => {
             ResponseKind::IncrementalAlterConfigs(incremental_alter_configs(ctx, req).await)
         }
-        RequestKind::InitProducerId(req) => ResponseKind::InitProducerId(init_producer_id(ctx, req).await),
+        RequestKind::InitProducerId(req) => ResponseKind::InitProducerId(init_producer_id(ctx, req, version).await),
+        RequestKind::AddPartitionsToTxn(req) => {
+            ResponseKind::AddPartitionsToTxn(transactions::add_partitions_to_txn(ctx, req, version).await)
+        }
+        RequestKind::AddOffsetsToTxn(req) => {
+            ResponseKind::AddOffsetsToTxn(transactions::add_offsets_to_txn(ctx, req, version).await)
+        }
+        RequestKind::EndTxn(req) => ResponseKind::EndTxn(transactions::end_txn(ctx, req, version).await),
+        RequestKind::DescribeTransactions(req) => {
+            ResponseKind::DescribeTransactions(transactions::describe_transactions(ctx, req).await)
+        }
+        RequestKind::ListTransactions(req) => {
+            ResponseKind::ListTransactions(transactions::list_transactions(ctx, req).await)
+        }
         RequestKind::ElectLeaders(req) => ResponseKind::ElectLeaders(elect::elect_leaders(ctx, req).await),
         RequestKind::AlterPartitionReassignments(req) => {
             ResponseKind::AlterPartitionReassignments(reassign::alter_partition_reassignments(ctx, req).await)

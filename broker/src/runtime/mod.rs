@@ -20,6 +20,7 @@ mod connection;
 pub mod limits;
 mod listeners;
 mod offline;
+pub(crate) mod peer_calls;
 mod replication;
 mod throttling;
 
@@ -117,6 +118,8 @@ pub fn run(config: BrokerConfig, shutdown: Shutdown) -> Result<()> {
     let (admin_tx, admin_rx) = flume::unbounded();
     let (group_txs, group_rxs): (Vec<_>, Vec<_>) = (0..shards).map(|_| flume::unbounded()).unzip();
     let mut group_rxs = group_rxs.into_iter();
+    let (txn_txs, txn_rxs): (Vec<_>, Vec<_>) = (0..shards).map(|_| flume::unbounded()).unzip();
+    let mut txn_rxs = txn_rxs.into_iter();
     let served = serve_listeners(&config, shards)?;
     let tls_listeners = served.iter().filter_map(|(l, _)| l.tls.clone()).collect();
     let mut per_shard = bind_listeners(served, shards).into_iter();
@@ -132,7 +135,7 @@ pub fn run(config: BrokerConfig, shutdown: Shutdown) -> Result<()> {
         config,
         handlers::supported_apis(),
         link.handle(),
-        crate::context::ContextChannels { shards: senders, admin: admin_tx, groups: group_txs },
+        crate::context::ContextChannels { shards: senders, admin: admin_tx, groups: group_txs, txns: txn_txs },
         shutdown.clone(),
         disk,
         cluster_tls.clone(),
@@ -151,6 +154,7 @@ pub fn run(config: BrokerConfig, shutdown: Shutdown) -> Result<()> {
         let clients = clients.clone();
         let listeners = per_shard.next().expect("descriptors for every shard");
         let groups = group_rxs.next().expect("one group coordinator channel per shard");
+        let txns = txn_rxs.next().expect("one transaction coordinator channel per shard");
         let mut builder = LocalExecutorBuilder::new(placement).name(&format!("shard-{shard}"));
         if ctx.config.shard_limits.idle_poll_us > 0 {
             builder = builder.spin_before_park(Duration::from_micros(ctx.config.shard_limits.idle_poll_us));
@@ -160,7 +164,7 @@ pub fn run(config: BrokerConfig, shutdown: Shutdown) -> Result<()> {
                 // A shard that fails or panics stops the whole broker: the others would serve a
                 // cluster view with its partitions missing.
                 let guard = StopOnFailure(shutdown.clone());
-                let channels = ShardChannels { requests, groups, admin };
+                let channels = ShardChannels { requests, groups, txns, admin };
                 let result = run_shard(shard, listeners, ctx, clients, channels, shutdown, draining).await;
                 if let Err(e) = &result {
                     tracing::error!(shard, error = %e, "shard failed; stopping the broker");
@@ -325,6 +329,7 @@ fn raise_open_file_limit(wanted: usize) -> usize {
 struct ShardChannels {
     requests: flume::Receiver<PartitionRequest>,
     groups: flume::Receiver<crate::group::call::CoordinatorRequest>,
+    txns: flume::Receiver<crate::txn::call::TxnRequest>,
     admin: Option<(flume::Receiver<AdminRequest>, flume::Receiver<Arc<MetadataImage>>)>,
 }
 
@@ -338,7 +343,7 @@ async fn run_shard(
     shutdown: Shutdown,
     draining: Arc<AtomicUsize>,
 ) -> Result<()> {
-    let ShardChannels { requests, groups, admin } = channels;
+    let ShardChannels { requests, groups, txns, admin } = channels;
     crate::metrics::register_shard(shard);
     glommio::spawn_local(crate::notify::beat(ctx.clone(), shard)).detach();
     // Counts this shard out of the drain however it ends, so a shard that fails to start does not hold
@@ -385,6 +390,7 @@ async fn run_shard(
     glommio::spawn_local(offline::run(ctx.clone(), logs.clone(), replicas.clone(), shutdown.clone())).detach();
     let limits = ctx.config.shard_limits;
     glommio::spawn_local(crate::group::coordinator::run(ctx.clone(), shard, groups)).detach();
+    glommio::spawn_local(crate::coordinator::transactions::run(ctx.clone(), shard, txns)).detach();
     let cleaner = glommio::spawn_local(crate::compaction::run(logs.clone(), limits.cleaner, shutdown.clone()));
     let sampling = crate::metrics::sample_shard(shard, logs.clone(), shutdown.clone());
     glommio::spawn_local(sampling).detach();

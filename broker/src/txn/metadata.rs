@@ -75,6 +75,24 @@ impl TxnState {
         })
     }
 
+    /// Kafka's name of the state, as DescribeTransactions and ListTransactions show it.
+    pub fn name(self) -> &'static str {
+        match self {
+            TxnState::Empty => "Empty",
+            TxnState::Ongoing => "Ongoing",
+            TxnState::PrepareCommit => "PrepareCommit",
+            TxnState::PrepareAbort => "PrepareAbort",
+            TxnState::CompleteCommit => "CompleteCommit",
+            TxnState::CompleteAbort => "CompleteAbort",
+            TxnState::Dead => "Dead",
+            TxnState::PrepareEpochFence => "PrepareEpochFence",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<TxnState> {
+        (0..=7).filter_map(TxnState::from_id).find(|s| s.name() == name)
+    }
+
     /// The states a transaction may move to this one from (Kafka's table). Moving from any other state is
     /// a bug in the coordinator, not a client's mistake.
     pub fn valid_previous(self) -> &'static [TxnState] {

@@ -43,6 +43,7 @@
 //! What it must never do: answer EndTxn before its Prepare record committed, send a marker to a partition
 //! that is not in the transaction, or let an older epoch of a producer change a transaction.
 
+pub mod call;
 pub mod metadata;
 pub mod partition;
 pub mod record;
@@ -190,7 +191,10 @@ pub fn write_error(e: ResponseError) -> ResponseError {
         | ResponseError::NotEnoughReplicas
         | ResponseError::NotEnoughReplicasAfterAppend
         | ResponseError::RequestTimedOut => ResponseError::CoordinatorNotAvailable,
-        ResponseError::NotLeaderOrFollower | ResponseError::KafkaStorageError => ResponseError::NotCoordinator,
+        // A deposed leader's write (the coordinator appends at its leader epoch).
+        ResponseError::NotLeaderOrFollower | ResponseError::FencedLeaderEpoch | ResponseError::KafkaStorageError => {
+            ResponseError::NotCoordinator
+        }
         ResponseError::MessageTooLarge | ResponseError::RecordListTooLarge => ResponseError::UnknownServerError,
         other => other,
     }

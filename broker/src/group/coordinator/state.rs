@@ -4,13 +4,10 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use kafka_protocol::ResponseError;
-use kafka_protocol::records::{
-    Compression, NO_PARTITION_LEADER_EPOCH, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, Record, RecordBatchEncoder,
-    RecordEncodeOptions, TimestampType,
-};
-use shardlog_storage::{Clock, LeaderEpoch, SystemClock};
+use kafka_protocol::records::Record;
+use shardlog_storage::LeaderEpoch;
 
 use crate::coordinator::Coordinated;
 use crate::group::OFFSETS_TOPIC;
@@ -261,31 +258,7 @@ impl Replay {
 
 /// One uncompressed batch of the records, without a producer id.
 pub(super) fn encode_batch(records: &[OffsetsRecord]) -> Result<Bytes, ResponseError> {
-    let timestamp = SystemClock.now_ms();
-    let records: Vec<Record> = records
-        .iter()
-        .enumerate()
-        .map(|(i, r)| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: NO_PARTITION_LEADER_EPOCH,
-            producer_id: NO_PRODUCER_ID,
-            producer_epoch: NO_PRODUCER_EPOCH,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            // The encoder keeps records in one batch while offset - sequence stays the same.
-            sequence: i as i32 - 1,
-            timestamp,
-            key: Some(r.key()),
-            value: r.value(),
-            headers: Default::default(),
-        })
-        .collect();
-    let mut out = BytesMut::new();
-    RecordBatchEncoder::encode(&mut out, &records, &RecordEncodeOptions { version: 2, compression: Compression::None })
-        .map_err(|_| ResponseError::UnknownServerError)?;
-    Ok(out.freeze())
+    crate::coordinator::encode_batch(records.iter().map(|r| (r.key(), r.value())).collect())
 }
 
 #[cfg(test)]

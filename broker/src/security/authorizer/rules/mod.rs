@@ -26,6 +26,7 @@
 mod admin;
 mod data;
 mod groups;
+mod transactions;
 
 use std::collections::HashSet;
 use std::fmt;
@@ -114,6 +115,15 @@ pub fn authorize_request(
         }
         RequestKind::DeleteRecords(req) => data::delete_records(&check(ApiKey::DeleteRecords), req),
         RequestKind::InitProducerId(req) => data::init_producer_id(&check(ApiKey::InitProducerId), req),
+        RequestKind::AddPartitionsToTxn(req) => {
+            transactions::add_partitions_to_txn(&check(ApiKey::AddPartitionsToTxn), req)
+        }
+        RequestKind::AddOffsetsToTxn(req) => transactions::add_offsets_to_txn(&check(ApiKey::AddOffsetsToTxn), req),
+        RequestKind::EndTxn(req) => transactions::end_txn(&check(ApiKey::EndTxn), req),
+        RequestKind::DescribeTransactions(req) => {
+            transactions::describe_transactions(&check(ApiKey::DescribeTransactions), req)
+        }
+        RequestKind::ListTransactions(req) => transactions::list_transactions(&check(ApiKey::ListTransactions), req),
         RequestKind::Metadata(req) => admin::metadata(&check(ApiKey::Metadata), req, version),
         RequestKind::DescribeCluster(req) => admin::describe_cluster(&check(ApiKey::DescribeCluster), req),
         RequestKind::CreateTopics(req) => admin::create_topics(&check(ApiKey::CreateTopics), req),

@@ -11,6 +11,7 @@ use crate::security::authorizer::{Authorizer, AuthorizerConfig, RequestContext};
 const TOPIC_DENIED: i16 = 29;
 const GROUP_DENIED: i16 = 30;
 const CLUSTER_DENIED: i16 = 31;
+const TXN_DENIED: i16 = 53;
 
 /// The APIs being added beside the handlers' (SASL, SCRAM credentials, ACLs, client quotas), with the
 /// version the samples use.
@@ -194,6 +195,23 @@ fn sample(api: ApiKey) -> RequestKind {
         K::AlterClientQuotas => RequestKind::AlterClientQuotas(
             AlterClientQuotasRequest::default().with_entries(vec![alter_client_quotas_request::EntryData::default()]),
         ),
+        K::AddPartitionsToTxn => RequestKind::AddPartitionsToTxn(
+            AddPartitionsToTxnRequest::default()
+                .with_v3_and_below_transactional_id(TransactionalId(s("tx")))
+                .with_v3_and_below_topics(vec![
+                    add_partitions_to_txn_request::AddPartitionsToTxnTopic::default()
+                        .with_name(topic("t"))
+                        .with_partitions(vec![0]),
+                ]),
+        ),
+        K::AddOffsetsToTxn => RequestKind::AddOffsetsToTxn(
+            AddOffsetsToTxnRequest::default().with_transactional_id(TransactionalId(s("tx"))).with_group_id(group("g")),
+        ),
+        K::EndTxn => RequestKind::EndTxn(EndTxnRequest::default().with_transactional_id(TransactionalId(s("tx")))),
+        K::DescribeTransactions => RequestKind::DescribeTransactions(
+            DescribeTransactionsRequest::default().with_transactional_ids(vec![TransactionalId(s("tx"))]),
+        ),
+        K::ListTransactions => RequestKind::ListTransactions(ListTransactionsRequest::default()),
         other => panic!("no sample request for {other:?}: add one (and its rule)"),
     }
 }
@@ -229,7 +247,8 @@ fn expected(api: ApiKey) -> Expected {
     use ApiKey as K;
     match api {
         K::ApiVersions | K::SaslHandshake | K::SaslAuthenticate | K::DescribeCluster => Expected::Unchecked,
-        K::ListGroups => Expected::Filtered,
+        K::ListGroups | K::ListTransactions => Expected::Filtered,
+        K::AddPartitionsToTxn | K::AddOffsetsToTxn | K::EndTxn | K::DescribeTransactions => Expected::Error(TXN_DENIED),
         K::Metadata => Expected::HandledWithError(TOPIC_DENIED),
         K::Produce
         | K::Fetch
@@ -291,6 +310,17 @@ fn every_api_is_denied_with_kafkas_error_for_a_principal_without_acls() {
                 assert_eq!(handled, request, "{api:?} is passed unchanged");
                 assert!(!merge.has_denials(), "{api:?}");
             }
+            (Expected::Filtered, Gate::Handle { request: handled, merge }) if api == ApiKey::ListTransactions => {
+                assert_eq!(handled, request, "{api:?}");
+                let listed = ListTransactionsResponse::default().with_transaction_states(vec![
+                    list_transactions_response::TransactionState::default()
+                        .with_transactional_id(TransactionalId(s("tx"))),
+                ]);
+                let ResponseKind::ListTransactions(r) = merge.finish(ResponseKind::ListTransactions(listed)) else {
+                    panic!("a ListTransactions response");
+                };
+                assert!(r.transaction_states.is_empty(), "the id is left out of ListTransactions");
+            }
             (Expected::Filtered, Gate::Handle { request: handled, merge }) => {
                 assert_eq!(handled, request, "{api:?}");
                 let listed = ListGroupsResponse::default()
@@ -310,7 +340,7 @@ fn every_api_is_denied_with_kafkas_error_for_a_principal_without_acls() {
             (Expected::Error(error), Gate::Answer(response)) => {
                 let text = format!("{response:?}");
                 assert!(text.contains(&format!("error_code: {error},")), "{api:?} answers {error}: {text}");
-                for other in [TOPIC_DENIED, GROUP_DENIED, CLUSTER_DENIED].iter().filter(|e| **e != error) {
+                for other in [TOPIC_DENIED, GROUP_DENIED, CLUSTER_DENIED, TXN_DENIED].iter().filter(|e| **e != error) {
                     assert!(!text.contains(&format!("error_code: {other},")), "{api:?} answers only {error}: {text}");
                 }
             }

@@ -1,0 +1,74 @@
+//! Transaction markers: the COMMIT or ABORT control batch a transaction coordinator has written to each
+//! partition of a decided transaction (Kafka's WriteTxnMarkers). The coordinator hands its markers to
+//! [`write_markers`], which writes those of partitions led here itself ([`write_markers_here`]) and sends
+//! the others to their leaders over the peer protocol.
+
+use super::*;
+use crate::txn::TxnMarkers;
+
+/// One marker for one partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MarkerWrite {
+    pub tp: TopicPartition,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    /// The epoch of the coordinator's leadership of its `__transaction_state` partition: a partition
+    /// refuses markers of an older coordinator (TRANSACTION_COORDINATOR_FENCED).
+    pub coordinator_epoch: i32,
+    pub commit: bool,
+}
+
+/// Writes `markers` to the partitions in `left`, each through its leader; returns the partitions that
+/// did not take it (to be tried again). A partition that no longer exists needs no marker.
+pub(crate) async fn write_markers(
+    ctx: &Arc<BrokerContext>,
+    markers: &TxnMarkers,
+    left: Vec<TopicPartition>,
+) -> Vec<TopicPartition> {
+    let image = ctx.image();
+    let me = NodeId(ctx.config.node_id);
+    let mut by_leader: BTreeMap<NodeId, Vec<MarkerWrite>> = BTreeMap::new();
+    let mut not_led = Vec::new();
+    for tp in left {
+        let Some(partition) = image.partition(&tp.topic, tp.partition as i32) else { continue };
+        let Some(leader) = partition.leader else {
+            not_led.push(tp);
+            continue;
+        };
+        by_leader.entry(leader).or_default().push(MarkerWrite {
+            tp,
+            producer_id: markers.producer_id,
+            producer_epoch: markers.producer_epoch,
+            coordinator_epoch: markers.coordinator_epoch,
+            commit: markers.result == crate::txn::TxnResult::Commit,
+        });
+    }
+    let mut failed = not_led;
+    for (leader, writes) in by_leader {
+        let errors = if leader == me {
+            write_markers_here(ctx, &writes).await
+        } else {
+            crate::runtime::peer_calls::write_markers(ctx, leader, &writes).await
+        };
+        for (write, error) in writes.into_iter().zip(errors) {
+            match error {
+                None => {}
+                // Deleted meanwhile: there is nothing left to mark.
+                Some(ResponseError::UnknownTopicOrPartition) => {}
+                Some(error) => {
+                    tracing::debug!(partition = %write.tp, ?error, "transaction marker not written");
+                    failed.push(write.tp);
+                }
+            }
+        }
+    }
+    failed
+}
+
+/// Writes markers to partitions this broker leads, each acknowledged by its in-sync replicas; the error of
+/// each, in order.
+pub(crate) async fn write_markers_here(ctx: &Arc<BrokerContext>, writes: &[MarkerWrite]) -> Vec<Option<ResponseError>> {
+    // The storage side of markers is not merged yet.
+    let _ = ctx;
+    vec![Some(ResponseError::NotLeaderOrFollower); writes.len()]
+}

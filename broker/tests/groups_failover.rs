@@ -3,8 +3,9 @@
 //! `min.insync.replicas=2`, and the broker coordinating a group killed with SIGKILL at a chosen moment.
 //! The leader of the group's offsets partition moves to another in-sync replica, whose coordinator
 //! rebuilds the group from that partition's log; the tests check what it rebuilt:
-//! - committed offsets: every commit acknowledged before the kill is still there, no offset that was
-//!   never sent is, and a consumer of the group starts at the last acknowledged commit;
+//! - committed offsets, from outside the group and from a member: every commit acknowledged before the
+//!   kill is still there, no offset that was never sent is, a member keeps its place in the group, and
+//!   a consumer of the group then starts at the last acknowledged commit;
 //! - the classic protocol: a group caught between its members' JoinGroups reforms on the new coordinator,
 //!   its two members together assigned every partition once;
 //! - the consumer protocol (KIP-848): a group caught while a member has partitions to revoke settles on
@@ -20,10 +21,11 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{Offset, TopicPartitionList};
 use shardlog_broker::client::{DescribedGroup, KafkaClient};
 use shardlog_broker::group::{OFFSETS_TOPIC, offsets_partition};
 
@@ -201,6 +203,18 @@ fn wait_until_consumers_hold(cluster: &Cluster, consumers: [&BaseConsumer; 2], s
     });
 }
 
+/// `consumer`'s next message, skipping refused connections, which librdkafka may report as consume
+/// errors (to the killed broker, if an answer it read still named it); no other error is expected.
+fn next_message(consumer: &BaseConsumer) -> Option<(i32, i64)> {
+    match consumer.poll(Duration::from_millis(100))? {
+        Err(KafkaError::MessageConsumption(RDKafkaErrorCode::BrokerTransportFailure)) => None,
+        other => {
+            let m = other.expect("no consume error");
+            Some((m.partition(), m.offset()))
+        }
+    }
+}
+
 #[test]
 fn commits_acknowledged_before_the_coordinators_broker_is_killed_survive_it_and_a_consumer_resumes_at_them() {
     const TOPIC: &str = "commits";
@@ -264,19 +278,103 @@ fn commits_acknowledged_before_the_coordinators_broker_is_killed_survive_it_and_
             assignment(&consumer),
             admin.offsets(TOPIC, PARTITIONS)
         );
-        if let Some(message) = consumer.poll(Duration::from_millis(100)) {
-            // librdkafka may report a refused connection (to the killed broker, if an answer it read
-            // still named it) as a consume error; no other error is expected.
-            let m = match message {
-                Err(KafkaError::MessageConsumption(RDKafkaErrorCode::BrokerTransportFailure)) => continue,
-                other => other.expect("no consume error"),
-            };
-            let offset = m.offset();
-            assert!(offset >= last, "partition {} read offset {offset}, below the commit {last}", m.partition());
-            firsts.entry(m.partition()).or_insert(offset);
-        }
+        let Some((partition, offset)) = next_message(&consumer) else { continue };
+        assert!(offset >= last, "partition {partition} read offset {offset}, below the commit {last}");
+        firsts.entry(partition).or_insert(offset);
     }
     assert_eq!(firsts, expected, "every partition's first record is the one at the committed offset");
+}
+
+#[test]
+fn a_members_commits_acknowledged_before_its_coordinators_broker_is_killed_survive_it_and_it_stays_in_the_group() {
+    const TOPIC: &str = "member-commits";
+    const GROUP: &str = "failover-member-commits";
+    const RECORDS: i32 = 2000;
+    /// A commit after every this many records read.
+    const BATCH: usize = 20;
+    let mut cluster = Cluster::start(&SETTINGS);
+    let bootstrap = cluster.bootstrap();
+    let mut admin = cluster.client();
+    create_topic(&mut admin, TOPIC);
+    produce(&bootstrap, TOPIC, RECORDS);
+    let coordinator = coordinator_in_sync(&cluster, &mut admin, GROUP);
+
+    let member = classic_consumer(&bootstrap, GROUP);
+    member.subscribe(&[TOPIC]).unwrap();
+    cluster.wait_for("the member to hold every partition", || {
+        member.poll(Duration::from_millis(100));
+        (assignment(&member).len() == PARTITIONS as usize).then_some(())
+    });
+    let described = |admin: &mut KafkaClient| admin.describe_group(GROUP).expect("DescribeGroups answered");
+    let before = described(&mut admin).expect("the group exists");
+    assert_eq!((before.state.as_str(), before.members.len()), ("Stable", 1), "{before:?}");
+
+    // The member reads, and commits what it read (the next offset of each partition) after every
+    // BATCH records, synchronously; its fifth acknowledged commit is followed by the kill, and it goes
+    // on until five more are acknowledged.
+    let mut next: BTreeMap<i32, i64> = BTreeMap::new();
+    let mut acked: Option<BTreeMap<i32, i64>> = None;
+    let (mut acked_count, mut acked_before_kill, mut errors) = (0, None, Vec::new());
+    let mut read = 0;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while acked_before_kill.is_none() || acked_count < 10 {
+        assert!(Instant::now() < deadline, "ten acknowledged commits within 120 s; errors: {errors:?}");
+        let Some((partition, offset)) = next_message(&member) else { continue };
+        next.insert(partition, offset + 1);
+        read += 1;
+        if read % BATCH != 0 {
+            continue;
+        }
+        let mut offsets = TopicPartitionList::new();
+        for (p, o) in &next {
+            offsets.add_partition_offset(TOPIC, *p, Offset::Offset(*o)).unwrap();
+        }
+        match member.commit(&offsets, CommitMode::Sync) {
+            Ok(()) => {
+                acked = Some(next.clone());
+                acked_count += 1;
+            }
+            Err(e) => errors.push(format!("commit of {next:?}: {e}")),
+        }
+        if acked_count == 5 && acked_before_kill.is_none() {
+            acked_before_kill = acked.clone();
+            cluster.kill(coordinator);
+        }
+    }
+    let (acked_before_kill, last) = (acked_before_kill.unwrap(), acked.unwrap());
+    let moved_to = new_coordinator(&cluster, &mut admin, GROUP, coordinator);
+
+    // Every partition's committed offset is the last acknowledged commit's (the member read on, in
+    // order, so no earlier commit of it is higher), which is at least the one acknowledged before the
+    // kill.
+    let committed_now = committed(&mut admin, GROUP, TOPIC);
+    assert_eq!(committed_now, last, "the last acknowledged commit is what OffsetFetch answers; errors: {errors:?}");
+    for (partition, offset) in &acked_before_kill {
+        assert!(committed_now[partition] >= *offset, "partition {partition} went back below {offset}");
+    }
+    // The group the new coordinator rebuilt holds the same member, which never left it.
+    let after = described(&mut admin).expect("the group exists");
+    assert_eq!(cluster.index_of(&admin.coordinator(GROUP).unwrap()), moved_to);
+    assert_eq!(after.state, "Stable", "{after:?}");
+    let ids = |g: &DescribedGroup| g.members.iter().map(|m| m.member_id.clone()).collect::<Vec<_>>();
+    assert_eq!(ids(&after), ids(&before), "the member kept its place in the group across the failover");
+    drop(member);
+
+    // A new member starts every partition at the last acknowledged commit, or the log start where none
+    // was made: nothing below it is read.
+    let resumed = classic_consumer(&cluster.live_bootstrap(), GROUP);
+    resumed.subscribe(&[TOPIC]).unwrap();
+    let mut firsts: BTreeMap<i32, i64> = BTreeMap::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while firsts.len() < PARTITIONS as usize {
+        assert!(Instant::now() < deadline, "a record from every partition within 60 s; the first read: {firsts:?}");
+        let Some((partition, offset)) = next_message(&resumed) else { continue };
+        let start = last.get(&partition).copied().unwrap_or(0);
+        assert!(offset >= start, "partition {partition} read offset {offset}, below its commit {start}");
+        firsts.entry(partition).or_insert(offset);
+    }
+    let expected: BTreeMap<i32, i64> = (0..PARTITIONS).map(|p| (p, last.get(&p).copied().unwrap_or(0))).collect();
+    assert_eq!(firsts, expected, "every partition's first record is the one at its committed offset");
 }
 
 #[test]
@@ -300,19 +398,25 @@ fn a_classic_group_caught_mid_rebalance_by_its_coordinators_death_reforms_on_the
     // partitions and so does not join again: the group waits for it, between JoinGroups.
     let second = classic_consumer(&bootstrap, GROUP);
     second.subscribe(&[TOPIC]).unwrap();
-    let before = cluster.wait_for("the group to be rebalancing", || {
+    let before = cluster.wait_until("the group to be rebalancing", || {
         second.poll(Duration::from_millis(100));
-        admin.describe_group(GROUP).ok()?.filter(|g| g.state == "PreparingRebalance")
+        match admin.describe_group(GROUP) {
+            Ok(Some(g)) if g.state == "PreparingRebalance" => Ok(g),
+            other => Err(format!("{other:?}")),
+        }
     });
     assert_eq!(assignment(&second), Vec::<i32>::new(), "the second member holds nothing yet: {before:?}");
     cluster.kill(coordinator);
     let moved_to = new_coordinator(&cluster, &mut admin, GROUP, coordinator);
 
     // Both members go on polling: they find the new coordinator and the group reforms there.
-    let group = cluster.wait_for("the group Stable with two members on the new coordinator", || {
+    let group = cluster.wait_until("the group Stable with two members on the new coordinator", || {
         first.poll(Duration::from_millis(50));
         second.poll(Duration::from_millis(50));
-        admin.describe_group(GROUP).ok()?.filter(|g| g.state == "Stable" && g.members.len() == 2)
+        match admin.describe_group(GROUP) {
+            Ok(Some(g)) if g.state == "Stable" && g.members.len() == 2 => Ok(g),
+            other => Err(format!("{other:?}")),
+        }
     });
     assert_eq!(
         cluster.index_of(&admin.coordinator(GROUP).unwrap()),
@@ -345,25 +449,35 @@ fn a_consumer_protocol_group_caught_mid_reconciliation_by_its_coordinators_death
     // polled, does not revoke them: the group is caught reconciling.
     let second = consumer_protocol_consumer(&bootstrap, GROUP);
     second.subscribe(&[TOPIC]).unwrap();
-    let before = cluster.wait_for("a member with partitions to revoke", || {
+    let before = cluster.wait_until("a member with partitions to revoke", || {
         second.poll(Duration::from_millis(100));
-        let g = admin.describe_group(GROUP).ok()??;
-        let reconciling = g.members.len() == 2
-            && g.members.iter().any(|m| m.target.as_ref().is_some_and(|t| t.len() < m.assigned.len()));
-        reconciling.then_some(g)
+        let reconciling = |g: &DescribedGroup| {
+            g.members.len() == 2
+                && g.members.iter().any(|m| m.target.as_ref().is_some_and(|t| t.len() < m.assigned.len()))
+        };
+        match admin.describe_group(GROUP) {
+            Ok(Some(g)) if reconciling(&g) => Ok(g),
+            other => Err(format!("{other:?}")),
+        }
     });
     cluster.kill(coordinator);
     let moved_to = new_coordinator(&cluster, &mut admin, GROUP, coordinator);
 
-    let group = cluster.wait_for("the group reconciled, two members, on the new coordinator", || {
+    let group = cluster.wait_until("the group reconciled, two members, on the new coordinator", || {
         first.poll(Duration::from_millis(50));
         second.poll(Duration::from_millis(50));
-        let g = admin.describe_group(GROUP).ok()??;
-        let (group_epoch, assignment_epoch) = g.epochs?;
-        let settled = g.members.len() == 2
-            && assignment_epoch == group_epoch
-            && g.members.iter().all(|m| m.member_epoch == Some(group_epoch) && m.target.as_ref() == Some(&m.assigned));
-        settled.then_some(g)
+        let settled = |g: &DescribedGroup| {
+            let Some((group_epoch, assignment_epoch)) = g.epochs else { return false };
+            g.members.len() == 2
+                && assignment_epoch == group_epoch
+                && g.members
+                    .iter()
+                    .all(|m| m.member_epoch == Some(group_epoch) && m.target.as_ref() == Some(&m.assigned))
+        };
+        match admin.describe_group(GROUP) {
+            Ok(Some(g)) if settled(&g) => Ok(g),
+            other => Err(format!("{other:?}")),
+        }
     });
     assert_eq!(
         cluster.index_of(&admin.coordinator(GROUP).unwrap()),

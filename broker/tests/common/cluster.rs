@@ -95,12 +95,19 @@ impl Cluster {
 
     /// Polls `done` until it gives a value, for up to 60 s (every 100 ms); panics naming `what` after.
     pub fn wait_for<T>(&self, what: &str, mut done: impl FnMut() -> Option<T>) -> T {
+        self.wait_until(what, || done().ok_or_else(String::new))
+    }
+
+    /// Like [`Cluster::wait_for`], for a `done` that says what it saw while the wait goes on: the last
+    /// thing it said is in the panic's message.
+    pub fn wait_until<T>(&self, what: &str, mut done: impl FnMut() -> Result<T, String>) -> T {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            if let Some(value) = done() {
-                return value;
-            }
-            assert!(Instant::now() < deadline, "timed out after 60 s waiting for {what}");
+            let seen = match done() {
+                Ok(value) => return value,
+                Err(seen) => seen,
+            };
+            assert!(Instant::now() < deadline, "timed out after 60 s waiting for {what}; last seen: {seen}");
             std::thread::sleep(Duration::from_millis(100));
         }
     }

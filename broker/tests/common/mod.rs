@@ -2,6 +2,7 @@
 //! dir, spoken to over TCP with requests encoded by `kafka-protocol`'s client side.
 #![allow(dead_code)]
 
+pub mod cluster;
 pub mod pki;
 pub mod requests;
 pub mod voters;

@@ -100,6 +100,7 @@ pub fn supported_apis() -> SupportedApis {
         (ApiKey::EndTxn, 0, 4),
         (ApiKey::DescribeTransactions, 0, 0),
         (ApiKey::ListTransactions, 0, 1),
+        (ApiKey::WriteTxnMarkers, 1, 1),
         (ApiKey::FindCoordinator, 0, 6),
         (ApiKey::JoinGroup, 0, 9),
         (ApiKey::SyncGroup, 0, 5),
@@ -197,6 +198,9 @@ pub async fn handle(ctx: &Arc<BrokerContext>, request: DecodedRequest, client: &
         }
         RequestKind::ListTransactions(req) => {
             ResponseKind::ListTransactions(transactions::list_transactions(ctx, req).await)
+        }
+        RequestKind::WriteTxnMarkers(req) => {
+            ResponseKind::WriteTxnMarkers(txn_markers::write_txn_markers(ctx, req).await)
         }
         RequestKind::ElectLeaders(req) => ResponseKind::ElectLeaders(elect::elect_leaders(ctx, req).await),
         RequestKind::AlterPartitionReassignments(req) => {

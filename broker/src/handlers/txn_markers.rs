@@ -72,3 +72,59 @@ pub(crate) async fn write_markers_here(ctx: &Arc<BrokerContext>, writes: &[Marke
     let _ = ctx;
     vec![Some(ResponseError::NotLeaderOrFollower); writes.len()]
 }
+
+/// WriteTxnMarkers v1, as a coordinator of another Kafka-speaking tool sends it (`kafka-transactions.sh
+/// abort` does, for a hanging transaction): each marker written to each partition, which must be led here.
+pub(super) async fn write_txn_markers(
+    ctx: &Arc<BrokerContext>,
+    req: kafka_protocol::messages::WriteTxnMarkersRequest,
+) -> kafka_protocol::messages::WriteTxnMarkersResponse {
+    use kafka_protocol::messages::WriteTxnMarkersResponse;
+    use kafka_protocol::messages::write_txn_markers_response::{
+        WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
+    };
+    let mut results = Vec::with_capacity(req.markers.len());
+    for marker in req.markers {
+        let mut writes = Vec::new();
+        // Per (topic, partition) in the request's order: an error decided here, or the index of its write.
+        let mut answers: Vec<(TopicName, i32, Result<usize, ResponseError>)> = Vec::new();
+        for topic in &marker.topics {
+            for &partition in &topic.partition_indexes {
+                let led = u32::try_from(partition).map_err(|_| ResponseError::UnknownTopicOrPartition).and_then(|_| {
+                    ctx.leader_here(topic.name.0.as_str(), partition).map_err(|e| match e {
+                        ResponseError::UnknownTopicOrPartition => e,
+                        _ => ResponseError::NotLeaderOrFollower,
+                    })
+                });
+                let answer = led.map(|_| {
+                    writes.push(MarkerWrite {
+                        tp: TopicPartition::new(topic.name.0.to_string(), partition as u32),
+                        producer_id: marker.producer_id.0,
+                        producer_epoch: marker.producer_epoch,
+                        coordinator_epoch: marker.coordinator_epoch,
+                        commit: marker.transaction_result,
+                    });
+                    writes.len() - 1
+                });
+                answers.push((topic.name.clone(), partition, answer));
+            }
+        }
+        let written = write_markers_here(ctx, &writes).await;
+        let mut topics: Vec<WritableTxnMarkerTopicResult> = Vec::new();
+        for (name, partition, answer) in answers {
+            let error = match answer {
+                Ok(i) => written.get(i).copied().flatten(),
+                Err(e) => Some(e),
+            };
+            let result = WritableTxnMarkerPartitionResult::default()
+                .with_partition_index(partition)
+                .with_error_code(error.map_or(0, |e| e.code()));
+            match topics.last_mut() {
+                Some(last) if last.name == name => last.partitions.push(result),
+                _ => topics.push(WritableTxnMarkerTopicResult::default().with_name(name).with_partitions(vec![result])),
+            }
+        }
+        results.push(WritableTxnMarkerResult::default().with_producer_id(marker.producer_id).with_topics(topics));
+    }
+    WriteTxnMarkersResponse::default().with_markers(results)
+}

@@ -212,6 +212,13 @@ fn sample(api: ApiKey) -> RequestKind {
             DescribeTransactionsRequest::default().with_transactional_ids(vec![TransactionalId(s("tx"))]),
         ),
         K::ListTransactions => RequestKind::ListTransactions(ListTransactionsRequest::default()),
+        K::WriteTxnMarkers => RequestKind::WriteTxnMarkers(WriteTxnMarkersRequest::default().with_markers(vec![
+            write_txn_markers_request::WritableTxnMarker::default().with_topics(vec![
+                write_txn_markers_request::WritableTxnMarkerTopic::default()
+                    .with_name(topic("t"))
+                    .with_partition_indexes(vec![0]),
+            ]),
+        ])),
         other => panic!("no sample request for {other:?}: add one (and its rule)"),
     }
 }
@@ -277,6 +284,7 @@ fn expected(api: ApiKey) -> Expected {
         | K::AlterPartitionReassignments
         | K::ListPartitionReassignments
         | K::InitProducerId
+        | K::WriteTxnMarkers
         | K::DescribeUserScramCredentials
         | K::AlterUserScramCredentials
         | K::CreateAcls

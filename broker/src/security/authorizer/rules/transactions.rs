@@ -1,20 +1,24 @@
 //! The transaction coordinator's APIs, as Kafka's `KafkaApis` checks them: WRITE on the TRANSACTIONAL_ID for
 //! every change to a transaction (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED), and besides it WRITE on each
 //! topic added to a transaction (AddPartitionsToTxn) or READ on the group whose offsets are sent
-//! (AddOffsetsToTxn); DESCRIBE on the id to see it (DescribeTransactions, ListTransactions).
+//! (AddOffsetsToTxn); DESCRIBE on the id to see it (DescribeTransactions, ListTransactions). WriteTxnMarkers,
+//! a coordinator's call to partition leaders, needs CLUSTER_ACTION on the CLUSTER.
 
 use kafka_protocol::messages::add_partitions_to_txn_response::{
     AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
 };
 use kafka_protocol::messages::describe_transactions_response::TransactionState;
+use kafka_protocol::messages::write_txn_markers_response::{
+    WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
+};
 use kafka_protocol::messages::{
     AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse,
     DescribeTransactionsRequest, DescribeTransactionsResponse, EndTxnRequest, EndTxnResponse, ListTransactionsRequest,
-    ProducerId, RequestKind, ResponseKind,
+    ProducerId, RequestKind, ResponseKind, WriteTxnMarkersRequest, WriteTxnMarkersResponse,
 };
 
 use super::super::acl::{AclOperation, ResourceType};
-use super::{Check, GROUP_DENIED, Gate, Merge, TOPIC_DENIED, TXN_DENIED, code};
+use super::{CLUSTER_DENIED, Check, GROUP_DENIED, Gate, Merge, TOPIC_DENIED, TXN_DENIED, code};
 use crate::security::authorizer::Resource;
 
 fn may_write(check: &Check<'_>, transactional_id: &str) -> bool {
@@ -131,4 +135,35 @@ pub(super) fn list_transactions(check: &Check<'_>, req: ListTransactionsRequest)
         other => other,
     });
     Gate::Handle { request: RequestKind::ListTransactions(req), merge }
+}
+
+/// WriteTxnMarkers: CLUSTER_ACTION on the CLUSTER, else every partition is CLUSTER_AUTHORIZATION_FAILED.
+pub(super) fn write_txn_markers(check: &Check<'_>, req: WriteTxnMarkersRequest) -> Gate {
+    if check.cluster(AclOperation::ClusterAction) {
+        return super::pass(RequestKind::WriteTxnMarkers(req));
+    }
+    let markers = req
+        .markers
+        .iter()
+        .map(|m| {
+            let topics = m
+                .topics
+                .iter()
+                .map(|t| {
+                    let partitions = t
+                        .partition_indexes
+                        .iter()
+                        .map(|p| {
+                            WritableTxnMarkerPartitionResult::default()
+                                .with_partition_index(*p)
+                                .with_error_code(code(CLUSTER_DENIED))
+                        })
+                        .collect();
+                    WritableTxnMarkerTopicResult::default().with_name(t.name.clone()).with_partitions(partitions)
+                })
+                .collect();
+            WritableTxnMarkerResult::default().with_producer_id(m.producer_id).with_topics(topics)
+        })
+        .collect();
+    Gate::Answer(ResponseKind::WriteTxnMarkers(WriteTxnMarkersResponse::default().with_markers(markers)))
 }

@@ -24,7 +24,7 @@ use super::PartitionLog;
 /// Bytes read at a time when replaying batch headers.
 const REPLAY_CHUNK_BYTES: u64 = 1 << 20;
 /// The largest snapshot a log can write (every producer with every batch kept), with room to spare.
-const MAX_SNAPSHOT_BYTES: u64 = 64 + MAX_PRODUCERS_PER_PARTITION as u64 * (19 + BATCHES_KEPT as u64 * 24) * 2;
+const MAX_SNAPSHOT_BYTES: u64 = 64 + MAX_PRODUCERS_PER_PARTITION as u64 * (31 + BATCHES_KEPT as u64 * 24) * 2;
 
 /// The path of the snapshot taken at `offset`.
 pub fn snapshot_path(dir: &Path, offset: Offset) -> PathBuf {

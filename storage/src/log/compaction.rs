@@ -153,13 +153,16 @@ impl<F: Fs> CleanedSegment<F> {
 
 impl<F: Fs> PartitionLog<F> {
     /// The segments a cleaner may rewrite, oldest first: every one but the active segment, as far as they
-    /// lie wholly below the high watermark (what is above it may still be cut by a new leader).
+    /// lie wholly below the last stable offset (what is above the high watermark may still be cut by a
+    /// new leader, and a transaction not yet decided must not be cleaned: Kafka never cleans at or past
+    /// the first unstable offset).
     pub fn closed_segments(&self) -> Vec<ClosedSegment> {
         let inner = self.inner.borrow();
         let n = inner.segments.len();
+        let stable = inner.last_stable();
         inner.segments[..n - 1]
             .iter()
-            .take_while(|s| s.next_offset <= inner.high_watermark)
+            .take_while(|s| s.next_offset <= stable)
             .map(|s| ClosedSegment {
                 base: s.base,
                 next_offset: s.next_offset,
@@ -346,6 +349,18 @@ impl<F: Fs> PartitionLog<F> {
             cleaned.abandon(&self.fs).await;
             return Ok(false);
         };
+        // The cleaned segment's aborted transactions are the run's (an entry whose records compaction
+        // removed filters nothing). They go into the first segment's `.txnindex` before the commit: if the
+        // swap does not happen, that file names markers beyond its segment, fails its check at the next
+        // open, and is rebuilt from the log.
+        let aborted: Vec<_> = {
+            let inner = self.inner.borrow();
+            inner.segments[start..start + replaced.len()].iter().flat_map(|s| s.aborted.iter().copied()).collect()
+        };
+        let txn_index = self.dir.join(segment::file_name(first.base, segment::TXN_INDEX_SUFFIX));
+        if !aborted.is_empty() {
+            durable::replace_file(&self.fs, &txn_index, &crate::txn::index::encode(&aborted)).await?;
+        }
         let swap = self.dir.join(segment::file_name(first.base, SWAP_SUFFIX));
         if let Err(e) = self.fs.rename(&cleaned.path, &swap).await {
             fatal::disk_failure("rename", &cleaned.path, &e);
@@ -371,6 +386,7 @@ impl<F: Fs> PartitionLog<F> {
             persisted_index: None,
             created_ms: self.inner.borrow().segments[start].created_ms,
             index: index.clone(),
+            aborted,
         };
         {
             let mut inner = self.inner.borrow_mut();
@@ -378,8 +394,10 @@ impl<F: Fs> PartitionLog<F> {
             inner.generation += 1;
         }
         for (i, r) in replaced.iter().enumerate() {
-            for suffix in [segment::INDEX_SUFFIX, segment::TIME_INDEX_SUFFIX, segment::LOG_SUFFIX] {
-                if i == 0 && suffix == segment::LOG_SUFFIX {
+            for suffix in
+                [segment::INDEX_SUFFIX, segment::TIME_INDEX_SUFFIX, segment::TXN_INDEX_SUFFIX, segment::LOG_SUFFIX]
+            {
+                if i == 0 && (suffix == segment::LOG_SUFFIX || suffix == segment::TXN_INDEX_SUFFIX) {
                     continue;
                 }
                 let path = self.dir.join(segment::file_name(r.base, suffix));
@@ -430,9 +448,13 @@ pub(super) async fn finish_swap<F: Fs>(fs: &F, dir: &Path, base: Offset) -> Resu
     drop(file);
     let names = fs.list_dir(dir).map_err(|e| StorageError::io("list", dir, e))?;
     for name in &names {
-        for suffix in [segment::INDEX_SUFFIX, segment::TIME_INDEX_SUFFIX, segment::LOG_SUFFIX] {
+        for suffix in
+            [segment::INDEX_SUFFIX, segment::TIME_INDEX_SUFFIX, segment::TXN_INDEX_SUFFIX, segment::LOG_SUFFIX]
+        {
+            // The first segment's `.log` becomes the swap's, and its `.txnindex` already is the swap's.
+            let kept = suffix == segment::LOG_SUFFIX || suffix == segment::TXN_INDEX_SUFFIX;
             let replaced = segment::parse_file_name(name, suffix)
-                .is_some_and(|b| b >= base && b < scan.next_offset && !(b == base && suffix == segment::LOG_SUFFIX));
+                .is_some_and(|b| b >= base && b < scan.next_offset && !(b == base && kept));
             if replaced {
                 let path = dir.join(name);
                 if let Err(e) = fs.remove(&path).await {

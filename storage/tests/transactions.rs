@@ -405,3 +405,51 @@ proptest! {
         prop_assert_eq!(txn_state(&reopened), before);
     }
 }
+
+#[test]
+fn compaction_cleans_below_the_lso_only_and_keeps_the_entries_of_the_abort_markers_it_keeps() {
+    let fs = SimFs::new();
+    let clock = ManualClock::new(0);
+    let config = small_config();
+    let (dir, log) = open(&fs, &clock, &config);
+    let aborted = transactions_over_segments(&log, 8);
+    // An open transaction holds the cleaner back: only segments wholly below its first offset are offered.
+    let open_first = append(&log, &batch(1, 0, 16, 1, true));
+    for i in 0..30 {
+        append(&log, &batch(200, 0, i, 1, false));
+    }
+    to_end(&log);
+    assert!(log.closed_segments().iter().all(|s| s.next_offset.0 <= open_first));
+    assert!(log.segment_bases().last().unwrap().0 > open_first, "segments beyond it were closed");
+    // Clean the first three closed segments, leaving out the first ABORT marker among them.
+    let group: Vec<_> = log.closed_segments().into_iter().take(3).collect();
+    let upto = group.last().unwrap().next_offset;
+    let dropped = aborted.iter().find(|a| a.2 < upto.0 - 1).expect("an abort in the group").2;
+    let mut cleaned = block_on(log.start_cleaned(group[0].base)).unwrap();
+    for seg in &group {
+        let mut pos = 0;
+        while let Some(chunk) = block_on(log.read_closed_segment(seg.base, pos, 4096)).unwrap() {
+            if chunk.is_empty() {
+                break;
+            }
+            pos += chunk.len() as u64;
+            for (base, _, bytes) in common::split_batches(&chunk) {
+                if base != dropped {
+                    block_on(cleaned.push(&bytes)).unwrap();
+                }
+            }
+        }
+    }
+    assert!(block_on(log.swap_in_cleaned(cleaned, &group, upto, log.end_cuts())).unwrap());
+    let expected: Vec<u64> = aborted.iter().filter(|a| a.2 != dropped).map(|a| a.2).collect();
+    let markers = |log: &PartitionLog<SimFs>| log.aborted_index().iter().map(|e| e.last_offset.0).collect::<Vec<_>>();
+    assert_eq!(markers(&log), expected);
+    block_on(log.flush()).unwrap();
+    block_on(dir.checkpoint()).unwrap();
+    let crashed = fs.crash(&mut SimRng::new(3));
+    let (_d, recovered) = open(&crashed, &clock, &config);
+    assert_eq!(markers(&recovered), expected, "after a crash");
+    block_on(dir.close()).unwrap();
+    let (_d, reopened) = open(&fs, &clock, &config);
+    assert_eq!(markers(&reopened), expected, "after a clean restart");
+}

@@ -20,6 +20,7 @@ pub mod producer_state;
 pub mod repair;
 pub mod segment;
 pub mod space;
+pub mod txn;
 pub mod types;
 
 pub use error::{Result, StorageError};

@@ -347,7 +347,9 @@ impl<S: Coordinated> Runtime<S> {
                 return Err("no longer the leader".into());
             }
             let tp = tp.clone();
-            let reads = vec![FetchRead { tp, offset: next, max_bytes: LOAD_READ_BYTES, whole_first_batch: true }];
+            // To the high watermark, open transactions included (their markers decide them in replay).
+            let isolation = shardlog_storage::log::Isolation::ReadUncommitted;
+            let reads = vec![FetchRead { tp, offset: next, max_bytes: LOAD_READ_BYTES, whole_first_batch: true, isolation }];
             let read = ask_shard(&self.ctx, self.shard, move |reply| PartitionRequest::Fetch { reads, reply })
                 .await
                 .and_then(|mut outcomes| outcomes.pop())

@@ -3,6 +3,9 @@
 
 use super::*;
 use crate::shard::{FetchRead, NewsSeen, ProduceBatch};
+use kafka_protocol::messages::ProducerId;
+use kafka_protocol::messages::fetch_response::AbortedTransaction;
+use shardlog_storage::log::Isolation;
 use crate::shutdown::Shutdown;
 use crate::topics::configs::Compression;
 use crate::topics::recompress::{RecompressError, recompress};
@@ -301,6 +304,12 @@ async fn news_or_deadline(seen: &[NewsSeen], deadline: Instant, shutdown: &Shutd
     future::or(news, end).await
 }
 
+/// The fetch's `isolation_level`: 1 is read_committed (consumers' `isolation.level`), anything else reads
+/// up to the high watermark.
+fn isolation(req: &FetchRequest) -> Isolation {
+    if req.isolation_level == 1 { Isolation::ReadCommitted } else { Isolation::ReadUncommitted }
+}
+
 /// Partitions of one fetch being read at once, at most, when their limits together exceed the answer's.
 const FETCH_READS_IN_FLIGHT: usize = 32;
 
@@ -326,13 +335,27 @@ pub(super) async fn fetch_once(ctx: &Arc<BrokerContext>, req: &FetchRequest) -> 
                 .next()
                 .expect("one outcome per partition asked")
                 .unwrap_or_else(|| FetchOutcome::empty(Some(ResponseError::UnknownTopicOrPartition)));
+            // read_committed answers name the aborted transactions in the records (possibly none);
+            // read_uncommitted answers have no list at all, as Kafka's.
+            let aborted = (isolation(req) == Isolation::ReadCommitted).then(|| {
+                outcome
+                    .aborted
+                    .iter()
+                    .map(|a| {
+                        AbortedTransaction::default()
+                            .with_producer_id(ProducerId(a.producer_id))
+                            .with_first_offset(a.first_offset.as_i64())
+                    })
+                    .collect()
+            });
             partitions.push(
                 PartitionData::default()
                     .with_partition_index(p.partition)
                     .with_error_code(code(outcome.error))
                     .with_high_watermark(outcome.high_watermark)
-                    .with_last_stable_offset(outcome.high_watermark)
+                    .with_last_stable_offset(outcome.last_stable_offset)
                     .with_log_start_offset(outcome.log_start_offset)
+                    .with_aborted_transactions(aborted)
                     .with_preferred_read_replica(BrokerId(-1))
                     .with_records(Some(outcome.records)),
             );
@@ -355,7 +378,8 @@ async fn read_together(ctx: &Arc<BrokerContext>, req: &FetchRequest) -> Vec<Opti
             slots.push(ctx.leader_here(name, p.partition).map(|led| {
                 let tp = TopicPartition::new(name.to_string(), p.partition as u32);
                 let max_bytes = p.partition_max_bytes.max(0) as usize;
-                by_shard.push(led.shard, FetchRead { tp, offset: p.fetch_offset, max_bytes, whole_first_batch })
+                let isolation = isolation(req);
+                by_shard.push(led.shard, FetchRead { tp, offset: p.fetch_offset, max_bytes, whole_first_batch, isolation })
             }));
         }
     }
@@ -409,7 +433,8 @@ async fn read_within(ctx: &Arc<BrokerContext>, req: &FetchRequest, limit: usize)
             let reply = ctx.leader_here(&name, p.partition).and_then(|led| {
                 let (reply, outcome) = flume::bounded(1);
                 let tp = TopicPartition::new(name.clone(), p.partition as u32);
-                let reads = vec![FetchRead { tp, offset: p.fetch_offset, max_bytes, whole_first_batch }];
+                let isolation = isolation(req);
+                let reads = vec![FetchRead { tp, offset: p.fetch_offset, max_bytes, whole_first_batch, isolation }];
                 let request = PartitionRequest::Fetch { reads, reply };
                 ctx.shards[led.shard].send(request).map(|()| outcome).map_err(|_| ResponseError::KafkaStorageError)
             });
@@ -438,6 +463,8 @@ pub(super) async fn list_offsets(
         for p in &topic.partitions {
             let spec = match p.timestamp {
                 -2 => Some(OffsetSpec::Earliest),
+                // read_committed consumers' "latest" is the last stable offset.
+                -1 if req.isolation_level == 1 => Some(OffsetSpec::LastStable),
                 -1 => Some(OffsetSpec::Latest),
                 ts if ts >= 0 => Some(OffsetSpec::Timestamp(ts)),
                 _ => None,

@@ -4,6 +4,7 @@
 //! the others to their leaders over the peer protocol.
 
 use super::*;
+use crate::shard::MarkerAppend;
 use crate::txn::TxnMarkers;
 
 /// One marker for one partition.
@@ -65,12 +66,55 @@ pub(crate) async fn write_markers(
     failed
 }
 
-/// Writes markers to partitions this broker leads, each acknowledged by its in-sync replicas; the error of
-/// each, in order.
+/// Writes markers to partitions this broker leads, each acknowledged by its in-sync replicas (as an acks=all
+/// produce); the error of each, in order.
 pub(crate) async fn write_markers_here(ctx: &Arc<BrokerContext>, writes: &[MarkerWrite]) -> Vec<Option<ResponseError>> {
-    // The storage side of markers is not merged yet.
-    let _ = ctx;
-    vec![Some(ResponseError::NotLeaderOrFollower); writes.len()]
+    use shardlog_storage::txn::{MarkerKind, TxnMarker};
+    let image = ctx.image();
+    let mut errors: Vec<Option<ResponseError>> = vec![None; writes.len()];
+    // Per shard: the index of each write and its append.
+    let mut by_shard: BTreeMap<usize, Vec<(usize, MarkerAppend)>> = BTreeMap::new();
+    for (i, write) in writes.iter().enumerate() {
+        match ctx.leader_in(&image, &write.tp.topic, write.tp.partition as i32) {
+            Ok(led) => by_shard.entry(led.shard).or_default().push((
+                i,
+                MarkerAppend {
+                    tp: write.tp.clone(),
+                    epoch: led.epoch,
+                    marker: TxnMarker {
+                        kind: if write.commit { MarkerKind::Commit } else { MarkerKind::Abort },
+                        producer_id: write.producer_id,
+                        producer_epoch: write.producer_epoch,
+                        coordinator_epoch: write.coordinator_epoch,
+                    },
+                },
+            )),
+            Err(e) => errors[i] = Some(e),
+        }
+    }
+    let timeout_ms = ctx.config.transactions.write_timeout_ms;
+    let sent: Vec<_> = by_shard
+        .into_iter()
+        .map(|(shard, appends)| {
+            let (indexes, markers): (Vec<usize>, Vec<MarkerAppend>) = appends.into_iter().unzip();
+            let (reply, outcome) = flume::bounded(1);
+            let sent = ctx.shards[shard].send(PartitionRequest::WriteMarkers { markers, timeout_ms, reply });
+            (indexes, sent.map(|()| outcome))
+        })
+        .collect();
+    for (indexes, sent) in sent {
+        let outcomes = match sent {
+            Ok(outcome) => outcome.recv_async().await.ok(),
+            Err(_) => None,
+        };
+        for (n, i) in indexes.into_iter().enumerate() {
+            errors[i] = match outcomes.as_ref().and_then(|o| o.get(n)) {
+                Some(outcome) => outcome.error,
+                None => Some(ResponseError::NotLeaderOrFollower),
+            };
+        }
+    }
+    errors
 }
 
 /// WriteTxnMarkers v1, as a coordinator of another Kafka-speaking tool sends it (`kafka-transactions.sh

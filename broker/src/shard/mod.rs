@@ -15,6 +15,8 @@ use futures_lite::future;
 use kafka_protocol::ResponseError;
 use shardlog_storage::durable;
 use shardlog_storage::fs::dma::DmaFs;
+use shardlog_storage::log::Isolation;
+use shardlog_storage::txn::AbortedRange;
 use shardlog_storage::{
     Clock, FlushPolicy, LeaderEpoch, LogConfig, LogDir, LogNews, Offset, PartitionLog, StorageError, SystemClock,
     TopicPartition,
@@ -48,6 +50,9 @@ const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(1);
 pub enum OffsetSpec {
     Earliest,
     Latest,
+    /// The last stable offset: "latest" for read_committed (the end of what a read_committed consumer
+    /// can read).
+    LastStable,
     Timestamp(i64),
     /// This replica's own log end offset, leader or follower (ListOffsets from Kafka's debugging replica
     /// id -2: tools comparing replicas).
@@ -93,6 +98,14 @@ pub enum PartitionRequest {
         timeout_ms: i32,
         reply: flume::Sender<Vec<ProduceOutcome>>,
     },
+    /// Transaction markers for partitions of this shard, appended as their leader (each in its
+    /// partition's line of appends, as a produce) and acknowledged as an acks=all produce is: outcomes in
+    /// the order of `markers`.
+    WriteMarkers {
+        markers: Vec<MarkerAppend>,
+        timeout_ms: i32,
+        reply: flume::Sender<Vec<ProduceOutcome>>,
+    },
     /// Reads of partitions of this shard for one fetch, made together in one task and answered in one
     /// reply, outcomes in the order of `reads`.
     Fetch {
@@ -129,7 +142,15 @@ pub struct ProduceOutcome {
 impl FetchOutcome {
     /// No records and no offsets known; `error` if the partition could not be read at all.
     pub fn empty(error: Option<ResponseError>) -> Self {
-        FetchOutcome { error, records: Bytes::new(), high_watermark: -1, log_start_offset: -1, news: None }
+        FetchOutcome {
+            error,
+            records: Bytes::new(),
+            high_watermark: -1,
+            log_start_offset: -1,
+            last_stable_offset: -1,
+            aborted: Vec::new(),
+            news: None,
+        }
     }
 }
 
@@ -170,6 +191,8 @@ pub struct FetchRead {
     pub offset: i64,
     pub max_bytes: usize,
     pub whole_first_batch: bool,
+    /// read_committed reads stop at the last stable offset and name the aborted transactions they meet.
+    pub isolation: Isolation,
 }
 
 /// One batch of a produce request. `epoch`: the leader epoch the handler routed by.
@@ -180,6 +203,21 @@ pub struct ProduceBatch {
     pub epoch: LeaderEpoch,
 }
 
+/// A transaction marker for one partition, appended by its leader at `epoch`.
+#[derive(Debug, Clone)]
+pub struct MarkerAppend {
+    pub tp: TopicPartition,
+    pub epoch: LeaderEpoch,
+    pub marker: shardlog_storage::txn::TxnMarker,
+}
+
+/// What an append writes: a client's batch, or a transaction marker the log encodes.
+#[derive(Clone, Copy)]
+enum Appended<'a> {
+    Batch(&'a [u8]),
+    Marker(shardlog_storage::txn::TxnMarker),
+}
+
 /// A fetch result.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FetchOutcome {
@@ -187,6 +225,9 @@ pub struct FetchOutcome {
     pub records: Bytes,
     pub high_watermark: i64,
     pub log_start_offset: i64,
+    pub last_stable_offset: i64,
+    /// For a read_committed read: the aborted transactions with records in what was read.
+    pub aborted: Vec<AbortedRange>,
     /// For a fetch held until there is more (none for a partition not served here).
     pub news: Option<NewsSeen>,
 }
@@ -214,6 +255,9 @@ pub async fn serve(
         let turns = match &request {
             PartitionRequest::Produce { batches, .. } => {
                 batches.iter().map(|b| AppendTurn::take(&mut lines, &b.tp)).collect()
+            }
+            PartitionRequest::WriteMarkers { markers, .. } => {
+                markers.iter().map(|m| AppendTurn::take(&mut lines, &m.tp)).collect()
             }
             PartitionRequest::Delete { tp, .. } => {
                 lines.remove(tp);
@@ -426,14 +470,20 @@ async fn handle(
             // overlapping.
             let produces = batches.iter().zip(turns).map(|(b, turn)| {
                 let asked = Produce { epoch: b.epoch, acks, timeout_ms };
-                produce(logs, replicas, &b.tp, &b.batch, asked, turn)
+                produce(logs, replicas, &b.tp, Appended::Batch(&b.batch), asked, turn)
             });
             let _ = reply.send(futures_util::future::join_all(produces).await);
         }
+        PartitionRequest::WriteMarkers { markers, timeout_ms, reply } => {
+            assert_eq!(turns.len(), markers.len(), "every marker gets an append turn");
+            let appends = markers.iter().zip(turns).map(|(m, turn)| {
+                let asked = Produce { epoch: m.epoch, acks: -1, timeout_ms };
+                produce(logs, replicas, &m.tp, Appended::Marker(m.marker), asked, turn)
+            });
+            let _ = reply.send(futures_util::future::join_all(appends).await);
+        }
         PartitionRequest::Fetch { reads, reply } => {
-            let fetches = reads
-                .iter()
-                .map(|r| fetch(logs, replicas, readahead, &r.tp, r.offset, r.max_bytes, r.whole_first_batch));
+            let fetches = reads.iter().map(|r| fetch(logs, replicas, readahead, r));
             let _ = reply.send(futures_util::future::join_all(fetches).await);
         }
         PartitionRequest::ListOffsets { tp, spec, reply } => {
@@ -543,6 +593,7 @@ pub fn kafka_error(e: &StorageError) -> ResponseError {
             ProducerError::StaleEpoch { .. } => ResponseError::InvalidProducerEpoch,
             ProducerError::NotTransactional { .. } => ResponseError::InvalidTxnState,
             ProducerError::StaleMarkerEpoch { .. } => ResponseError::ProducerFenced,
+            ProducerError::CoordinatorFenced { .. } => ResponseError::TransactionCoordinatorFenced,
             _ => ResponseError::InvalidRecord,
         },
         _ => ResponseError::KafkaStorageError,
@@ -557,14 +608,14 @@ struct Produce {
     timeout_ms: i32,
 }
 
-/// Appends a batch as the partition's leader, then waits as `acks` asks: acks=0 not at all; acks=1 until
+/// Appends a batch (or a transaction marker) as the partition's leader, then waits as `acks` asks: acks=0 not at all; acks=1 until
 /// the batch is on disk (or, under Kafka's interval flush, written); acks=all until the high watermark has
 /// passed it, which means it is on every in-sync replica as well.
 async fn produce(
     logs: &LogDir<DmaFs>,
     replicas: &ShardReplicas,
     tp: &TopicPartition,
-    batch: &[u8],
+    what: Appended<'_>,
     asked: Produce,
     turn: AppendTurn,
 ) -> ProduceOutcome {
@@ -577,7 +628,10 @@ async fn produce(
         Ok(epoch) => epoch,
         Err(error) => return failed(error),
     };
-    let appended = log.append(batch, epoch).await;
+    let appended = match what {
+        Appended::Batch(batch) => log.append(batch, epoch).await,
+        Appended::Marker(marker) => log.append_marker(marker, epoch).await,
+    };
     drop(turn);
     replicas.appended_as_leader(tp);
     let info = match appended {
@@ -586,7 +640,9 @@ async fn produce(
             info
         }
         Ok(info) => {
-            crate::metrics::produced(info.next_offset().0 - info.base_offset.0, batch.len() as u64);
+            if let Appended::Batch(batch) = what {
+                crate::metrics::produced(info.next_offset().0 - info.base_offset.0, batch.len() as u64);
+            }
             info
         }
         Err(e) => {
@@ -644,11 +700,10 @@ async fn fetch(
     logs: &LogDir<DmaFs>,
     replicas: &ShardReplicas,
     readahead: &ReadAhead<DmaFs>,
-    tp: &TopicPartition,
-    offset: i64,
-    max_bytes: usize,
-    whole_first_batch: bool,
+    asked: &FetchRead,
 ) -> FetchOutcome {
+    let FetchRead { tp, offset, max_bytes, whole_first_batch, isolation } = asked;
+    let (offset, max_bytes, whole_first_batch) = (*offset, *max_bytes, *whole_first_batch);
     let Some(log) = logs.get(tp) else {
         return FetchOutcome::empty(Some(missing(logs, tp)));
     };
@@ -661,11 +716,15 @@ async fn fetch(
         // see the HW go back. Clients retry OFFSET_NOT_AVAILABLE after a backoff.
         return FetchOutcome::empty(Some(ResponseError::OffsetNotAvailable));
     }
+    // Never above the HW; read_committed reads stop here.
+    let lso = log.last_stable_offset().min(hw);
     let outcome = |error, records| FetchOutcome {
         error,
         records,
         high_watermark: hw.as_i64(),
         log_start_offset: log.log_start_offset().as_i64(),
+        last_stable_offset: lso.as_i64(),
+        aborted: Vec::new(),
         news: Some(news.clone()),
     };
     let Ok(offset) = u64::try_from(offset).map(Offset) else {
@@ -685,19 +744,27 @@ async fn fetch(
             outcome(Some(ResponseError::OffsetOutOfRange), Bytes::new())
         };
     }
-    if max_bytes == 0 && !whole_first_batch {
-        // No room left in the answer: the partition's offsets only.
+    let bound = match isolation {
+        Isolation::ReadUncommitted => hw,
+        Isolation::ReadCommitted => lso,
+    };
+    if (max_bytes == 0 && !whole_first_batch) || offset >= bound {
+        // No room left in the answer, or nothing stable yet: the partition's offsets only.
         return outcome(None, Bytes::new());
     }
-    let read = match readahead.take(tp, &log, offset, max_bytes, hw, whole_first_batch).await {
+    let read = match readahead.take(tp, &log, offset, max_bytes, bound, whole_first_batch).await {
         Some(ahead) => Ok(ahead),
-        None if whole_first_batch => log.read_until(offset, max_bytes, hw).await,
-        None => log.read_until_at_most(offset, max_bytes, hw).await,
+        None if whole_first_batch => log.read_until(offset, max_bytes, bound).await,
+        None => log.read_until_at_most(offset, max_bytes, bound).await,
     };
     match read {
         Ok(read) => {
-            readahead.after_fetch(tp, &log, &read, max_bytes, hw);
-            outcome(None, read.bytes)
+            readahead.after_fetch(tp, &log, &read, max_bytes, bound);
+            let aborted = match isolation {
+                Isolation::ReadCommitted if !read.bytes.is_empty() => log.aborted_txns(offset, read.next_offset),
+                _ => Vec::new(),
+            };
+            FetchOutcome { aborted, ..outcome(None, read.bytes) }
         }
         Err(e) => outcome(Some(kafka_error(&e)), Bytes::new()),
     }
@@ -717,8 +784,11 @@ async fn list_offsets(
         OffsetSpec::Earliest => found(log.log_start_offset()),
         // KIP-207: a new leader whose HW has not reached the start of its epoch could show a latest offset
         // below one the previous leader showed; clients retry this error.
-        OffsetSpec::Latest if !replicas.offsets_available(tp) => refused(ResponseError::OffsetNotAvailable),
+        OffsetSpec::Latest | OffsetSpec::LastStable if !replicas.offsets_available(tp) => {
+            refused(ResponseError::OffsetNotAvailable)
+        }
         OffsetSpec::Latest => found(hw),
+        OffsetSpec::LastStable => found(log.last_stable_offset().min(hw)),
         OffsetSpec::LogEnd => found(log.log_end_offset()),
         OffsetSpec::Timestamp(ts) => match log.offset_for_timestamp(ts).await {
             Ok(Some((offset, _))) if offset < hw => match first_record_at_or_after(&log, offset, ts).await {

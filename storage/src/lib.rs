@@ -25,8 +25,8 @@ pub mod types;
 
 pub use error::{Result, StorageError};
 pub use log::{
-    AppendInfo, CleanedSegment, ClosedSegment, CompactionConfig, FlushPolicy, LogConfig, LogNews, LogRead, OpenReport,
-    PartitionLog, Recovery,
+    AppendInfo, CleanedSegment, ClosedSegment, CommittedRead, CompactionConfig, FlushPolicy, Isolation, LogConfig,
+    LogNews, LogRead, OpenReport, PartitionLog, Recovery,
 };
 pub use log_dir::{LogDir, LogDirScope};
 pub use space::SpaceFloor;

@@ -453,3 +453,58 @@ fn compaction_cleans_below_the_lso_only_and_keeps_the_entries_of_the_abort_marke
     let (_d, reopened) = open(&fs, &clock, &config);
     assert_eq!(markers(&reopened), expected, "after a clean restart");
 }
+
+#[test]
+fn a_swap_a_crash_interrupted_takes_the_cleaned_txn_index_whether_or_not_it_was_renamed() {
+    for renamed in [false, true] {
+        let fs = SimFs::new();
+        let clock = ManualClock::new(0);
+        let config = small_config();
+        let (dir, log) = open(&fs, &clock, &config);
+        let aborted = transactions_over_segments(&log, 8);
+        to_end(&log);
+        let group: Vec<_> = log.closed_segments().into_iter().take(2).collect();
+        let upto = group[1].next_offset;
+        let in_group: Vec<u64> = aborted.iter().filter(|a| a.2 < upto.0).map(|a| a.2).collect();
+        assert!(in_group.len() >= 2, "the test needs aborts in both segments");
+        block_on(dir.close()).unwrap();
+        drop((log, dir));
+        // A crash after the commit point of a swap that dropped the group's first ABORT marker.
+        let name = |base: Offset, suffix: &str| Path::new(PART).join(file_name(base, suffix));
+        let mut swap = Vec::new();
+        let mut kept = Vec::new();
+        for seg in &group {
+            let segment = fs.contents(&name(seg.base, ".log")).unwrap();
+            let entries = decode_txn_index(
+                &fs.contents(&name(seg.base, TXN_INDEX_SUFFIX)).unwrap_or_default(),
+                seg.base,
+                seg.next_offset,
+            )
+            .unwrap();
+            kept.extend(entries.into_iter().filter(|e| e.last_offset.0 != in_group[0]));
+            for (base, _, bytes) in common::split_batches(&segment) {
+                if base != in_group[0] {
+                    swap.extend_from_slice(&bytes);
+                }
+            }
+        }
+        let put = |path: &Path, bytes: Vec<u8>| {
+            block_on(fs.open(path, true)).unwrap();
+            fs.set_contents(path, bytes);
+        };
+        put(&name(group[0].base, ".swap"), swap);
+        let cleaned_index = shardlog_storage::txn::index::encode(&kept);
+        if renamed {
+            put(&name(group[0].base, TXN_INDEX_SUFFIX), cleaned_index.clone());
+        } else {
+            put(&name(group[0].base, ".txnindex.cleaned"), cleaned_index.clone());
+        }
+        let (_dir, reopened) = open(&fs, &clock, &config);
+        let markers: Vec<u64> = reopened.aborted_index().iter().map(|e| e.last_offset.0).collect();
+        let want: Vec<u64> = aborted.iter().map(|a| a.2).filter(|&m| m != in_group[0]).collect();
+        assert_eq!(markers, want, "renamed before the crash: {renamed}");
+        assert_eq!(fs.contents(&name(group[0].base, TXN_INDEX_SUFFIX)), Some(cleaned_index));
+        assert!(fs.contents(&name(group[1].base, TXN_INDEX_SUFFIX)).is_none());
+        assert!(fs.contents(&name(group[0].base, ".txnindex.cleaned")).is_none());
+    }
+}

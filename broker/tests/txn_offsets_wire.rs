@@ -1,0 +1,136 @@
+//! TxnOffsetCommit over the wire against the real binary: the group checks of KIP-447 (a zombie's stale
+//! generation, an unknown member, a generation of a group the coordinator does not know), the request's
+//! own checks (group id, unknown and internal topics, producer id), and that a write the partition
+//! refuses leaves nothing pending: OffsetFetch with `require_stable` then answers without
+//! UNSTABLE_OFFSET_COMMIT.
+//!
+//! The write itself needs the storage side of transactions (a transactional batch from the coordinator
+//! with base sequence -1); until then it is refused by the partition, and what becomes pending and
+//! committed is tested in the coordinator (`group/coordinator/txn.rs`).
+
+mod common;
+
+use std::net::TcpStream;
+
+use bytes::Bytes;
+use common::requests::{create, find_coordinator, name};
+use common::{Broker, receive, send};
+use kafka_protocol::ResponseError;
+use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
+use kafka_protocol::messages::txn_offset_commit_request::{
+    TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
+};
+use kafka_protocol::messages::{
+    ApiKey, GroupId, JoinGroupRequest, OffsetFetchRequest, ProducerId, ResponseKind, TransactionalId,
+    TxnOffsetCommitRequest,
+};
+use kafka_protocol::protocol::{Encodable, StrBytes};
+
+const TOPIC: &str = "orders";
+
+fn s(text: &str) -> StrBytes {
+    StrBytes::from_string(text.to_string())
+}
+
+fn call<T: Encodable>(stream: &mut TcpStream, api: ApiKey, version: i16, body: &T) -> ResponseKind {
+    send(stream, api, version, 7, body);
+    receive(stream, api, version).1
+}
+
+/// A TxnOffsetCommit v3 of partition 0 of `topic` for producer 1000 at epoch 0.
+fn txn_commit(group: &str, topic: &str, member: &str, generation: i32) -> TxnOffsetCommitRequest {
+    TxnOffsetCommitRequest::default()
+        .with_transactional_id(TransactionalId(s("tx")))
+        .with_group_id(GroupId(s(group)))
+        .with_producer_id(ProducerId(1000))
+        .with_producer_epoch(0)
+        .with_generation_id(generation)
+        .with_member_id(s(member))
+        .with_topics(vec![TxnOffsetCommitRequestTopic::default().with_name(name(topic)).with_partitions(vec![
+            TxnOffsetCommitRequestPartition::default().with_partition_index(0).with_committed_offset(42),
+        ])])
+}
+
+/// The error of each partition.
+fn send_txn_commit(stream: &mut TcpStream, version: i16, request: &TxnOffsetCommitRequest) -> Vec<i16> {
+    let ResponseKind::TxnOffsetCommit(r) = call(stream, ApiKey::TxnOffsetCommit, version, request) else {
+        panic!("wrong response")
+    };
+    r.topics.iter().flat_map(|t| t.partitions.iter().map(|p| p.error_code)).collect()
+}
+
+fn join(stream: &mut TcpStream, group: &str) -> (String, i32) {
+    let request = JoinGroupRequest::default()
+        .with_group_id(GroupId(s(group)))
+        .with_session_timeout_ms(10_000)
+        .with_rebalance_timeout_ms(10_000)
+        .with_protocol_type(s("consumer"))
+        .with_protocols(vec![JoinGroupRequestProtocol::default().with_name(s("range")).with_metadata(Bytes::new())]);
+    // v4+: the first JoinGroup is answered MEMBER_ID_REQUIRED with the id to join with.
+    let ResponseKind::JoinGroup(first) = call(stream, ApiKey::JoinGroup, 5, &request) else { panic!() };
+    assert_eq!(first.error_code, ResponseError::MemberIdRequired.code());
+    let again = request.with_member_id(first.member_id);
+    let ResponseKind::JoinGroup(joined) = call(stream, ApiKey::JoinGroup, 5, &again) else { panic!() };
+    assert_eq!(joined.error_code, 0);
+    (joined.member_id.as_str().to_string(), joined.generation_id)
+}
+
+/// OffsetFetch v7 (require_stable) of partition 0: the partition's error and offset.
+fn fetch_stable(stream: &mut TcpStream, group: &str) -> (i16, i16, i64) {
+    let request = OffsetFetchRequest::default().with_group_id(GroupId(s(group))).with_require_stable(true).with_topics(
+        Some(vec![OffsetFetchRequestTopic::default().with_name(name(TOPIC)).with_partition_indexes(vec![0])]),
+    );
+    let ResponseKind::OffsetFetch(r) = call(stream, ApiKey::OffsetFetch, 7, &request) else { panic!() };
+    let p = &r.topics[0].partitions[0];
+    (r.error_code, p.error_code, p.committed_offset)
+}
+
+#[test]
+fn txn_offset_commit_fences_stale_generations_and_unknown_members_and_checks_its_request() {
+    let broker = Broker::start_with(
+        1,
+        &["--set", "offsets.topic.num.partitions=3", "--set", "group.initial.rebalance.delay.ms=0"],
+    );
+    let mut st = broker.connect();
+    assert_eq!(create(&mut st, TOPIC, 2, 1, &[]), 0);
+    assert_eq!(find_coordinator(&mut st, "g"), 0);
+    let code = |e: ResponseError| e.code();
+
+    // A generation of a group the coordinator does not know: from before a move, refused.
+    assert_eq!(
+        send_txn_commit(&mut st, 3, &txn_commit("g", TOPIC, "m", 4)),
+        vec![code(ResponseError::IllegalGeneration)]
+    );
+
+    let (member, generation) = join(&mut st, "g");
+    let zombie = send_txn_commit(&mut st, 3, &txn_commit("g", TOPIC, &member, generation - 1));
+    assert_eq!(zombie, vec![code(ResponseError::IllegalGeneration)], "a zombie of the previous generation");
+    let stranger = send_txn_commit(&mut st, 3, &txn_commit("g", TOPIC, "ghost", generation));
+    assert_eq!(stranger, vec![code(ResponseError::UnknownMemberId)]);
+
+    // The request's own checks, before the coordinator.
+    assert_eq!(send_txn_commit(&mut st, 3, &txn_commit("", TOPIC, "", -1)), vec![code(ResponseError::InvalidGroupId)]);
+    let unknown = send_txn_commit(&mut st, 3, &txn_commit("g", "no-such-topic", &member, generation));
+    assert_eq!(unknown, vec![code(ResponseError::UnknownTopicOrPartition)]);
+    let internal = send_txn_commit(&mut st, 3, &txn_commit("g", "__consumer_offsets", &member, generation));
+    assert_eq!(internal, vec![code(ResponseError::UnknownTopicOrPartition)]);
+    let no_producer = txn_commit("g", TOPIC, &member, generation).with_producer_id(ProducerId(-1));
+    assert_eq!(send_txn_commit(&mut st, 3, &no_producer), vec![code(ResponseError::InvalidRequest)]);
+
+    // The member's commit, and v0's without group metadata, pass the group check; they are then written,
+    // or refused by the partition while it does not take transactional batches from the coordinator.
+    let fenced = [ResponseError::IllegalGeneration, ResponseError::UnknownMemberId, ResponseError::FencedInstanceId];
+    let mut written = false;
+    for (version, member, generation) in [(3, member.as_str(), generation), (0, "", -1)] {
+        let errors = send_txn_commit(&mut st, version, &txn_commit("g", TOPIC, member, generation));
+        assert!(!fenced.iter().any(|e| errors == vec![e.code()]), "v{version} passes the group check: {errors:?}");
+        written |= errors == vec![0];
+    }
+
+    // No marker: a written offset is pending, never shown; require_stable says so.
+    let (group_error, partition_error, offset) = fetch_stable(&mut st, "g");
+    assert_eq!((group_error, offset), (0, -1));
+    let expected = if written { code(ResponseError::UnstableOffsetCommit) } else { 0 };
+    assert_eq!(partition_error, expected, "written: {written}");
+}

@@ -11,6 +11,9 @@
 //! client gave up waiting and ended the transaction): the marker is remembered until those writes are
 //! answered, and a write that landed before it is committed or dropped at once instead of waiting for a
 //! marker that has come and gone. The replay of the partition reaches the same state by log order.
+//! A write that was appended here but not acknowledged (timed out, too few replicas after the append)
+//! makes the coordinator read the partition again: offsets in the log that the state here lacked would
+//! be missed by their COMMIT.
 
 use std::collections::HashMap;
 
@@ -138,6 +141,11 @@ impl Coordinator {
             Ok(_) => Ok(vec![None; offsets.len()]),
             Err(e) => {
                 tracing::debug!(group, producer = producer.id, ?e, "transactional offset commit not written");
+                if matches!(e, ResponseError::RequestTimedOut | ResponseError::NotEnoughReplicasAfterAppend) {
+                    // Appended here but not acknowledged: the log may hold offsets that wait for a
+                    // marker while the state here has none. Read again, so a COMMIT does not miss them.
+                    self.runtime.reload_after_failed_write(partition, epoch);
+                }
                 Ok(vec![Some(commit_error(e)); offsets.len()])
             }
         }

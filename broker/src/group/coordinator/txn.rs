@@ -183,6 +183,22 @@ mod tests {
     }
 
     #[test]
+    fn a_consumer_protocol_member_of_a_stale_epoch_is_fenced_with_illegal_generation() {
+        use crate::group::consumer::{Change, ConsumerGroup, Current};
+        let mut group = ConsumerGroup::new("g");
+        group.replay(Change::Member("m".into(), Some(Default::default())), 0);
+        group.replay(Change::Current("m".into(), Some(Current { epoch: 3, ..Current::joined() })), 0);
+        let mut entry = Entry::new("g", GroupSettings::default(), 0);
+        entry.consumer = Some(group);
+        let member = |id: &str| MemberRef { member_id: id.into(), instance_id: None };
+        assert_eq!(check_txn_commit(&mut entry, &member("m"), 3), Ok(()));
+        assert_eq!(check_txn_commit(&mut entry, &member("m"), 2), Err(ResponseError::IllegalGeneration));
+        assert_eq!(check_txn_commit(&mut entry, &member("x"), 3), Err(ResponseError::UnknownMemberId));
+        // No group metadata (before v3): not checked, although the group has members.
+        assert_eq!(check_txn_commit(&mut entry, &member(""), -1), Ok(()));
+    }
+
+    #[test]
     fn a_write_answered_after_its_marker_is_ended_by_it_and_a_later_one_waits() {
         let mut writes = TxnWrites::default();
         let mut entry = Entry::new("g", GroupSettings::default(), 0);

@@ -57,6 +57,8 @@ fn api_versions_lists_exactly_what_is_served() {
             (21, 0, 2),
             (22, 0, 5),
             (23, 2, 4),
+            // TxnOffsetCommit v0-4 (v5 is KIP-890's second part).
+            (28, 0, 4),
             // DescribeAcls, CreateAcls, DeleteAcls.
             (29, 1, 3),
             (30, 1, 3),

@@ -204,8 +204,9 @@ fn bad_transaction_requests_get_kafkas_errors_and_change_nothing() {
     assert_eq!(end_txn(&mut stream, 3, "tx-b", me, true), ResponseError::InvalidTxnState.code());
     // A producer id the id never had.
     assert_eq!(end_txn(&mut stream, 3, "tx-b", (pid + 1000, 0), false), ResponseError::InvalidProducerIdMapping.code());
-    // An id the coordinator never saw.
-    assert_eq!(end_txn(&mut stream, 3, "tx-unknown", me, true), ResponseError::InvalidProducerIdMapping.code());
+    // An id the coordinator never saw (its partition may still be loading at first).
+    let (code, ()) = until_settled(|| (end_txn(&mut stream, 3, "tx-unknown", me, true), ()));
+    assert_eq!(code, ResponseError::InvalidProducerIdMapping.code());
     // A topic that does not exist fails the whole AddPartitionsToTxn; nothing is added.
     let answered = add_partitions(&mut stream, "tx-b", me, &[("t", 0), ("nope", 0)]);
     assert_eq!(

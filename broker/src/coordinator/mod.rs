@@ -97,22 +97,30 @@ pub(crate) fn replay_batches(mut bytes: Bytes, from: i64, mut f: impl FnMut(&Rec
     Ok(next)
 }
 
-/// One uncompressed batch of a coordinator's records (key, value or tombstone), without a producer id.
-pub(crate) fn encode_batch(records: Vec<(Bytes, Option<Bytes>)>) -> Result<Bytes, ResponseError> {
+/// One uncompressed batch of a coordinator's records (key, value or tombstone): without a producer id, or,
+/// with `producer` (id, epoch), transactional data of that producer (a transaction's offsets). Either way
+/// its base sequence is -1 (no sequence), as Kafka's coordinators write them: a coordinator does not know,
+/// and need not keep, the producer's sequences.
+pub(crate) fn encode_batch(
+    records: Vec<(Bytes, Option<Bytes>)>,
+    producer: Option<(i64, i16)>,
+) -> Result<Bytes, ResponseError> {
     let timestamp = SystemClock.now_ms();
+    let (producer_id, producer_epoch) = producer.unwrap_or((NO_PRODUCER_ID, NO_PRODUCER_EPOCH));
     let records: Vec<Record> = records
         .into_iter()
         .enumerate()
         .map(|(i, (key, value))| Record {
-            transactional: false,
+            transactional: producer.is_some(),
             control: false,
             delete_horizon: false,
             partition_leader_epoch: NO_PARTITION_LEADER_EPOCH,
-            producer_id: NO_PRODUCER_ID,
-            producer_epoch: NO_PRODUCER_EPOCH,
+            producer_id,
+            producer_epoch,
             timestamp_type: TimestampType::Creation,
             offset: i as i64,
-            // The encoder keeps records in one batch while offset - sequence stays the same.
+            // The encoder keeps records in one batch while offset - sequence stays the same; the batch's
+            // base sequence is the first record's, -1.
             sequence: i as i32 - 1,
             timestamp,
             key: Some(key),
@@ -238,6 +246,7 @@ impl<S: Coordinated> Runtime<S> {
                     tp: TopicPartition::new(S::TOPIC.to_string(), partition as u32),
                     batch,
                     epoch,
+                    from_coordinator: true,
                 }],
                 acks: -1,
                 timeout_ms: self.write_timeout_ms,

@@ -233,10 +233,8 @@ impl Service {
             match effect {
                 Effect::Answer { request, reply } => self.answer(request, reply),
                 Effect::Write { write, record } => {
-                    let batch = super::encode_batch(vec![(
-                        Bytes::from(record.encode_key()),
-                        record.encode_value().map(Bytes::from),
-                    )]);
+                    let record = (Bytes::from(record.encode_key()), record.encode_value().map(Bytes::from));
+                    let batch = super::encode_batch(vec![record], None);
                     let written = self.runtime.write(partition, epoch, batch);
                     let me = self.clone();
                     glommio::spawn_local(async move {

@@ -37,6 +37,17 @@ pub struct FetchedOffset {
     pub partition: i32,
     /// `None`: nothing committed (the answer says offset -1).
     pub committed: Option<CommittedOffset>,
+    /// The partition's own error: UNSTABLE_OFFSET_COMMIT when the fetch requires stable offsets and a
+    /// transaction's offset for it waits for its marker (then `committed` is `None`).
+    pub error: Option<ResponseError>,
+}
+
+/// The transactional producer a TxnOffsetCommit writes for: its offsets go to the log in a
+/// transactional batch under this id and epoch, and wait for the transaction's marker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TxnProducer {
+    pub id: i64,
+    pub epoch: i16,
 }
 
 /// Who asks for a group's offsets: OffsetFetch v9's member id and epoch. Older versions, and clients
@@ -141,11 +152,24 @@ pub enum GroupOp {
         offsets: Vec<OffsetToCommit>,
         reply: flume::Sender<PerItem>,
     },
+    /// TxnOffsetCommit (v0-4): per offset, its error. `member` and `generation` are KIP-447's group
+    /// metadata (v3+); with generation -1, an empty member id and no instance id the group is not
+    /// checked, as before v3.
+    TxnCommit {
+        transactional_id: String,
+        producer: TxnProducer,
+        member: MemberRef,
+        generation: i32,
+        offsets: Vec<OffsetToCommit>,
+        reply: flume::Sender<PerItem>,
+    },
     /// `partitions` `None`: every committed offset of the group. `member` is who asks (OffsetFetch
-    /// v9+), checked against a consumer-protocol group.
+    /// v9+), checked against a consumer-protocol group. `require_stable` (v7+): a partition with a
+    /// transaction's offset waiting answers UNSTABLE_OFFSET_COMMIT instead of its committed offset.
     FetchOffsets {
         partitions: Option<Vec<(String, i32)>>,
         member: FetchingMember,
+        require_stable: bool,
         reply: flume::Sender<Result<Vec<FetchedOffset>, ResponseError>>,
     },
     /// `Ok(None)`: no such group.
@@ -179,5 +203,24 @@ pub enum CoordinatorRequest {
     /// one of them is still loading.
     List {
         reply: flume::Sender<Result<Vec<GroupListing>, ResponseError>>,
+    },
+    /// A transaction marker landed on `partition` of `__consumer_offsets`, led by this shard: the COMMIT
+    /// (`commit` true) or ABORT control batch of `producer_id`, at log offset `marker_offset`, written at
+    /// leader epoch `epoch`. Sent by the path that writes markers, after the write is acknowledged. The
+    /// producer's transactional offsets written before the marker, in every group of the partition,
+    /// become committed (each unless a later commit is there) or are dropped.
+    ///
+    /// The answer: `Ok(())` once applied. Applying it again changes nothing (only offsets written before
+    /// `marker_offset` are ended), so it may be retried. COORDINATOR_LOAD_IN_PROGRESS: the partition is
+    /// loading at `epoch`; send it again (the load may have listed its end before the marker landed).
+    /// NOT_COORDINATOR: a newer leadership is loaded (its load reads the marker from the log), nothing to
+    /// do.
+    TxnCompleted {
+        partition: i32,
+        epoch: LeaderEpoch,
+        producer_id: i64,
+        commit: bool,
+        marker_offset: i64,
+        reply: flume::Sender<Result<(), ResponseError>>,
     },
 }

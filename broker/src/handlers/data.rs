@@ -159,8 +159,9 @@ pub fn dispatch_produce(ctx: &Arc<BrokerContext>, req: ProduceRequest) -> Dispat
                 match (ctx.leader_in(&image, &name, partition.index), partition.records) {
                     // The disk is nearly full: refused before anything is written, retriable.
                     (Ok(_), Some(_)) if ctx.disk.below_floor() => Err(ResponseError::KafkaStorageError.into()),
-                    (Ok(led), Some(batch)) => stored_form(&tp, batch, compression, compacted)
-                        .map(|batch| by_shard.push(led.shard, ProduceBatch { tp, batch, epoch: led.epoch })),
+                    (Ok(led), Some(batch)) => stored_form(&tp, batch, compression, compacted).map(|batch| {
+                        by_shard.push(led.shard, ProduceBatch { tp, batch, epoch: led.epoch, from_coordinator: false })
+                    }),
                     (Ok(_), None) => Err(ResponseError::CorruptMessage.into()),
                     (Err(e), _) => Err(e.into()),
                 }

@@ -1,4 +1,4 @@
-//! Consumer groups: JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
+//! Consumer groups: JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, TxnOffsetCommit,
 //! OffsetFetch, ListGroups, DescribeGroups, DeleteGroups and OffsetDelete (the consumer protocol's own
 //! requests are in [`super::consumer_groups`]). Each request is checked and
 //! turned into calls to the group coordinator ([`crate::group::coordinator`]) on the shard that owns the
@@ -16,16 +16,20 @@ use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions, OffsetFetchResponseTopic,
     OffsetFetchResponseTopics,
 };
+use kafka_protocol::messages::txn_offset_commit_response::{
+    TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+};
 use kafka_protocol::messages::{
     DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse, GroupId,
     HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse,
     ListGroupsRequest, ListGroupsResponse, OffsetCommitRequest, OffsetCommitResponse, OffsetDeleteRequest,
     OffsetDeleteResponse, OffsetFetchRequest, OffsetFetchResponse, SyncGroupRequest, SyncGroupResponse,
+    TxnOffsetCommitRequest, TxnOffsetCommitResponse,
 };
 
 use super::*;
 use crate::group::call::{
-    CoordinatorRequest, FetchedOffset, FetchingMember, GroupCall, GroupOp, OffsetToCommit, PerItem,
+    CoordinatorRequest, FetchedOffset, FetchingMember, GroupCall, GroupOp, OffsetToCommit, PerItem, TxnProducer,
 };
 use crate::group::classic::{JoinAnswer, JoinArgs, MemberRef, SyncAnswer};
 use crate::group::{OFFSETS_TOPIC, offsets_partition};
@@ -226,34 +230,46 @@ pub(super) async fn leave_group(ctx: &Arc<BrokerContext>, req: LeaveGroupRequest
     }
 }
 
-pub(super) async fn offset_commit(ctx: &Arc<BrokerContext>, req: OffsetCommitRequest) -> OffsetCommitResponse {
-    let group = text(&req.group_id.0);
+/// Each partition of a commit, in request order: refused here (no such partition, an internal topic,
+/// metadata too long), or to be sent to the coordinator.
+type CheckedOffsets = (Vec<(String, i32, Option<ResponseError>)>, Vec<OffsetToCommit>);
+
+/// Checks the offsets of an OffsetCommit or TxnOffsetCommit (each given with its topic's name).
+fn check_offsets(ctx: &BrokerContext, offsets: impl Iterator<Item = OffsetToCommit>) -> CheckedOffsets {
     let image = ctx.image();
     let max_metadata = ctx.config.groups.offset_metadata_max_bytes;
-    // Per partition of the request, in order: refused here, or sent.
-    let mut checked: Vec<(String, i32, Option<ResponseError>)> = Vec::new();
-    let mut offsets = Vec::new();
-    for topic in &req.topics {
-        let name = text(&topic.name.0);
-        for p in &topic.partitions {
-            let metadata = p.committed_metadata.as_ref().map(text).unwrap_or_default();
-            let error = if image.partition(&name, p.partition_index).is_none() || crate::topics::is_internal(&name) {
-                Some(ResponseError::UnknownTopicOrPartition)
-            } else if metadata.len() > max_metadata {
-                Some(ResponseError::OffsetMetadataTooLarge)
-            } else {
-                offsets.push(OffsetToCommit {
-                    topic: name.clone(),
-                    partition: p.partition_index,
-                    offset: p.committed_offset,
-                    leader_epoch: p.committed_leader_epoch,
-                    metadata,
-                });
-                None
-            };
-            checked.push((name.clone(), p.partition_index, error));
+    let mut checked = Vec::new();
+    let mut sent = Vec::new();
+    for o in offsets {
+        let error = if image.partition(&o.topic, o.partition).is_none() || crate::topics::is_internal(&o.topic) {
+            Some(ResponseError::UnknownTopicOrPartition)
+        } else if o.metadata.len() > max_metadata {
+            Some(ResponseError::OffsetMetadataTooLarge)
+        } else {
+            None
+        };
+        checked.push((o.topic.clone(), o.partition, error));
+        if error.is_none() {
+            sent.push(o);
         }
     }
+    (checked, sent)
+}
+
+pub(super) async fn offset_commit(ctx: &Arc<BrokerContext>, req: OffsetCommitRequest) -> OffsetCommitResponse {
+    let group = text(&req.group_id.0);
+    let (checked, offsets) = check_offsets(
+        ctx,
+        req.topics.iter().flat_map(|t| {
+            t.partitions.iter().map(|p| OffsetToCommit {
+                topic: text(&t.name.0),
+                partition: p.partition_index,
+                offset: p.committed_offset,
+                leader_epoch: p.committed_leader_epoch,
+                metadata: p.committed_metadata.as_ref().map(text).unwrap_or_default(),
+            })
+        }),
+    );
     let sent = offsets.len();
     let outcome: PerItem = match check_group_id(&group, false) {
         Err(e) => Err(e),
@@ -284,6 +300,64 @@ pub(super) async fn offset_commit(ctx: &Arc<BrokerContext>, req: OffsetCommitReq
     OffsetCommitResponse::default().with_topics(topics)
 }
 
+/// TxnOffsetCommit v0-4 (KIP-98; v3+ carries the group metadata of KIP-447): the offsets are written for
+/// the transaction of the producer, checked against the group as an OffsetCommit's (fencing by
+/// generation and member), and become visible when the transaction commits.
+pub(super) async fn txn_offset_commit(
+    ctx: &Arc<BrokerContext>,
+    req: TxnOffsetCommitRequest,
+) -> TxnOffsetCommitResponse {
+    let group = text(&req.group_id.0);
+    let (checked, offsets) = check_offsets(
+        ctx,
+        req.topics.iter().flat_map(|t| {
+            t.partitions.iter().map(|p| OffsetToCommit {
+                topic: text(&t.name.0),
+                partition: p.partition_index,
+                offset: p.committed_offset,
+                // Absent before v2: -1.
+                leader_epoch: p.committed_leader_epoch,
+                metadata: p.committed_metadata.as_ref().map(text).unwrap_or_default(),
+            })
+        }),
+    );
+    let sent = offsets.len();
+    let producer = TxnProducer { id: req.producer_id.0, epoch: req.producer_epoch };
+    let outcome: PerItem = if let Err(e) = check_group_id(&group, true) {
+        Err(e)
+    } else if producer.id < 0 || producer.epoch < 0 {
+        // A transactional batch needs a producer id and epoch (InitProducerId gives them).
+        Err(ResponseError::InvalidRequest)
+    } else {
+        // Absent before v3: generation -1, no member, no instance (the group is then not checked).
+        let member =
+            MemberRef { member_id: text(&req.member_id), instance_id: req.group_instance_id.as_ref().map(text) };
+        let transactional_id = text(&req.transactional_id.0);
+        let generation = req.generation_id;
+        ask(ctx, &group, |reply| GroupOp::TxnCommit { transactional_id, producer, member, generation, offsets, reply })
+            .await
+            .and_then(|r| r)
+    };
+    let results = match outcome {
+        Ok(errors) => errors,
+        Err(e) => vec![Some(e); sent],
+    };
+    let topics = by_topic_outcome(checked, results)
+        .into_iter()
+        .map(|(name, partitions)| {
+            TxnOffsetCommitResponseTopic::default().with_name(topic_name(&name)).with_partitions(
+                partitions
+                    .into_iter()
+                    .map(|(p, e)| {
+                        TxnOffsetCommitResponsePartition::default().with_partition_index(p).with_error_code(code(e))
+                    })
+                    .collect(),
+            )
+        })
+        .collect();
+    TxnOffsetCommitResponse::default().with_topics(topics)
+}
+
 /// A topic's partitions with their outcomes.
 type TopicOutcome = (String, Vec<(i32, Option<ResponseError>)>);
 
@@ -305,15 +379,18 @@ fn by_topic_outcome(
     topics
 }
 
-/// The committed offsets of one group: the partitions asked for (`None`: all it has).
+/// The committed offsets of one group: the partitions asked for (`None`: all it has). With
+/// `require_stable` (v7+), a partition whose offset waits for a transaction's marker carries
+/// UNSTABLE_OFFSET_COMMIT.
 async fn fetch_group(
     ctx: &BrokerContext,
     group: &str,
     partitions: Option<Vec<(String, i32)>>,
     member: FetchingMember,
+    require_stable: bool,
 ) -> Result<Vec<FetchedOffset>, ResponseError> {
     check_group_id(group, false)?;
-    ask(ctx, group, |reply| GroupOp::FetchOffsets { partitions, member, reply }).await.and_then(|r| r)
+    ask(ctx, group, |reply| GroupOp::FetchOffsets { partitions, member, require_stable, reply }).await.and_then(|r| r)
 }
 
 /// The offsets by topic, in the order they came.
@@ -349,7 +426,7 @@ pub(super) async fn offset_fetch(
             });
             // Before v9 the fields are absent and read as no member and epoch -1.
             let member = FetchingMember { member_id: g.member_id.as_ref().map(text), member_epoch: g.member_epoch };
-            let answer = match fetch_group(ctx, &group, wanted, member).await {
+            let answer = match fetch_group(ctx, &group, wanted, member, req.require_stable).await {
                 Ok(fetched) => OffsetFetchResponseGroup::default().with_group_id(g.group_id.clone()).with_topics(
                     by_topic(fetched)
                         .into_iter()
@@ -363,6 +440,7 @@ pub(super) async fn offset_fetch(
                                             .with_committed_offset(offset)
                                             .with_committed_leader_epoch(epoch)
                                             .with_metadata(metadata)
+                                            .with_error_code(code(f.error))
                                     })
                                     .collect(),
                             )
@@ -382,7 +460,8 @@ pub(super) async fn offset_fetch(
         .topics
         .as_ref()
         .map(|topics| topics.iter().flat_map(|t| t.partition_indexes.iter().map(|p| (text(&t.name.0), *p))).collect());
-    let outcome = fetch_group(ctx, &group, wanted.clone(), FetchingMember::outsider()).await;
+    // Absent before v7: false.
+    let outcome = fetch_group(ctx, &group, wanted.clone(), FetchingMember::outsider(), req.require_stable).await;
     let (fetched, error) = match outcome {
         Ok(fetched) => (fetched, None),
         // Before v2 there is no group-level error: each partition carries it.
@@ -390,7 +469,7 @@ pub(super) async fn offset_fetch(
             let each = wanted.unwrap_or_default();
             (
                 each.into_iter()
-                    .map(|(topic, partition)| FetchedOffset { topic, partition, committed: None })
+                    .map(|(topic, partition)| FetchedOffset { topic, partition, committed: None, error: None })
                     .collect(),
                 Some(e),
             )
@@ -409,7 +488,7 @@ pub(super) async fn offset_fetch(
                             .with_committed_offset(offset)
                             .with_committed_leader_epoch(epoch)
                             .with_metadata(metadata)
-                            .with_error_code(code(partition_error))
+                            .with_error_code(code(partition_error.or(f.error)))
                     })
                     .collect(),
             )

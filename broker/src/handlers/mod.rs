@@ -107,6 +107,8 @@ pub fn supported_apis() -> SupportedApis {
         (ApiKey::Heartbeat, 0, 4),
         (ApiKey::LeaveGroup, 0, 5),
         (ApiKey::OffsetCommit, 2, 9),
+        // v5 belongs to KIP-890's second part (the coordinator verifies the transaction itself).
+        (ApiKey::TxnOffsetCommit, 0, 4),
         (ApiKey::OffsetFetch, 1, 9),
         (ApiKey::ListGroups, 0, 5),
         (ApiKey::DescribeGroups, 0, 6),
@@ -152,6 +154,7 @@ pub async fn handle(ctx: &Arc<BrokerContext>, request: DecodedRequest, client: &
         RequestKind::Heartbeat(req) => ResponseKind::Heartbeat(heartbeat(ctx, req).await),
         RequestKind::LeaveGroup(req) => ResponseKind::LeaveGroup(leave_group(ctx, req, version).await),
         RequestKind::OffsetCommit(req) => ResponseKind::OffsetCommit(offset_commit(ctx, req).await),
+        RequestKind::TxnOffsetCommit(req) => ResponseKind::TxnOffsetCommit(txn_offset_commit(ctx, req).await),
         RequestKind::OffsetFetch(req) => ResponseKind::OffsetFetch(offset_fetch(ctx, req, version).await),
         RequestKind::ListGroups(req) => ResponseKind::ListGroups(list_groups(ctx, req).await),
         RequestKind::DescribeGroups(req) => ResponseKind::DescribeGroups(describe_groups(ctx, req, version).await),

@@ -67,28 +67,28 @@ pub(crate) async fn write_markers(
 }
 
 /// Writes markers to partitions this broker leads, each acknowledged by its in-sync replicas (as an acks=all
-/// produce); the error of each, in order.
+/// produce); the error of each, in order. A marker that lands on a `__consumer_offsets` partition also ends
+/// the producer's pending transactional offsets there (the group coordinator's TxnCompleted).
 pub(crate) async fn write_markers_here(ctx: &Arc<BrokerContext>, writes: &[MarkerWrite]) -> Vec<Option<ResponseError>> {
     use shardlog_storage::txn::{MarkerKind, TxnMarker};
     let image = ctx.image();
     let mut errors: Vec<Option<ResponseError>> = vec![None; writes.len()];
+    let mut led: Vec<Option<crate::context::Led>> = vec![None; writes.len()];
     // Per shard: the index of each write and its append.
     let mut by_shard: BTreeMap<usize, Vec<(usize, MarkerAppend)>> = BTreeMap::new();
     for (i, write) in writes.iter().enumerate() {
         match ctx.leader_in(&image, &write.tp.topic, write.tp.partition as i32) {
-            Ok(led) => by_shard.entry(led.shard).or_default().push((
-                i,
-                MarkerAppend {
-                    tp: write.tp.clone(),
-                    epoch: led.epoch,
-                    marker: TxnMarker {
-                        kind: if write.commit { MarkerKind::Commit } else { MarkerKind::Abort },
-                        producer_id: write.producer_id,
-                        producer_epoch: write.producer_epoch,
-                        coordinator_epoch: write.coordinator_epoch,
-                    },
-                },
-            )),
+            Ok(here) => {
+                let marker = TxnMarker {
+                    kind: if write.commit { MarkerKind::Commit } else { MarkerKind::Abort },
+                    producer_id: write.producer_id,
+                    producer_epoch: write.producer_epoch,
+                    coordinator_epoch: write.coordinator_epoch,
+                };
+                let append = MarkerAppend { tp: write.tp.clone(), epoch: here.epoch, marker };
+                by_shard.entry(here.shard).or_default().push((i, append));
+                led[i] = Some(here);
+            }
             Err(e) => errors[i] = Some(e),
         }
     }
@@ -102,6 +102,7 @@ pub(crate) async fn write_markers_here(ctx: &Arc<BrokerContext>, writes: &[Marke
             (indexes, sent.map(|()| outcome))
         })
         .collect();
+    let mut offsets_done = Vec::new();
     for (indexes, sent) in sent {
         let outcomes = match sent {
             Ok(outcome) => outcome.recv_async().await.ok(),
@@ -109,12 +110,57 @@ pub(crate) async fn write_markers_here(ctx: &Arc<BrokerContext>, writes: &[Marke
         };
         for (n, i) in indexes.into_iter().enumerate() {
             errors[i] = match outcomes.as_ref().and_then(|o| o.get(n)) {
-                Some(outcome) => outcome.error,
+                Some(outcome) => {
+                    if outcome.error.is_none() && writes[i].tp.topic == crate::group::OFFSETS_TOPIC {
+                        offsets_done.push((i, outcome.base_offset));
+                    }
+                    outcome.error
+                }
                 None => Some(ResponseError::NotLeaderOrFollower),
             };
         }
     }
+    for (i, marker_offset) in offsets_done {
+        let here = led[i].as_ref().expect("a marker written here was led here");
+        if let Err(e) = complete_offsets(ctx, &writes[i], here, marker_offset).await {
+            // The marker is in the log; the coordinator reads it there when it loads the partition again.
+            tracing::debug!(partition = %writes[i].tp, ?e, "transactional offsets not completed");
+            errors[i] = Some(e);
+        }
+    }
     errors
+}
+
+/// Tells the group coordinator of a `__consumer_offsets` partition that `write`'s marker landed at
+/// `marker_offset`, asking again while the partition's groups are loading. NOT_COORDINATOR (it moved, or
+/// is not loaded) needs nothing: a coordinator that loads the partition meets the marker in the log.
+async fn complete_offsets(
+    ctx: &BrokerContext,
+    write: &MarkerWrite,
+    here: &crate::context::Led,
+    marker_offset: i64,
+) -> Result<(), ResponseError> {
+    use crate::group::call::CoordinatorRequest;
+    let deadline = Instant::now() + Duration::from_millis(ctx.config.transactions.write_timeout_ms as u64);
+    loop {
+        let (reply, answer) = flume::bounded(1);
+        let request = CoordinatorRequest::TxnCompleted {
+            partition: write.tp.partition as i32,
+            epoch: here.epoch,
+            producer_id: write.producer_id,
+            commit: write.commit,
+            marker_offset,
+            reply,
+        };
+        ctx.groups[here.shard].send_async(request).await.map_err(|_| ResponseError::CoordinatorNotAvailable)?;
+        match answer.recv_async().await.map_err(|_| ResponseError::CoordinatorNotAvailable)? {
+            Ok(()) | Err(ResponseError::NotCoordinator) => return Ok(()),
+            Err(ResponseError::CoordinatorLoadInProgress) if Instant::now() < deadline => {
+                glommio::timer::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// WriteTxnMarkers v1, as a coordinator of another Kafka-speaking tool sends it (`kafka-transactions.sh

@@ -203,6 +203,9 @@ fn error_codes(answer: &ResponseKind, each: &mut impl FnMut(i16)) {
         ResponseKind::ListOffsets(r) => r.topics.iter().flat_map(|t| &t.partitions).for_each(|p| each(p.error_code)),
         ResponseKind::Metadata(r) => r.topics.iter().for_each(|t| each(t.error_code)),
         ResponseKind::OffsetCommit(r) => r.topics.iter().flat_map(|t| &t.partitions).for_each(|p| each(p.error_code)),
+        ResponseKind::TxnOffsetCommit(r) => {
+            r.topics.iter().flat_map(|t| &t.partitions).for_each(|p| each(p.error_code))
+        }
         ResponseKind::OffsetFetch(r) => {
             each(r.error_code);
             r.groups.iter().for_each(|g| each(g.error_code));

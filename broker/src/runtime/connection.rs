@@ -665,6 +665,7 @@ impl SlowRequest {
             }
             RequestKind::ListOffsets(r) => (r.topics.iter().map(|t| t.partitions.len()).sum(), 0, false),
             RequestKind::OffsetCommit(r) => (r.topics.iter().map(|t| t.partitions.len()).sum(), 0, false),
+            RequestKind::TxnOffsetCommit(r) => (r.topics.iter().map(|t| t.partitions.len()).sum(), 0, false),
             RequestKind::DeleteRecords(r) => (r.topics.iter().map(|t| t.partitions.len()).sum(), 0, false),
             RequestKind::JoinGroup(_) | RequestKind::SyncGroup(_) => (0, 0, true),
             _ => (0, 0, false),

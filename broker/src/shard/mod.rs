@@ -201,6 +201,9 @@ pub struct ProduceBatch {
     pub tp: TopicPartition,
     pub batch: Bytes,
     pub epoch: LeaderEpoch,
+    /// Written by a coordinator of this broker (its own records, or a producer's transactional offsets
+    /// without sequences), never by a client: see `PartitionLog::append_for_coordinator`.
+    pub from_coordinator: bool,
 }
 
 /// A transaction marker for one partition, appended by its leader at `epoch`.
@@ -215,6 +218,7 @@ pub struct MarkerAppend {
 #[derive(Clone, Copy)]
 enum Appended<'a> {
     Batch(&'a [u8]),
+    CoordinatorBatch(&'a [u8]),
     Marker(shardlog_storage::txn::TxnMarker),
 }
 
@@ -470,7 +474,9 @@ async fn handle(
             // overlapping.
             let produces = batches.iter().zip(turns).map(|(b, turn)| {
                 let asked = Produce { epoch: b.epoch, acks, timeout_ms };
-                produce(logs, replicas, &b.tp, Appended::Batch(&b.batch), asked, turn)
+                let what =
+                    if b.from_coordinator { Appended::CoordinatorBatch(&b.batch) } else { Appended::Batch(&b.batch) };
+                produce(logs, replicas, &b.tp, what, asked, turn)
             });
             let _ = reply.send(futures_util::future::join_all(produces).await);
         }
@@ -630,6 +636,7 @@ async fn produce(
     };
     let appended = match what {
         Appended::Batch(batch) => log.append(batch, epoch).await,
+        Appended::CoordinatorBatch(batch) => log.append_for_coordinator(batch, epoch).await,
         Appended::Marker(marker) => log.append_marker(marker, epoch).await,
     };
     drop(turn);
@@ -640,7 +647,7 @@ async fn produce(
             info
         }
         Ok(info) => {
-            if let Appended::Batch(batch) = what {
+            if let Appended::Batch(batch) | Appended::CoordinatorBatch(batch) = what {
                 crate::metrics::produced(info.next_offset().0 - info.base_offset.0, batch.len() as u64);
             }
             info

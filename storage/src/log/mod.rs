@@ -562,23 +562,39 @@ impl<F: Fs> PartitionLog<F> {
         let started = std::time::Instant::now();
         let max = self.inner.borrow().config.max_message_bytes;
         let header = batch::validate(batch, max)?;
-        let appended = self.append_validated(batch, &header, Some(epoch), None).await;
+        let appended = self.append_validated(batch, &header, Some(epoch), Writer::Client).await;
         crate::metrics::appended(started.elapsed());
         appended
     }
 
+    /// Appends, as the leader at `epoch`, a batch a coordinator writes: its own records (no producer id), or
+    /// a producer's transactional data (the group coordinator's record of a TxnOffsetCommit), with the
+    /// producer's id and epoch and no sequence (-1), as Kafka's coordinators write them. Only the producer's
+    /// epoch is checked (the coordinator does not know its sequences); the batch opens the producer's
+    /// transaction here as a client's would. Never for clients' batches: their sequences are what
+    /// idempotence rests on.
+    pub async fn append_for_coordinator(&self, batch: &[u8], epoch: LeaderEpoch) -> Result<AppendInfo> {
+        let max = self.inner.borrow().config.max_message_bytes;
+        let header = batch::validate(batch, max)?;
+        self.append_validated(batch, &header, Some(epoch), Writer::Coordinator).await
+    }
+
     /// Appends a validated batch: as the leader at `leader_epoch` (the producer's sequence is checked,
     /// offsets assigned and stamped), or, with `None`, as a follower (see [`Self::append_replicated`]).
-    /// `marker` is the transaction marker a control batch holds (checked against the producer's epochs
-    /// when the leader writes it; see [`txn`]).
+    /// `writer` says who wrote it, and so how the leader judges it; a transaction marker (a control batch)
+    /// is checked against the producer's epochs when the leader writes it (see [`txn`]).
     pub(super) async fn append_validated(
         &self,
         batch: &[u8],
         header: &BatchHeader,
         leader_epoch: Option<LeaderEpoch>,
-        marker: Option<TxnMarker>,
+        writer: Writer,
     ) -> Result<AppendInfo> {
         let header = *header;
+        let marker = match writer {
+            Writer::Marker(marker) => Some(marker),
+            Writer::Client | Writer::Coordinator => None,
+        };
         let epoch = leader_epoch.unwrap_or(LeaderEpoch(header.partition_leader_epoch));
         if epoch.0 < 0 {
             return Err(StorageError::StaleEpoch { epoch: epoch.0, latest: 0 });
@@ -621,13 +637,14 @@ impl<F: Fs> PartitionLog<F> {
                 }
                 // The producer's sequence is judged in the same borrow that assigns the offsets: nothing can
                 // come between them. (A follower keeps what the leader judged.)
-                let verdict = match (leader_epoch, &marker) {
+                let verdict = match (leader_epoch, &writer) {
                     (None, _) => Verdict::Append,
-                    (Some(_), Some(marker)) => {
+                    (Some(_), Writer::Marker(marker)) => {
                         inner.producers.check_marker(marker)?;
                         Verdict::Append
                     }
-                    (Some(_), None) => inner.producers.check(&header)?,
+                    (Some(_), Writer::Coordinator) => inner.producers.check_coordinator_write(&header)?,
+                    (Some(_), Writer::Client) => inner.producers.check(&header)?,
                 };
                 if let Verdict::Duplicate(original) = verdict {
                     inner.last_used_ms = now;
@@ -672,7 +689,20 @@ impl<F: Fs> PartitionLog<F> {
             }
         }
     }
+}
 
+/// Who wrote a batch the log appends.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Writer {
+    /// A producer (or a follower's copy of the leader's batches).
+    Client,
+    /// A coordinator, for a producer's transaction: see [`PartitionLog::append_for_coordinator`].
+    Coordinator,
+    /// The transaction coordinator's marker (a control batch).
+    Marker(TxnMarker),
+}
+
+impl<F: Fs> PartitionLog<F> {
     fn append_in_memory(
         &self,
         inner: &mut Inner<F>,

@@ -47,7 +47,8 @@ impl<F: Fs> PartitionLog<F> {
             let batch = &bytes[range];
             // A control batch that holds no marker (emptied by compaction, or another kind) changes nothing.
             let marker = (header.attributes & CONTROL_BIT != 0).then(|| TxnMarker::decode(batch)).flatten();
-            let info = self.append_validated(batch, &header, None, marker).await;
+            let writer = marker.map_or(super::Writer::Client, super::Writer::Marker);
+            let info = self.append_validated(batch, &header, None, writer).await;
             crate::metrics::appended(started.elapsed());
             let info = info?;
             appended = Some(match appended {

@@ -110,7 +110,7 @@ impl<F: Fs> PartitionLog<F> {
     pub async fn append_marker(&self, marker: TxnMarker, epoch: LeaderEpoch) -> Result<AppendInfo> {
         let bytes = marker.encode(self.clock.now_ms());
         let header = crate::batch::validate(&bytes, usize::MAX).expect("a marker is a valid batch");
-        self.append_validated(&bytes, &header, Some(epoch), Some(marker)).await
+        self.append_validated(&bytes, &header, Some(epoch), super::Writer::Marker(marker)).await
     }
 
     /// Kafka's last stable offset: the high watermark, held back by the first offset of every open

@@ -264,6 +264,32 @@ impl ProducerStates {
         if in_order { Ok(Verdict::Append) } else { Err(out_of_order) }
     }
 
+    /// Judges a batch a coordinator writes (see `PartitionLog::append_for_coordinator`): its own records
+    /// without a producer id, or a producer's transactional data with the producer's id and epoch and no
+    /// sequence, of which only the epoch is checked. Changes nothing.
+    pub fn check_coordinator_write(&self, header: &BatchHeader) -> Result<Verdict, ProducerError> {
+        let id = header.producer_id;
+        if id < 0 && header.attributes & (CONTROL_BIT | TRANSACTIONAL_BIT) == 0 {
+            return Ok(Verdict::Append);
+        }
+        if header.attributes & CONTROL_BIT != 0
+            || header.attributes & TRANSACTIONAL_BIT == 0
+            || id < 0
+            || header.producer_epoch < 0
+            || header.base_sequence != -1
+        {
+            return Err(ProducerError::InvalidBatch(format!(
+                "a coordinator's write for producer {id} must be transactional data at an epoch, without a sequence"
+            )));
+        }
+        match self.producers.get(&id) {
+            Some(entry) if header.producer_epoch < entry.epoch => {
+                Err(ProducerError::StaleEpoch { producer_id: id, epoch: header.producer_epoch, current: entry.epoch })
+            }
+            _ => Ok(Verdict::Append),
+        }
+    }
+
     /// Judges a transaction marker the coordinator asks the leader to write. Changes nothing.
     pub fn check_marker(&self, marker: &TxnMarker) -> Result<(), ProducerError> {
         let id = marker.producer_id;
@@ -311,10 +337,14 @@ impl ProducerStates {
             entry.epoch = header.producer_epoch;
             entry.batches.clear();
         }
-        if entry.batches.len() == BATCHES_KEPT {
-            entry.batches.pop_front();
+        // A coordinator's write for the producer's transaction has no sequence: nothing to remember of it
+        // for deduplication.
+        if header.base_sequence >= 0 {
+            if entry.batches.len() == BATCHES_KEPT {
+                entry.batches.pop_front();
+            }
+            entry.batches.push_back(batch);
         }
-        entry.batches.push_back(batch);
         entry.last_append_ms = now_ms;
         if header.attributes & TRANSACTIONAL_BIT != 0 && entry.txn_first_offset.is_none() {
             entry.txn_first_offset = Some(base_offset);

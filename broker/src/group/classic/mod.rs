@@ -556,6 +556,26 @@ impl Group {
         Ok(())
     }
 
+    /// The check of a TxnOffsetCommit (Kafka's, for transactions): OffsetCommit's, except that a commit
+    /// naming no member, no instance and generation -1 is not checked (TxnOffsetCommit before v3 carries
+    /// none), and a group completing a rebalance accepts it.
+    pub fn check_txn_commit(&self, who: &MemberRef, generation: i32) -> Result<(), ResponseError> {
+        if self.state == GroupState::Dead {
+            return Err(ResponseError::CoordinatorNotAvailable);
+        }
+        if generation < 0 && who.member_id.is_empty() && who.instance_id.is_none() {
+            return Ok(());
+        }
+        if generation < 0 && self.state == GroupState::Empty {
+            return Ok(());
+        }
+        self.check_member(who)?;
+        if generation != self.generation {
+            return Err(ResponseError::IllegalGeneration);
+        }
+        Ok(())
+    }
+
     /// Whether the group holds nothing: no members and no member id given out and still to be used.
     pub fn is_idle(&self) -> bool {
         matches!(self.state, GroupState::Empty | GroupState::Dead) && self.pending.is_empty()

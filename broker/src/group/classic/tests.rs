@@ -625,3 +625,16 @@ mod random_schedules {
         }
     }
 }
+
+#[test]
+fn a_transactional_commit_is_fenced_by_generation_and_member_but_unchecked_without_group_metadata() {
+    let mut now = 0;
+    let (group, a) = stable_group_of_one(&mut now);
+    // TxnOffsetCommit before v3 names no member: accepted while the group has members (KIP-447 aside).
+    assert_eq!(group.check_txn_commit(&MemberRef::default(), -1), Ok(()));
+    assert_eq!(group.check_txn_commit(&who(&a), 1), Ok(()));
+    assert_eq!(group.check_txn_commit(&who(&a), 0), Err(ResponseError::IllegalGeneration), "a zombie's generation");
+    assert_eq!(group.check_txn_commit(&who("nobody"), 1), Err(ResponseError::UnknownMemberId));
+    let fenced = MemberRef { member_id: "other".into(), instance_id: Some("i".into()) };
+    assert_eq!(group.check_txn_commit(&fenced, 1), Err(ResponseError::UnknownMemberId), "no member has instance i");
+}

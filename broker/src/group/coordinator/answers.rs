@@ -36,26 +36,27 @@ pub(super) fn commit_error(e: ResponseError) -> ResponseError {
     }
 }
 
-pub(super) fn fetch_offsets(entry: Option<&Entry>, partitions: Option<Vec<(String, i32)>>) -> Vec<FetchedOffset> {
+/// The committed offsets of the partitions asked for (`None`: every one the group has). With
+/// `require_stable`, a partition with a transaction's offset waiting for its marker answers
+/// UNSTABLE_OFFSET_COMMIT instead, as Kafka's do (a read_committed consumer retries).
+pub(super) fn fetch_offsets(
+    entry: Option<&Entry>,
+    partitions: Option<Vec<(String, i32)>>,
+    require_stable: bool,
+) -> Vec<FetchedOffset> {
+    let answer = |topic: String, partition: i32| {
+        let key = (topic, partition);
+        if require_stable && entry.is_some_and(|e| e.txn_offsets.has(&key)) {
+            let error = Some(ResponseError::UnstableOffsetCommit);
+            return FetchedOffset { topic: key.0, partition, committed: None, error };
+        }
+        let committed = entry.and_then(|e| e.offsets.get(&key)).map(|s| s.value.clone());
+        FetchedOffset { topic: key.0, partition, committed, error: None }
+    };
     match partitions {
-        Some(wanted) => wanted
-            .into_iter()
-            .map(|(topic, partition)| {
-                let committed = entry.and_then(|e| e.offsets.get(&(topic.clone(), partition))).map(|s| s.value.clone());
-                FetchedOffset { topic, partition, committed }
-            })
-            .collect(),
+        Some(wanted) => wanted.into_iter().map(|(topic, partition)| answer(topic, partition)).collect(),
         None => entry
-            .map(|e| {
-                e.offsets
-                    .iter()
-                    .map(|((topic, partition), s)| FetchedOffset {
-                        topic: topic.clone(),
-                        partition: *partition,
-                        committed: Some(s.value.clone()),
-                    })
-                    .collect()
-            })
+            .map(|e| e.offsets.keys().map(|(topic, partition)| answer(topic.clone(), *partition)).collect())
             .unwrap_or_default(),
     }
 }
@@ -139,7 +140,10 @@ pub(super) fn refuse(op: GroupOp, error: ResponseError) {
         GroupOp::Heartbeat { reply, .. } => {
             let _ = reply.send(Some(error));
         }
-        GroupOp::Leave { reply, .. } | GroupOp::Commit { reply, .. } | GroupOp::DeleteOffsets { reply, .. } => {
+        GroupOp::Leave { reply, .. }
+        | GroupOp::Commit { reply, .. }
+        | GroupOp::TxnCommit { reply, .. }
+        | GroupOp::DeleteOffsets { reply, .. } => {
             let _ = reply.send(Err(error));
         }
         GroupOp::FetchOffsets { reply, .. } => {

@@ -9,11 +9,12 @@
 //! acknowledged, in the order decided), and dropping them when leadership moves are the coordinator
 //! runtime's ([`crate::coordinator`]); this module decides what each request does to a group. When a
 //! partition's groups are dropped, their waiting JoinGroup and SyncGroup answers get NOT_COORDINATOR.
+//! Offsets committed in transactions wait for the transaction's marker ([`pending`], [`txn`]).
 //!
 //! State lives in `RefCell`s on the shard's thread; no borrow is held across an await.
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,7 +26,9 @@ use shardlog_storage::LeaderEpoch;
 mod answers;
 mod consumer;
 mod offsets;
+mod pending;
 mod state;
+mod txn;
 
 use answers::{coordinator_error, describe, describe_consumer, fetch_offsets, refuse};
 use consumer::consumer_records;
@@ -107,7 +110,7 @@ pub async fn run(ctx: Arc<BrokerContext>, shard: usize, requests: flume::Receive
     let runtime = Runtime::new(ctx.clone(), shard, settings, ctx.config.groups.commit_timeout_ms);
     let waiters = Rc::new(Waiters { waiting: RefCell::default(), next_ticket: Cell::new(1) });
     let on_unload = waiters.clone();
-    runtime.on_unload(move |_, Groups(groups)| {
+    runtime.on_unload(move |_, Groups { groups, .. }| {
         for (_, mut entry) in groups {
             on_unload.deliver(entry.group.abandon(ResponseError::NotCoordinator), None);
         }
@@ -153,13 +156,16 @@ impl Coordinator {
                 let _ = reply.send(self.list());
             }
             CoordinatorRequest::Group(call) => self.handle_group(call).await,
+            CoordinatorRequest::TxnCompleted { partition, epoch, producer_id, commit, marker_offset, reply } => {
+                let _ = reply.send(self.txn_completed(partition, epoch, producer_id, commit, marker_offset));
+            }
         }
     }
 
     /// Sets the committed offset gauge of every group this shard coordinates (a group's lag is a
     /// partition's high watermark less it: see `deploy/README.md`).
     fn sample_committed_offsets(&self) {
-        self.runtime.each_loaded(|_, _, Groups(groups)| {
+        self.runtime.each_loaded(|_, _, Groups { groups, .. }| {
             for (id, entry) in groups.iter() {
                 for ((topic, partition), stored) in &entry.offsets {
                     let labels =
@@ -172,7 +178,7 @@ impl Coordinator {
 
     fn list(&self) -> Result<Vec<GroupListing>, ResponseError> {
         let mut out = Vec::new();
-        let all_loaded = self.runtime.each_loaded(|_, _, Groups(groups)| {
+        let all_loaded = self.runtime.each_loaded(|_, _, Groups { groups, .. }| {
             out.extend(groups.iter().map(|(id, e)| match &e.consumer {
                 Some(consumer) => GroupListing {
                     group: id.clone(),
@@ -202,7 +208,7 @@ impl Coordinator {
         epoch: LeaderEpoch,
         f: impl FnOnce(&mut HashMap<String, Entry>) -> R,
     ) -> Option<R> {
-        self.runtime.with_state(partition, epoch, |Groups(groups)| f(groups))
+        self.runtime.with_state(partition, epoch, |Groups { groups, .. }| f(groups))
     }
 
     /// Carries out a group's effects: writes its membership record first when asked, then answers, then
@@ -251,7 +257,7 @@ impl Coordinator {
         epoch: LeaderEpoch,
         records: &[OffsetsRecord],
     ) -> impl Future<Output = Result<i64, ResponseError>> + use<> {
-        self.runtime.write(partition, epoch, encode_batch(records))
+        self.runtime.write(partition, epoch, encode_batch(records, None))
     }
 
     async fn handle_group(self: Rc<Self>, call: GroupCall) {
@@ -328,7 +334,12 @@ impl Coordinator {
             GroupOp::Commit { member, generation, offsets, reply } => {
                 let _ = reply.send(self.commit(partition, epoch, &group, member, generation, offsets, now).await);
             }
-            GroupOp::FetchOffsets { partitions, member, reply } => {
+            GroupOp::TxnCommit { transactional_id, producer, member, generation, offsets, reply } => {
+                tracing::trace!(group, transactional_id, producer = producer.id, "transactional offset commit");
+                let answer = self.txn_commit(partition, epoch, &group, producer, member, generation, offsets, now);
+                let _ = reply.send(answer.await);
+            }
+            GroupOp::FetchOffsets { partitions, member, require_stable, reply } => {
                 let fetched = self.with_groups(partition, epoch, |groups| {
                     let entry = groups.get(&group);
                     // Classic groups answer anyone, as Kafka's do; a consumer-protocol group checks
@@ -336,7 +347,7 @@ impl Coordinator {
                     if let Some(consumer) = entry.and_then(|e| e.consumer.as_ref()) {
                         consumer.check_fetch(member.member_id.as_deref(), member.member_epoch)?;
                     }
-                    Ok(fetch_offsets(entry, partitions))
+                    Ok(fetch_offsets(entry, partitions, require_stable))
                 });
                 let _ = reply.send(fetched.unwrap_or(Err(ResponseError::NotCoordinator)));
             }
@@ -378,10 +389,12 @@ impl Coordinator {
             let consumer = entry.consumer.take();
             let consumer_deletion = consumer.as_ref().map(|c| consumer_records(group, c.deletion()));
             let effects = entry.group.mark_dead(now_ms());
-            let mut records: Vec<OffsetsRecord> = entry
-                .offsets
-                .keys()
-                .chain(entry.pending_commits.keys().filter(|k| !entry.offsets.contains_key(*k)))
+            // Tombstones for every partition it has an offset of: committed, being written, or waiting
+            // for a transaction's marker (which Kafka deletes with the group too).
+            let keys: BTreeSet<&(String, i32)> =
+                entry.offsets.keys().chain(entry.pending_commits.keys()).chain(entry.txn_offsets.keys()).collect();
+            let mut records: Vec<OffsetsRecord> = keys
+                .into_iter()
                 .map(|(topic, p)| OffsetsRecord::Offset {
                     group: group.to_string(),
                     topic: topic.clone(),
@@ -443,7 +456,7 @@ impl Coordinator {
         }
         let mut work: Vec<(i32, LeaderEpoch, String, Effects)> = Vec::new();
         let mut gone: Vec<(i32, LeaderEpoch, Vec<OffsetsRecord>)> = Vec::new();
-        self.runtime.each_loaded(|partition, epoch, Groups(groups)| {
+        self.runtime.each_loaded(|partition, epoch, Groups { groups, .. }| {
             for (id, entry) in groups.iter_mut() {
                 let effects = entry.group.tick(now);
                 if !effects.replies.is_empty() || effects.persist {

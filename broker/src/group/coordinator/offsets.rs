@@ -12,6 +12,25 @@ use crate::group::call::{OffsetToCommit, PerItem};
 use crate::group::classic::{GroupState, MemberRef};
 use crate::group::records::{CommittedOffset, OffsetsRecord};
 
+/// The records of a commit of `offsets` to `group`, stamped now.
+pub(super) fn offset_records(group: &str, offsets: &[OffsetToCommit]) -> Vec<OffsetsRecord> {
+    let timestamp = SystemClock.now_ms();
+    offsets
+        .iter()
+        .map(|o| OffsetsRecord::Offset {
+            group: group.to_string(),
+            topic: o.topic.clone(),
+            partition: o.partition,
+            value: Some(CommittedOffset {
+                offset: o.offset,
+                leader_epoch: o.leader_epoch,
+                metadata: o.metadata.clone(),
+                commit_timestamp_ms: timestamp,
+            }),
+        })
+        .collect()
+}
+
 impl Coordinator {
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn commit(
@@ -46,21 +65,7 @@ impl Coordinator {
             Ok(())
         });
         checked.ok_or(ResponseError::NotCoordinator)??;
-        let timestamp = SystemClock.now_ms();
-        let records: Vec<OffsetsRecord> = offsets
-            .iter()
-            .map(|o| OffsetsRecord::Offset {
-                group: group.to_string(),
-                topic: o.topic.clone(),
-                partition: o.partition,
-                value: Some(CommittedOffset {
-                    offset: o.offset,
-                    leader_epoch: o.leader_epoch,
-                    metadata: o.metadata.clone(),
-                    commit_timestamp_ms: timestamp,
-                }),
-            })
-            .collect();
+        let records = offset_records(group, &offsets);
         let written = if records.is_empty() { Ok(0) } else { self.write(partition, epoch, &records).await };
         self.with_groups(partition, epoch, |groups| {
             // Gone only if deleted meanwhile, and then its tombstones covered these keys.
@@ -148,7 +153,7 @@ impl Coordinator {
     pub(super) async fn expire_offsets(&self, now: u64) {
         let retention = self.ctx.config.groups.offsets_retention_ms;
         let mut candidates: Vec<(i32, LeaderEpoch, String)> = Vec::new();
-        self.runtime.each_loaded(|partition, epoch, Groups(groups)| {
+        self.runtime.each_loaded(|partition, epoch, Groups { groups, .. }| {
             candidates.extend(groups.keys().map(|id| (partition, epoch, id.clone())))
         });
         for (partition, epoch, group) in candidates {

@@ -12,6 +12,9 @@ use shardlog_storage::LeaderEpoch;
 use crate::coordinator::Coordinated;
 use crate::group::OFFSETS_TOPIC;
 
+use super::pending::PendingTxns;
+use super::txn::TxnWrites;
+use crate::group::call::TxnProducer;
 use crate::group::classic::{Group, GroupRecord, GroupSettings, GroupState};
 use crate::group::consumer::{Change, ConsumerGroup};
 use crate::group::records::{CommittedOffset, OffsetsRecord};
@@ -37,6 +40,8 @@ pub(super) struct Entry {
     pub(super) pending_commits: BTreeMap<(String, i32), u32>,
     /// Since when (wall ms) the consumer-protocol group has had no members; `None` while it has some.
     pub(super) consumer_empty_since: Option<u64>,
+    /// Offsets written in transactions not yet ended ([`super::pending`]).
+    pub(super) txn_offsets: PendingTxns,
 }
 
 impl Entry {
@@ -48,6 +53,7 @@ impl Entry {
             recorded: false,
             pending_commits: BTreeMap::new(),
             consumer_empty_since: None,
+            txn_offsets: PendingTxns::default(),
         }
     }
 
@@ -62,12 +68,13 @@ impl Entry {
     }
 
     /// Holds nothing worth keeping: no members (of either protocol), no member id to be used, no offsets,
-    /// no commit out.
+    /// no commit out, no offsets of a transaction still open.
     pub(super) fn is_idle(&self) -> bool {
         self.group.is_idle()
             && self.consumer.as_ref().is_none_or(|c| c.members.is_empty())
             && self.offsets.is_empty()
             && self.pending_commits.is_empty()
+            && self.txn_offsets.is_empty()
     }
 
     pub(super) fn commits_started(&mut self, keys: &[(String, i32)]) {
@@ -91,7 +98,8 @@ impl Entry {
     /// or from when the group last became empty, whichever is later (Kafka's rule since KIP-211). A
     /// classic group with members loses none (which topics it uses is the client's to know); a
     /// consumer-protocol group with members keeps those of the topics they subscribe to and loses the
-    /// others' from their commits (KIP-848).
+    /// others' from their commits (KIP-848). A partition with a transaction's offset waiting for it is
+    /// kept until that transaction ends.
     pub(super) fn expired_offsets(&self, now_ms: u64, retention_ms: u64) -> Vec<(String, i32)> {
         let (counted_from, subscribed) = match &self.consumer {
             Some(c) if !c.members.is_empty() => (0, Some(c)),
@@ -101,6 +109,7 @@ impl Entry {
         };
         self.offsets
             .iter()
+            .filter(|(key, _)| !self.txn_offsets.has(key))
             .filter(|((topic, _), s)| {
                 if subscribed.is_some_and(|c| c.is_subscribed_to(topic)) {
                     return false;
@@ -112,10 +121,22 @@ impl Entry {
             .collect()
     }
 
-    /// Forgets an offset a tombstone at log offset `at` removed, unless a later commit replaced it.
+    /// Forgets an offset a tombstone at log offset `at` removed, unless a later commit replaced it, and
+    /// the transactions' offsets for it written before the tombstone.
     pub(super) fn forget(&mut self, key: &(String, i32), at: i64) {
         if self.offsets.get(key).is_some_and(|s| s.at < at) {
             self.offsets.remove(key);
+        }
+        self.txn_offsets.forget(key, at);
+    }
+
+    /// A COMMIT (`commit`) or ABORT marker of `producer_id` at log offset `marker_at`: its offsets written
+    /// before the marker are committed (each unless a later commit is there) or dropped.
+    pub(super) fn end_txn(&mut self, producer_id: i64, commit: bool, marker_at: i64) {
+        for (key, stored) in self.txn_offsets.end(producer_id, marker_at) {
+            if commit {
+                self.store(key, stored.value, stored.at);
+            }
         }
     }
 
@@ -136,6 +157,41 @@ struct Replayed {
     record: Option<GroupRecord>,
     offsets: BTreeMap<(String, i32), Stored>,
     consumer: Vec<Change>,
+    txn_offsets: PendingTxns,
+}
+
+impl Replayed {
+    /// A transaction marker: the producer's offsets written before it are committed (each unless a later
+    /// commit is there: log offsets decide, as live) or dropped.
+    fn end_txn(&mut self, producer_id: i64, commit: bool, marker_at: i64) {
+        for (key, stored) in self.txn_offsets.end(producer_id, marker_at) {
+            if commit && self.offsets.get(&key).is_none_or(|s| s.at < stored.at) {
+                self.offsets.insert(key, stored);
+            }
+        }
+    }
+}
+
+/// A transaction marker's kind, from its control record's key: version (int16, 0), type (int16: 0 ABORT,
+/// 1 COMMIT). Other control records (none are written to this topic) are not markers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Marker {
+    Abort,
+    Commit,
+}
+
+impl Marker {
+    pub(super) fn parse(key: Option<&[u8]>) -> Option<Marker> {
+        let key = key?;
+        if key.len() < 4 || i16::from_be_bytes([key[0], key[1]]) < 0 {
+            return None;
+        }
+        match i16::from_be_bytes([key[2], key[3]]) {
+            0 => Some(Marker::Abort),
+            1 => Some(Marker::Commit),
+            _ => None,
+        }
+    }
 }
 
 /// The partition's records, applied in log order.
@@ -144,8 +200,12 @@ pub(super) struct Replay {
     groups: BTreeMap<String, Replayed>,
 }
 
-/// The consumer groups of one offsets partition, as the coordinator runtime keeps them.
-pub(super) struct Groups(pub(super) HashMap<String, Entry>);
+/// The consumer groups of one offsets partition, as the coordinator runtime keeps them, and the
+/// partition's transactional writes in flight.
+pub(super) struct Groups {
+    pub(super) groups: HashMap<String, Entry>,
+    pub(super) txn_writes: TxnWrites,
+}
 
 impl Coordinated for Groups {
     const TOPIC: &'static str = OFFSETS_TOPIC;
@@ -162,11 +222,11 @@ impl Coordinated for Groups {
     }
 
     fn finish(replay: Replay, settings: &GroupSettings, _epoch: LeaderEpoch, now_ms: u64) -> Groups {
-        Groups(replay.into_groups(*settings, now_ms))
+        Groups { groups: replay.into_groups(*settings, now_ms), txn_writes: TxnWrites::default() }
     }
 
     fn len(&self) -> usize {
-        self.0.len()
+        self.groups.len()
     }
 }
 
@@ -177,13 +237,25 @@ impl Replay {
         crate::coordinator::replay_batches(bytes, from, |record| self.record(record))
     }
 
-    /// One record of the partition, in log order. Control records (transaction markers) are skipped.
+    /// One record of the partition, in log order. A record with a producer id is of a transaction: its
+    /// offset waits for the transaction's marker (a control record), which commits or drops it.
     fn record(&mut self, record: &Record) {
         if record.control {
+            match Marker::parse(record.key.as_deref()) {
+                Some(marker) => {
+                    for group in self.groups.values_mut() {
+                        group.end_txn(record.producer_id, marker == Marker::Commit, record.offset);
+                    }
+                }
+                None => {
+                    tracing::warn!(offset = record.offset, "skipped an unknown control record in __consumer_offsets")
+                }
+            }
             return;
         }
+        let producer_id = (record.producer_id >= 0).then_some(record.producer_id);
         match OffsetsRecord::decode(record.key.as_deref(), record.value.as_deref()) {
-            Ok(decoded) => self.apply(decoded, record.offset),
+            Ok(decoded) => self.apply(decoded, record.offset, producer_id),
             // Written by another version or damaged: skipped, as Kafka skips unknown record types.
             Err(e) => {
                 tracing::warn!(offset = record.offset, error = %e, "skipped an unreadable record in __consumer_offsets")
@@ -191,16 +263,21 @@ impl Replay {
         }
     }
 
-    fn apply(&mut self, record: OffsetsRecord, at: i64) {
+    fn apply(&mut self, record: OffsetsRecord, at: i64, producer_id: Option<i64>) {
         match record {
             OffsetsRecord::Offset { group, topic, partition, value } => {
-                let offsets = &mut self.groups.entry(group).or_default().offsets;
-                match value {
-                    Some(value) => {
-                        offsets.insert((topic, partition), Stored { value, at });
+                let replayed = self.groups.entry(group).or_default();
+                let key = (topic, partition);
+                match (value, producer_id) {
+                    (Some(value), None) => {
+                        replayed.offsets.insert(key, Stored { value, at });
                     }
-                    None => {
-                        offsets.remove(&(topic, partition));
+                    (Some(value), Some(producer_id)) => {
+                        replayed.txn_offsets.stage(producer_id, key, Stored { value, at })
+                    }
+                    (None, _) => {
+                        replayed.offsets.remove(&key);
+                        replayed.txn_offsets.forget(&key, at);
                     }
                 }
             }
@@ -227,8 +304,10 @@ impl Replay {
     pub(super) fn into_groups(self, settings: GroupSettings, now: u64) -> HashMap<String, Entry> {
         self.groups
             .into_iter()
-            .filter(|(_, r)| r.record.is_some() || !r.offsets.is_empty() || !r.consumer.is_empty())
-            .map(|(id, Replayed { record, offsets, consumer: changes })| {
+            .filter(|(_, r)| {
+                r.record.is_some() || !r.offsets.is_empty() || !r.consumer.is_empty() || !r.txn_offsets.is_empty()
+            })
+            .map(|(id, Replayed { record, offsets, consumer: changes, txn_offsets })| {
                 let recorded = record.is_some();
                 let group = match record {
                     Some(record) => Group::restored(&id, settings, record, now),
@@ -248,6 +327,7 @@ impl Replay {
                     recorded,
                     pending_commits: BTreeMap::new(),
                     consumer_empty_since: None,
+                    txn_offsets,
                 };
                 entry.note_consumer_members(now);
                 (id, entry)
@@ -256,9 +336,12 @@ impl Replay {
     }
 }
 
-/// One uncompressed batch of the records, without a producer id.
-pub(super) fn encode_batch(records: &[OffsetsRecord]) -> Result<Bytes, ResponseError> {
-    crate::coordinator::encode_batch(records.iter().map(|r| (r.key(), r.value())).collect())
+/// One uncompressed batch of the records: without a producer id, or, for a transaction's offsets
+/// (TxnOffsetCommit), transactional with the producer's id and epoch (see
+/// [`crate::coordinator::encode_batch`]).
+pub(super) fn encode_batch(records: &[OffsetsRecord], producer: Option<TxnProducer>) -> Result<Bytes, ResponseError> {
+    let records = records.iter().map(|r| (r.key(), r.value())).collect();
+    crate::coordinator::encode_batch(records, producer.map(|p| (p.id, p.epoch)))
 }
 
 #[cfg(test)]
@@ -298,6 +381,7 @@ mod tests {
             recorded: true,
             pending_commits: BTreeMap::new(),
             consumer_empty_since: None,
+            txn_offsets: PendingTxns::default(),
         };
         emptied.store(("t".into(), 0), committed_at(0), 1);
         assert!(emptied.expired_offsets(150 * MINUTE, 60 * MINUTE).is_empty());
@@ -332,7 +416,7 @@ mod tests {
         let records: Vec<OffsetsRecord> =
             changes.iter().map(|c| OffsetsRecord::Consumer { group: "g".into(), change: c.clone() }).collect();
         let mut replay = Replay::default();
-        assert_eq!(replay.batches(encode_batch(&records).unwrap(), 0), Ok(6));
+        assert_eq!(replay.batches(encode_batch(&records, None).unwrap(), 0), Ok(6));
         let groups = replay.into_groups(GroupSettings::default(), 0);
         let consumer = groups["g"].consumer.as_ref().expect("a consumer-protocol group");
         assert_eq!((consumer.epoch, consumer.assignment_epoch), (1, 1));
@@ -345,7 +429,7 @@ mod tests {
         }
         deleted.push(OffsetsRecord::Consumer { group: "g".into(), change: Change::GroupEpoch(None) });
         let mut replay = Replay::default();
-        replay.batches(encode_batch(&deleted).unwrap(), 0).unwrap();
+        replay.batches(encode_batch(&deleted, None).unwrap(), 0).unwrap();
         assert!(replay.into_groups(GroupSettings::default(), 0).is_empty(), "nothing left of a deleted group");
     }
 
@@ -405,6 +489,7 @@ mod tests {
             recorded: true,
             pending_commits: BTreeMap::new(),
             consumer_empty_since: None,
+            txn_offsets: PendingTxns::default(),
         };
         stable.store(("t".into(), 0), committed_at(0), 1);
         assert!(stable.expired_offsets(1_000 * MINUTE, MINUTE).is_empty());

@@ -14,12 +14,16 @@ use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions, OffsetFetchResponseTopic,
     OffsetFetchResponseTopics,
 };
+use kafka_protocol::messages::txn_offset_commit_response::{
+    TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+};
 use kafka_protocol::messages::{
     BrokerId, ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse,
     DeleteGroupsRequest, DescribeGroupsRequest, FindCoordinatorRequest, FindCoordinatorResponse, GroupId,
     HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse,
     ListGroupsRequest, OffsetCommitRequest, OffsetCommitResponse, OffsetDeleteRequest, OffsetDeleteResponse,
     OffsetFetchRequest, OffsetFetchResponse, RequestKind, ResponseKind, SyncGroupRequest, SyncGroupResponse, TopicName,
+    TxnOffsetCommitRequest, TxnOffsetCommitResponse,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -195,6 +199,65 @@ pub(super) fn offset_commit(check: &Check<'_>, mut req: OffsetCommitRequest) -> 
         other => other,
     });
     answer_if_empty(RequestKind::OffsetCommit(req), nothing_left, merge, ResponseKind::OffsetCommit(Default::default()))
+}
+
+fn txn_offset_commit_errors(topics: Vec<(TopicName, Vec<i32>)>, error: i16) -> Vec<TxnOffsetCommitResponseTopic> {
+    topics
+        .into_iter()
+        .map(|(name, partitions)| {
+            let partitions = partitions
+                .into_iter()
+                .map(|p| TxnOffsetCommitResponsePartition::default().with_partition_index(p).with_error_code(error))
+                .collect();
+            TxnOffsetCommitResponseTopic::default().with_name(name).with_partitions(partitions)
+        })
+        .collect()
+}
+
+/// TxnOffsetCommit: WRITE on the transactional id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every
+/// partition; it implies the producer id's), then READ on the group (else GROUP_AUTHORIZATION_FAILED for
+/// every partition), then READ on each topic (else TOPIC_AUTHORIZATION_FAILED for its partitions), as
+/// Kafka's `handleTxnOffsetCommitRequest`.
+pub(super) fn txn_offset_commit(check: &Check<'_>, mut req: TxnOffsetCommitRequest) -> Gate {
+    let partitions_of = |t: &kafka_protocol::messages::txn_offset_commit_request::TxnOffsetCommitRequestTopic| {
+        (t.name.clone(), t.partitions.iter().map(|p| p.partition_index).collect::<Vec<_>>())
+    };
+    let refused = if !check.allowed(AclOperation::Write, Resource::transactional_id(req.transactional_id.0.as_str())) {
+        Some(TXN_DENIED)
+    } else if !read_group(check, &req.group_id) {
+        Some(GROUP_DENIED)
+    } else {
+        None
+    };
+    if let Some(error) = refused {
+        let all = req.topics.iter().map(partitions_of).collect();
+        return Gate::Answer(ResponseKind::TxnOffsetCommit(
+            TxnOffsetCommitResponse::default().with_topics(txn_offset_commit_errors(all, code(error))),
+        ));
+    }
+    let names = req.topics.iter().map(|t| t.name.0.as_str());
+    let denied = check.denied_names(AclOperation::Read, ResourceType::Topic, names, true);
+    if denied.is_empty() {
+        return super::pass(RequestKind::TxnOffsetCommit(req));
+    }
+    let mut taken = Vec::new();
+    req.topics.retain(|t| {
+        let keep = !denied.contains(t.name.0.as_str());
+        if !keep {
+            taken.push(partitions_of(t));
+        }
+        keep
+    });
+    let nothing_left = req.topics.is_empty();
+    let merge = Merge::with(true, move |response| match response {
+        ResponseKind::TxnOffsetCommit(mut r) => {
+            r.topics.extend(txn_offset_commit_errors(taken, code(TOPIC_DENIED)));
+            ResponseKind::TxnOffsetCommit(r)
+        }
+        other => other,
+    });
+    let empty = ResponseKind::TxnOffsetCommit(Default::default());
+    answer_if_empty(RequestKind::TxnOffsetCommit(req), nothing_left, merge, empty)
 }
 
 /// OffsetFetch: DESCRIBE on each group (else GROUP_AUTHORIZATION_FAILED), then DESCRIBE on each topic

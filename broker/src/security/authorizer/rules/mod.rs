@@ -161,6 +161,7 @@ pub fn authorize_request(
         RequestKind::Heartbeat(req) => groups::heartbeat(&check(ApiKey::Heartbeat), req),
         RequestKind::LeaveGroup(req) => groups::leave_group(&check(ApiKey::LeaveGroup), req),
         RequestKind::OffsetCommit(req) => groups::offset_commit(&check(ApiKey::OffsetCommit), req),
+        RequestKind::TxnOffsetCommit(req) => groups::txn_offset_commit(&check(ApiKey::TxnOffsetCommit), req),
         RequestKind::OffsetFetch(req) => groups::offset_fetch(&check(ApiKey::OffsetFetch), req, version),
         RequestKind::ListGroups(req) => groups::list_groups(&check(ApiKey::ListGroups), req),
         RequestKind::DescribeGroups(req) => groups::describe_groups(&check(ApiKey::DescribeGroups), req, version),

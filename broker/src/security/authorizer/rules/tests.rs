@@ -145,6 +145,7 @@ fn sample(api: ApiKey) -> RequestKind {
         K::Heartbeat => RequestKind::Heartbeat(HeartbeatRequest::default().with_group_id(group("g"))),
         K::LeaveGroup => RequestKind::LeaveGroup(LeaveGroupRequest::default().with_group_id(group("g"))),
         K::OffsetCommit => RequestKind::OffsetCommit(offset_commit(&["t"])),
+        K::TxnOffsetCommit => RequestKind::TxnOffsetCommit(txn_offset_commit(&["t"])),
         K::OffsetFetch => RequestKind::OffsetFetch(OffsetFetchRequest::default().with_groups(vec![
             offset_fetch_request::OffsetFetchRequestGroup::default().with_group_id(group("g")).with_topics(Some(vec![
                 offset_fetch_request::OffsetFetchRequestTopics::default()
@@ -236,6 +237,22 @@ fn offset_commit(topics: &[&str]) -> OffsetCommitRequest {
     )
 }
 
+fn txn_offset_commit(topics: &[&str]) -> TxnOffsetCommitRequest {
+    TxnOffsetCommitRequest::default()
+        .with_transactional_id(TransactionalId(s("tx")))
+        .with_group_id(group("g"))
+        .with_topics(
+            topics
+                .iter()
+                .map(|t| {
+                    txn_offset_commit_request::TxnOffsetCommitRequestTopic::default()
+                        .with_name(topic(t))
+                        .with_partitions(vec![txn_offset_commit_request::TxnOffsetCommitRequestPartition::default()])
+                })
+                .collect(),
+        )
+}
+
 /// What Kafka answers a principal without ACLs for each API.
 #[derive(Debug, PartialEq)]
 enum Expected {
@@ -292,6 +309,8 @@ fn expected(api: ApiKey) -> Expected {
         | K::DeleteAcls
         | K::DescribeClientQuotas
         | K::AlterClientQuotas => Expected::Error(CLUSTER_DENIED),
+        // The transactional id is checked first.
+        K::TxnOffsetCommit => Expected::Error(TXN_DENIED),
         other => panic!("no expectation for {other:?}: add what Kafka answers for it"),
     }
 }
@@ -768,4 +787,33 @@ fn describe_configs_answers_each_resource_with_its_own_authorization_error() {
         answered,
         vec![(2, "t".into(), TOPIC_DENIED), (4, "1".into(), CLUSTER_DENIED), (32, "g".into(), GROUP_DENIED)]
     );
+}
+
+#[test]
+fn txn_offset_commit_needs_write_on_the_transactional_id_then_read_on_the_group_and_topics() {
+    let group_and_topic = || {
+        vec![
+            allow(ResourceType::Group, "g", PatternType::Literal, AclOperation::Read),
+            allow(ResourceType::Topic, "t", PatternType::Literal, AclOperation::Read),
+        ]
+    };
+    let request = RequestKind::TxnOffsetCommit(txn_offset_commit(&["t", "u"]));
+    let Gate::Answer(ResponseKind::TxnOffsetCommit(r)) =
+        authorize_request(&alice(), &authorizer(group_and_topic()), request.clone(), 4)
+    else {
+        panic!("refused whole without WRITE on the transactional id");
+    };
+    let codes: Vec<i16> = r.topics.iter().flat_map(|t| &t.partitions).map(|p| p.error_code).collect();
+    assert_eq!(codes, vec![TXN_DENIED, TXN_DENIED]);
+
+    let mut acls = group_and_topic();
+    acls.push(allow(ResourceType::TransactionalId, "tx", PatternType::Literal, AclOperation::Write));
+    let Gate::Handle { request: handled, merge } = authorize_request(&alice(), &authorizer(acls), request, 4) else {
+        panic!("handled for the topic it may read");
+    };
+    assert_eq!(handled, RequestKind::TxnOffsetCommit(txn_offset_commit(&["t"])));
+    let ResponseKind::TxnOffsetCommit(r) = merge.finish(ResponseKind::TxnOffsetCommit(Default::default())) else {
+        panic!("a TxnOffsetCommit response");
+    };
+    assert_eq!((r.topics[0].name.0.as_str(), r.topics[0].partitions[0].error_code), ("u", TOPIC_DENIED));
 }

@@ -5,6 +5,16 @@
 
 mod common;
 
+use std::collections::BTreeMap;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{Offset, TopicPartitionList};
+
 use common::Broker;
 
 /// Runs the client script against `bootstrap`, creating `topic` with `replication` replicas; panics with its
@@ -33,4 +43,106 @@ fn librdkafka_and_kafka_python_transactions_on_one_broker() {
     for line in log.lines() {
         assert!(!line.contains(" WARN ") && !line.contains(" ERROR "), "transactions logged: {line}");
     }
+}
+
+/// Produces `values` to `topic`, value `i` to partition `i % partitions`, with librdkafka (acks=all).
+fn produce_values(bootstrap: &str, topic: &str, partitions: i32, values: &[String]) {
+    let producer: BaseProducer = ClientConfig::new().set("bootstrap.servers", bootstrap).create().unwrap();
+    for (i, value) in values.iter().enumerate() {
+        let mut record = BaseRecord::<(), _>::to(topic).payload(value).partition(i as i32 % partitions);
+        // The local queue may fill up: poll it empty and send again.
+        while let Err((_, back)) = producer.send(record) {
+            producer.poll(Duration::from_millis(100));
+            record = back;
+        }
+    }
+    producer.flush(Duration::from_secs(30)).unwrap();
+}
+
+/// Every value of `topic` as a read_committed librdkafka consumer sees it, read from the start until no
+/// more come for two seconds (or 60 s pass).
+fn read_committed_values(bootstrap: &str, topic: &str, partitions: i32) -> Vec<String> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "read-committed-check")
+        .set("isolation.level", "read_committed")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut assignment = TopicPartitionList::new();
+    for p in 0..partitions {
+        assignment.add_partition_offset(topic, p, Offset::Beginning).unwrap();
+    }
+    consumer.assign(&assignment).unwrap();
+    let mut values = Vec::new();
+    let (deadline, mut quiet_since) = (Instant::now() + Duration::from_secs(60), Instant::now());
+    while Instant::now() < deadline && quiet_since.elapsed() < Duration::from_secs(2) {
+        match consumer.poll(Duration::from_millis(200)) {
+            Some(Ok(m)) => {
+                values.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned());
+                quiet_since = Instant::now();
+            }
+            Some(Err(e)) => panic!("read_committed consumer: {e}"),
+            None => {}
+        }
+    }
+    values
+}
+
+/// Consume-transform-produce with transactions (`scripts/client-tests/transform_loop.py`, librdkafka):
+/// the loop is killed with SIGKILL at several points while it works and started again; at the end every
+/// input record is in the output exactly once, as read_committed consumers see it.
+#[test]
+fn a_transform_loop_killed_with_sigkill_and_restarted_produces_every_input_exactly_once() {
+    const INPUTS: usize = 3000;
+    let broker = Broker::start(2);
+    let bootstrap = format!("127.0.0.1:{}", broker.port);
+    let mut stream = broker.connect();
+    for topic in ["ctp-in", "ctp-out"] {
+        assert_eq!(common::requests::create(&mut stream, topic, 3, 1, &[]), 0);
+    }
+    let inputs: Vec<String> = (0..INPUTS).map(|i| i.to_string()).collect();
+    produce_values(&bootstrap, "ctp-in", 3, &inputs);
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/client-tests/transform_loop.py");
+    let start = || {
+        Command::new("python3")
+            .arg(&script)
+            .args([&bootstrap, "ctp-in", "ctp-out", "ctp-group", "ctp-loop", &INPUTS.to_string()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    // Killed after 1.5 s, 2.2 s, 0.9 s and 3.1 s (a fixed schedule: each run is somewhere else when it dies,
+    // between polls, inside a transaction, or committing).
+    for run_ms in [1500u64, 2200, 900, 3100] {
+        let mut child = start();
+        std::thread::sleep(Duration::from_millis(run_ms));
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let mut last = start();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Some(status) = last.try_wait().unwrap() {
+            let mut out = String::new();
+            std::io::Read::read_to_string(last.stdout.as_mut().unwrap(), &mut out).unwrap();
+            assert!(status.success() && out.contains("done"), "the last run ended: {status}: {out}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the last run did not finish in 120 s");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let outputs = read_committed_values(&bootstrap, "ctp-out", 3);
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for value in &outputs {
+        *counts.entry(value.as_str()).or_default() += 1;
+    }
+    let twice: Vec<_> = counts.iter().filter(|(_, n)| **n > 1).take(5).collect();
+    assert!(twice.is_empty(), "outputs seen more than once: {twice:?}");
+    let missing: Vec<&String> =
+        inputs.iter().filter(|i| !counts.contains_key(format!("out-{i}").as_str())).take(5).collect();
+    assert!(missing.is_empty(), "inputs without an output: {missing:?}");
+    assert_eq!(outputs.len(), INPUTS);
+    broker.terminate();
 }

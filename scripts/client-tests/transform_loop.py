@@ -25,6 +25,9 @@ consumer = Consumer(
         "isolation.level": "read_committed",
         "auto.offset.reset": "earliest",
         "enable.auto.commit": False,
+        # Static membership (KIP-345), as Kafka Streams applications use: a restarted instance takes its
+        # predecessor's place at once instead of waiting out its session.
+        "group.instance.id": transactional_id,
     }
 )
 producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id})

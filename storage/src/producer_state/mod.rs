@@ -761,4 +761,29 @@ mod tests {
         budget.adjust(2, 1);
         assert_eq!(budget.used(), 1);
     }
+
+    #[test]
+    fn a_coordinators_transactional_write_is_judged_by_its_epoch_alone_and_opens_the_transaction() {
+        let mut s = ProducerStates::default();
+        // The coordinator's own records (no producer id) pass as a client's would.
+        assert_eq!(s.check_coordinator_write(&header(-1, -1, -1, 3)), Ok(Verdict::Append));
+        let mut offsets = header(7, 2, -1, 2);
+        offsets.attributes = TRANSACTIONAL_BIT;
+        assert_eq!(s.check_coordinator_write(&offsets), Ok(Verdict::Append));
+        s.record(&offsets, Offset(10), 0, true);
+        assert_eq!(s.get(7).unwrap().txn_first_offset, Some(Offset(10)), "its transaction is open here");
+        assert!(s.get(7).unwrap().batches.is_empty(), "nothing kept for deduplication: it has no sequence");
+        // Again at the same epoch, with no sequence: still judged by the epoch alone.
+        assert_eq!(s.check_coordinator_write(&offsets), Ok(Verdict::Append));
+        // An older epoch is refused; so is anything a coordinator never writes.
+        let mut stale = header(7, 1, -1, 1);
+        stale.attributes = TRANSACTIONAL_BIT;
+        assert!(matches!(s.check_coordinator_write(&stale), Err(ProducerError::StaleEpoch { .. })));
+        let mut sequenced = header(7, 2, 0, 1);
+        sequenced.attributes = TRANSACTIONAL_BIT;
+        assert!(matches!(s.check_coordinator_write(&sequenced), Err(ProducerError::InvalidBatch(_))));
+        assert!(matches!(s.check_coordinator_write(&header(7, 2, -1, 1)), Err(ProducerError::InvalidBatch(_))));
+        // A client's batch without a sequence is refused as before.
+        assert!(matches!(s.check(&offsets), Err(ProducerError::InvalidBatch(_))));
+    }
 }

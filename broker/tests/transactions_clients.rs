@@ -146,3 +146,41 @@ fn a_transform_loop_killed_with_sigkill_and_restarted_produces_every_input_exact
     assert_eq!(outputs.len(), INPUTS);
     broker.terminate();
 }
+
+/// The rdkafka crate's transactional producer: a committed and an aborted transaction, and a
+/// read_committed consumer that sees exactly the committed records.
+#[test]
+fn the_rdkafka_crates_transactional_producer_commits_and_aborts() {
+    let broker = Broker::start(1);
+    let bootstrap = format!("127.0.0.1:{}", broker.port);
+    let mut stream = broker.connect();
+    assert_eq!(common::requests::create(&mut stream, "rdkafka-txn", 2, 1, &[]), 0);
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .set("transactional.id", "rdkafka-txn")
+        .create()
+        .unwrap();
+    let timeout = Duration::from_secs(30);
+    producer.init_transactions(timeout).unwrap();
+    for (outcome, count) in [("committed", 20), ("aborted", 15), ("committed-again", 5)] {
+        producer.begin_transaction().unwrap();
+        for i in 0..count {
+            let value = format!("{outcome}-{i}");
+            let record = BaseRecord::<(), _>::to("rdkafka-txn").payload(&value).partition(i % 2);
+            producer.send(record).map_err(|(e, _)| e).unwrap();
+        }
+        producer.flush(timeout).unwrap();
+        if outcome == "aborted" {
+            producer.abort_transaction(timeout).unwrap();
+        } else {
+            producer.commit_transaction(timeout).unwrap();
+        }
+    }
+    let mut seen = read_committed_values(&bootstrap, "rdkafka-txn", 2);
+    seen.sort();
+    let mut expected: Vec<String> = (0..20).map(|i| format!("committed-{i}")).collect();
+    expected.extend((0..5).map(|i| format!("committed-again-{i}")));
+    expected.sort();
+    assert_eq!(seen, expected);
+    broker.terminate();
+}

@@ -349,7 +349,8 @@ impl<S: Coordinated> Runtime<S> {
             let tp = tp.clone();
             // To the high watermark, open transactions included (their markers decide them in replay).
             let isolation = shardlog_storage::log::Isolation::ReadUncommitted;
-            let reads = vec![FetchRead { tp, offset: next, max_bytes: LOAD_READ_BYTES, whole_first_batch: true, isolation }];
+            let reads =
+                vec![FetchRead { tp, offset: next, max_bytes: LOAD_READ_BYTES, whole_first_batch: true, isolation }];
             let read = ask_shard(&self.ctx, self.shard, move |reply| PartitionRequest::Fetch { reads, reply })
                 .await
                 .and_then(|mut outcomes| outcomes.pop())

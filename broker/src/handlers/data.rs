@@ -3,17 +3,17 @@
 
 use super::*;
 use crate::shard::{FetchRead, NewsSeen, ProduceBatch};
-use kafka_protocol::messages::ProducerId;
-use kafka_protocol::messages::fetch_response::AbortedTransaction;
-use shardlog_storage::log::Isolation;
 use crate::shutdown::Shutdown;
 use crate::topics::configs::Compression;
 use crate::topics::recompress::{RecompressError, recompress};
 use crate::topics::records::keyless_records;
 use bytes::Bytes;
 use futures_lite::future;
+use kafka_protocol::messages::ProducerId;
+use kafka_protocol::messages::fetch_response::AbortedTransaction;
 use kafka_protocol::messages::produce_response::BatchIndexAndErrorMessage;
 use shardlog_storage::batch::{BatchError, BatchHeader};
+use shardlog_storage::log::Isolation;
 
 /// A produce request whose batches have been handed to their shards, waiting for the outcomes.
 #[derive(Debug)]
@@ -379,7 +379,8 @@ async fn read_together(ctx: &Arc<BrokerContext>, req: &FetchRequest) -> Vec<Opti
                 let tp = TopicPartition::new(name.to_string(), p.partition as u32);
                 let max_bytes = p.partition_max_bytes.max(0) as usize;
                 let isolation = isolation(req);
-                by_shard.push(led.shard, FetchRead { tp, offset: p.fetch_offset, max_bytes, whole_first_batch, isolation })
+                by_shard
+                    .push(led.shard, FetchRead { tp, offset: p.fetch_offset, max_bytes, whole_first_batch, isolation })
             }));
         }
     }

@@ -15,8 +15,8 @@ use kafka_protocol::ResponseError;
 use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::{
-    AddPartitionsToTxnRequest, ApiKey, BrokerId, DescribeTransactionsRequest, EndTxnRequest, FindCoordinatorRequest,
-    InitProducerIdRequest, ListOffsetsRequest, ProducerId, ResponseKind, TransactionalId,
+    AddPartitionsToTxnRequest, ApiKey, BrokerId, DescribeProducersRequest, DescribeTransactionsRequest, EndTxnRequest,
+    FindCoordinatorRequest, InitProducerIdRequest, ListOffsetsRequest, ProducerId, ResponseKind, TransactionalId,
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{
@@ -282,5 +282,37 @@ fn the_tools_see_an_open_transaction_and_abort_ends_it_at_the_partition() {
     }
     assert_eq!((latest(&mut stream, "orders", 0), latest(&mut stream, "orders", 1)), (5, 5), "its marker at 4");
     assert_eq!(fetch_committed(&mut stream, "orders"), (5, vec![(producer.0, 1)]), "still aborted");
+    broker.terminate();
+}
+
+#[test]
+fn describe_producers_answers_each_partition_and_names_the_unknown_ones() {
+    use kafka_protocol::messages::describe_producers_request::TopicRequest;
+    let broker = Broker::start(1);
+    let mut stream = broker.connect();
+    assert_eq!(create(&mut stream, "orders", 1, 1, &[]), 0);
+    let req = DescribeProducersRequest::default().with_topics(vec![
+        TopicRequest::default().with_name(name("orders")).with_partition_indexes(vec![0, 5, -1]),
+        TopicRequest::default().with_name(name("nope")).with_partition_indexes(vec![0]),
+    ]);
+    send(&mut stream, ApiKey::DescribeProducers, 0, 9, &req);
+    let ResponseKind::DescribeProducers(r) = receive(&mut stream, ApiKey::DescribeProducers, 0).1 else { panic!() };
+    let answered: Vec<(String, i32, i16, usize)> = (r.topics.iter())
+        .flat_map(|t| {
+            t.partitions
+                .iter()
+                .map(|p| (t.name.0.to_string(), p.partition_index, p.error_code, p.active_producers.len()))
+        })
+        .collect();
+    let unknown = ResponseError::UnknownTopicOrPartition.code();
+    assert_eq!(
+        answered,
+        vec![
+            ("orders".to_string(), 0, 0, 0),
+            ("orders".to_string(), 5, unknown, 0),
+            ("orders".to_string(), -1, unknown, 0),
+            ("nope".to_string(), 0, unknown, 0),
+        ]
+    );
     broker.terminate();
 }

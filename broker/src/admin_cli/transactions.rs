@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use anyhow::{Result, bail};
 use kafka_protocol::messages::ApiKey;
 
-use crate::client::{KafkaClient, Leaderless, PartitionProducer};
+use crate::client::{DescribedTxn, KafkaClient, Leaderless, PartitionProducer};
 
 /// Kafka's default `transaction.max.timeout.ms`: 15 minutes.
 pub const DEFAULT_MAX_TRANSACTION_TIMEOUT_MS: i64 = 900_000;
@@ -113,6 +113,16 @@ struct OpenTxn {
     producer: PartitionProducer,
 }
 
+/// What the coordinators say of the transactional id whose producer has an open transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum CoordinatorView {
+    /// No coordinator lists a transaction of the producer id.
+    NotListed,
+    /// Listed under this id, which its coordinator no longer knows.
+    Gone(String),
+    Described(DescribedTxn),
+}
+
 /// `transactions find-hanging`: the open transactions of the partitions in `scope` their coordinator
 /// does not hold open for that partition, or idle longer than `max_timeout_ms`; `now_ms` the clock they
 /// are measured by.
@@ -126,32 +136,27 @@ pub fn find_hanging(client: &mut KafkaClient, scope: &Scope, max_timeout_ms: i64
     }
     let ids: Vec<i64> = open.iter().map(|t| t.producer.producer_id).collect();
     let listed = if ids.is_empty() { Vec::new() } else { client.list_transactions(&ids)? };
+    let mut views: BTreeMap<i64, CoordinatorView> = BTreeMap::new();
+    for id in ids {
+        if views.contains_key(&id) {
+            continue;
+        }
+        let view = match listed.iter().find(|l| l.producer_id == id) {
+            None => CoordinatorView::NotListed,
+            Some(l) => match client.describe_transaction(&l.transactional_id)? {
+                None => CoordinatorView::Gone(l.transactional_id.clone()),
+                Some(d) => CoordinatorView::Described(d),
+            },
+        };
+        views.insert(id, view);
+    }
     let mut out = String::from(
         "Topic\tPartition\tProducerId\tProducerEpoch\tCoordinatorEpoch\tStartOffset\tLastTimestamp\tReason\n",
     );
-    for txn in open {
-        let p = &txn.producer;
-        let reason = if now_ms.saturating_sub(p.last_timestamp) > max_timeout_ms {
-            Some("idle past transaction.max.timeout.ms".to_string())
-        } else {
-            match listed.iter().find(|l| l.producer_id == p.producer_id) {
-                None => Some("no coordinator lists its producer id".to_string()),
-                Some(l) => match client.describe_transaction(&l.transactional_id)? {
-                    None => Some(format!("transactional id {} is gone", l.transactional_id)),
-                    Some(d) if d.producer_id != p.producer_id || i32::from(d.producer_epoch) < p.producer_epoch => {
-                        Some(format!("{} has another producer now", l.transactional_id))
-                    }
-                    Some(d) if !COORDINATOR_HOLDS_OPEN.contains(&d.state.as_str()) => {
-                        Some(format!("{} is {} at its coordinator", l.transactional_id, d.state))
-                    }
-                    Some(d) if !d.partitions.contains(&(txn.topic.clone(), txn.partition)) => {
-                        Some(format!("{} does not include this partition", l.transactional_id))
-                    }
-                    Some(_) => None,
-                },
-            }
-        };
-        if let Some(reason) = reason {
+    for txn in &open {
+        let view = &views[&txn.producer.producer_id];
+        if let Some(reason) = hanging(txn, view, max_timeout_ms, now_ms) {
+            let p = &txn.producer;
             out.push_str(&format!(
                 "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{reason}\n",
                 txn.topic,
@@ -165,6 +170,32 @@ pub fn find_hanging(client: &mut KafkaClient, scope: &Scope, max_timeout_ms: i64
         }
     }
     Ok(out)
+}
+
+/// Why an open transaction hangs, if it does: idle longer than any transaction may last (a coordinator
+/// aborts each within `transaction.max.timeout.ms`), or its coordinator does not hold it open for this
+/// partition under this producer (so it will never write the marker that ends it here).
+fn hanging(txn: &OpenTxn, view: &CoordinatorView, max_timeout_ms: i64, now_ms: i64) -> Option<String> {
+    let p = &txn.producer;
+    if now_ms.saturating_sub(p.last_timestamp) > max_timeout_ms {
+        return Some("idle past transaction.max.timeout.ms".to_string());
+    }
+    match view {
+        CoordinatorView::NotListed => Some("no coordinator lists its producer id".to_string()),
+        CoordinatorView::Gone(id) => Some(format!("transactional id {id} is gone")),
+        CoordinatorView::Described(d)
+            if d.producer_id != p.producer_id || i32::from(d.producer_epoch) < p.producer_epoch =>
+        {
+            Some(format!("{} has another producer now", d.transactional_id))
+        }
+        CoordinatorView::Described(d) if !COORDINATOR_HOLDS_OPEN.contains(&d.state.as_str()) => {
+            Some(format!("{} is {} at its coordinator", d.transactional_id, d.state))
+        }
+        CoordinatorView::Described(d) if !d.partitions.contains(&(txn.topic.clone(), txn.partition)) => {
+            Some(format!("{} does not include this partition", d.transactional_id))
+        }
+        CoordinatorView::Described(_) => None,
+    }
 }
 
 /// The partitions `scope` names, by topic.
@@ -214,4 +245,73 @@ pub(super) fn unstable(client: &mut KafkaClient, topic: &str, led: &[i32]) -> BT
             (p, Unstable { lso, open })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW_MS: i64 = 1_800_000_000_000;
+    const MAX_MS: i64 = DEFAULT_MAX_TRANSACTION_TIMEOUT_MS;
+
+    fn open_txn(last_timestamp: i64) -> OpenTxn {
+        OpenTxn {
+            topic: "orders".into(),
+            partition: 0,
+            producer: PartitionProducer {
+                producer_id: 7,
+                producer_epoch: 2,
+                last_sequence: 4,
+                last_timestamp,
+                coordinator_epoch: 0,
+                current_txn_start_offset: 10,
+            },
+        }
+    }
+
+    fn described(state: &str, producer: (i64, i16), partitions: &[(&str, i32)]) -> CoordinatorView {
+        CoordinatorView::Described(DescribedTxn {
+            transactional_id: "tx".into(),
+            coordinator: "127.0.0.1:9092".into(),
+            producer_id: producer.0,
+            producer_epoch: producer.1,
+            state: state.into(),
+            timeout_ms: 60_000,
+            start_time_ms: NOW_MS - 1_000,
+            partitions: partitions.iter().map(|(t, p)| (t.to_string(), *p)).collect(),
+        })
+    }
+
+    #[test]
+    fn a_transaction_its_coordinator_holds_open_for_the_partition_is_not_hanging() {
+        let txn = open_txn(NOW_MS - 1_000);
+        for state in COORDINATOR_HOLDS_OPEN {
+            assert_eq!(hanging(&txn, &described(state, (7, 2), &[("orders", 0)]), MAX_MS, NOW_MS), None, "{state}");
+        }
+    }
+
+    #[test]
+    fn a_transaction_its_coordinator_does_not_hold_open_here_is_hanging() {
+        let txn = open_txn(NOW_MS - 1_000);
+        let cases = [
+            (CoordinatorView::NotListed, "no coordinator lists its producer id"),
+            (CoordinatorView::Gone("tx".into()), "transactional id tx is gone"),
+            (described("CompleteAbort", (7, 2), &[]), "tx is CompleteAbort at its coordinator"),
+            (described("Empty", (7, 2), &[]), "tx is Empty at its coordinator"),
+            (described("Ongoing", (7, 2), &[("orders", 1)]), "tx does not include this partition"),
+            (described("Ongoing", (8, 0), &[("orders", 0)]), "tx has another producer now"),
+            (described("Ongoing", (7, 1), &[("orders", 0)]), "tx has another producer now"),
+        ];
+        for (view, reason) in cases {
+            assert_eq!(hanging(&txn, &view, MAX_MS, NOW_MS).as_deref(), Some(reason), "{view:?}");
+        }
+    }
+
+    #[test]
+    fn a_transaction_idle_past_the_maximum_timeout_is_hanging_whatever_its_coordinator_says() {
+        let view = described("Ongoing", (7, 2), &[("orders", 0)]);
+        assert_eq!(hanging(&open_txn(NOW_MS - MAX_MS), &view, MAX_MS, NOW_MS), None, "at the limit");
+        let reason = hanging(&open_txn(NOW_MS - MAX_MS - 1), &view, MAX_MS, NOW_MS);
+        assert_eq!(reason.as_deref(), Some("idle past transaction.max.timeout.ms"));
+    }
 }

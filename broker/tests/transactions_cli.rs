@@ -2,7 +2,8 @@
 //! with a transaction opened by raw requests (InitProducerId, AddPartitionsToTxn v3, a transactional
 //! produce): the tools see it open at the coordinator and at the partition, `abort` ends it at the
 //! partition with an ABORT marker (read_committed consumers then pass it and drop its records), and the
-//! coordinator's own marker, written later when the producer commits, changes nothing more.
+//! coordinator's own marker, written later when the producer commits, changes nothing more. And
+//! DescribeProducers itself: answered by the partition's leader only, naming unknown partitions.
 
 mod common;
 
@@ -315,4 +316,48 @@ fn describe_producers_answers_each_partition_and_names_the_unknown_ones() {
         ]
     );
     broker.terminate();
+}
+
+#[test]
+fn describe_producers_is_answered_by_the_leader_only_and_the_tool_finds_it() {
+    use kafka_protocol::messages::describe_producers_request::TopicRequest;
+    let cluster = common::cluster::Cluster::start(&[]);
+    let mut client = cluster.client();
+    client.create_topic("spread", 1, 1, &[]).unwrap();
+    let leader = client.led_layout("spread").unwrap().leaders[&0].clone();
+    let req = DescribeProducersRequest::default()
+        .with_topics(vec![TopicRequest::default().with_name(name("spread")).with_partition_indexes(vec![0])]);
+    let bootstrap = cluster.bootstrap();
+    for addr in bootstrap.split(',') {
+        let expected = if addr == leader { 0 } else { ResponseError::NotLeaderOrFollower.code() };
+        // A broker the topic's metadata has not reached yet does not know the partition.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let code = loop {
+            let answer = client.connection(addr).unwrap().call(ApiKey::DescribeProducers, 0, &req).unwrap();
+            let ResponseKind::DescribeProducers(r) = answer else { panic!() };
+            let code = r.topics[0].partitions[0].error_code;
+            if code != ResponseError::UnknownTopicOrPartition.code() || Instant::now() > deadline {
+                break code;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        assert_eq!(code, expected, "{addr} (the leader is {leader})");
+    }
+    // Bootstrapped with a broker that does not lead it, the tool asks the leader.
+    let follower = bootstrap.split(',').find(|a| *a != leader).unwrap();
+    let (ok, out, err) = shardlog(&[
+        "transactions",
+        "describe-producers",
+        "--topic",
+        "spread",
+        "--partition",
+        "0",
+        "--bootstrap",
+        follower,
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(out.lines().count(), 1, "the header, no producer: {out}");
+    let (ok, out, err) = shardlog(&["transactions", "list", "--bootstrap", follower]);
+    assert!(ok, "{err}");
+    assert_eq!(out, "TransactionalId\tCoordinator\tProducerId\tState\n", "every broker asked, none lists one");
 }

@@ -1,6 +1,6 @@
 //! shardlog's own tools against a secured broker, through the real binaries: `--command-config` with
-//! SASL_SSL (SCRAM-SHA-512) as the super user manages topics, users, ACLs and quotas; the ACL granted
-//! takes effect for the user made; a wrong password and a plaintext client on the SASL port fail with
+//! SASL_SSL (SCRAM-SHA-512) as the super user manages topics, users, ACLs and quotas and lists
+//! transactions; the ACL granted takes effect for the user made; a wrong password and a plaintext client on the SASL port fail with
 //! a clear message and a non-zero exit; a client certificate on a mutual-TLS listener authenticates as
 //! the principal `ssl.principal.mapping.rules` makes of it.
 
@@ -166,6 +166,15 @@ fn the_super_user_manages_topics_users_acls_and_quotas_over_sasl_ssl_with_a_comm
         let (ok, stdout, stderr) = shardlog(port, Some(&app), &["topic", "list"]);
         (!(ok && stdout == "orders\n")).then(|| format!("{stdout}{stderr}"))
     });
+
+    // The transaction tools too; DescribeProducers needs READ on the topic, which app (WRITE only) lacks.
+    let listed = succeeds(port, admin, &["transactions", "list"]);
+    assert_eq!(listed, "TransactionalId\tCoordinator\tProducerId\tState\n");
+    let producers = ["transactions", "describe-producers", "--topic", "orders", "--partition", "0"];
+    let described = succeeds(port, admin, &producers);
+    assert_eq!(described.lines().count(), 1, "the header, no producer yet: {described}");
+    let (ok, _, stderr) = shardlog(port, Some(&app), &producers);
+    assert!(!ok && stderr.contains("describe producers of orders-0") && stderr.contains("error code 29"), "{stderr}");
 
     succeeds(port, admin, &["quota", "set", "--user", "app", "--producer-byte-rate", "1048576"]);
     succeeds(

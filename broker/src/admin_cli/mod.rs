@@ -5,6 +5,7 @@
 mod durability;
 pub mod groups;
 pub mod security;
+pub mod transactions;
 
 use std::collections::BTreeMap;
 
@@ -22,7 +23,8 @@ pub fn list(client: &mut KafkaClient) -> Result<String> {
 }
 
 /// `topic describe`: partitions with leader, replicas, ISR, offsets (the leader's log start and HW, each
-/// replica's log end) and any reassignment in progress, then the configs.
+/// replica's log end), any reassignment in progress and, for a partition with transactions not yet
+/// decided, its last stable offset and open transactions; then the configs.
 pub fn describe(client: &mut KafkaClient, topic: &str) -> Result<String> {
     let metadata = client.metadata(Some(&[topic]))?;
     let t = metadata.topics.first().context("empty Metadata response")?;
@@ -43,6 +45,7 @@ pub fn describe(client: &mut KafkaClient, topic: &str) -> Result<String> {
     let replica_ends = client.replica_log_ends(topic, &held);
     let all: Vec<i32> = partitions.iter().map(|p| p.partition_index).collect();
     let reassigning = client.reassignments(topic, &all).unwrap_or_default();
+    let unstable = transactions::unstable(client, topic, &led);
     let shown = |v: Option<i64>| v.map_or("-".to_string(), |o| o.to_string());
     let id = if t.topic_id.is_nil() { "-".to_string() } else { t.topic_id.to_string() };
     let mut out = format!("Topic: {topic}\tTopicId: {id}\tPartitionCount: {}\n", partitions.len());
@@ -67,6 +70,11 @@ pub fn describe(client: &mut KafkaClient, topic: &str) -> Result<String> {
         // Replicas whose broker is down or whose log there is offline (damaged).
         if !p.offline_replicas.is_empty() {
             out.push_str(&format!("\tOffline: {}", ids(&p.offline_replicas)));
+        }
+        if let Some(txns) =
+            unstable.get(&p.partition_index).filter(|t| Some(t.lso) != bounds.map(|b| b.1) || t.open > 0)
+        {
+            out.push_str(&format!("\tLastStableOffset: {}\tOpenTransactions: {}", txns.lso, txns.open));
         }
         if let Some((_, adding, removing)) = reassigning.get(&p.partition_index) {
             let list = |v: &[i32]| v.iter().map(|b| b.to_string()).collect::<Vec<_>>().join(",");

@@ -65,17 +65,30 @@ fn gid(group: &str) -> GroupId {
     GroupId(StrBytes::from_string(group.to_string()))
 }
 
-fn moving(code: i16) -> bool {
+/// FindCoordinator's key type for a group.
+const GROUP_KEY: i8 = 0;
+
+/// Whether an answer's error says the coordinator is moving (ask again, perhaps another one).
+pub(super) fn moving(code: i16) -> bool {
     COORDINATOR_MOVING.iter().any(|e| e.code() == code)
 }
 
 impl KafkaClient {
     /// The address of `group`'s coordinator now.
     pub fn coordinator(&mut self, group: &str) -> Result<String> {
+        self.find_coordinator(GROUP_KEY, group)
+    }
+
+    /// The address of the coordinator for `key` of `key_type` ([`GROUP_KEY`], or 1 for a transactional
+    /// id) now, asked again while there is none yet.
+    pub fn find_coordinator(&mut self, key_type: i8, key: &str) -> Result<String> {
         let deadline = Instant::now() + self.retry_for;
+        let kind = if key_type == GROUP_KEY { "group" } else { "transactional id" };
         loop {
             let version = self.connection(&self.home.clone())?.negotiate(ApiKey::FindCoordinator, (1, 3))?;
-            let req = FindCoordinatorRequest::default().with_key(StrBytes::from_string(group.to_string()));
+            let req = FindCoordinatorRequest::default()
+                .with_key(StrBytes::from_string(key.to_string()))
+                .with_key_type(key_type);
             let ResponseKind::FindCoordinator(r) = self.call_any(ApiKey::FindCoordinator, version, &req)? else {
                 bail!("FindCoordinator: unexpected response");
             };
@@ -83,7 +96,7 @@ impl KafkaClient {
                 return Ok(format!("{}:{}", r.host.as_str(), r.port));
             }
             if !moving(r.error_code) || Instant::now() >= deadline {
-                check(r.error_code, &format!("find the coordinator of group {group}"))?;
+                check(r.error_code, &format!("find the coordinator of {kind} {key}"))?;
             }
             std::thread::sleep(RETRY_PAUSE);
         }

@@ -13,6 +13,7 @@ mod groups;
 mod quotas;
 mod reassign;
 mod scram;
+mod transactions;
 mod transport;
 mod users;
 
@@ -39,6 +40,7 @@ pub use connection::{Connection, READ_TIMEOUT, Receiver, Sender};
 pub use groups::{DescribedGroup, GroupMember, ListedGroup};
 pub use quotas::{DescribedQuota, Entity, QuotaChange, render_entity, render_quotas};
 pub use reassign::{Ongoing, Refused};
+pub use transactions::{DescribedTxn, ListedTxn, PartitionProducer};
 pub use users::{ScramUser, render_users};
 
 /// The environment variable a `--bootstrap` list defaults to.

@@ -41,6 +41,7 @@ mod cluster;
 mod consumer_groups;
 mod coordinators;
 mod data;
+mod describe_producers;
 mod elect;
 mod groups;
 mod internal_topics;
@@ -101,6 +102,8 @@ pub fn supported_apis() -> SupportedApis {
         (ApiKey::DescribeTransactions, 0, 0),
         (ApiKey::ListTransactions, 0, 1),
         (ApiKey::WriteTxnMarkers, 1, 1),
+        // KIP-664's operator tools: each partition leader's producers and open transactions.
+        (ApiKey::DescribeProducers, 0, 0),
         (ApiKey::FindCoordinator, 0, 6),
         (ApiKey::JoinGroup, 0, 9),
         (ApiKey::SyncGroup, 0, 5),
@@ -204,6 +207,9 @@ pub async fn handle(ctx: &Arc<BrokerContext>, request: DecodedRequest, client: &
         }
         RequestKind::WriteTxnMarkers(req) => {
             ResponseKind::WriteTxnMarkers(txn_markers::write_txn_markers(ctx, req).await)
+        }
+        RequestKind::DescribeProducers(req) => {
+            ResponseKind::DescribeProducers(describe_producers::describe_producers(ctx, req).await)
         }
         RequestKind::ElectLeaders(req) => ResponseKind::ElectLeaders(elect::elect_leaders(ctx, req).await),
         RequestKind::AlterPartitionReassignments(req) => {

@@ -26,9 +26,11 @@ use crate::config::ShardLimits;
 use crate::quorum::state::PartitionRecord;
 use crate::shutdown::Shutdown;
 
+mod producers;
 mod readahead;
 mod replicas;
 
+pub use producers::ProducerView;
 pub use readahead::ReadAhead;
 pub use replicas::{RoleChange, ShardReplicas, replica_error, stable_end};
 
@@ -122,6 +124,11 @@ pub enum PartitionRequest {
         tp: TopicPartition,
         epoch: LeaderEpoch,
         reply: flume::Sender<Option<(LeaderEpoch, Offset)>>,
+    },
+    /// Kafka's DescribeProducers: the producers the partition remembers, with their open transactions.
+    DescribeProducers {
+        tp: TopicPartition,
+        reply: flume::Sender<Result<Vec<ProducerView>, ResponseError>>,
     },
     /// Kafka's DeleteRecords: `offset` -1 means the high watermark. Replies (error, new log start).
     DeleteRecords {
@@ -502,6 +509,9 @@ async fn handle(
         }
         PartitionRequest::DeleteRecords { tp, offset, reply } => {
             let _ = reply.send(delete_records(logs, replicas, &tp, offset).await);
+        }
+        PartitionRequest::DescribeProducers { tp, reply } => {
+            let _ = reply.send(producers::describe(logs, &tp));
         }
     }
 }

@@ -68,6 +68,12 @@ impl<F: Fs> PartitionLog<F> {
         self.inner.borrow().producers.clone()
     }
 
+    /// What `read` makes of the producers this partition remembers, without copying them (for tools:
+    /// Kafka's DescribeProducers).
+    pub fn with_producer_states<R>(&self, read: impl FnOnce(&ProducerStates) -> R) -> R {
+        read(&self.inner.borrow().producers)
+    }
+
     /// Forgets producers idle for `producer.id.expiration.ms`. Returns how many.
     pub fn expire_producers(&self) -> usize {
         let now = self.clock.now_ms();

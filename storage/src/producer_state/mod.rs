@@ -119,6 +119,13 @@ pub struct ProducerEntry {
     pub coordinator_epoch: i32,
 }
 
+impl ProducerEntry {
+    /// The last sequence of its latest batch; -1 when none is kept (known by markers alone).
+    pub fn last_sequence(&self) -> i32 {
+        self.batches.back().map_or(-1, |b| b.last_seq)
+    }
+}
+
 /// How a batch that passed the rules goes on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
@@ -211,6 +218,11 @@ impl ProducerStates {
 
     pub fn get(&self, producer_id: i64) -> Option<&ProducerEntry> {
         self.producers.get(&producer_id)
+    }
+
+    /// Every remembered producer, by id.
+    pub fn iter(&self) -> impl Iterator<Item = (i64, &ProducerEntry)> + '_ {
+        self.producers.iter().map(|(id, e)| (*id, e))
     }
 
     /// The open transactions: each one's first offset and producer id, by first offset.

@@ -48,6 +48,12 @@ enum Command {
         #[command(subcommand)]
         command: GroupCommand,
     },
+    /// Inspect and repair transactions over the Kafka protocol, as kafka-transactions.sh does: list,
+    /// describe, describe-producers, abort, find-hanging.
+    Transactions {
+        #[command(subcommand)]
+        command: TransactionsCommand,
+    },
     /// Manage SCRAM users over the Kafka protocol (KIP-554): the password is salted here, and only the
     /// salted password reaches the broker.
     User {
@@ -196,6 +202,63 @@ enum GroupCommand {
         topic: String,
         #[command(flatten)]
         to: ResetTarget,
+        #[command(flatten)]
+        bootstrap: Bootstrap,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum TransactionsCommand {
+    /// List the transactions every broker coordinates: id, coordinator, producer id and state.
+    List {
+        #[command(flatten)]
+        bootstrap: Bootstrap,
+    },
+    /// Show one transactional id at its coordinator: producer id and epoch, state, timeout, start time
+    /// and the partitions in its transaction.
+    Describe {
+        #[arg(long)]
+        transactional_id: String,
+        #[command(flatten)]
+        bootstrap: Bootstrap,
+    },
+    /// Show what a partition's leader remembers of each producer, with the first offset of the
+    /// transaction it has open there (-1 for none). LastTimestamp is the broker's clock at the last
+    /// append (Kafka shows the last batch's own max timestamp).
+    DescribeProducers {
+        #[arg(long)]
+        topic: String,
+        #[arg(long)]
+        partition: i32,
+        #[command(flatten)]
+        bootstrap: Bootstrap,
+    },
+    /// Abort the open transaction on a partition that starts at an offset (see describe-producers or
+    /// find-hanging): its ABORT marker is written at the partition's leader, as Kafka's
+    /// Admin.abortTransaction does. Meant for hanging transactions, which their coordinator no longer ends.
+    Abort {
+        #[arg(long)]
+        topic: String,
+        #[arg(long)]
+        partition: i32,
+        #[arg(long)]
+        start_offset: i64,
+        #[command(flatten)]
+        bootstrap: Bootstrap,
+    },
+    /// Find hanging transactions: open on a partition, yet not held open there by their coordinator, or
+    /// without an append for longer than transaction.max.timeout.ms. Either --broker-id (the partitions it
+    /// leads) or --topic (with --partition, one of them).
+    FindHanging {
+        #[arg(long, required_unless_present = "topic", conflicts_with = "topic")]
+        broker_id: Option<i32>,
+        #[arg(long)]
+        topic: Option<String>,
+        #[arg(long, requires = "topic")]
+        partition: Option<i32>,
+        /// The cluster's `transaction.max.timeout.ms`.
+        #[arg(long, default_value_t = shardlog_broker::admin_cli::transactions::DEFAULT_MAX_TRANSACTION_TIMEOUT_MS)]
+        max_transaction_timeout_ms: i64,
         #[command(flatten)]
         bootstrap: Bootstrap,
     },
@@ -383,6 +446,7 @@ fn run(command: Command) -> Result<()> {
         Command::Quorum(args) => quorum(args),
         Command::Topic { command } => topic(command),
         Command::Group { command } => group(command),
+        Command::Transactions { command } => transactions(command),
         Command::User { command } => security::user(command),
         Command::Acl { command } => security::acl(command),
         Command::Quota { command } => security::quota(command),
@@ -537,6 +601,34 @@ fn group(command: GroupCommand) -> Result<()> {
             print!("{}", groups::reset_offsets(&mut bootstrap.connect()?, &name, &topic, to)?);
         }
     }
+    Ok(())
+}
+
+fn transactions(command: TransactionsCommand) -> Result<()> {
+    use shardlog_broker::admin_cli::transactions::{self, Scope};
+    let out = match command {
+        TransactionsCommand::List { bootstrap } => transactions::list(&mut bootstrap.connect()?)?,
+        TransactionsCommand::Describe { transactional_id, bootstrap } => {
+            transactions::describe(&mut bootstrap.connect()?, &transactional_id)?
+        }
+        TransactionsCommand::DescribeProducers { topic, partition, bootstrap } => {
+            transactions::describe_producers(&mut bootstrap.connect()?, &topic, partition)?
+        }
+        TransactionsCommand::Abort { topic, partition, start_offset, bootstrap } => {
+            transactions::abort(&mut bootstrap.connect()?, &topic, partition, start_offset)?
+        }
+        TransactionsCommand::FindHanging { broker_id, topic, partition, max_transaction_timeout_ms, bootstrap } => {
+            let scope = match (broker_id, topic) {
+                (_, Some(topic)) => Scope::Topic(topic, partition),
+                (Some(broker), None) => Scope::Broker(broker),
+                (None, None) => unreachable!("clap asks for --broker-id or --topic"),
+            };
+            let now_ms =
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+            transactions::find_hanging(&mut bootstrap.connect()?, &scope, max_transaction_timeout_ms, now_ms)?
+        }
+    };
+    print!("{out}");
     Ok(())
 }
 

@@ -19,10 +19,10 @@ use crate::security::authorizer::Resource;
 use crate::security::authorizer::acl::{AclOperation, ResourceType};
 
 /// Topics denied whole, with the partitions the request named for each.
-type DeniedPartitions = Vec<(TopicName, Vec<i32>)>;
+pub(super) type DeniedPartitions = Vec<(TopicName, Vec<i32>)>;
 
 /// Takes the entries of `topics` whose name is in `denied` out, returning them as (name, partitions).
-fn take_denied<T>(
+pub(super) fn take_denied<T>(
     topics: &mut Vec<T>,
     denied: &HashSet<String>,
     name: impl Fn(&T) -> &TopicName,

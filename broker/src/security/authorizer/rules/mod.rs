@@ -125,6 +125,7 @@ pub fn authorize_request(
         }
         RequestKind::ListTransactions(req) => transactions::list_transactions(&check(ApiKey::ListTransactions), req),
         RequestKind::WriteTxnMarkers(req) => transactions::write_txn_markers(&check(ApiKey::WriteTxnMarkers), req),
+        RequestKind::DescribeProducers(req) => transactions::describe_producers(&check(ApiKey::DescribeProducers), req),
         RequestKind::Metadata(req) => admin::metadata(&check(ApiKey::Metadata), req, version),
         RequestKind::DescribeCluster(req) => admin::describe_cluster(&check(ApiKey::DescribeCluster), req),
         RequestKind::CreateTopics(req) => admin::create_topics(&check(ApiKey::CreateTopics), req),

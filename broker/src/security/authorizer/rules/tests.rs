@@ -220,6 +220,9 @@ fn sample(api: ApiKey) -> RequestKind {
                     .with_partition_indexes(vec![0]),
             ]),
         ])),
+        K::DescribeProducers => RequestKind::DescribeProducers(DescribeProducersRequest::default().with_topics(vec![
+            describe_producers_request::TopicRequest::default().with_name(topic("t")).with_partition_indexes(vec![0]),
+        ])),
         other => panic!("no sample request for {other:?}: add one (and its rule)"),
     }
 }
@@ -277,6 +280,7 @@ fn expected(api: ApiKey) -> Expected {
         K::Produce
         | K::Fetch
         | K::ListOffsets
+        | K::DescribeProducers
         | K::CreateTopics
         | K::DeleteTopics
         | K::DeleteRecords

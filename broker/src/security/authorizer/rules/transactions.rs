@@ -2,22 +2,26 @@
 //! every change to a transaction (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED), and besides it WRITE on each
 //! topic added to a transaction (AddPartitionsToTxn) or READ on the group whose offsets are sent
 //! (AddOffsetsToTxn); DESCRIBE on the id to see it (DescribeTransactions, ListTransactions). WriteTxnMarkers,
-//! a coordinator's call to partition leaders, needs CLUSTER_ACTION on the CLUSTER.
+//! a coordinator's call to partition leaders, needs CLUSTER_ACTION on the CLUSTER. DescribeProducers, a
+//! partition leader's view of its producers, needs READ on each topic.
 
 use kafka_protocol::messages::add_partitions_to_txn_response::{
     AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
 };
+use kafka_protocol::messages::describe_producers_response::{PartitionResponse, TopicResponse};
 use kafka_protocol::messages::describe_transactions_response::TransactionState;
 use kafka_protocol::messages::write_txn_markers_response::{
     WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
 };
 use kafka_protocol::messages::{
     AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse,
-    DescribeTransactionsRequest, DescribeTransactionsResponse, EndTxnRequest, EndTxnResponse, ListTransactionsRequest,
-    ProducerId, RequestKind, ResponseKind, WriteTxnMarkersRequest, WriteTxnMarkersResponse,
+    DescribeProducersRequest, DescribeProducersResponse, DescribeTransactionsRequest, DescribeTransactionsResponse,
+    EndTxnRequest, EndTxnResponse, ListTransactionsRequest, ProducerId, RequestKind, ResponseKind,
+    WriteTxnMarkersRequest, WriteTxnMarkersResponse,
 };
 
 use super::super::acl::{AclOperation, ResourceType};
+use super::data::take_denied;
 use super::{CLUSTER_DENIED, Check, GROUP_DENIED, Gate, Merge, TOPIC_DENIED, TXN_DENIED, code};
 use crate::security::authorizer::Resource;
 
@@ -166,4 +170,31 @@ pub(super) fn write_txn_markers(check: &Check<'_>, req: WriteTxnMarkersRequest) 
         })
         .collect();
     Gate::Answer(ResponseKind::WriteTxnMarkers(WriteTxnMarkersResponse::default().with_markers(markers)))
+}
+
+/// DescribeProducers: READ on each topic, else each of its partitions is TOPIC_AUTHORIZATION_FAILED (as
+/// Kafka's `handleDescribeProducersRequest`).
+pub(super) fn describe_producers(check: &Check<'_>, mut req: DescribeProducersRequest) -> Gate {
+    let names = req.topics.iter().map(|t| t.name.0.as_str());
+    let denied = check.denied_names(AclOperation::Read, ResourceType::Topic, names, true);
+    if denied.is_empty() {
+        return super::pass(RequestKind::DescribeProducers(req));
+    }
+    let taken = take_denied(&mut req.topics, &denied, |t| &t.name, |t| t.partition_indexes.clone());
+    let nothing_left = req.topics.is_empty();
+    let merge = Merge::with(true, move |response| match response {
+        ResponseKind::DescribeProducers(mut r) => {
+            r.topics.extend(taken.into_iter().map(|(name, partitions)| {
+                let partitions = partitions
+                    .into_iter()
+                    .map(|p| PartitionResponse::default().with_partition_index(p).with_error_code(code(TOPIC_DENIED)))
+                    .collect();
+                TopicResponse::default().with_name(name).with_partitions(partitions)
+            }));
+            ResponseKind::DescribeProducers(r)
+        }
+        other => other,
+    });
+    let empty = ResponseKind::DescribeProducers(DescribeProducersResponse::default());
+    super::answer_if_empty(RequestKind::DescribeProducers(req), nothing_left, merge, empty)
 }

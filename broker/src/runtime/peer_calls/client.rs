@@ -62,12 +62,12 @@ fn lost(e: std::io::Error) -> CallError {
     CallError::Unreachable(e.to_string())
 }
 
-trait Stream: AsyncRead + AsyncWrite + Unpin {}
+pub(super) trait Stream: AsyncRead + AsyncWrite + Unpin {}
 impl<T: AsyncRead + AsyncWrite + Unpin> Stream for T {}
 
 /// An open connection whose Hello was answered, idle between calls.
-struct Connection {
-    stream: Box<dyn Stream>,
+pub(super) struct Connection {
+    pub(super) stream: Box<dyn Stream>,
     frames: PeerFrameReader,
     /// Where it goes: a connection to an address the callee no longer has is not used again.
     address: String,
@@ -163,9 +163,19 @@ async fn connect(ctx: &BrokerContext, node: NodeId, address: String) -> Result<C
             None => return Err(CallError::Unreachable(format!("TLS handshake with {address} timed out"))),
         },
     };
-    let mut connection = Connection { stream, frames: PeerFrameReader::new(MAX_CALL_FRAME_BYTES), address };
     let hello = CallsHello { cluster_id: ctx.cluster_id.clone(), broker: ctx.config.node_id };
-    let hello = encode_frame(kind::HELLO, &encode_message(&hello));
+    say_hello(stream, address, &hello, node).await
+}
+
+/// Says `hello` on a new connection to `node` and reads the answer, which must be `node`'s.
+pub(super) async fn say_hello(
+    stream: Box<dyn Stream>,
+    address: String,
+    hello: &CallsHello,
+    node: NodeId,
+) -> Result<Connection, CallError> {
+    let mut connection = Connection { stream, frames: PeerFrameReader::new(MAX_CALL_FRAME_BYTES), address };
+    let hello = encode_frame(kind::HELLO, &encode_message(hello));
     connection.stream.write_all(&hello).await.map_err(lost)?;
     connection.stream.flush().await.map_err(lost)?;
     let mut buf = vec![0u8; READ_BYTES];
@@ -186,7 +196,7 @@ async fn connect(ctx: &BrokerContext, node: NodeId, address: String) -> Result<C
 }
 
 /// One request and its answer on `connection`.
-async fn exchange(connection: &mut Connection, frame: &[u8], call: &Call) -> Result<Vec<i16>, CallError> {
+pub(super) async fn exchange(connection: &mut Connection, frame: &[u8], call: &Call) -> Result<Vec<i16>, CallError> {
     connection.stream.write_all(frame).await.map_err(lost)?;
     connection.stream.flush().await.map_err(lost)?;
     let mut buf = vec![0u8; READ_BYTES];

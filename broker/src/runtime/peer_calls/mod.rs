@@ -16,6 +16,8 @@
 
 mod client;
 mod serve;
+#[cfg(test)]
+mod tests;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -50,25 +52,7 @@ pub(crate) async fn write_markers(
 ) -> Vec<Option<ResponseError>> {
     let mut errors = Vec::with_capacity(writes.len());
     for chunk in writes.chunks(MAX_CALL_ITEMS) {
-        let correlation = next_correlation();
-        let markers = chunk
-            .iter()
-            .map(|w| WireMarker {
-                partition: CallPartition { topic: w.tp.topic.clone(), partition: w.tp.partition },
-                producer_id: w.producer_id,
-                producer_epoch: w.producer_epoch,
-                coordinator_epoch: w.coordinator_epoch,
-                commit: w.commit,
-            })
-            .collect();
-        let body = encode_message(&WriteMarkers { correlation, markers });
-        let call = Call {
-            kind: kind::WRITE_MARKERS,
-            body,
-            answer_kind: kind::WRITE_MARKERS_ANSWER,
-            correlation,
-            items: chunk.len(),
-        };
+        let call = markers_call(chunk);
         let refused = ResponseError::NotLeaderOrFollower;
         match client::call(ctx, leader, &call).await {
             Ok(codes) => errors.extend(codes.into_iter().map(|code| error_of(code, refused))),
@@ -96,25 +80,7 @@ pub(crate) async fn verify(
     }
     let mut verdicts = Vec::with_capacity(partitions.len());
     for chunk in partitions.chunks(MAX_CALL_ITEMS) {
-        let correlation = next_correlation();
-        let request = VerifyTxn {
-            correlation,
-            transactional_id: transactional_id.to_string(),
-            producer_id: producer.producer_id,
-            producer_epoch: producer.epoch,
-            partitions: chunk
-                .iter()
-                .map(|tp| CallPartition { topic: tp.topic.clone(), partition: tp.partition })
-                .collect(),
-        };
-        let body = encode_message(&request);
-        let call = Call {
-            kind: kind::VERIFY_TXN,
-            body,
-            answer_kind: kind::VERIFY_TXN_ANSWER,
-            correlation,
-            items: chunk.len(),
-        };
+        let call = verify_call(transactional_id, producer, chunk);
         let unavailable = ResponseError::CoordinatorNotAvailable;
         match client::call(ctx, coordinator, &call).await {
             Ok(codes) => verdicts.extend(codes.into_iter().map(|code| error_of(code, unavailable).map_or(Ok(()), Err))),
@@ -125,6 +91,40 @@ pub(crate) async fn verify(
         }
     }
     verdicts
+}
+
+/// A WriteMarkers request for `writes` (at most [`MAX_CALL_ITEMS`]).
+fn markers_call(writes: &[MarkerWrite]) -> Call {
+    let correlation = next_correlation();
+    let markers = writes
+        .iter()
+        .map(|w| WireMarker {
+            partition: CallPartition { topic: w.tp.topic.clone(), partition: w.tp.partition },
+            producer_id: w.producer_id,
+            producer_epoch: w.producer_epoch,
+            coordinator_epoch: w.coordinator_epoch,
+            commit: w.commit,
+        })
+        .collect();
+    let body = encode_message(&WriteMarkers { correlation, markers });
+    Call { kind: kind::WRITE_MARKERS, body, answer_kind: kind::WRITE_MARKERS_ANSWER, correlation, items: writes.len() }
+}
+
+/// A VerifyTxn request for `partitions` (at most [`MAX_CALL_ITEMS`]).
+fn verify_call(transactional_id: &str, producer: ProducerIdAndEpoch, partitions: &[TopicPartition]) -> Call {
+    let correlation = next_correlation();
+    let request = VerifyTxn {
+        correlation,
+        transactional_id: transactional_id.to_string(),
+        producer_id: producer.producer_id,
+        producer_epoch: producer.epoch,
+        partitions: partitions
+            .iter()
+            .map(|tp| CallPartition { topic: tp.topic.clone(), partition: tp.partition })
+            .collect(),
+    };
+    let body = encode_message(&request);
+    Call { kind: kind::VERIFY_TXN, body, answer_kind: kind::VERIFY_TXN_ANSWER, correlation, items: partitions.len() }
 }
 
 /// The error a code names; `None` for 0, `unknown` for a code this build does not know.

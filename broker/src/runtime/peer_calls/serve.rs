@@ -87,64 +87,93 @@ pub(in crate::runtime) async fn accept_tls(
 /// Serves a connection (plain or TLS) until it ends, fails a check, stays idle too long, or the broker
 /// stops. `proven` is the node a certificate proved the caller to be.
 async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
-    mut stream: S,
+    stream: S,
     ctx: &Arc<BrokerContext>,
     peer: &str,
     proven: Option<NodeId>,
 ) {
-    let mut frames = PeerFrameReader::new(MAX_CALL_FRAME_BYTES);
-    let mut buf = vec![0u8; 16 * 1024];
-    let hello = match within(HELLO_WAIT, next_frame(&mut stream, &mut frames, &mut buf)).await {
-        Some(Ok(Some(frame))) if frame.kind == kind::HELLO => {
-            decode_message::<CallsHello>(&frame.body).map_err(|e| ReadError::Bad(e.to_string()))
-        }
-        Some(Ok(Some(frame))) => Err(ReadError::Bad(PeerFrameError::UnexpectedType(frame.kind).to_string())),
-        Some(Ok(None)) => return,
-        Some(Err(e)) => Err(e),
-        None => Err(ReadError::Bad("no hello in time".into())),
-    };
-    let hello = match hello {
-        Ok(hello) => hello,
-        Err(e) => return closing(peer, None, &e),
-    };
-    if let Err(reason) = check_hello(ctx, &hello, proven) {
-        if proven.is_some() {
-            crate::metrics::peer_refused("calls", "forbidden");
-        }
-        let (broker, cluster) = (hello.broker, &hello.cluster_id);
-        return tracing::warn!(%peer, broker, %cluster, ?proven, "closing peer-calls connection: {reason}");
-    }
-    let caller = hello.broker;
-    if frames.buffered() > 0 {
-        return closing(peer, Some(caller), &ReadError::Bad("a request before the Hello was answered".into()));
-    }
-    let answer = CallsHelloAnswer { broker: ctx.config.node_id };
-    if let Err(e) = write_frame(&mut stream, kind::HELLO_ANSWER, &encode_message(&answer)).await {
-        return tracing::debug!(%peer, error = %e, "peer-calls connection lost");
-    }
-    tracing::debug!(%peer, broker = caller, "peer-calls connection from a broker");
-    loop {
-        let frame =
-            future::or(async { within(IDLE_LIMIT, next_frame(&mut stream, &mut frames, &mut buf)).await }, async {
-                ctx.shutdown.wait().await;
-                Some(Ok(None))
-            })
-            .await;
-        let request = match frame {
-            None => return tracing::debug!(%peer, broker = caller, "closing an idle peer-calls connection"),
+    let callee = Callee { peer, me: ctx.config.node_id, proven };
+    let check = |hello: &CallsHello| check_hello(ctx, hello, proven);
+    callee.serve(stream, check, || ctx.shutdown.wait(), |request| answer_request(ctx, request)).await
+}
+
+/// The callee's side of one connection, apart from what answers its requests.
+pub(super) struct Callee<'a> {
+    /// The caller's address, for logs.
+    pub peer: &'a str,
+    /// This broker's id, told in the Hello's answer.
+    pub me: u32,
+    /// The node a certificate proved the caller to be.
+    pub proven: Option<NodeId>,
+}
+
+impl Callee<'_> {
+    /// Reads the Hello and judges it by `check`, answers it, then answers each request with `answer` in
+    /// order, until the connection ends, fails a check, stays idle for [`IDLE_LIMIT`], or `stopping` ends.
+    pub(super) async fn serve<S, C, W, WF, A, AF>(&self, mut stream: S, check: C, stopping: W, answer: A)
+    where
+        S: AsyncRead + AsyncWrite + Unpin,
+        C: FnOnce(&CallsHello) -> Result<(), &'static str>,
+        W: Fn() -> WF,
+        WF: Future<Output = ()>,
+        A: Fn(CallRequest) -> AF,
+        AF: Future<Output = Vec<i16>>,
+    {
+        let peer = self.peer;
+        let mut frames = PeerFrameReader::new(MAX_CALL_FRAME_BYTES);
+        let mut buf = vec![0u8; 16 * 1024];
+        let hello = match within(HELLO_WAIT, next_frame(&mut stream, &mut frames, &mut buf)).await {
+            Some(Ok(Some(frame))) if frame.kind == kind::HELLO => {
+                decode_message::<CallsHello>(&frame.body).map_err(|e| ReadError::Bad(e.to_string()))
+            }
+            Some(Ok(Some(frame))) => Err(ReadError::Bad(PeerFrameError::UnexpectedType(frame.kind).to_string())),
             Some(Ok(None)) => return,
-            Some(Ok(Some(frame))) => decode_request(&frame).map_err(|e| ReadError::Bad(e.to_string())),
             Some(Err(e)) => Err(e),
+            None => Err(ReadError::Bad("no hello in time".into())),
         };
-        let request = match request {
-            Ok(request) => request,
-            Err(e) => return closing(peer, Some(caller), &e),
+        let hello = match hello {
+            Ok(hello) => hello,
+            Err(e) => return closing(peer, None, &e),
         };
-        let (correlation, answer_kind) = (request.correlation(), request.answer_kind());
-        let errors = answer_request(ctx, request).await;
-        let body = encode_message(&CallAnswer { correlation, errors });
-        if let Err(e) = write_frame(&mut stream, answer_kind, &body).await {
+        if let Err(reason) = check(&hello) {
+            if self.proven.is_some() {
+                crate::metrics::peer_refused("calls", "forbidden");
+            }
+            let (broker, cluster, proven) = (hello.broker, &hello.cluster_id, self.proven);
+            return tracing::warn!(%peer, broker, %cluster, ?proven, "closing peer-calls connection: {reason}");
+        }
+        let caller = hello.broker;
+        if frames.buffered() > 0 {
+            return closing(peer, Some(caller), &ReadError::Bad("a request before the Hello was answered".into()));
+        }
+        let hello_answer = CallsHelloAnswer { broker: self.me };
+        if let Err(e) = write_frame(&mut stream, kind::HELLO_ANSWER, &encode_message(&hello_answer)).await {
             return tracing::debug!(%peer, error = %e, "peer-calls connection lost");
+        }
+        tracing::debug!(%peer, broker = caller, "peer-calls connection from a broker");
+        loop {
+            let frame =
+                future::or(async { within(IDLE_LIMIT, next_frame(&mut stream, &mut frames, &mut buf)).await }, async {
+                    stopping().await;
+                    Some(Ok(None))
+                })
+                .await;
+            let request = match frame {
+                None => return tracing::debug!(%peer, broker = caller, "closing an idle peer-calls connection"),
+                Some(Ok(None)) => return,
+                Some(Ok(Some(frame))) => decode_request(&frame).map_err(|e| ReadError::Bad(e.to_string())),
+                Some(Err(e)) => Err(e),
+            };
+            let request = match request {
+                Ok(request) => request,
+                Err(e) => return closing(peer, Some(caller), &e),
+            };
+            let (correlation, answer_kind) = (request.correlation(), request.answer_kind());
+            let errors = answer(request).await;
+            let body = encode_message(&CallAnswer { correlation, errors });
+            if let Err(e) = write_frame(&mut stream, answer_kind, &body).await {
+                return tracing::debug!(%peer, error = %e, "peer-calls connection lost");
+            }
         }
     }
 }

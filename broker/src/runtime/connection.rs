@@ -153,7 +153,8 @@ pub(super) async fn serve(
     {
         if super::replication::is_peer(&first) {
             if super::peer_calls::starts_with_calls_hello(stream.as_raw_fd()).await {
-                return super::peer_calls::accept_plain(stream, ctx, peer, Box::new(slot)).await;
+                // Boxed, as below: a peer-calls connection's future is not carried by every connection's.
+                return Box::pin(super::peer_calls::accept_plain(stream, ctx, peer, Box::new(slot))).await;
             }
             return super::replication::accept_peer(stream, ctx, peer, Box::new(slot)).await;
         }
@@ -164,7 +165,7 @@ pub(super) async fn serve(
                     return super::replication::accept_peer_tls(stream, ctx, peer, Box::new(slot), shard);
                 }
                 Some(PeerService::Calls) => {
-                    return super::peer_calls::accept_tls(stream, ctx, peer, Box::new(slot)).await;
+                    return Box::pin(super::peer_calls::accept_tls(stream, ctx, peer, Box::new(slot))).await;
                 }
                 None => {}
             }
@@ -349,7 +350,9 @@ async fn read_requests<S: AsyncRead + Unpin>(
                 Ok(request) => {
                     let units = budget_units(&request, frame_bytes);
                     let Ok(permit) = budget.clone().acquire_static_permit(units).await else { return };
-                    start(ctx, request, &client, (permit, shared), frame_bytes, received, &mute).await
+                    // Boxed: a Produce's verification may hold a peer call, too large a future for
+                    // the shard's stack to carry inside every connection's reader.
+                    Box::pin(start(ctx, request, &client, (permit, shared), frame_bytes, received, &mute)).await
                 }
                 Err(answer) => Pending::Ready(answer),
             };
@@ -594,7 +597,7 @@ async fn start(
         // request with transactional batches is verified with their coordinator first (KIP-890), also
         // before the next frame is read: the wait is bounded, and the order kept.
         RequestKind::Produce(req) => {
-            let verdicts = handlers::verify_transactional(&ctx, &req).await;
+            let verdicts = Box::pin(handlers::verify_transactional(&ctx, &req)).await;
             let began = Instant::now();
             let produce = handlers::dispatch_produce(&ctx, req, &verdicts);
             let dispatch_time = began.elapsed();

@@ -54,7 +54,7 @@ pub(crate) async fn write_markers(
     for chunk in writes.chunks(MAX_CALL_ITEMS) {
         let call = markers_call(chunk);
         let refused = ResponseError::NotLeaderOrFollower;
-        match client::call(ctx, leader, &call).await {
+        match Box::pin(client::call(ctx, leader, &call)).await {
             Ok(codes) => errors.extend(codes.into_iter().map(|code| error_of(code, refused))),
             Err(e) => {
                 failed(leader, "markers", &e);
@@ -82,7 +82,7 @@ pub(crate) async fn verify(
     for chunk in partitions.chunks(MAX_CALL_ITEMS) {
         let call = verify_call(transactional_id, producer, chunk);
         let unavailable = ResponseError::CoordinatorNotAvailable;
-        match client::call(ctx, coordinator, &call).await {
+        match Box::pin(client::call(ctx, coordinator, &call)).await {
             Ok(codes) => verdicts.extend(codes.into_iter().map(|code| error_of(code, unavailable).map_or(Ok(()), Err))),
             Err(e) => {
                 failed(coordinator, "verification", &e);

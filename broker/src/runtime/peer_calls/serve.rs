@@ -62,7 +62,7 @@ pub(in crate::runtime) async fn accept_plain(
 ) {
     let _slot = slot;
     if ctx.cluster_tls.is_some() {
-        crate::metrics::peer_refused("calls", "plaintext");
+        crate::metrics::peer_refused("peer-calls", "plaintext");
         return tracing::warn!(%peer, "refused a peer-calls connection: plain TCP, and cluster mTLS is required");
     }
     let _ = stream.set_nodelay(true);
@@ -80,7 +80,7 @@ pub(in crate::runtime) async fn accept_tls(
     let _slot = slot;
     let Some(tls) = ctx.cluster_tls.clone() else { return };
     let _ = stream.set_nodelay(true);
-    let Some((stream, node)) = tls_handshake(&tls, stream, &peer, "calls").await else { return };
+    let Some((stream, node)) = tls_handshake(&tls, stream, &peer, "peer-calls").await else { return };
     serve(stream, &ctx, &peer, Some(node)).await;
 }
 
@@ -137,7 +137,7 @@ impl Callee<'_> {
         };
         if let Err(reason) = check(&hello) {
             if self.proven.is_some() {
-                crate::metrics::peer_refused("calls", "forbidden");
+                crate::metrics::peer_refused("peer-calls", "forbidden");
             }
             let (broker, cluster, proven) = (hello.broker, &hello.cluster_id, self.proven);
             return tracing::warn!(%peer, broker, %cluster, ?proven, "closing peer-calls connection: {reason}");

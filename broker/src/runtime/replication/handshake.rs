@@ -114,17 +114,17 @@ pub(in crate::runtime) async fn accept(
     let stream = match within(PEER_TIMEOUT, acceptor.accept(stream)).await {
         Some(Ok(stream)) => stream,
         Some(Err(error)) if !ClusterTls::is_refusal(&error) => {
-            tracing::debug!(%peer, %error, service, "peer connection lost in the TLS handshake");
+            tracing::debug!(%peer, %error, "{service} connection lost in the TLS handshake");
             return None;
         }
         Some(Err(error)) => {
             crate::metrics::peer_refused(service, "handshake");
-            tracing::warn!(%peer, %error, service, "refused a peer connection: no valid node certificate");
+            tracing::warn!(%peer, %error, "refused a {service} connection: no valid node certificate");
             return None;
         }
         None => {
             crate::metrics::peer_refused(service, "handshake");
-            tracing::warn!(%peer, service, "refused a peer connection: no TLS handshake in time");
+            tracing::warn!(%peer, "refused a {service} connection: no TLS handshake in time");
             return None;
         }
     };
@@ -132,7 +132,7 @@ pub(in crate::runtime) async fn accept(
         Ok(node) => Some((stream, NodeId(node))),
         Err(error) => {
             crate::metrics::peer_refused(service, "certificate");
-            tracing::warn!(%peer, %error, service, "refused a peer connection: its certificate names no node");
+            tracing::warn!(%peer, %error, "refused a {service} connection: its certificate names no node");
             None
         }
     }

@@ -20,12 +20,13 @@ pub mod producer_state;
 pub mod repair;
 pub mod segment;
 pub mod space;
+pub mod txn;
 pub mod types;
 
 pub use error::{Result, StorageError};
 pub use log::{
-    AppendInfo, CleanedSegment, ClosedSegment, CompactionConfig, FlushPolicy, LogConfig, LogNews, LogRead, OpenReport,
-    PartitionLog, Recovery,
+    AppendInfo, CleanedSegment, ClosedSegment, CommittedRead, CompactionConfig, FlushPolicy, Isolation, LogConfig,
+    LogNews, LogRead, OpenReport, PartitionLog, Recovery,
 };
 pub use log_dir::{LogDir, LogDirScope};
 pub use space::SpaceFloor;

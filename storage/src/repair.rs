@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use crate::batch::{self, BatchHeader, HEADER_BYTES};
 use crate::producer_state::SNAPSHOT_SUFFIX;
-use crate::segment::{self, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
+use crate::segment::{self, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX};
 use crate::types::Offset;
 
 /// What a repair did.
@@ -254,7 +254,7 @@ fn cut(
     }
     let later = &bases[holding + 1..];
     for &later_base in later {
-        for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+        for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX] {
             let name = segment::file_name(later_base, suffix);
             let from = partition_dir.join(&name);
             if from.exists() {
@@ -283,7 +283,7 @@ fn cut(
     let file = OpenOptions::new().write(true).open(&log_path).map_err(io(&log_path))?;
     file.set_len(cut_position).map_err(io(&log_path))?;
     file.sync_all().map_err(io(&log_path))?;
-    for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+    for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX] {
         let path = partition_dir.join(segment::file_name(base, suffix));
         if path.exists() {
             fs::remove_file(&path).map_err(io(&path))?;

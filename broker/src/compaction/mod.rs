@@ -16,8 +16,10 @@
 //!    key are dropped (they can only predate the topic's compaction). A batch keeps its offsets and
 //!    producer fields; one left without records is dropped, unless it is the last batch of its group
 //!    (the group then ends where the next segment begins) or the latest batch of an idempotent producer
-//!    the log remembers (its state is rebuilt from that batch): those stay, empty. Control batches,
-//!    transactional batches and batches whose records do not decode stay whole.
+//!    the log remembers (its state is rebuilt from that batch): those stay, empty. Batches whose
+//!    records do not decode stay whole. Transactions (aborted ones' records removed, markers kept until
+//!    their transaction's batches are gone and then for `delete.retention.ms`, committed ones' records
+//!    kept whole) follow [`txn`]; the storage engine offers nothing at or past the first unstable offset.
 //!
 //! The pass reads and writes on the shard's thread, yielding every few batches, so appends and reads of
 //! the same log go on meanwhile; only the swap of a finished group holds the log's I/O lock.
@@ -31,12 +33,17 @@ use futures_lite::future;
 use shardlog_storage::batch::BatchHeader;
 use shardlog_storage::fs::Fs;
 use shardlog_storage::log::compaction::MAX_CLEANED_SPAN;
+use shardlog_storage::txn::TxnMarker;
 use shardlog_storage::{
     CleanedSegment, Clock, ClosedSegment, CompactionConfig, LogDir, Offset, PartitionLog, StorageError, SystemClock,
 };
 
 use crate::shutdown::Shutdown;
 use crate::topics::records::{CONTROL_BIT, OpenBatch, RecordView, TRANSACTIONAL_BIT};
+
+mod txn;
+
+use txn::TxnCleaning;
 
 /// Bytes read from a segment at a time.
 const READ_CHUNK_BYTES: usize = 1 << 20;
@@ -212,6 +219,7 @@ pub async fn clean<F: Fs>(
         return Ok(None);
     }
     let producers = log.producer_last_offsets();
+    let mut txns = TxnCleaning::new(log.aborted_txns(to_clean[0].base, to_clean[to_clean.len() - 1].next_offset));
     let segment_bytes = log.config().segment_bytes;
     let mut stats = CleanStats { segments_before: log.segment_count(), ..CleanStats::default() };
     let rules =
@@ -220,7 +228,7 @@ pub async fn clean<F: Fs>(
         let first = group[0];
         let last = *group.last().expect("a group is never empty");
         let mut cleaned = log.start_cleaned(first.base).await?;
-        let outcome = clean_group(log, group, &rules, &mut cleaned, &mut pacer, &stop).await;
+        let outcome = clean_group(log, group, &rules, &mut txns, &mut cleaned, &mut pacer, &stop).await;
         let removed = match outcome {
             Ok(Some(removed)) => removed,
             // Stopped, or the segments changed under the pass (retention, a cut): the next pass starts afresh.
@@ -257,6 +265,7 @@ async fn clean_group<F: Fs>(
     log: &PartitionLog<F>,
     group: &[ClosedSegment],
     rules: &Rules<'_>,
+    txns: &mut TxnCleaning,
     cleaned: &mut CleanedSegment<F>,
     pacer: &mut Pacer,
     stop: &impl Fn() -> bool,
@@ -274,7 +283,7 @@ async fn clean_group<F: Fs>(
             }
             pos += chunk.len() as u64;
             for stored in batches(&chunk) {
-                let (kept, dropped) = rules.filter(stored, group_end)?;
+                let (kept, dropped) = rules.filter(stored, group_end, txns)?;
                 removed += dropped;
                 if let Some(kept) = kept {
                     cleaned.push(&kept).await?;
@@ -416,6 +425,9 @@ fn groups(segments: &[ClosedSegment], segment_bytes: u64) -> Vec<&[ClosedSegment
     out
 }
 
+/// A batch as the cleaned segment holds it (`None`: left out) and how many records it lost.
+type Filtered = (Option<Vec<u8>>, u64);
+
 /// What a pass keeps.
 struct Rules<'a> {
     /// The latest offset of each key written since the last pass.
@@ -428,8 +440,11 @@ struct Rules<'a> {
 
 impl Rules<'_> {
     /// The batch as the cleaned segment holds it (`None`: left out) and how many records it lost.
-    /// `group_end`: where the group being cleaned ends.
-    fn filter(&self, stored: &[u8], group_end: Offset) -> Result<(Option<Vec<u8>>, u64), CleanError> {
+    /// `group_end`: where the group being cleaned ends; `txns`: the pass's transactions so far.
+    fn filter(&self, stored: &[u8], group_end: Offset, txns: &mut TxnCleaning) -> Result<Filtered, CleanError> {
+        if let Some(outcome) = self.filter_transactional(stored, group_end, txns)? {
+            return Ok(outcome);
+        }
         let Some((open, records)) = open_records(stored) else { return Ok((Some(stored.to_vec()), 0)) };
         let h = &open.header;
         let last = Offset(h.base_offset as u64 + h.last_offset_delta as u64);
@@ -454,6 +469,42 @@ impl Rules<'_> {
             return Ok((None, dropped));
         }
         Ok((Some(open.rebuild(stored, &kept)?), dropped))
+    }
+
+    /// [`Self::filter`] for a control or transactional batch (see [`txn`]); `None` for any other.
+    fn filter_transactional(
+        &self,
+        stored: &[u8],
+        group_end: Offset,
+        txns: &mut TxnCleaning,
+    ) -> Result<Option<Filtered>, CleanError> {
+        let Ok(h) = BatchHeader::parse(stored) else { return Ok(None) };
+        let (control, transactional) = (h.attributes & CONTROL_BIT != 0, h.attributes & TRANSACTIONAL_BIT != 0);
+        if !control && !transactional {
+            return Ok(None);
+        }
+        let base = Offset(h.base_offset as u64);
+        let last = base.plus(h.last_offset_delta as u64);
+        let needed =
+            last.plus(1) == group_end || (h.producer_id >= 0 && self.producers.get(&h.producer_id) == Some(&last));
+        let kept_whole = Some((Some(stored.to_vec()), 0));
+        let records = h.record_count.max(0) as u64;
+        if control {
+            let kind = TxnMarker::decode(stored).map(|m| m.kind);
+            let unneeded = txns.on_marker(h.producer_id, last, kind) && !needed;
+            return Ok(if unneeded && self.tombstone_expired(base) { Some((None, records)) } else { kept_whole });
+        }
+        if !txns.on_data(h.producer_id, last) {
+            return Ok(kept_whole);
+        }
+        if !needed {
+            return Ok(Some((None, records)));
+        }
+        if records == 0 {
+            return Ok(kept_whole);
+        }
+        let open = OpenBatch::open(stored)?;
+        Ok(Some((Some(open.rebuild(stored, &[])?), records)))
     }
 
     /// A tombstone goes once `delete.retention.ms` have passed since a pass first cleaned it.

@@ -359,3 +359,60 @@ fn a_tombstone_written_again_after_a_truncation_is_not_taken_for_one_cleaned_bef
     assert_eq!(k.len(), 1, "{k:?}");
     assert_eq!(k[0].2, None, "the tombstone, the value before it gone");
 }
+
+/// Producer `id`'s transactional batch of `records` at sequence `seq`.
+fn txn_batch(records: &[(Key, Value)], id: i64, seq: i32) -> Vec<u8> {
+    let mut b = batch(records, Compression::None, Some((id, seq)));
+    let attributes = i16::from_be_bytes([b[21], b[22]]) | TRANSACTIONAL_BIT;
+    b[21..23].copy_from_slice(&attributes.to_be_bytes());
+    let crc = shardlog_storage::batch::compute_crc(&b);
+    b[17..21].copy_from_slice(&crc.to_be_bytes());
+    b
+}
+
+#[test]
+fn aborted_records_go_at_once_and_their_marker_once_no_batch_of_them_is_left_and_its_horizon_passed() {
+    use shardlog_storage::txn::{MarkerKind, TxnMarker};
+    let fs = SimFs::new();
+    let (_dir, log) = open(&fs);
+    let mut horizons = Horizons::default();
+    let epoch = LeaderEpoch(1);
+    let kv = |k: &str, v: &str| (Some(k.as_bytes().to_vec()), Some(v.as_bytes().to_vec()));
+    let marker = |kind, producer_id| TxnMarker { kind, producer_id, producer_epoch: 0, coordinator_epoch: 0 };
+    filler(&log, 20, "f");
+    block_on(log.append(&txn_batch(&[kv("a", "aborted"), kv("b", "aborted")], 7, 0), epoch)).unwrap();
+    block_on(log.append(&txn_batch(&[kv("c", "committed")], 8, 0), epoch)).unwrap();
+    let abort = block_on(log.append_marker(marker(MarkerKind::Abort, 7), epoch)).unwrap().base_offset;
+    let commit = block_on(log.append_marker(marker(MarkerKind::Commit, 8), epoch)).unwrap().base_offset;
+    // Producer 7 goes on: its aborted batch is not its latest, which the cleaner would keep (empty) for
+    // its sequence state, and with it the marker, as Kafka's does.
+    block_on(log.append(&txn_batch(&[kv("d", "recommitted")], 7, 2), epoch)).unwrap();
+    block_on(log.append_marker(marker(MarkerKind::Commit, 7), epoch)).unwrap();
+    filler(&log, 200, "g");
+    block_on(log.flush()).unwrap();
+    log.set_high_watermark(log.log_end_offset());
+    assert_eq!(log.aborted_index().len(), 1);
+    let compaction = config().compaction.unwrap();
+    let values = |log: &PartitionLog<SimFs>| {
+        records(log).into_iter().filter_map(|(_, _, v)| v).filter(|v| v.ends_with(b"ted")).collect::<Vec<_>>()
+    };
+    let has_batch_at =
+        |log: &PartitionLog<SimFs>, at: Offset| headers(log).iter().any(|h| h.base_offset as u64 == at.0);
+
+    block_on(clean(&log, compaction, T0, 1 << 30, &mut horizons, || false)).unwrap().unwrap();
+    assert_eq!(
+        values(&log),
+        [b"committed".to_vec(), b"recommitted".to_vec()],
+        "the aborted records went, the committed stayed"
+    );
+    assert!(has_batch_at(&log, abort) && has_batch_at(&log, commit), "the pass met their batches: kept");
+    // The next pass meets no batch of the aborted transaction, but its marker was first cleaned less than
+    // delete.retention.ms ago.
+    block_on(clean(&log, compaction, T0 + 900, 1 << 30, &mut horizons, || false)).unwrap();
+    assert!(has_batch_at(&log, abort));
+    block_on(clean(&log, compaction, T0 + 1_100, 1 << 30, &mut horizons, || false)).unwrap();
+    assert!(!has_batch_at(&log, abort), "the ABORT marker went");
+    assert!(has_batch_at(&log, commit), "the COMMIT marker stays while its transaction's batch does");
+    assert!(log.aborted_index().is_empty(), "and its .txnindex entry with it");
+    assert_eq!(values(&log), [b"committed".to_vec(), b"recommitted".to_vec()]);
+}

@@ -541,7 +541,8 @@ pub fn kafka_error(e: &StorageError) -> ResponseError {
         StorageError::Producer(e) => match e {
             ProducerError::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,
             ProducerError::StaleEpoch { .. } => ResponseError::InvalidProducerEpoch,
-            ProducerError::Transactional => ResponseError::InvalidTxnState,
+            ProducerError::NotTransactional { .. } => ResponseError::InvalidTxnState,
+            ProducerError::StaleMarkerEpoch { .. } => ResponseError::ProducerFenced,
             _ => ResponseError::InvalidRecord,
         },
         _ => ResponseError::KafkaStorageError,

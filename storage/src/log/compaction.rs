@@ -11,9 +11,11 @@
 //!   stay as strict as before;
 //! - it spans less than half the u32 range of offsets (the index stores offsets relative to the base).
 //!
-//! The swap, under the `io` lock: `<base>.cleaned` (written and synced outside the lock) is renamed
-//! `<base>.swap` (the commit point), the replaced segments' files are removed (but the first one's log
-//! file), the swap file is renamed over `<base>.log`, and its index files are written. Opening a
+//! The swap, under the `io` lock: the cleaned segment's aborted transactions (the run's whose ABORT
+//! marker it kept) are written to `<base>.txnindex.cleaned`, `<base>.cleaned` (written and synced outside
+//! the lock) is renamed `<base>.swap` (the commit point), the replaced segments' files are removed (but
+//! the first one's log file), the index files take their names, and the swap file is renamed over
+//! `<base>.log`. Segments are offered only below the last stable offset (`super::txn`). Opening a
 //! directory with a `.swap` file finishes the swap (see [`finish_swap`]); a `.cleaned` file is removed.
 
 use std::collections::HashMap;
@@ -68,6 +70,8 @@ pub struct CleanedSegment<F: Fs> {
     flushed: u64,
     size: u64,
     next_offset: Option<Offset>,
+    /// The offsets of the control batches pushed, in order: the markers the cleaned segment keeps.
+    markers: Vec<Offset>,
 }
 
 impl<F: Fs> CleanedSegment<F> {
@@ -91,6 +95,9 @@ impl<F: Fs> CleanedSegment<F> {
             epoch: header.partition_leader_epoch,
         };
         self.index.on_batch(&meta, self.interval);
+        if header.attributes & crate::txn::marker::CONTROL_BIT != 0 {
+            self.markers.push(base);
+        }
         self.pending.extend_from_slice(bytes);
         self.size += bytes.len() as u64;
         self.next_offset = Some(last.plus(1));
@@ -129,6 +136,11 @@ impl<F: Fs> CleanedSegment<F> {
         write_index_files(fs, &self.index, &offsets, &times).await
     }
 
+    /// Where the swap writes the cleaned segment's `.txnindex` before it commits.
+    fn txn_index_path(&self) -> PathBuf {
+        cleaned_txn_index_path(&self.path, self.base)
+    }
+
     /// Where [`Self::finish`] writes the index files.
     fn index_paths(&self) -> [PathBuf; 2] {
         [segment::INDEX_SUFFIX, segment::TIME_INDEX_SUFFIX].map(|suffix| {
@@ -140,8 +152,9 @@ impl<F: Fs> CleanedSegment<F> {
     /// or set aside meanwhile, its directory with it.
     async fn abandon(self, fs: &F) {
         let paths = self.index_paths();
+        let txn_index = self.txn_index_path();
         drop(self.file);
-        for path in [self.path].iter().chain(&paths) {
+        for path in [self.path, txn_index].iter().chain(&paths) {
             if let Err(e) = fs.remove(path).await
                 && e.kind() != std::io::ErrorKind::NotFound
             {
@@ -153,13 +166,16 @@ impl<F: Fs> CleanedSegment<F> {
 
 impl<F: Fs> PartitionLog<F> {
     /// The segments a cleaner may rewrite, oldest first: every one but the active segment, as far as they
-    /// lie wholly below the high watermark (what is above it may still be cut by a new leader).
+    /// lie wholly below the last stable offset (what is above the high watermark may still be cut by a
+    /// new leader, and a transaction not yet decided must not be cleaned: Kafka never cleans at or past
+    /// the first unstable offset).
     pub fn closed_segments(&self) -> Vec<ClosedSegment> {
         let inner = self.inner.borrow();
         let n = inner.segments.len();
+        let stable = inner.last_stable();
         inner.segments[..n - 1]
             .iter()
-            .take_while(|s| s.next_offset <= inner.high_watermark)
+            .take_while(|s| s.next_offset <= stable)
             .map(|s| ClosedSegment {
                 base: s.base,
                 next_offset: s.next_offset,
@@ -292,6 +308,7 @@ impl<F: Fs> PartitionLog<F> {
             flushed: 0,
             size: 0,
             next_offset: None,
+            markers: Vec::new(),
         })
     }
 
@@ -346,6 +363,21 @@ impl<F: Fs> PartitionLog<F> {
             cleaned.abandon(&self.fs).await;
             return Ok(false);
         };
+        // The cleaned segment's aborted transactions are the run's whose ABORT marker the cleaner kept (an
+        // entry whose records it removed filters nothing; one whose marker it removed must go, or a
+        // read_committed consumer would drop that producer's later records waiting for the marker, as
+        // Kafka's cleaner drops it). Written beside, always (empty too), before the commit, and renamed
+        // with the index files: an open that finishes the swap finds it there or already renamed.
+        let aborted: Vec<_> = {
+            let inner = self.inner.borrow();
+            inner.segments[start..start + replaced.len()]
+                .iter()
+                .flat_map(|s| s.aborted.iter().copied())
+                .filter(|e| cleaned.markers.binary_search(&e.last_offset).is_ok())
+                .collect()
+        };
+        let txn_index_cleaned = cleaned.txn_index_path();
+        durable::replace_file(&self.fs, &txn_index_cleaned, &crate::txn::index::encode(&aborted)).await?;
         let swap = self.dir.join(segment::file_name(first.base, SWAP_SUFFIX));
         if let Err(e) = self.fs.rename(&cleaned.path, &swap).await {
             fatal::disk_failure("rename", &cleaned.path, &e);
@@ -371,6 +403,7 @@ impl<F: Fs> PartitionLog<F> {
             persisted_index: None,
             created_ms: self.inner.borrow().segments[start].created_ms,
             index: index.clone(),
+            aborted,
         };
         {
             let mut inner = self.inner.borrow_mut();
@@ -378,7 +411,9 @@ impl<F: Fs> PartitionLog<F> {
             inner.generation += 1;
         }
         for (i, r) in replaced.iter().enumerate() {
-            for suffix in [segment::INDEX_SUFFIX, segment::TIME_INDEX_SUFFIX, segment::LOG_SUFFIX] {
+            for suffix in
+                [segment::INDEX_SUFFIX, segment::TIME_INDEX_SUFFIX, segment::TXN_INDEX_SUFFIX, segment::LOG_SUFFIX]
+            {
                 if i == 0 && suffix == segment::LOG_SUFFIX {
                     continue;
                 }
@@ -390,7 +425,10 @@ impl<F: Fs> PartitionLog<F> {
                 }
             }
         }
-        for (from, suffix) in index_files.iter().zip([segment::INDEX_SUFFIX, segment::TIME_INDEX_SUFFIX]) {
+        let renamed = index_files.iter().chain([&txn_index_cleaned]);
+        for (from, suffix) in
+            renamed.zip([segment::INDEX_SUFFIX, segment::TIME_INDEX_SUFFIX, segment::TXN_INDEX_SUFFIX])
+        {
             let to = self.dir.join(segment::file_name(first.base, suffix));
             if let Err(e) = self.fs.rename(from, &to).await {
                 fatal::disk_failure("rename", from, &e);
@@ -413,6 +451,12 @@ impl<F: Fs> PartitionLog<F> {
     }
 }
 
+/// `<base>.txnindex.cleaned` beside `sibling`: the cleaned segment's aborted transactions, written
+/// before the swap commits and renamed to `<base>.txnindex` with the index files.
+fn cleaned_txn_index_path(sibling: &Path, base: Offset) -> PathBuf {
+    sibling.with_file_name(format!("{}{CLEANED_SUFFIX}", segment::file_name(base, segment::TXN_INDEX_SUFFIX)))
+}
+
 /// Completes a swap a crash interrupted (see the module docs): the `.swap` file at `base` replaces every
 /// segment from `base` up to where its batches end.
 pub(super) async fn finish_swap<F: Fs>(fs: &F, dir: &Path, base: Offset) -> Result<()> {
@@ -428,17 +472,30 @@ pub(super) async fn finish_swap<F: Fs>(fs: &F, dir: &Path, base: Offset) -> Resu
         });
     }
     drop(file);
+    let txn_index_cleaned = cleaned_txn_index_path(&swap, base);
     let names = fs.list_dir(dir).map_err(|e| StorageError::io("list", dir, e))?;
     for name in &names {
-        for suffix in [segment::INDEX_SUFFIX, segment::TIME_INDEX_SUFFIX, segment::LOG_SUFFIX] {
+        for suffix in
+            [segment::INDEX_SUFFIX, segment::TIME_INDEX_SUFFIX, segment::TXN_INDEX_SUFFIX, segment::LOG_SUFFIX]
+        {
+            // The first segment's `.log` becomes the swap's; its `.txnindex` is the swap's already unless
+            // the cleaned one still waits beside it (renamed over it below).
+            let kept = suffix == segment::LOG_SUFFIX
+                || (suffix == segment::TXN_INDEX_SUFFIX && !fs.exists(&txn_index_cleaned));
             let replaced = segment::parse_file_name(name, suffix)
-                .is_some_and(|b| b >= base && b < scan.next_offset && !(b == base && suffix == segment::LOG_SUFFIX));
+                .is_some_and(|b| b >= base && b < scan.next_offset && !(b == base && kept));
             if replaced {
                 let path = dir.join(name);
                 if let Err(e) = fs.remove(&path).await {
                     fatal::disk_failure("remove", &path, &e);
                 }
             }
+        }
+    }
+    if fs.exists(&txn_index_cleaned) {
+        let to = dir.join(segment::file_name(base, segment::TXN_INDEX_SUFFIX));
+        if let Err(e) = fs.rename(&txn_index_cleaned, &to).await {
+            fatal::disk_failure("rename", &txn_index_cleaned, &e);
         }
     }
     durable::sync_dir(fs, dir).await;

@@ -42,6 +42,7 @@ pub(super) async fn create_segment<F: Fs>(
         index: SegmentIndex::new(base),
         persisted_index: None,
         created_ms: now_ms,
+        aborted: Vec::new(),
     })
 }
 
@@ -56,9 +57,9 @@ pub(crate) async fn write_index_files<F: Fs>(
     durable::replace_file(fs, time_index_path, &index.encode_times()).await
 }
 
-/// Removes a segment's three files (index files first, so a crash leaves no index without its log).
+/// Removes a segment's files (index files first, so a crash leaves no index without its log).
 pub(super) async fn remove_segment_files<F: Fs>(fs: &F, dir: &Path, base: Offset) -> Result<()> {
-    for suffix in [segment::INDEX_SUFFIX, segment::TIME_INDEX_SUFFIX, segment::LOG_SUFFIX] {
+    for suffix in [segment::INDEX_SUFFIX, segment::TIME_INDEX_SUFFIX, segment::TXN_INDEX_SUFFIX, segment::LOG_SUFFIX] {
         let path = dir.join(segment::file_name(base, suffix));
         if fs.exists(&path)
             && let Err(e) = fs.remove(&path).await
@@ -182,6 +183,8 @@ impl<F: Fs> PartitionLog<F> {
         }
         crate::metrics::synced(started.elapsed(), batches);
         write_index_files(&self.fs, &index, &index_path, &time_index_path).await?;
+        let active_idx = self.segment_count() - 1;
+        self.persist_txn_index_locked(active_idx).await?;
         // The epochs of synced data are on disk before the durable offset (and so the recovery point) covers it.
         self.persist_epochs_locked().await?;
         let mut inner = self.inner.borrow_mut();
@@ -269,6 +272,10 @@ impl<F: Fs> PartitionLog<F> {
         self.remove_producer_snapshots_locked(|at| at <= cut_offset).await?;
         // Index files describing batches about to go must not outlive the cut (recovery trusts them).
         self.remove_active_index_files_locked().await?;
+        // The aborted transactions whose markers go are forgotten, on disk first.
+        self.inner.borrow_mut().active_mut().aborted.retain(|e| e.last_offset < cut_offset);
+        let active_idx = self.segment_count() - 1;
+        self.persist_txn_index_locked(active_idx).await?;
         let (file, path) = {
             let inner = self.inner.borrow();
             (inner.active().file.clone(), inner.active().log_path())
@@ -312,7 +319,7 @@ impl<F: Fs> PartitionLog<F> {
         self.news.bump();
         self.recompute_max_timestamp_locked(cut_pos).await?;
         self.persist_epochs_locked().await?;
-        self.rebuild_producers_locked(false).await?;
+        self.rebuild_producers_locked(false, None).await?;
         tracing::info!(dir = %self.dir.display(), requested = %offset, log_end = %cut_offset, "truncated log");
         Ok(cut_offset)
     }
@@ -429,6 +436,7 @@ impl<F: Fs> PartitionLog<F> {
             inner.high_watermark = offset;
             inner.epochs = Default::default();
             inner.producers = ProducerStates::default();
+            inner.completed_txns.clear();
             self.count_producers(&mut inner);
             inner.epochs_version += 1;
         }

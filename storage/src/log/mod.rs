@@ -1,5 +1,6 @@
 //! The partition log: appends. Group commit (write-out, fdatasync, space reservation) is in [`durability`],
-//! reads in [`read`], recovery in [`open`], and rolling, truncation, retention and close in [`maintenance`].
+//! reads in [`read`], recovery in [`open`], rolling, truncation, retention and close in [`maintenance`],
+//! and transactions (markers, the last stable offset, aborted-transactions indexes) in [`txn`].
 //!
 //! One `PartitionLog` belongs to one shard and is used from that shard's thread only. Its state lives in a
 //! `RefCell` that is never borrowed across an `.await`; every operation that writes to the disk (write-out,
@@ -27,6 +28,7 @@ mod producer_snapshots;
 mod read;
 mod replicated;
 mod tail;
+mod txn;
 
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
@@ -42,10 +44,12 @@ use crate::epoch_cache::LeaderEpochCache;
 use crate::error::{Result, StorageError};
 use crate::fs::open_files::OpenFiles;
 use crate::fs::{Fs, SegmentFile, align_up};
-use crate::producer_state::{ProducerBudget, ProducerStates, Verdict};
+use crate::producer_state::{CompletedTxn, ProducerBudget, ProducerStates, Verdict};
 use crate::segment::Segment;
 use crate::segment::index::BatchMeta;
 use crate::space::SpaceFloor;
+use crate::txn::TxnMarker;
+use crate::txn::marker::CONTROL_BIT;
 use crate::types::{Clock, LeaderEpoch, Offset};
 
 use tail::Tail;
@@ -54,6 +58,7 @@ pub use compaction::{CleanedSegment, ClosedSegment};
 pub use config::{CompactionConfig, FlushPolicy, LogConfig};
 pub use open::{OnDamage, OpenHints, OpenReport, Recovery};
 pub use producer_snapshots::{list_snapshots, snapshot_path};
+pub use txn::{CommittedRead, Isolation};
 
 /// Name of the leader-epoch file in a partition directory.
 pub const LEADER_EPOCH_FILE: &str = "leader-epoch-checkpoint";
@@ -232,6 +237,9 @@ struct Inner<F: Fs> {
     producers_stale: bool,
     /// `producers.len()` as last counted in the owner's [`ProducerBudget`].
     producers_counted: usize,
+    /// Transactions a marker ended whose marker may not be below the high watermark yet: they hold the
+    /// last stable offset back until it is (see [`txn`]). Pruned when the high watermark moves.
+    completed_txns: Vec<CompletedTxn>,
     /// Bumped on every change of the epoch cache; `epochs_persisted` is the version last written to disk.
     /// A sync writes the file before its durable offset is published.
     epochs_version: u64,
@@ -413,6 +421,8 @@ impl<F: Fs> PartitionLog<F> {
         assert!(hw <= inner.log_end(), "high watermark {hw} beyond log end {}", inner.log_end());
         if inner.high_watermark != hw {
             inner.high_watermark = hw;
+            // The last stable offset moves with it (see `txn`).
+            inner.completed_txns.retain(|t| t.last_offset >= hw);
             self.news.bump();
         }
     }
@@ -552,18 +562,21 @@ impl<F: Fs> PartitionLog<F> {
         let started = std::time::Instant::now();
         let max = self.inner.borrow().config.max_message_bytes;
         let header = batch::validate(batch, max)?;
-        let appended = self.append_validated(batch, &header, Some(epoch)).await;
+        let appended = self.append_validated(batch, &header, Some(epoch), None).await;
         crate::metrics::appended(started.elapsed());
         appended
     }
 
     /// Appends a validated batch: as the leader at `leader_epoch` (the producer's sequence is checked,
     /// offsets assigned and stamped), or, with `None`, as a follower (see [`Self::append_replicated`]).
+    /// `marker` is the transaction marker a control batch holds (checked against the producer's epochs
+    /// when the leader writes it; see [`txn`]).
     pub(super) async fn append_validated(
         &self,
         batch: &[u8],
         header: &BatchHeader,
         leader_epoch: Option<LeaderEpoch>,
+        marker: Option<TxnMarker>,
     ) -> Result<AppendInfo> {
         let header = *header;
         let epoch = leader_epoch.unwrap_or(LeaderEpoch(header.partition_leader_epoch));
@@ -608,7 +621,14 @@ impl<F: Fs> PartitionLog<F> {
                 }
                 // The producer's sequence is judged in the same borrow that assigns the offsets: nothing can
                 // come between them. (A follower keeps what the leader judged.)
-                let verdict = if leader_epoch.is_some() { inner.producers.check(&header)? } else { Verdict::Append };
+                let verdict = match (leader_epoch, &marker) {
+                    (None, _) => Verdict::Append,
+                    (Some(_), Some(marker)) => {
+                        inner.producers.check_marker(marker)?;
+                        Verdict::Append
+                    }
+                    (Some(_), None) => inner.producers.check(&header)?,
+                };
                 if let Verdict::Duplicate(original) = verdict {
                     inner.last_used_ms = now;
                     return Ok(AppendInfo {
@@ -625,7 +645,7 @@ impl<F: Fs> PartitionLog<F> {
                         Some(_) => inner.log_end(),
                         None => Offset(header.base_offset as u64),
                     };
-                    return Ok(self.append_in_memory(&mut inner, batch, &header, base, epoch));
+                    return Ok(self.append_in_memory(&mut inner, batch, &header, base, epoch, marker.as_ref()));
                 }
                 (roll, write, reserve, batch_last)
             };
@@ -660,6 +680,7 @@ impl<F: Fs> PartitionLog<F> {
         header: &BatchHeader,
         base: Offset,
         epoch: LeaderEpoch,
+        marker: Option<&TxnMarker>,
     ) -> AppendInfo {
         let info = AppendInfo {
             base_offset: base,
@@ -677,11 +698,17 @@ impl<F: Fs> PartitionLog<F> {
                  raise the setting, or look for clients making up producer ids"
             );
         }
-        inner.producers.record(header, base, self.clock.now_ms(), room);
-        self.count_producers(inner);
         if inner.epochs.assign(epoch, base) {
             inner.epochs_version += 1;
         }
+        if header.attributes & CONTROL_BIT == 0 {
+            inner.producers.record(header, base, self.clock.now_ms(), room);
+        } else if let Some(marker) = marker
+            && let Some(done) = inner.producers.record_marker(marker, base, self.clock.now_ms(), room)
+        {
+            inner.note_completed(done);
+        }
+        self.count_producers(inner);
         let interval = inner.config.index_interval_bytes;
         let position = inner.active().size;
         inner.tail.push_stamped(batch, base, epoch, |len| self.fs.alloc_kept(len));

@@ -143,7 +143,7 @@ impl<F: Fs> PartitionLog<F> {
         bases.sort();
         let mut removed_strays = false;
         for name in &names {
-            let orphan_index = [segment::INDEX_SUFFIX, segment::TIME_INDEX_SUFFIX]
+            let orphan_index = [segment::INDEX_SUFFIX, segment::TIME_INDEX_SUFFIX, segment::TXN_INDEX_SUFFIX]
                 .iter()
                 .any(|suffix| segment::parse_file_name(name, suffix).is_some_and(|b| !bases.contains(&b)));
             if name.ends_with(".tmp") || name.ends_with(compaction::CLEANED_SUFFIX) || orphan_index {
@@ -171,7 +171,9 @@ impl<F: Fs> PartitionLog<F> {
             // The empty segment a repair made to continue after a gap is the log's end, not a stray.
             let continues_gap = last && gaps.iter().any(|&(_, to)| to == base);
             if size == 0 && !(all_empty && last) && !continues_gap {
-                for suffix in [segment::INDEX_SUFFIX, segment::TIME_INDEX_SUFFIX, segment::LOG_SUFFIX] {
+                for suffix in
+                    [segment::INDEX_SUFFIX, segment::TIME_INDEX_SUFFIX, segment::TXN_INDEX_SUFFIX, segment::LOG_SUFFIX]
+                {
                     let path = dir.join(segment::file_name(base, suffix));
                     if fs.exists(&path)
                         && let Err(e) = fs.remove(&path).await
@@ -286,7 +288,12 @@ impl<F: Fs> PartitionLog<F> {
             segments.push(loaded.segment);
             if damaged {
                 for &later in &bases[i + 1..] {
-                    for suffix in [segment::INDEX_SUFFIX, segment::TIME_INDEX_SUFFIX, segment::LOG_SUFFIX] {
+                    for suffix in [
+                        segment::INDEX_SUFFIX,
+                        segment::TIME_INDEX_SUFFIX,
+                        segment::TXN_INDEX_SUFFIX,
+                        segment::LOG_SUFFIX,
+                    ] {
                         let path = dir.join(segment::file_name(later, suffix));
                         if fs.exists(&path)
                             && let Err(e) = fs.remove(&path).await
@@ -383,6 +390,7 @@ impl<F: Fs> PartitionLog<F> {
             producers: ProducerStates::default(),
             producers_stale: true,
             producers_counted: 0,
+            completed_txns: Vec::new(),
             // A damaged log's files stay as found: its epochs are truncated in memory only.
             epochs_version: u64::from(epochs_dirty && found.is_none()),
             epochs_persisted: 0,
@@ -424,7 +432,11 @@ impl<F: Fs> PartitionLog<F> {
         {
             let _io = log.io.lock().await;
             log.persist_epochs_locked().await?;
-            let rebuilt = log.rebuild_producers_locked(hints.recovery == Recovery::Clean).await?;
+            let bad_txn_index = log.load_txn_indexes().await?;
+            let rebuilt = log.rebuild_producers_locked(hints.recovery == Recovery::Clean, bad_txn_index).await?;
+            if bad_txn_index.is_some() {
+                log.rewrite_txn_indexes_locked(rebuilt.from).await?;
+            }
             report.producer_snapshot = rebuilt.snapshot;
             report.producer_replayed_bytes = rebuilt.replayed_bytes;
         }
@@ -615,6 +627,7 @@ async fn load_segment<F: Fs>(
         index,
         persisted_index,
         created_ms: now,
+        aborted: Vec::new(),
     };
     Ok(Loaded { segment, file_size, size, stop })
 }

@@ -17,6 +17,8 @@ use crate::fatal;
 use crate::fs::Fs;
 use crate::producer_state::{BATCHES_KEPT, MAX_PRODUCERS_PER_PARTITION, ProducerStates, SNAPSHOT_SUFFIX};
 use crate::segment;
+use crate::txn::TxnMarker;
+use crate::txn::marker::CONTROL_BIT;
 use crate::types::Offset;
 
 use super::PartitionLog;
@@ -24,7 +26,7 @@ use super::PartitionLog;
 /// Bytes read at a time when replaying batch headers.
 const REPLAY_CHUNK_BYTES: u64 = 1 << 20;
 /// The largest snapshot a log can write (every producer with every batch kept), with room to spare.
-const MAX_SNAPSHOT_BYTES: u64 = 64 + MAX_PRODUCERS_PER_PARTITION as u64 * (19 + BATCHES_KEPT as u64 * 24) * 2;
+const MAX_SNAPSHOT_BYTES: u64 = 64 + MAX_PRODUCERS_PER_PARTITION as u64 * (31 + BATCHES_KEPT as u64 * 24) * 2;
 
 /// The path of the snapshot taken at `offset`.
 pub fn snapshot_path(dir: &Path, offset: Offset) -> PathBuf {
@@ -56,6 +58,8 @@ pub struct Rebuilt {
     pub snapshot: Option<Offset>,
     /// Batch bytes read after it.
     pub replayed_bytes: u64,
+    /// Where the replay started.
+    pub from: Offset,
 }
 
 impl<F: Fs> PartitionLog<F> {
@@ -110,7 +114,7 @@ impl<F: Fs> PartitionLog<F> {
     /// Rebuilds the state if a truncation left it stale (see `Inner::producers_stale`). With the `io` lock.
     pub(super) async fn fresh_producers_locked(&self) -> Result<()> {
         if self.inner.borrow().producers_stale {
-            self.rebuild_producers_locked(false).await?;
+            self.rebuild_producers_locked(false, None).await?;
         }
         Ok(())
     }
@@ -137,18 +141,31 @@ impl<F: Fs> PartitionLog<F> {
     ///
     /// After a clean close (`clean`) the state is the snapshot at the log end, or empty if there is none:
     /// close writes one whenever there are producers.
-    pub(super) async fn rebuild_producers_locked(&self, clean: bool) -> Result<Rebuilt> {
+    ///
+    /// The replay also rebuilds the transaction state (see `super::txn`): the aborted-transactions entries
+    /// of the markers it meets replace the segments' entries from where it starts, and the transactions
+    /// it sees ended join those still holding the last stable offset. With `replay_from_below`, it starts
+    /// at or below that offset (a segment whose `.txnindex` did not check).
+    pub(super) async fn rebuild_producers_locked(
+        &self,
+        clean: bool,
+        replay_from_below: Option<Offset>,
+    ) -> Result<Rebuilt> {
         let log_end = self.log_end_offset();
         self.remove_producer_snapshots_locked(|at| at <= log_end).await?;
-        if clean && !list_snapshots(&self.fs, &self.dir)?.contains(&log_end) {
+        if clean && replay_from_below.is_none() && !list_snapshots(&self.fs, &self.dir)?.contains(&log_end) {
             let mut inner = self.inner.borrow_mut();
             inner.producers = ProducerStates::default();
             inner.producers_stale = false;
             self.count_producers(&mut inner);
-            return Ok(Rebuilt::default());
+            return Ok(Rebuilt { from: log_end, ..Rebuilt::default() });
         }
         let mut start = None;
+        let newest_usable = replay_from_below.map_or(log_end, |below| below.min(log_end));
         for at in list_snapshots(&self.fs, &self.dir)?.into_iter().rev() {
+            if at > newest_usable {
+                continue;
+            }
             let path = snapshot_path(&self.dir, at);
             let decoded = match durable::read_file(&self.fs, &path, MAX_SNAPSHOT_BYTES).await {
                 Ok(Some(bytes)) => ProducerStates::decode(&bytes),
@@ -180,19 +197,44 @@ impl<F: Fs> PartitionLog<F> {
         };
         // The log keeps no append times: replayed producers count as active from now.
         let now = self.clock.now_ms();
-        let replayed_bytes =
-            self.walk_headers(from, log_end, |h| states.record(h, Offset(h.base_offset as u64), now, true)).await?;
+        let mut completed = Vec::new();
+        let replayed_bytes = self
+            .walk_headers(from, log_end, |h, batch| {
+                let at = Offset(h.base_offset as u64);
+                if h.attributes & CONTROL_BIT == 0 {
+                    states.record(h, at, now, true);
+                } else if let Some(marker) = batch.and_then(TxnMarker::decode)
+                    && let Some(done) = states.record_marker(&marker, at, now, true)
+                {
+                    completed.push(done);
+                }
+            })
+            .await?;
         let mut inner = self.inner.borrow_mut();
         inner.producers = states;
         inner.producers_stale = false;
         self.count_producers(&mut inner);
-        Ok(Rebuilt { snapshot, replayed_bytes })
+        inner.completed_txns.retain(|t| t.last_offset < from);
+        for segment in inner.segments.iter_mut().filter(|s| s.next_offset > from) {
+            segment.aborted.retain(|e| e.last_offset < from);
+        }
+        for done in completed {
+            inner.note_completed(done);
+        }
+        Ok(Rebuilt { snapshot, replayed_bytes, from })
     }
 
     /// Calls `visit` with the header of every batch holding an offset in `[from, to)`, in log order, reading
-    /// the segments a chunk at a time. Returns the bytes read. The batches were validated when the log was
-    /// opened or appended to; a length that does not fit is reported as a corrupt file all the same.
-    async fn walk_headers(&self, from: Offset, to: Offset, mut visit: impl FnMut(&BatchHeader)) -> Result<u64> {
+    /// the segments a chunk at a time, and for a control batch its whole bytes too (`None` only for one
+    /// larger than a chunk, which no marker is). Returns the bytes read. The batches were validated when
+    /// the log was opened or appended to; a length that does not fit is reported as a corrupt file all the
+    /// same.
+    async fn walk_headers(
+        &self,
+        from: Offset,
+        to: Offset,
+        mut visit: impl FnMut(&BatchHeader, Option<&[u8]>),
+    ) -> Result<u64> {
         let mut read = 0u64;
         if from >= to {
             return Ok(0);
@@ -231,8 +273,14 @@ impl<F: Fs> PartitionLog<F> {
                     if Offset(base_offset as u64) >= to {
                         return Ok(read);
                     }
+                    let control = header.attributes & CONTROL_BIT != 0;
+                    let whole = at + total as usize <= chunk.len();
+                    if control && !whole && at > 0 {
+                        // Read again from this batch, so that its record is in the chunk.
+                        break;
+                    }
                     if Offset(base_offset as u64).plus(header.last_offset_delta.max(0) as u64) >= from {
-                        visit(&header);
+                        visit(&header, (control && whole).then(|| &chunk[at..at + total as usize]));
                     }
                     pos += total;
                     at += total as usize;

@@ -1,8 +1,13 @@
 //! A follower's append: the leader's batches stored as they are, at the leader's offsets and epochs.
+//! Control batches are stored too, and a transaction marker among them ends its transaction in the
+//! follower's producer state as it did in the leader's, so a follower that becomes leader has the same
+//! open transactions, last stable offset and aborted-transactions index.
 
 use crate::batch::{self, BatchHeader, HEADER_BYTES};
 use crate::error::{Result, StorageError};
 use crate::fs::Fs;
+use crate::txn::TxnMarker;
+use crate::txn::marker::CONTROL_BIT;
 use crate::types::Offset;
 
 use super::{AppendInfo, PartitionLog};
@@ -39,7 +44,10 @@ impl<F: Fs> PartitionLog<F> {
         let mut appended: Option<AppendInfo> = None;
         for (range, header) in batches {
             let started = std::time::Instant::now();
-            let info = self.append_validated(&bytes[range], &header, None).await;
+            let batch = &bytes[range];
+            // A control batch that holds no marker (emptied by compaction, or another kind) changes nothing.
+            let marker = (header.attributes & CONTROL_BIT != 0).then(|| TxnMarker::decode(batch)).flatten();
+            let info = self.append_validated(batch, &header, None, marker).await;
             crate::metrics::appended(started.elapsed());
             let info = info?;
             appended = Some(match appended {

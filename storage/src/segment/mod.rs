@@ -1,7 +1,8 @@
 //! One segment of a partition log: a `.log` file of consecutive batches starting at a base offset, with its
 //! offset and time indexes, and the scan that validates a segment batch by batch during recovery.
 //!
-//! Files are named by base offset, 20 digits: `00000000000000000000.log`, `.index`, `.timeindex`.
+//! Files are named by base offset, 20 digits: `00000000000000000000.log`, `.index`, `.timeindex`,
+//! `.txnindex`.
 
 pub mod index;
 
@@ -12,7 +13,10 @@ use crate::durable::read_failure;
 use crate::error::Result;
 use crate::fs::open_files::FileHandle;
 use crate::fs::{Fs, SegmentFile};
+use crate::txn::AbortedTxn;
 use crate::types::Offset;
+
+pub use crate::txn::index::TXN_INDEX_SUFFIX;
 
 use index::{BatchMeta, SegmentIndex};
 
@@ -61,6 +65,10 @@ pub struct Segment<F: Fs> {
     pub persisted_index: Option<(usize, usize)>,
     /// When the segment was created, for `segment.ms`.
     pub created_ms: i64,
+    /// The aborted transactions whose ABORT marker is in this segment, in log order: its `.txnindex`
+    /// (`crate::txn::index`), kept in memory. On disk for a sealed segment; the active segment's file, if
+    /// any, may lag (written whole at each seal, and rebuilt from the log at open).
+    pub aborted: Vec<AbortedTxn>,
 }
 
 impl<F: Fs> Segment<F> {
@@ -78,6 +86,9 @@ impl<F: Fs> Segment<F> {
     }
     pub fn time_index_path(&self) -> PathBuf {
         self.dir.join(file_name(self.base, TIME_INDEX_SUFFIX))
+    }
+    pub fn txn_index_path(&self) -> PathBuf {
+        self.dir.join(file_name(self.base, TXN_INDEX_SUFFIX))
     }
     pub fn is_empty(&self) -> bool {
         self.size == 0

@@ -3,7 +3,8 @@
 //! sent to that partition's leader is verified with the coordinator over the peer protocol before
 //! anything is appended: a partition not added to the transaction is refused INVALID_TXN_STATE, a batch of
 //! a producer id the coordinator does not know for the id INVALID_PRODUCER_ID_MAPPING (which only the
-//! coordinator can say), and in both cases the partition's log end does not move.
+//! coordinator can say), and in both cases the partition's log end does not move. Once AddPartitionsToTxn
+//! has added the partition, the same batch is accepted and appended.
 
 mod common;
 
@@ -12,11 +13,12 @@ use std::net::TcpStream;
 
 use bytes::Bytes;
 use kafka_protocol::ResponseError;
+use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    ApiKey, FindCoordinatorRequest, InitProducerIdRequest, ListOffsetsRequest, MetadataRequest, ProduceRequest,
-    ProducerId, ResponseKind, TransactionalId,
+    AddPartitionsToTxnRequest, ApiKey, FindCoordinatorRequest, InitProducerIdRequest, ListOffsetsRequest,
+    MetadataRequest, ProduceRequest, ProducerId, ResponseKind, TransactionalId,
 };
 use kafka_protocol::protocol::StrBytes;
 use shardlog_storage::batch::compute_crc;
@@ -110,6 +112,22 @@ fn log_end(stream: &mut TcpStream, partition: i32) -> i64 {
     p.offset
 }
 
+/// AddPartitionsToTxn (v3) of one partition of [`TOPIC`] to the transaction of [`TXN_ID`]: its error code.
+fn add_partition(stream: &mut TcpStream, (id, epoch): (i64, i16), partition: i32) -> i16 {
+    let req = AddPartitionsToTxnRequest::default()
+        .with_v3_and_below_transactional_id(TransactionalId(s(TXN_ID)))
+        .with_v3_and_below_producer_id(ProducerId(id))
+        .with_v3_and_below_producer_epoch(epoch)
+        .with_v3_and_below_topics(vec![
+            AddPartitionsToTxnTopic::default().with_name(name(TOPIC)).with_partitions(vec![partition]),
+        ]);
+    send(stream, ApiKey::AddPartitionsToTxn, 3, 1, &req);
+    let ResponseKind::AddPartitionsToTxn(r) = receive(stream, ApiKey::AddPartitionsToTxn, 3).1 else {
+        panic!("wrong response")
+    };
+    r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
+}
+
 fn connect(port: u16) -> TcpStream {
     TcpStream::connect(("127.0.0.1", port)).expect("the broker answers")
 }
@@ -119,7 +137,6 @@ fn connect(port: u16) -> TcpStream {
 struct Setup {
     _cluster: Cluster,
     /// For the transaction's own requests (AddPartitionsToTxn).
-    #[allow(dead_code)]
     to_coordinator: TcpStream,
     to_leader: TcpStream,
     partition: i32,
@@ -165,4 +182,21 @@ fn a_transactional_batch_for_a_partition_not_in_the_transaction_is_refused_by_th
     let code = produce(&mut to_leader, partition, &batch(1, 2, 1_700_000_000_000));
     assert_eq!(code, 0);
     assert_eq!(log_end(&mut to_leader, partition), before + 2);
+}
+
+#[test]
+fn a_transactional_batch_for_a_partition_added_to_the_transaction_is_appended_after_the_remote_coordinator_says_so() {
+    let Setup { _cluster: _kept, mut to_coordinator, mut to_leader, partition, producer } = setup();
+    let before = log_end(&mut to_leader, partition);
+    assert_eq!(
+        produce(&mut to_leader, partition, &transactional(producer.0, producer.1)),
+        ResponseError::InvalidTxnState.code()
+    );
+    assert_eq!(add_partition(&mut to_coordinator, producer, partition), 0);
+    assert_eq!(produce(&mut to_leader, partition, &transactional(producer.0, producer.1)), 0, "now in the transaction");
+    assert_eq!(log_end(&mut to_leader, partition), before + 3, "the batch's three records");
+    // A stale epoch is the coordinator's to refuse, even for a partition in the transaction.
+    let code = produce(&mut to_leader, partition, &transactional(producer.0, producer.1 + 1));
+    assert_eq!(code, ResponseError::ProducerFenced.code());
+    assert_eq!(log_end(&mut to_leader, partition), before + 3);
 }

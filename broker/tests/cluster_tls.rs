@@ -20,6 +20,7 @@ use shardlog_broker::quorum::network::WireWrite;
 use shardlog_broker::quorum::state::{Command, NodeId};
 use shardlog_broker::quorum::wire::{WireStatus, WireVote, WireVoteRequest, kind as quorum_kind};
 use shardlog_broker::security::cluster_tls::{ClusterTls, server_name};
+use shardlog_net::peer::calls::{CALLS_ALPN, CallsHello};
 use shardlog_net::peer::replication::{ReplicaHello, kind, peer_alpn};
 use shardlog_net::peer::{PeerFrame, PeerFrameReader, decode_message, encode_frame, encode_message};
 
@@ -249,6 +250,42 @@ fn the_replication_port_refuses_peers_without_a_node_certificate_or_speaking_for
 
     let counted = |reason| refused_total(secured.metrics, "replication", reason);
     assert_eq!((counted("plaintext"), counted("handshake"), counted("forbidden")), (1.0, 2.0, 2.0));
+    answers_kafka(&secured.broker);
+    let (status, log) = secured.broker.terminate_with_log();
+    assert!(status.success(), "{log}");
+}
+
+fn calls_hello(broker: u32) -> Vec<u8> {
+    let hello = CallsHello { cluster_id: "shardlog-1".into(), broker };
+    encode_frame(shardlog_net::peer::calls::kind::HELLO, &encode_message(&hello))
+}
+
+/// Peer calls (`docs/peer-protocol.md` §2.3) reach the same listener, told apart by their ALPN under
+/// cluster mTLS, and are checked as replication is: a plain Hello, a caller without a certificate, a Hello
+/// in another node's name and one from a broker that is not registered are refused, logged and counted.
+#[test]
+fn peer_calls_are_told_apart_by_their_alpn_and_refused_like_replication_without_a_proven_broker() {
+    let secured = start_secured();
+    let port = secured.broker.port;
+    assert!(plain_exchange(port, &calls_hello(2)).is_none(), "a plain Hello is not answered");
+    wait_for_warnings(&secured.broker, "refused a peer-calls connection: plain TCP", 1);
+
+    let mut anonymous = dial(without_certificate(Some(CALLS_ALPN.to_vec())), port);
+    assert!(tls_exchange(&mut anonymous, &calls_hello(2)).is_none(), "no certificate: no answer");
+    wait_for_warnings(&secured.broker, "refused a peer-calls connection: no valid node certificate", 1);
+
+    let node_2 = as_node(&secured, &secured.cluster.node("node-2", 2), 2);
+    let mut stream = dial(node_2.client_config(Some(CALLS_ALPN.to_vec())), port);
+    assert!(tls_exchange(&mut stream, &calls_hello(1)).is_none(), "a Hello in another's name: no answer");
+    wait_for_warnings(&secured.broker, "closing peer-calls connection: its Hello speaks for another broker", 1);
+
+    let mut stream = dial(node_2.client_config(Some(CALLS_ALPN.to_vec())), port);
+    assert!(tls_exchange(&mut stream, &calls_hello(2)).is_none(), "an unknown broker: no answer");
+    wait_for_warnings(&secured.broker, "closing peer-calls connection: not a broker of this cluster", 1);
+
+    let counted = |reason| refused_total(secured.metrics, "peer-calls", reason);
+    assert_eq!((counted("plaintext"), counted("handshake"), counted("forbidden")), (1.0, 1.0, 2.0));
+    assert_eq!(refused_total(secured.metrics, "replication", "plaintext"), 0.0, "not taken for replication");
     answers_kafka(&secured.broker);
     let (status, log) = secured.broker.terminate_with_log();
     assert!(status.success(), "{log}");

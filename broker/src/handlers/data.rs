@@ -1,6 +1,7 @@
 //! Partition data: Produce, Fetch, ListOffsets, DeleteRecords and OffsetForLeaderEpoch, each routed to
 //! the shards owning the partitions and merged into one answer.
 
+use super::txn_verify::TxnVerdicts;
 use super::*;
 use crate::shard::{FetchRead, NewsSeen, ProduceBatch};
 use crate::shutdown::Shutdown;
@@ -139,7 +140,10 @@ fn take_outcome<O>(
 /// here awaits, so the batches of requests dispatched one after another reach each shard in that order,
 /// and each shard appends a partition's batches in the order they arrive. A shard gets all of its batches
 /// of the request in one message, and answers them in one.
-pub fn dispatch_produce(ctx: &Arc<BrokerContext>, req: ProduceRequest) -> DispatchedProduce {
+///
+/// A partition whose transactional batch `verdicts` refuses ([`super::txn_verify`]) gets that error, and
+/// its batch goes nowhere.
+pub fn dispatch_produce(ctx: &Arc<BrokerContext>, req: ProduceRequest, verdicts: &TxnVerdicts) -> DispatchedProduce {
     let acks = req.acks;
     let mut pending = Vec::new();
     let mut by_shard = ByShard::new(ctx.shards.len());
@@ -154,6 +158,8 @@ pub fn dispatch_produce(ctx: &Arc<BrokerContext>, req: ProduceRequest) -> Dispat
             } else if crate::topics::is_internal(&name) {
                 // Only the broker writes there (the group and transaction coordinators).
                 Err(ResponseError::InvalidTopicException.into())
+            } else if let Some(refused) = verdicts.refusal(&name, partition.index) {
+                Err(refused.into())
             } else {
                 let tp = TopicPartition::new(name.clone(), partition.index as u32);
                 match (ctx.leader_in(&image, &name, partition.index), partition.records) {

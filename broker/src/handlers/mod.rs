@@ -50,6 +50,7 @@ mod reassign;
 mod security;
 pub(crate) mod transactions;
 pub(crate) mod txn_markers;
+mod txn_verify;
 
 pub use admin::admin;
 use admin::*;
@@ -60,6 +61,7 @@ use data::*;
 pub use data::{DispatchedProduce, FETCH_MAX_BYTES, dispatch_produce};
 use groups::*;
 use producers::*;
+pub use txn_verify::{TxnVerdicts, verify_transactional};
 
 pub use crate::context::{AdminRequest, BrokerContext, ConfigChange, Led, ask_shard};
 use crate::metadata::image::MetadataImage;
@@ -176,7 +178,10 @@ pub async fn handle(ctx: &Arc<BrokerContext>, request: DecodedRequest, client: &
         ),
         RequestKind::Metadata(req) => ResponseKind::Metadata(metadata(ctx, &req, version, client).await),
         RequestKind::CreateTopics(req) => ResponseKind::CreateTopics(create_topics(ctx, req).await),
-        RequestKind::Produce(req) => return dispatch_produce(ctx, req).answer().await.map(ResponseKind::Produce),
+        RequestKind::Produce(req) => {
+            let verdicts = Box::pin(verify_transactional(ctx, &req)).await;
+            return dispatch_produce(ctx, req, &verdicts).answer().await.map(ResponseKind::Produce);
+        }
         RequestKind::Fetch(req) => ResponseKind::Fetch(fetch(ctx, req).await),
         RequestKind::ListOffsets(req) => ResponseKind::ListOffsets(list_offsets(ctx, req, version).await),
         RequestKind::DeleteTopics(req) => ResponseKind::DeleteTopics(delete_topics(ctx, req).await),

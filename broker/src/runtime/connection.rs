@@ -8,7 +8,9 @@
 //! The queue is bounded in requests and in bytes, so one connection cannot hold unbounded memory.
 //!
 //! Produce requests are dispatched to the owning shards by the reader itself, before the next frame is
-//! decoded: that is what keeps a connection's appends to one partition in request order. Requests that
+//! decoded: that is what keeps a connection's appends to one partition in request order. A produce
+//! request with transactional batches is first verified with the transaction coordinator (KIP-890,
+//! [`handlers::verify_transactional`], bounded in time), by the reader too, so the order holds for it. Requests that
 //! change topics or offsets (CreateTopics, DeleteRecords, ...) and those that read offsets a pipelined
 //! produce may move (ListOffsets, OffsetForLeaderEpoch) are not pipelined: each waits for every request
 //! before it to be answered, and the requests after it wait for its answer, as Kafka serves a connection.
@@ -135,7 +137,8 @@ pub(super) async fn serve(
     slot: ConnectionSlot,
 ) {
     let peer = stream.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "unknown".into());
-    // Another broker's replication connection, on the inter-broker listener, starts with a peer frame,
+    // Another broker's replication or peer-calls connection, on the inter-broker listener, starts with a
+    // peer frame (told apart by its type: a calls Hello is served here, see `peer_calls`),
     // sent as soon as it connects; a Kafka client's with a size. The first bytes are looked at without
     // reading them (and without giving the connection a receive buffer of its own), for a short while:
     // what says nothing by then is a Kafka client, served as one. Other listeners take Kafka clients only:
@@ -143,19 +146,29 @@ pub(super) async fn serve(
     //
     // Under cluster mTLS a follower starts with a TLS ClientHello instead, whose ALPN names the leader
     // shard it is for: read from a copy, the socket untouched, and the connection handed to that shard
-    // for the handshake. A Kafka client's ClientHello (on a TLS inter-broker listener) names no such
+    // for the handshake (a caller's ALPN names the calls, served on this shard). A Kafka client's ClientHello (on a TLS inter-broker listener) names no such
     // protocol, and the connection goes on as a Kafka client's.
     if listener.peers
         && let Some(first) = peek_first_bytes(stream.as_raw_fd()).await
     {
         if super::replication::is_peer(&first) {
+            if super::peer_calls::starts_with_calls_hello(stream.as_raw_fd()).await {
+                // Boxed, as below: a peer-calls connection's future is not carried by every connection's.
+                return Box::pin(super::peer_calls::accept_plain(stream, ctx, peer, Box::new(slot))).await;
+            }
             return super::replication::accept_peer(stream, ctx, peer, Box::new(slot)).await;
         }
-        if ctx.cluster_tls.is_some()
-            && super::replication::is_tls_record(&first)
-            && let Some(to) = super::replication::peek_peer_shard(stream.as_raw_fd()).await
-        {
-            return super::replication::accept_peer_tls(stream, ctx, peer, Box::new(slot), to);
+        if ctx.cluster_tls.is_some() && super::replication::is_tls_record(&first) {
+            use super::replication::PeerService;
+            match super::replication::peek_peer_service(stream.as_raw_fd()).await {
+                Some(PeerService::Replication { shard }) => {
+                    return super::replication::accept_peer_tls(stream, ctx, peer, Box::new(slot), shard);
+                }
+                Some(PeerService::Calls) => {
+                    return Box::pin(super::peer_calls::accept_tls(stream, ctx, peer, Box::new(slot))).await;
+                }
+                None => {}
+            }
         }
     }
     let fd = stream.as_raw_fd();
@@ -337,7 +350,9 @@ async fn read_requests<S: AsyncRead + Unpin>(
                 Ok(request) => {
                     let units = budget_units(&request, frame_bytes);
                     let Ok(permit) = budget.clone().acquire_static_permit(units).await else { return };
-                    start(ctx, request, &client, (permit, shared), frame_bytes, received, &mute)
+                    // Boxed: a Produce's verification may hold a peer call, too large a future for
+                    // the shard's stack to carry inside every connection's reader.
+                    Box::pin(start(ctx, request, &client, (permit, shared), frame_bytes, received, &mute)).await
                 }
                 Err(answer) => Pending::Ready(answer),
             };
@@ -541,7 +556,7 @@ fn budget_units(request: &DecodedRequest, frame_bytes: usize) -> u64 {
 
 /// Starts answering a request of `frame_bytes`. `shared`, the frame's share of the broker's request
 /// budget, is given back when the handler has its answer; `permit` holds its share of the connection's.
-fn start(
+async fn start(
     ctx: &Arc<BrokerContext>,
     request: DecodedRequest,
     client: &ClientInfo,
@@ -578,10 +593,13 @@ fn start(
     let (ctx, client) = (ctx.clone(), client.clone());
     let peer = client.peer.clone();
     let answer = match request.body {
-        // Dispatched here, before the next frame is read, so appends keep the connection's order.
+        // Dispatched here, before the next frame is read, so appends keep the connection's order. A
+        // request with transactional batches is verified with their coordinator first (KIP-890), also
+        // before the next frame is read: the wait is bounded, and the order kept.
         RequestKind::Produce(req) => {
+            let verdicts = Box::pin(handlers::verify_transactional(&ctx, &req)).await;
             let began = Instant::now();
-            let produce = handlers::dispatch_produce(&ctx, req);
+            let produce = handlers::dispatch_produce(&ctx, req, &verdicts);
             let dispatch_time = began.elapsed();
             let mute = mute.clone();
             spawn_handler(async move {

@@ -43,6 +43,7 @@
 //! What it must never do: answer EndTxn before its Prepare record committed, send a marker to a partition
 //! that is not in the transaction, or let an older epoch of a producer change a transaction.
 
+pub mod batches;
 pub mod call;
 pub mod metadata;
 pub mod partition;

@@ -17,6 +17,7 @@
 
 use bytes::{Buf, Bytes, BytesMut};
 
+pub mod calls;
 pub mod replication;
 
 /// `SLP1`: shardlog peer protocol, first layout.

@@ -12,7 +12,7 @@ use glommio::net::TcpStream;
 use kafka_protocol::ResponseError;
 use shardlog_net::peer::replication::{
     FetchPartition, FetchedPartition, NO_EPOCH, ReplicaFetch, ReplicaHello, ReplicaHelloAnswer, decode_fetch_result,
-    kind,
+    kind, peer_alpn,
 };
 use shardlog_net::peer::{PeerFrameReader, decode_message, encode_frame, encode_message};
 use shardlog_storage::fs::dma::DmaFs;
@@ -92,7 +92,9 @@ pub(super) async fn fetch_from(
                 match ctx.cluster_tls.as_deref() {
                     None => fetch_over(stream, at, &shutdown).await,
                     Some(tls) => {
-                        match within(PEER_TIMEOUT, handshake::connect(tls, stream, leader, leader_shard)).await {
+                        match within(PEER_TIMEOUT, handshake::connect(tls, stream, leader, peer_alpn(leader_shard)))
+                            .await
+                        {
                             Some(Ok(stream)) => fetch_over(stream, at, &shutdown).await,
                             Some(Err(e)) if ClusterTls::is_refusal(&e) => {
                                 // The leader's certificate is not the leader's, or it refused ours: an

@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 
 use futures_rustls::{TlsAcceptor, TlsConnector, client, server};
 use glommio::net::TcpStream;
-use shardlog_net::peer::replication::{peer_alpn, shard_of_alpn};
+use shardlog_net::peer::calls::CALLS_ALPN;
+use shardlog_net::peer::replication::shard_of_alpn;
 
 use super::{PEER_TIMEOUT, within};
 use crate::quorum::state::NodeId;
@@ -35,11 +36,20 @@ pub(in crate::runtime) fn is_tls_record(first: &[u8]) -> bool {
     first.first() == Some(&HANDSHAKE_RECORD)
 }
 
-/// The leader shard a follower's ClientHello asks for, looked at on the socket without consuming it.
-/// `None` for a ClientHello that is not a follower's (a Kafka client on a TLS listener), one that does not
-/// arrive whole within [`CLIENT_HELLO_WAIT`], or a record that is not a ClientHello: the connection then
-/// goes on as it came, its bytes unread.
-pub(in crate::runtime) async fn peek_peer_shard(fd: RawFd) -> Option<u16> {
+/// The peer service a TLS ClientHello's ALPN asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(in crate::runtime) enum PeerService {
+    /// A follower's replication connection, for this leader shard.
+    Replication { shard: u16 },
+    /// Peer calls (`docs/peer-protocol.md` §2.3), served by the shard that accepted the connection.
+    Calls,
+}
+
+/// The peer service a ClientHello asks for, looked at on the socket without consuming it. `None` for a
+/// ClientHello that is not a peer's (a Kafka client on a TLS listener), one that does not arrive whole
+/// within [`CLIENT_HELLO_WAIT`], or a record that is not a ClientHello: the connection then goes on as it
+/// came, its bytes unread.
+pub(in crate::runtime) async fn peek_peer_service(fd: RawFd) -> Option<PeerService> {
     let mut buf = vec![0u8; RECORD_MAX_BYTES];
     let deadline = Instant::now() + CLIENT_HELLO_WAIT;
     loop {
@@ -58,7 +68,7 @@ pub(in crate::runtime) async fn peek_peer_shard(fd: RawFd) -> Option<u16> {
                 return None;
             }
             if n as usize >= record {
-                return shard_of_client_hello(&buf[..record]);
+                return service_of_client_hello(&buf[..record]);
             }
         }
         if Instant::now() >= deadline {
@@ -68,56 +78,61 @@ pub(in crate::runtime) async fn peek_peer_shard(fd: RawFd) -> Option<u16> {
     }
 }
 
-/// The leader shard named by the ALPN of the ClientHello in `record` (a copy: nothing is consumed).
-fn shard_of_client_hello(record: &[u8]) -> Option<u16> {
+/// The peer service named by the ALPN of the ClientHello in `record` (a copy: nothing is consumed).
+fn service_of_client_hello(record: &[u8]) -> Option<PeerService> {
     let mut acceptor = rustls::server::Acceptor::default();
     acceptor.read_tls(&mut &record[..]).ok()?;
     let accepted = acceptor.accept().ok()??;
     let hello = accepted.client_hello();
-    hello.alpn()?.find_map(shard_of_alpn)
+    hello.alpn()?.find_map(|protocol| match protocol {
+        CALLS_ALPN => Some(PeerService::Calls),
+        other => shard_of_alpn(other).map(|shard| PeerService::Replication { shard }),
+    })
 }
 
-/// The follower's side: TLS to shard `leader_shard` of broker `leader`, which must prove it is `leader`.
-pub(super) async fn connect(
+/// The dialler's side: TLS to broker `node`, which must prove it is `node`, offering `alpn`.
+pub(in crate::runtime) async fn connect(
     tls: &ClusterTls,
     stream: TcpStream,
-    leader: NodeId,
-    leader_shard: u16,
+    node: NodeId,
+    alpn: Vec<u8>,
 ) -> std::io::Result<client::TlsStream<TcpStream>> {
-    let connector = TlsConnector::from(tls.client_config(Some(peer_alpn(leader_shard))));
-    connector.connect(server_name(leader.0 as u64), stream).await
+    let connector = TlsConnector::from(tls.client_config(Some(alpn)));
+    connector.connect(server_name(node.0 as u64), stream).await
 }
 
-/// The leader shard's side: the handshake, and the node the follower's certificate names. A follower
-/// without a certificate of the cluster's authority, or one that names no node, is refused and logged.
-pub(super) async fn accept(
+/// The acceptor's side of a `service`'s connection ("replication", "calls"): the handshake, and the node
+/// the caller's certificate names. A caller without a certificate of the cluster's authority, or one that
+/// names no node, is refused and logged.
+pub(in crate::runtime) async fn accept(
     tls: &ClusterTls,
     stream: TcpStream,
     peer: &str,
+    service: &'static str,
 ) -> Option<(server::TlsStream<TcpStream>, NodeId)> {
     let acceptor = TlsAcceptor::from(tls.server_config());
     let stream = match within(PEER_TIMEOUT, acceptor.accept(stream)).await {
         Some(Ok(stream)) => stream,
         Some(Err(error)) if !ClusterTls::is_refusal(&error) => {
-            tracing::debug!(%peer, %error, "replication connection lost in the TLS handshake");
+            tracing::debug!(%peer, %error, "{service} connection lost in the TLS handshake");
             return None;
         }
         Some(Err(error)) => {
-            crate::metrics::peer_refused("replication", "handshake");
-            tracing::warn!(%peer, %error, "refused a replication connection: no valid node certificate");
+            crate::metrics::peer_refused(service, "handshake");
+            tracing::warn!(%peer, %error, "refused a {service} connection: no valid node certificate");
             return None;
         }
         None => {
-            crate::metrics::peer_refused("replication", "handshake");
-            tracing::warn!(%peer, "refused a replication connection: no TLS handshake in time");
+            crate::metrics::peer_refused(service, "handshake");
+            tracing::warn!(%peer, "refused a {service} connection: no TLS handshake in time");
             return None;
         }
     };
     match ClusterTls::peer_node(stream.get_ref().1.peer_certificates()) {
         Ok(node) => Some((stream, NodeId(node))),
         Err(error) => {
-            crate::metrics::peer_refused("replication", "certificate");
-            tracing::warn!(%peer, %error, "refused a replication connection: its certificate names no node");
+            crate::metrics::peer_refused(service, "certificate");
+            tracing::warn!(%peer, %error, "refused a {service} connection: its certificate names no node");
             None
         }
     }
@@ -126,6 +141,8 @@ pub(super) async fn accept(
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
+
+    use shardlog_net::peer::replication::peer_alpn;
 
     use super::*;
 
@@ -145,14 +162,17 @@ mod tests {
     }
 
     #[test]
-    fn a_followers_client_hello_names_the_leader_shard_and_a_kafka_clients_names_none() {
-        assert_eq!(shard_of_client_hello(&client_hello(&[&peer_alpn(3)])), Some(3));
-        assert_eq!(shard_of_client_hello(&client_hello(&[b"h2", &peer_alpn(0)])), Some(0));
-        assert_eq!(shard_of_client_hello(&client_hello(&[])), None, "no ALPN: a Kafka client");
-        assert_eq!(shard_of_client_hello(&client_hello(&[b"h2"])), None);
+    fn a_followers_client_hello_names_the_leader_shard_a_callers_the_calls_and_a_kafka_clients_nothing() {
+        let replication = |shard| Some(PeerService::Replication { shard });
+        assert_eq!(service_of_client_hello(&client_hello(&[&peer_alpn(3)])), replication(3));
+        assert_eq!(service_of_client_hello(&client_hello(&[b"h2", &peer_alpn(0)])), replication(0));
+        assert_eq!(service_of_client_hello(&client_hello(&[CALLS_ALPN])), Some(PeerService::Calls));
+        assert_eq!(service_of_client_hello(&client_hello(&[b"shardlog-calls/2"])), None, "another calls version");
+        assert_eq!(service_of_client_hello(&client_hello(&[])), None, "no ALPN: a Kafka client");
+        assert_eq!(service_of_client_hello(&client_hello(&[b"h2"])), None);
         let hello = client_hello(&[&peer_alpn(1)]);
         assert!(is_tls_record(&hello));
-        assert_eq!(shard_of_client_hello(&hello[..hello.len() - 1]), None, "a record cut short");
-        assert_eq!(shard_of_client_hello(b"\x16\x03\x01\x00\x04abcd"), None, "not a ClientHello");
+        assert_eq!(service_of_client_hello(&hello[..hello.len() - 1]), None, "a record cut short");
+        assert_eq!(service_of_client_hello(b"\x16\x03\x01\x00\x04abcd"), None, "not a ClientHello");
     }
 }

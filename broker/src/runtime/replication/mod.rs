@@ -35,7 +35,9 @@ use crate::replication::ProposalOutcome;
 use crate::shard::ShardReplicas;
 use crate::shutdown::Shutdown;
 
-pub(super) use handshake::{is_tls_record, peek_peer_shard};
+pub(super) use handshake::{
+    PeerService, accept as accept_tls, connect as connect_tls, is_tls_record, peek_peer_service,
+};
 pub(super) use serve::{accept_peer, accept_peer_tls};
 
 /// The largest peer frame either side reads.
@@ -58,7 +60,7 @@ pub(super) fn is_peer(first: &[u8]) -> bool {
 
 /// Why a peer connection stopped yielding frames.
 #[derive(Debug)]
-enum ReadError {
+pub(super) enum ReadError {
     /// The connection failed (reset, timed out): the peer went away; nothing to tell an operator.
     Lost(std::io::Error),
     /// The bytes are not a peer frame, a frame's CRC does not check, or the stream ended inside a frame.
@@ -75,7 +77,7 @@ impl std::fmt::Display for ReadError {
 }
 
 /// Reads the next frame, `Ok(None)` at end of stream.
-async fn next_frame<S: AsyncRead + Unpin>(
+pub(super) async fn next_frame<S: AsyncRead + Unpin>(
     stream: &mut S,
     frames: &mut PeerFrameReader,
     buf: &mut [u8],
@@ -96,7 +98,7 @@ async fn next_frame<S: AsyncRead + Unpin>(
     }
 }
 
-async fn within<T>(limit: Duration, work: impl Future<Output = T>) -> Option<T> {
+pub(super) async fn within<T>(limit: Duration, work: impl Future<Output = T>) -> Option<T> {
     future::or(async { Some(work.await) }, async {
         glommio::timer::sleep(limit).await;
         None

@@ -162,7 +162,7 @@ async fn accept_tls_follower(
     peer: &str,
 ) -> Option<(futures_rustls::server::TlsStream<TcpStream>, NodeId)> {
     let tls = ctx.cluster_tls.as_deref()?;
-    let (mut stream, node) = handshake::accept(tls, stream, peer).await?;
+    let (mut stream, node) = handshake::accept(tls, stream, peer, "replication").await?;
     let mut frames = PeerFrameReader::new(MAX_FRAME_BYTES);
     let mut buf = vec![0u8; 4096];
     let hello = read_hello(&mut stream, &mut frames, &mut buf, peer).await?;

@@ -17,6 +17,7 @@ use kafka_protocol::messages::{
 use super::{CLUSTER_DENIED, Check, Gate, Merge, TOPIC_DENIED, TXN_DENIED, answer_if_empty, code};
 use crate::security::authorizer::Resource;
 use crate::security::authorizer::acl::{AclOperation, ResourceType};
+use crate::txn::batches::has_transactional_batch;
 
 /// Topics denied whole, with the partitions the request named for each.
 pub(super) type DeniedPartitions = Vec<(TopicName, Vec<i32>)>;
@@ -38,29 +39,6 @@ pub(super) fn take_denied<T>(
         }
     });
     taken
-}
-
-/// Whether any record batch in `records` is transactional (attributes bit 4 of a v2 batch). Malformed
-/// bytes end the walk: the produce handler validates batches and answers for them.
-fn has_transactional_batch(records: &[u8]) -> bool {
-    const LENGTH_END: usize = 12;
-    const ATTRIBUTES: usize = 21;
-    const TRANSACTIONAL: u8 = 0x10;
-    let mut rest = records;
-    while rest.len() > ATTRIBUTES + 1 {
-        let length = i32::from_be_bytes([rest[8], rest[9], rest[10], rest[11]]);
-        if rest[ATTRIBUTES + 1] & TRANSACTIONAL != 0 {
-            return true;
-        }
-        let Some(next) = usize::try_from(length).ok().and_then(|l| l.checked_add(LENGTH_END)) else {
-            return false;
-        };
-        if next > rest.len() {
-            return false;
-        }
-        rest = &rest[next..];
-    }
-    false
 }
 
 fn produce_partition_error(index: i32, error: i16) -> PartitionProduceResponse {
@@ -328,33 +306,5 @@ pub(super) fn init_producer_id(check: &Check<'_>, req: InitProducerIdRequest) ->
                 .with_producer_id(ProducerId(-1))
                 .with_producer_epoch(-1),
         )),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::has_transactional_batch;
-
-    fn batch(attributes: i16, body: usize) -> Vec<u8> {
-        // base offset (8), length (4) counting from the leader epoch on, epoch (4), magic, crc (4),
-        // attributes (2), then the rest.
-        let length = i32::try_from(4 + 1 + 4 + 2 + body).expect("small");
-        let mut b = vec![0u8; 8];
-        b.extend_from_slice(&length.to_be_bytes());
-        b.extend_from_slice(&[0, 0, 0, 0, 2, 0, 0, 0, 0]);
-        b.extend_from_slice(&attributes.to_be_bytes());
-        b.extend(std::iter::repeat_n(0u8, body));
-        b
-    }
-
-    #[test]
-    fn transactional_batches_are_found_in_any_position() {
-        assert!(!has_transactional_batch(&batch(0, 40)));
-        assert!(has_transactional_batch(&batch(0x10, 40)));
-        let mut two = batch(0x01, 30);
-        two.extend(batch(0x10 | 0x20, 10));
-        assert!(has_transactional_batch(&two));
-        assert!(!has_transactional_batch(&two[..30]));
-        assert!(!has_transactional_batch(&[]));
     }
 }

@@ -85,7 +85,7 @@ fn a_transaction_whose_coordinator_is_killed_while_it_commits_is_committed_whole
     committed.expect("the commit goes through on the next coordinator");
 
     let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &cluster.live_bootstrap())
+        .set("bootstrap.servers", cluster.live_bootstrap())
         .set("group.id", "killed-mid-commit-check")
         .set("isolation.level", "read_committed")
         .set("enable.auto.commit", "false")

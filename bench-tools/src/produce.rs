@@ -316,7 +316,9 @@ impl Plan {
 /// InitProducerId, as an idempotent producer without a transactional id starts.
 pub(crate) fn init_producer_id(connection: &mut Connection) -> Result<(i64, i16)> {
     let version = connection.negotiate(ApiKey::InitProducerId, (0, 4))?;
+    // No transactional id: `None`, not the empty id the request's default has, which Kafka refuses.
     let request = InitProducerIdRequest::default()
+        .with_transactional_id(None)
         .with_transaction_timeout_ms(60_000)
         .with_producer_id(ProducerId(-1))
         .with_producer_epoch(-1);

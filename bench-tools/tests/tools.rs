@@ -281,6 +281,13 @@ fn transactional_produce_commits_every_transaction_and_read_committed_consumers_
     let (_, consumed) =
         run(&["consume", "--bootstrap", b, "--topic", "txns", "--isolation", "read_committed", "--messages", "1005"]);
     assert_eq!(messages(&consumed), 1005, "{consumed}");
+    // An idempotent producer beside them: InitProducerId without a transactional id.
+    let (_, idempotent) =
+        run(&["produce", "--bootstrap", b, "--topic", "txns", "--mode", "async", "--idempotence", "--messages", "100"]);
+    assert_eq!(messages(&idempotent), 100, "{idempotent}");
+    let (_, consumed) =
+        run(&["consume", "--bootstrap", b, "--topic", "txns", "--isolation", "read_committed", "--messages", "1105"]);
+    assert_eq!(messages(&consumed), 1105, "{consumed}");
     // Kafka refuses a transactional producer with acks other than all; so does the tool, before sending.
     let (_, stderr) = run_failing(&[
         "produce",

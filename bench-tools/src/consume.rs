@@ -528,3 +528,69 @@ impl Lane {
         counted
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::payload::{self, Idempotent, Origin};
+    use bytes::{Bytes, BytesMut};
+
+    /// A transactional batch of producer 7 holding `count` records from `base_offset`; a control batch
+    /// (a marker) when `control`.
+    fn batch(base_offset: i64, count: u64, control: bool) -> Bytes {
+        let values: Vec<Bytes> =
+            (0..count).map(|s| payload::value(Origin { run: 1, partition: 0, sequence: s }, 32)).collect();
+        let producer = Idempotent { producer_id: 7, epoch: 0, first_sequence: 0, transactional: true };
+        let encoded = payload::batch(&values, 0, kafka_protocol::records::Compression::None, Some(producer));
+        let mut bytes = BytesMut::from(&encoded.unwrap()[..]);
+        bytes[0..8].copy_from_slice(&base_offset.to_be_bytes());
+        if control {
+            bytes[22] |= CONTROL_BIT as u8;
+        }
+        bytes.freeze()
+    }
+
+    fn lane(isolation: Isolation) -> Lane {
+        Lane {
+            bootstrap: String::new(),
+            security: ClientSecurity::plaintext(),
+            first_leader: String::new(),
+            topic: "t".into(),
+            version: 11,
+            started_ms: i64::MAX,
+            limit: None,
+            deadline: None,
+            repeat: false,
+            timeout: Duration::from_secs(1),
+            isolation,
+        }
+    }
+
+    /// Counts one answer of: an aborted transaction (offsets 0-2), its abort marker (3), a committed
+    /// transaction of the same producer (4-5) and its commit marker (6), the abort listed from offset 0.
+    fn count(isolation: Isolation) -> (u64, i64) {
+        let mut records = BytesMut::new();
+        for (base, count, control) in [(0, 3, false), (3, 1, true), (4, 2, false), (6, 1, true)] {
+            records.extend_from_slice(&batch(base, count, control));
+        }
+        let watch = Watch {
+            started: Instant::now(),
+            consumed: AtomicU64::new(0),
+            last_arrival_us: AtomicU64::new(0),
+            gave_up: AtomicBool::new(false),
+        };
+        let mut position = 0;
+        let counted = lane(isolation).count(&records.freeze(), &[(7, 0)], &mut position, &mut Tally::default(), &watch);
+        (counted, position)
+    }
+
+    #[test]
+    fn read_committed_skips_an_aborted_transaction_and_markers_but_counts_the_next_committed_one() {
+        assert_eq!(count(Isolation::ReadCommitted), (2, 7));
+    }
+
+    #[test]
+    fn read_uncommitted_counts_every_record_but_no_marker() {
+        assert_eq!(count(Isolation::ReadUncommitted), (5, 7));
+    }
+}

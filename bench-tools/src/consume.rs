@@ -4,6 +4,10 @@
 //! would measure how old the data is, not how fast it arrives).
 //!
 //! Batches are counted from their headers, not decoded: the measure is the broker's, not the decoder's.
+//! Control batches (transaction markers) are not records and are skipped. With `--isolation
+//! read_committed` the broker answers up to the last stable offset, so a transactional record arrives once
+//! its transaction is committed and its end-to-end latency includes waiting for the commit; the records of
+//! aborted transactions it lists are skipped, as Kafka's consumers skip them.
 //! A partition whose leader moves is fetched from its new leader, found through fresh metadata, as Kafka
 //! consumers do.
 //!
@@ -44,6 +48,29 @@ const DEFAULT_TIMEOUT_MS: u64 = 10_000;
 const WATCH_EVERY: Duration = Duration::from_millis(100);
 /// Kafka's UNKNOWN_TOPIC_OR_PARTITION.
 const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+
+/// Kafka's `isolation.level`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Isolation {
+    #[value(name = "read_uncommitted")]
+    ReadUncommitted,
+    #[value(name = "read_committed")]
+    ReadCommitted,
+}
+
+impl Isolation {
+    /// Fetch's `isolation_level`.
+    fn level(self) -> i8 {
+        match self {
+            Isolation::ReadUncommitted => 0,
+            Isolation::ReadCommitted => 1,
+        }
+    }
+}
+
+/// A batch's attribute bits: part of a transaction, a control batch (a transaction marker).
+const TRANSACTIONAL_BIT: i16 = 0x10;
+const CONTROL_BIT: i16 = 0x20;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum From {
@@ -86,6 +113,10 @@ pub struct ConsumeArgs {
     /// `--timeout-ms`).
     #[arg(long, default_value_t = DEFAULT_TIMEOUT_MS)]
     pub timeout_ms: u64,
+    /// Kafka's `isolation.level`: read_committed reads up to the last stable offset and skips aborted
+    /// transactions.
+    #[arg(long, value_enum, default_value_t = Isolation::ReadUncommitted)]
+    pub isolation: Isolation,
 }
 
 /// What a consume run measured.
@@ -259,6 +290,7 @@ pub fn run(args: &ConsumeArgs) -> Result<ConsumeResult> {
                 deadline,
                 repeat: args.repeat,
                 timeout,
+                isolation: args.isolation,
             };
             let shared = shared.clone();
             std::thread::spawn(move || lane.fetch(positions, &shared))
@@ -332,6 +364,7 @@ struct Lane {
     repeat: bool,
     /// With a limit: how long no record may arrive (in any lane) before the run gives up.
     timeout: Duration,
+    isolation: Isolation,
 }
 
 impl Lane {
@@ -365,6 +398,7 @@ impl Lane {
                     .with_max_wait_ms(100)
                     .with_min_bytes(1)
                     .with_max_bytes(FETCH_MAX_BYTES)
+                    .with_isolation_level(self.isolation.level())
                     .with_topics(vec![
                         FetchTopic::default().with_topic(name.clone()).with_partitions(
                             partitions
@@ -403,7 +437,9 @@ impl Lane {
                         }
                     }
                     let Some(records) = &p.records else { continue };
-                    if self.count(records, position, &mut tally, shared) > 0 {
+                    let aborted: Vec<(i64, i64)> =
+                        p.aborted_transactions.iter().flatten().map(|a| (a.producer_id.0, a.first_offset)).collect();
+                    if self.count(records, &aborted, position, &mut tally, shared) > 0 {
                         arrivals.first_asked.get_or_insert(asked);
                         arrivals.last = Some(Instant::now());
                     }
@@ -434,8 +470,21 @@ impl Lane {
     }
 
     /// Counts the whole batches of one partition's answer from `position` on, and moves it past them;
-    /// returns how many records that was.
-    fn count(&self, records: &bytes::Bytes, position: &mut i64, tally: &mut Tally, shared: &Watch) -> u64 {
+    /// returns how many records that was. Control batches are not counted, nor (read_committed) the
+    /// batches of the `aborted` transactions (producer id, first offset) the answer listed: from a
+    /// transaction's first offset to its producer's next control batch (its abort marker).
+    fn count(
+        &self,
+        records: &bytes::Bytes,
+        aborted: &[(i64, i64)],
+        position: &mut i64,
+        tally: &mut Tally,
+        shared: &Watch,
+    ) -> u64 {
+        // Producers whose aborted transaction the batches are inside of.
+        let mut aborting: std::collections::BTreeSet<i64> = std::collections::BTreeSet::new();
+        let mut pending: Vec<(i64, i64)> = aborted.to_vec();
+        pending.sort_by_key(|&(_, first)| first);
         let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
         let mut at = 0;
         let mut counted = 0;
@@ -446,7 +495,23 @@ impl Lane {
                 break; // a partial batch at the end of the answer: fetched again next time
             }
             let last = header.base_offset + header.last_offset_delta as i64;
-            if last >= *position {
+            let control = header.attributes & CONTROL_BIT != 0;
+            // Kafka's consumer: an aborted transaction starts to count once a batch reaches its first offset.
+            while let Some(&(producer, first)) = pending.first()
+                && first <= last
+            {
+                aborting.insert(producer);
+                pending.remove(0);
+            }
+            let in_aborted = self.isolation == Isolation::ReadCommitted
+                && header.attributes & TRANSACTIONAL_BIT != 0
+                && aborting.contains(&header.producer_id);
+            if control && in_aborted {
+                aborting.remove(&header.producer_id); // its abort marker
+            }
+            if control || in_aborted {
+                *position = (*position).max(last + 1);
+            } else if last >= *position {
                 // A fetch may start inside a batch; count only the records from the position on.
                 let count = (last - (*position).max(header.base_offset) + 1) as u64;
                 tally.messages += count;
@@ -461,5 +526,71 @@ impl Lane {
             at += total;
         }
         counted
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::payload::{self, Idempotent, Origin};
+    use bytes::{Bytes, BytesMut};
+
+    /// A transactional batch of producer 7 holding `count` records from `base_offset`; a control batch
+    /// (a marker) when `control`.
+    fn batch(base_offset: i64, count: u64, control: bool) -> Bytes {
+        let values: Vec<Bytes> =
+            (0..count).map(|s| payload::value(Origin { run: 1, partition: 0, sequence: s }, 32)).collect();
+        let producer = Idempotent { producer_id: 7, epoch: 0, first_sequence: 0, transactional: true };
+        let encoded = payload::batch(&values, 0, kafka_protocol::records::Compression::None, Some(producer));
+        let mut bytes = BytesMut::from(&encoded.unwrap()[..]);
+        bytes[0..8].copy_from_slice(&base_offset.to_be_bytes());
+        if control {
+            bytes[22] |= CONTROL_BIT as u8;
+        }
+        bytes.freeze()
+    }
+
+    fn lane(isolation: Isolation) -> Lane {
+        Lane {
+            bootstrap: String::new(),
+            security: ClientSecurity::plaintext(),
+            first_leader: String::new(),
+            topic: "t".into(),
+            version: 11,
+            started_ms: i64::MAX,
+            limit: None,
+            deadline: None,
+            repeat: false,
+            timeout: Duration::from_secs(1),
+            isolation,
+        }
+    }
+
+    /// Counts one answer of: an aborted transaction (offsets 0-2), its abort marker (3), a committed
+    /// transaction of the same producer (4-5) and its commit marker (6), the abort listed from offset 0.
+    fn count(isolation: Isolation) -> (u64, i64) {
+        let mut records = BytesMut::new();
+        for (base, count, control) in [(0, 3, false), (3, 1, true), (4, 2, false), (6, 1, true)] {
+            records.extend_from_slice(&batch(base, count, control));
+        }
+        let watch = Watch {
+            started: Instant::now(),
+            consumed: AtomicU64::new(0),
+            last_arrival_us: AtomicU64::new(0),
+            gave_up: AtomicBool::new(false),
+        };
+        let mut position = 0;
+        let counted = lane(isolation).count(&records.freeze(), &[(7, 0)], &mut position, &mut Tally::default(), &watch);
+        (counted, position)
+    }
+
+    #[test]
+    fn read_committed_skips_an_aborted_transaction_and_markers_but_counts_the_next_committed_one() {
+        assert_eq!(count(Isolation::ReadCommitted), (2, 7));
+    }
+
+    #[test]
+    fn read_uncommitted_counts_every_record_but_no_marker() {
+        assert_eq!(count(Isolation::ReadUncommitted), (5, 7));
     }
 }

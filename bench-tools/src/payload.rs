@@ -91,12 +91,14 @@ pub fn compression(name: &str) -> Result<Compression> {
     })
 }
 
-/// An idempotent producer's id and epoch, and the sequence of a batch's first record in its partition.
+/// An idempotent producer's id and epoch, and the sequence of a batch's first record in its partition;
+/// `transactional` marks the batch as part of a transaction (attribute bit 0x10).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Idempotent {
     pub producer_id: i64,
     pub epoch: i16,
     pub first_sequence: u64,
+    pub transactional: bool,
 }
 
 /// One record batch holding `values`, all stamped `timestamp_ms`; from an idempotent producer when
@@ -124,7 +126,7 @@ fn encode(
     let records: Vec<Record> = records
         .enumerate()
         .map(|(i, (key, v))| Record {
-            transactional: false,
+            transactional: producer.is_some_and(|p| p.transactional),
             control: false,
             delete_horizon: false,
             partition_leader_epoch: NO_PARTITION_LEADER_EPOCH,
@@ -153,6 +155,20 @@ fn encode(
 mod tests {
     use super::*;
     use kafka_protocol::records::RecordBatchDecoder;
+
+    #[test]
+    fn a_transactional_batch_carries_bit_0x10_its_producer_and_sequences() {
+        let values: Vec<Bytes> = (0..3).map(|s| value(Origin { run: 1, partition: 0, sequence: s }, 64)).collect();
+        let producer = Idempotent { producer_id: 42, epoch: 3, first_sequence: 10, transactional: true };
+        let encoded = batch(&values, 1_700_000_000_000, Compression::None, Some(producer)).unwrap();
+        let header = shardlog_storage::batch::BatchHeader::parse(&encoded).unwrap();
+        assert_eq!(header.attributes & 0x10, 0x10, "transactional");
+        assert_eq!(header.attributes & 0x20, 0, "not a control batch");
+        assert_eq!((header.producer_id, header.producer_epoch, header.base_sequence), (42, 3, 10));
+        let idempotent = batch(&values, 0, Compression::None, Some(Idempotent { transactional: false, ..producer }));
+        let header = shardlog_storage::batch::BatchHeader::parse(&idempotent.unwrap()).unwrap();
+        assert_eq!(header.attributes & 0x10, 0, "an idempotent batch is not transactional");
+    }
 
     #[test]
     fn values_carry_their_origin_and_batches_decode_whole() {

@@ -11,6 +11,11 @@
 //! As a Kafka producer does, a batch refused with a retriable error (NOT_LEADER_OR_FOLLOWER after a
 //! leader moved, ...) is sent again to whoever leads its partition then, within `--retries` and
 //! `--delivery-timeout-ms`; its latency runs from the first send.
+//!
+//! With `--transactional`, one transactional producer sends transactions of `--txn-records` records
+//! (see [`transactions`]).
+
+mod transactions;
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -112,7 +117,20 @@ pub struct ProduceArgs {
     /// acks=all and at most 5 requests in flight.
     #[arg(long)]
     pub idempotence: bool,
-    /// Write every acknowledged record as `partition offset hash` lines, for `audit`.
+    /// Produce as a transactional producer (KIP-98): InitProducerId with a transactional id, then
+    /// transactions of --txn-records records, each AddPartitionsToTxn, transactional batches and
+    /// EndTxn(commit) once they are acknowledged. Needs --acks all and --mode async.
+    #[arg(long)]
+    pub transactional: bool,
+    /// Records per transaction (with --transactional; default 100), spread round robin over the
+    /// partitions.
+    #[arg(long)]
+    pub txn_records: Option<u64>,
+    /// The transactional id (with --transactional; default: one of this run's own).
+    #[arg(long)]
+    pub transactional_id: Option<String>,
+    /// Write every acknowledged record as `partition offset hash` lines, for `audit` (with
+    /// --transactional: once its transaction is committed).
     #[arg(long)]
     pub record: Option<PathBuf>,
     /// No progress bar (callers that draw their own).
@@ -139,6 +157,8 @@ pub struct ProduceResult {
     pub paced: bool,
     /// How the load was sent: the mode, and for async the batch size, linger and requests in flight.
     pub setup: String,
+    /// With --transactional: the transactions' figures.
+    pub transactions: Option<transactions::TxnTally>,
 }
 
 impl ProduceResult {
@@ -150,7 +170,8 @@ impl ProduceResult {
         } else {
             self.tally.report(self.elapsed, Some("send to acknowledgement"))
         };
-        format!("{}\n{figures}", self.setup)
+        let transactions = self.transactions.as_ref().map_or(String::new(), |t| t.report(self.elapsed));
+        format!("{}\n{figures}{transactions}", self.setup)
     }
 }
 
@@ -158,6 +179,8 @@ impl ProduceResult {
 const DEFAULT_LINGER_MS: u64 = 5;
 /// The default `--in-flight`.
 const DEFAULT_IN_FLIGHT: usize = 5;
+/// The default `--txn-records`.
+const DEFAULT_TXN_RECORDS: u64 = 100;
 /// The default `--batch-bytes` (librdkafka's `batch.size`).
 const DEFAULT_BATCH_BYTES: usize = 1_000_000;
 /// Partitions and replication factor of a created topic without `--partitions` or `--replication-factor`.
@@ -175,7 +198,15 @@ const RECORD_OVERHEAD_BYTES: usize = 16;
 /// What `setup` says for `args`.
 fn describe_setup(args: &ProduceArgs, linger_ms: u64) -> String {
     let setup = describe_mode(args, linger_ms);
-    if args.idempotence { format!("{setup}; idempotent producer") } else { setup }
+    if args.transactional {
+        let id = args.transactional_id.as_deref().unwrap_or("its own");
+        let records = args.txn_records.unwrap_or(DEFAULT_TXN_RECORDS);
+        format!("{setup}; transactional producer (transactional id {id}), {records} records per transaction")
+    } else if args.idempotence {
+        format!("{setup}; idempotent producer")
+    } else {
+        setup
+    }
 }
 
 fn describe_mode(args: &ProduceArgs, linger_ms: u64) -> String {
@@ -183,6 +214,7 @@ fn describe_mode(args: &ProduceArgs, linger_ms: u64) -> String {
         Mode::Sync => "sync: one message per request, one request at a time per partition".to_string(),
         Mode::Async => {
             let pacing = match args.rate {
+                Some(rate) if args.transactional => format!("{rate:.0} msg/s offered, a transaction started when due"),
                 Some(rate) => format!("{rate:.0} msg/s offered, linger {linger_ms} ms"),
                 None => "as fast as acknowledged (closed loop)".to_string(),
             };
@@ -263,21 +295,30 @@ struct Plan {
     budget: Budget,
     /// Messages per second per async lane, and the linger, when the load is paced.
     pacing: Option<(f64, Duration)>,
-    /// With --idempotence: the producer id and epoch InitProducerId gave.
+    /// With --idempotence or --transactional: the producer id and epoch InitProducerId gave.
     producer: Option<(i64, i16)>,
+    /// The batches are transactional (--transactional).
+    transactional: bool,
 }
 
 impl Plan {
     /// The idempotence fields of a batch whose first record has per-partition sequence `first_sequence`.
     fn idempotent(&self, first_sequence: u64) -> Option<payload::Idempotent> {
-        self.producer.map(|(producer_id, epoch)| payload::Idempotent { producer_id, epoch, first_sequence })
+        self.producer.map(|(producer_id, epoch)| payload::Idempotent {
+            producer_id,
+            epoch,
+            first_sequence,
+            transactional: self.transactional,
+        })
     }
 }
 
 /// InitProducerId, as an idempotent producer without a transactional id starts.
 pub(crate) fn init_producer_id(connection: &mut Connection) -> Result<(i64, i16)> {
     let version = connection.negotiate(ApiKey::InitProducerId, (0, 4))?;
+    // No transactional id: `None`, not the empty id the request's default has, which Kafka refuses.
     let request = InitProducerIdRequest::default()
+        .with_transactional_id(None)
         .with_transaction_timeout_ms(60_000)
         .with_producer_id(ProducerId(-1))
         .with_producer_epoch(-1);
@@ -300,6 +341,29 @@ fn refuse_ignored_flags(args: &ProduceArgs) -> Result<()> {
             bail!(
                 "{flag} applies to --mode async (sync mode sends one message per request, one request at a time per partition)"
             );
+        }
+    }
+    if args.transactional {
+        if args.acks != -1 {
+            bail!("--transactional needs --acks all (Kafka refuses a transactional producer with other acks)");
+        }
+        if args.mode == Mode::Sync {
+            bail!("--transactional applies to --mode async (a transaction's batches are pipelined to its commit)");
+        }
+        if args.in_flight.unwrap_or(DEFAULT_IN_FLIGHT) > 5 {
+            bail!("--transactional needs at most 5 requests in flight, as Kafka's idempotent producers do");
+        }
+        if args.linger_ms.is_some() {
+            bail!("--linger-ms does not apply to --transactional (a transaction's records are sent when it starts)");
+        }
+        if args.txn_records == Some(0) {
+            bail!("--txn-records must be at least 1");
+        }
+    } else {
+        let given =
+            [("--txn-records", args.txn_records.is_some()), ("--transactional-id", args.transactional_id.is_some())];
+        if let Some((flag, _)) = given.iter().find(|(_, given)| *given) {
+            bail!("{flag} applies to --transactional");
         }
     }
     if !args.create {
@@ -345,7 +409,16 @@ pub fn run(args: &ProduceArgs) -> Result<ProduceResult> {
         bail!("--message-size must be at least {} bytes", payload::PREFIX_BYTES);
     }
     let linger_ms = args.linger_ms.unwrap_or(DEFAULT_LINGER_MS);
-    let producer = if args.idempotence {
+    let run_id = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    let transactional = if args.transactional {
+        let id = args.transactional_id.clone().unwrap_or_else(|| format!("shardlog-bench-{run_id:x}"));
+        Some(transactions::Producer::init(&mut admin, &id)?)
+    } else {
+        None
+    };
+    let producer = if let Some(transactional) = &transactional {
+        Some(transactional.producer)
+    } else if args.idempotence {
         if args.acks != -1 || args.in_flight.unwrap_or(DEFAULT_IN_FLIGHT) > 5 {
             bail!("--idempotence needs --acks all and at most 5 requests in flight, as Kafka's producers do");
         }
@@ -363,10 +436,11 @@ pub fn run(args: &ProduceArgs) -> Result<ProduceResult> {
         acks: args.acks,
         message_size: args.message_size,
         compression: payload::compression(&args.compression)?,
-        run: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64),
+        run: run_id,
         pacing: match args.rate {
             Some(rate) if rate > 0.0 && args.mode == Mode::Async => {
-                let lanes = layout.by_leader().len().max(1) as f64;
+                // One transactional producer sends to every leader; otherwise a lane per leader.
+                let lanes = if args.transactional { 1.0 } else { layout.by_leader().len().max(1) as f64 };
                 Some((rate / lanes, Duration::from_millis(linger_ms)))
             }
             Some(_) if args.mode == Mode::Async => bail!("--rate must be positive"),
@@ -374,6 +448,7 @@ pub fn run(args: &ProduceArgs) -> Result<ProduceResult> {
             None => None,
         },
         producer,
+        transactional: transactional.is_some(),
         budget: Budget {
             remaining: args.messages.map(AtomicU64::new),
             deadline: args.duration.map(|d| Instant::now() + d),
@@ -387,6 +462,26 @@ pub fn run(args: &ProduceArgs) -> Result<ProduceResult> {
             move || plan.budget.taken.load(Ordering::Relaxed)
         })
     });
+    if let Some(producer) = transactional {
+        let txn_records = args.txn_records.unwrap_or(DEFAULT_TXN_RECORDS);
+        let in_flight = args.in_flight.unwrap_or(DEFAULT_IN_FLIGHT).max(1);
+        let batch_bytes = args.batch_bytes.unwrap_or(DEFAULT_BATCH_BYTES);
+        let (tally, txns) =
+            transactions::lane(&plan, &layout, producer, txn_records, in_flight, batch_bytes, &recorder)?;
+        let elapsed = started.elapsed();
+        drop(progress);
+        if let Some(file) = &recorder {
+            file.lock().expect("audit file lock").flush()?;
+        }
+        return Ok(ProduceResult {
+            tally,
+            elapsed,
+            acks: args.acks,
+            paced: false,
+            setup: describe_setup(args, linger_ms),
+            transactions: Some(txns),
+        });
+    }
     let lanes: Vec<std::thread::JoinHandle<Result<Tally>>> = match args.mode {
         Mode::Sync => layout
             .leaders
@@ -422,6 +517,7 @@ pub fn run(args: &ProduceArgs) -> Result<ProduceResult> {
         acks: args.acks,
         paced: plan.pacing.is_some(),
         setup: describe_setup(args, linger_ms),
+        transactions: None,
     })
 }
 

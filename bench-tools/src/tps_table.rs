@@ -311,6 +311,9 @@ fn measure(bootstrap: &str, topic: &str, r: &Row, args: &TpsArgs, progress: &ind
         record: None,
         quiet: true,
         idempotence: false,
+        transactional: false,
+        txn_records: None,
+        transactional_id: None,
     };
     let ticker = {
         let (progress, seconds) = (progress.clone(), args.duration.as_secs());

@@ -210,6 +210,103 @@ fn produce_consume_and_audit_agree_on_what_was_acknowledged() {
 }
 
 #[test]
+fn transactional_produce_commits_every_transaction_and_read_committed_consumers_get_every_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = Cluster::start(&dir.path().join("cluster"));
+    let b = cluster.bootstrap.as_str();
+    // 1,000 records in transactions of 70 (the last one of 20), over 3 partitions, 2 requests in flight.
+    let (_, produced) = run(&[
+        "produce",
+        "--bootstrap",
+        b,
+        "--topic",
+        "txns",
+        "--create",
+        "--partitions",
+        "3",
+        "--mode",
+        "async",
+        "--in-flight",
+        "2",
+        "--message-size",
+        "256",
+        "--transactional",
+        "--txn-records",
+        "70",
+        "--transactional-id",
+        "bench-txn",
+        "--messages",
+        "1000",
+    ]);
+    assert_eq!(messages(&produced), 1000, "{produced}");
+    assert!(produced.contains("transactional producer (transactional id bench-txn), 70 records per"), "{produced}");
+    assert!(produced.contains("15 transactions of up to 70 records committed"), "{produced}");
+    assert!(produced.contains("EndTxn(commit), send to answer (ms): p50"), "{produced}");
+    // Committed: a read_committed consumer (up to the last stable offset) gets all of them. Markers are
+    // not records: a read_uncommitted consumer counts the same thousand.
+    for isolation in ["read_committed", "read_uncommitted"] {
+        let (_, consumed) = run(&[
+            "consume",
+            "--bootstrap",
+            b,
+            "--topic",
+            "txns",
+            "--isolation",
+            isolation,
+            "--messages",
+            "1000",
+            "--timeout-ms",
+            "5000",
+        ]);
+        assert_eq!(messages(&consumed), 1000, "{isolation}: {consumed}");
+    }
+    // A second run with the same transactional id fences the first's epoch and goes on committing.
+    let (_, again) = run(&[
+        "produce",
+        "--bootstrap",
+        b,
+        "--topic",
+        "txns",
+        "--mode",
+        "async",
+        "--transactional",
+        "--transactional-id",
+        "bench-txn",
+        "--txn-records",
+        "1",
+        "--messages",
+        "5",
+    ]);
+    assert!(again.contains("5 transactions of up to 1 records committed"), "{again}");
+    let (_, consumed) =
+        run(&["consume", "--bootstrap", b, "--topic", "txns", "--isolation", "read_committed", "--messages", "1005"]);
+    assert_eq!(messages(&consumed), 1005, "{consumed}");
+    // An idempotent producer beside them: InitProducerId without a transactional id.
+    let (_, idempotent) =
+        run(&["produce", "--bootstrap", b, "--topic", "txns", "--mode", "async", "--idempotence", "--messages", "100"]);
+    assert_eq!(messages(&idempotent), 100, "{idempotent}");
+    let (_, consumed) =
+        run(&["consume", "--bootstrap", b, "--topic", "txns", "--isolation", "read_committed", "--messages", "1105"]);
+    assert_eq!(messages(&consumed), 1105, "{consumed}");
+    // Kafka refuses a transactional producer with acks other than all; so does the tool, before sending.
+    let (_, stderr) = run_failing(&[
+        "produce",
+        "--bootstrap",
+        b,
+        "--topic",
+        "txns",
+        "--mode",
+        "async",
+        "--acks",
+        "1",
+        "--transactional",
+        "--messages",
+        "1",
+    ]);
+    assert!(stderr.contains("--transactional needs --acks all"), "{stderr}");
+}
+
+#[test]
 fn consume_measures_end_to_end_latency_of_records_produced_after_it_started() {
     let dir = tempfile::tempdir().unwrap();
     let cluster = Cluster::start(&dir.path().join("cluster"));

@@ -118,6 +118,7 @@ pub(crate) fn produce(shared: &Shared, bootstrap: &str, spec: &ProducerSpec) -> 
             producer_id,
             epoch,
             first_sequence: sequences[partition as usize],
+            transactional: false,
         });
         let batch = payload::batch(std::slice::from_ref(&value), now_ms(), Compression::None, idempotent)?;
         let first_sent = Instant::now();

@@ -280,7 +280,11 @@ fn three_brokers_start_restart_and_stop_without_a_warning() {
         for id in 1..=3 {
             let mut connection = shardlog_broker::client::Connection::open(cluster.addr(id)).unwrap();
             for _ in 0..5 {
-                let request = InitProducerIdRequest::default().with_producer_id(ProducerId(-1)).with_producer_epoch(-1);
+                // No transactional id (null): an empty one is a malformed request, as in Kafka.
+                let request = InitProducerIdRequest::default()
+                    .with_transactional_id(None)
+                    .with_producer_id(ProducerId(-1))
+                    .with_producer_epoch(-1);
                 let ResponseKind::InitProducerId(r) = connection.call(ApiKey::InitProducerId, 4, &request).unwrap()
                 else {
                     panic!("not an InitProducerId answer")

@@ -195,8 +195,9 @@ fn a_transactional_batch_for_a_partition_added_to_the_transaction_is_appended_af
     assert_eq!(add_partition(&mut to_coordinator, producer, partition), 0);
     assert_eq!(produce(&mut to_leader, partition, &transactional(producer.0, producer.1)), 0, "now in the transaction");
     assert_eq!(log_end(&mut to_leader, partition), before + 3, "the batch's three records");
-    // A stale epoch is the coordinator's to refuse, even for a partition in the transaction.
+    // An epoch other than the id's is the coordinator's to refuse, even for a partition in the transaction;
+    // on produce it is INVALID_PRODUCER_EPOCH, which producers handle (as Kafka's leaders answer it).
     let code = produce(&mut to_leader, partition, &transactional(producer.0, producer.1 + 1));
-    assert_eq!(code, ResponseError::ProducerFenced.code());
+    assert_eq!(code, ResponseError::InvalidProducerEpoch.code());
     assert_eq!(log_end(&mut to_leader, partition), before + 3);
 }

@@ -351,6 +351,10 @@ impl<S: Coordinated> Runtime<S> {
         }
         let mut replay = S::start_replay();
         let mut next = start.offset;
+        // Also for an empty partition: a request queued under an older leadership must not load it.
+        if self.ctx.leader_here(S::TOPIC, partition).map(|led| led.epoch) != Ok(epoch) {
+            return Err("no longer the leader".into());
+        }
         while next < end.offset {
             if self.ctx.leader_here(S::TOPIC, partition).map(|led| led.epoch) != Ok(epoch) {
                 return Err("no longer the leader".into());

@@ -158,7 +158,7 @@ pub fn dispatch_produce(ctx: &Arc<BrokerContext>, req: ProduceRequest, verdicts:
             } else if crate::topics::is_internal(&name) {
                 // Only the broker writes there (the group and transaction coordinators).
                 Err(ResponseError::InvalidTopicException.into())
-            } else if let Some(refused) = verdicts.refusal(&name, partition.index) {
+            } else if let Some(refused) = verdicts.refusal(&name, partition.index, partition.records.as_deref()) {
                 Err(refused.into())
             } else {
                 let tp = TopicPartition::new(name.clone(), partition.index as u32);

@@ -54,8 +54,22 @@ pub(crate) async fn write_markers(
         for (write, error) in writes.into_iter().zip(errors) {
             match error {
                 None => {}
-                // Deleted meanwhile: there is nothing left to mark.
-                Some(ResponseError::UnknownTopicOrPartition) => {}
+                // The partition has seen a newer epoch of the producer, or a newer coordinator of it: this
+                // marker can never be written, and the newer one decides (Kafka stops sending it too).
+                Some(
+                    error @ (ResponseError::ProducerFenced
+                    | ResponseError::InvalidProducerEpoch
+                    | ResponseError::TransactionCoordinatorFenced),
+                ) => {
+                    tracing::info!(
+                        partition = %write.tp,
+                        transactional_id = markers.transactional_id,
+                        ?error,
+                        "transaction marker refused for good: a newer producer epoch or coordinator owns the partition's transaction"
+                    );
+                }
+                // Retried, also UNKNOWN_TOPIC_OR_PARTITION (a leader whose log is not there yet): a partition
+                // deleted meanwhile is dropped above, by the metadata.
                 Some(error) => {
                     tracing::debug!(partition = %write.tp, ?error, "transaction marker not written");
                     failed.push(write.tp);

@@ -13,7 +13,7 @@
 //! COORDINATOR_LOAD_IN_PROGRESS, CONCURRENT_TRANSACTIONS) are not produce errors a client retries: they are
 //! answered NOT_ENOUGH_REPLICAS, which it does, as Kafka answers them.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use super::transactions::verify_here;
 use super::*;
@@ -23,14 +23,24 @@ use crate::txn::{ProducerIdAndEpoch, TRANSACTION_STATE_TOPIC, transaction_partit
 /// The longest a produce request waits for its verification, over and above a peer call's own bound.
 const VERIFY_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// The partitions of a produce request refused by verification, with why.
+/// The partitions of a produce request verified, and those refused by verification, with why.
 #[derive(Debug, Default)]
-pub struct TxnVerdicts(HashMap<(String, i32), ResponseError>);
+pub struct TxnVerdicts {
+    refused: HashMap<(String, i32), ResponseError>,
+    verified: HashSet<(String, i32)>,
+}
 
 impl TxnVerdicts {
-    /// Why the batch for `partition` of `topic` may not be appended, if it may not.
-    pub(super) fn refusal(&self, topic: &str, partition: i32) -> Option<ResponseError> {
-        self.0.get(&(topic.to_string(), partition)).copied()
+    /// Why the batch `records` for `partition` of `topic` may not be appended, if it may not. A
+    /// transactional batch nobody verified (its partition came to be led here after the verification
+    /// looked) is refused NOT_LEADER_OR_FOLLOWER, which the client retries: it is never appended unchecked.
+    pub(super) fn refusal(&self, topic: &str, partition: i32, records: Option<&[u8]>) -> Option<ResponseError> {
+        let key = (topic.to_string(), partition);
+        if let Some(refused) = self.refused.get(&key) {
+            return Some(*refused);
+        }
+        let transactional = records.and_then(transactional_producer).is_some();
+        (transactional && !self.verified.contains(&key)).then_some(ResponseError::NotLeaderOrFollower)
     }
 }
 
@@ -62,9 +72,15 @@ pub async fn verify_transactional(ctx: &Arc<BrokerContext>, req: &ProduceRequest
             None => vec![Err(ResponseError::CoordinatorNotAvailable); partitions.len()],
         };
         for (tp, answer) in partitions.into_iter().zip(answers) {
-            if let Err(error) = answer {
-                tracing::debug!(partition = %tp, transactional_id, ?producer, ?error, "transactional batch refused");
-                verdicts.0.insert((tp.topic, tp.partition as i32), produce_error(error));
+            let key = (tp.topic.to_string(), tp.partition as i32);
+            match answer {
+                Ok(()) => {
+                    verdicts.verified.insert(key);
+                }
+                Err(error) => {
+                    tracing::debug!(partition = %tp, transactional_id, ?producer, ?error, "transactional batch refused");
+                    verdicts.refused.insert(key, produce_error(error));
+                }
             }
         }
     }
@@ -97,13 +113,16 @@ async fn ask(
     }
 }
 
-/// A coordinator's refusal as a produce answer: what a client retries stays retriable.
+/// A coordinator's refusal as a produce answer: what a client retries stays retriable, and a fenced
+/// producer is told INVALID_PRODUCER_EPOCH, which producers handle on produce by aborting (as Kafka's
+/// partition leaders answer it; PRODUCER_FENCED would be fatal to them, and older clients do not know it).
 fn produce_error(error: ResponseError) -> ResponseError {
     match error {
         ResponseError::NotCoordinator
         | ResponseError::CoordinatorNotAvailable
         | ResponseError::CoordinatorLoadInProgress
         | ResponseError::ConcurrentTransactions => ResponseError::NotEnoughReplicas,
+        ResponseError::ProducerFenced => ResponseError::InvalidProducerEpoch,
         other => other,
     }
 }
@@ -130,10 +149,9 @@ mod tests {
         ] {
             assert_eq!(produce_error(retry), ResponseError::NotEnoughReplicas, "{retry:?}");
         }
-        for given in
-            [ResponseError::InvalidTxnState, ResponseError::InvalidProducerEpoch, ResponseError::ProducerFenced]
-        {
+        for given in [ResponseError::InvalidTxnState, ResponseError::InvalidProducerEpoch] {
             assert_eq!(produce_error(given), given);
         }
+        assert_eq!(produce_error(ResponseError::ProducerFenced), ResponseError::InvalidProducerEpoch);
     }
 }

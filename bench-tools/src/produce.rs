@@ -297,8 +297,9 @@ struct Plan {
     pacing: Option<(f64, Duration)>,
     /// With --idempotence or --transactional: the producer id and epoch InitProducerId gave.
     producer: Option<(i64, i16)>,
-    /// The batches are transactional (--transactional).
-    transactional: bool,
+    /// The batches are transactional (--transactional), and the produce requests name this id (a
+    /// partition leader verifies each transactional batch with the id's coordinator, KIP-890).
+    transactional: Option<String>,
 }
 
 impl Plan {
@@ -308,7 +309,7 @@ impl Plan {
             producer_id,
             epoch,
             first_sequence,
-            transactional: self.transactional,
+            transactional: self.transactional.is_some(),
         })
     }
 }
@@ -448,7 +449,7 @@ pub fn run(args: &ProduceArgs) -> Result<ProduceResult> {
             None => None,
         },
         producer,
-        transactional: transactional.is_some(),
+        transactional: transactional.as_ref().map(|t| t.id.clone()),
         budget: Budget {
             remaining: args.messages.map(AtomicU64::new),
             deadline: args.duration.map(|d| Instant::now() + d),
@@ -526,7 +527,11 @@ pub(crate) fn now_ms() -> i64 {
 }
 
 fn request(plan: &Plan, batches: Vec<(i32, Bytes)>) -> ProduceRequest {
-    produce_request(&plan.topic, plan.acks, batches)
+    let transactional_id = plan
+        .transactional
+        .as_ref()
+        .map(|id| kafka_protocol::messages::TransactionalId(StrBytes::from_string(id.clone())));
+    produce_request(&plan.topic, plan.acks, batches).with_transactional_id(transactional_id)
 }
 
 /// A Produce request of `batches` (partition, record batch) to `topic`.

@@ -36,7 +36,8 @@ fn api_versions_lists_exactly_what_is_served() {
     assert_eq!(
         listed,
         vec![
-            (0, 3, 12),
+            // Produce up to v11: v12 is transaction.version 2's (KIP-890 part 2).
+            (0, 3, 11),
             (1, 4, 12),
             (2, 1, 6),
             (3, 0, 12),
@@ -57,7 +58,13 @@ fn api_versions_lists_exactly_what_is_served() {
             (21, 0, 2),
             (22, 0, 5),
             (23, 2, 4),
-            // TxnOffsetCommit v0-4 (v5 is KIP-890's second part).
+            // Transactions (transaction.version 1): AddPartitionsToTxn v0-3 (v4-5 are brokers' calls),
+            // AddOffsetsToTxn, EndTxn v0-4, WriteTxnMarkers, TxnOffsetCommit v0-4 (v5 is KIP-890's second
+            // part).
+            (24, 0, 3),
+            (25, 0, 4),
+            (26, 0, 4),
+            (27, 1, 1),
             (28, 0, 4),
             // DescribeAcls, CreateAcls, DeleteAcls.
             (29, 1, 3),
@@ -80,6 +87,10 @@ fn api_versions_lists_exactly_what_is_served() {
             (50, 0, 0),
             (51, 0, 0),
             (60, 0, 2),
+            // DescribeProducers, DescribeTransactions, ListTransactions.
+            (61, 0, 0),
+            (65, 0, 0),
+            (66, 0, 1),
             // KIP-848's ConsumerGroupHeartbeat and ConsumerGroupDescribe.
             (68, 0, 1),
             (69, 0, 1)
@@ -156,7 +167,7 @@ fn a_compacted_topic_refuses_a_batch_with_keyless_records_and_names_each_of_them
     let keys: Vec<Option<String>> = (0..100).map(|i| (i % 10 != 0).then(|| format!("key {i}"))).collect();
     let mixed = keyed_batch(&keys);
     let invalid_record = ResponseError::InvalidRecord.code();
-    for (correlation_id, version) in [(1, 7i16), (2, 8), (3, 9), (4, 12)] {
+    for (correlation_id, version) in [(1, 7i16), (2, 8), (3, 9), (4, 11)] {
         send(&mut s, ApiKey::Produce, version, correlation_id, &produce_request("keyed", 0, &mixed, -1));
         let ResponseKind::Produce(r) = receive(&mut s, ApiKey::Produce, version).1 else { panic!("wrong response") };
         let p = &r.responses[0].partition_responses[0];

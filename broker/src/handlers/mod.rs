@@ -73,7 +73,9 @@ use crate::topics::configs::TopicConfig;
 /// The APIs and versions this broker serves. Grows with each handler.
 pub fn supported_apis() -> SupportedApis {
     SupportedApis::new(&[
-        (ApiKey::Produce, 3, 12),
+        // v12 belongs to transaction.version 2 (KIP-890 part 2), which is not served: a producer in a
+        // transaction must stay at v11 or below, so none is offered.
+        (ApiKey::Produce, 3, 11),
         (ApiKey::Fetch, 4, 12),
         // v7 and v8 add special timestamps (-3 max timestamp, -4 earliest local) not served yet.
         (ApiKey::ListOffsets, 1, 6),

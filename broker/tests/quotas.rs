@@ -291,19 +291,7 @@ fn a_librdkafka_producer_at_ten_times_its_quota_sees_throttle_time_and_is_held_t
         .output()
         .unwrap();
     assert!(set.status.success(), "{}", String::from_utf8_lossy(&set.stderr));
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/client-tests/quota_throttle.py");
-    let out = std::process::Command::new("python3")
-        .arg(&script)
-        .args([&bootstrap, "quota-librdkafka", "throttled-producer"])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    println!("{stdout}");
-    assert!(
-        out.status.success() && stdout.trim_end().ends_with("ok"),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::run_client_script("quota_throttle.py", &[&bootstrap, "quota-librdkafka", "throttled-producer"]);
 }
 
 /// `shardlog_quota_throttled_total{quota="connection_creation"}` on the metrics endpoint at `port`.

@@ -20,19 +20,7 @@ use common::cluster::{Cluster, FIRST_BROKER_ID};
 #[test]
 fn real_clients_commit_and_abort_transactions_on_three_brokers_with_three_replicas() {
     let cluster = Cluster::start(&[]);
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/client-tests/transactions.py");
-    let out = std::process::Command::new("python3")
-        .arg(&script)
-        .args([&cluster.bootstrap(), "txn-cluster", "3"])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    println!("{stdout}");
-    assert!(
-        out.status.success() && stdout.trim_end().ends_with("ok"),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::run_client_script("transactions.py", &[&cluster.bootstrap(), "txn-cluster", "3"]);
 }
 
 /// The broker index of the leader of `transactional_id`'s `__transaction_state` partition, once all three

@@ -285,3 +285,17 @@ pub fn run_across_restart(
     assert!(restarted, "the script asked for the broker's restart:\n{out}\n{errors}");
     (out, running)
 }
+
+/// Runs `scripts/client-tests/<script>` (a real client's check, in Python) with `args`; panics with its
+/// output and errors unless it exits 0 with "ok" as its last line. Its output is printed either way.
+pub fn run_client_script(script: &str, args: &[&str]) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/client-tests").join(script);
+    let out = std::process::Command::new("python3").arg(&path).args(args).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}");
+    assert!(
+        out.status.success() && stdout.trim_end().ends_with("ok"),
+        "{script}: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -29,6 +29,7 @@ use crate::faults_chart;
 use crate::payload::{self, Origin};
 
 mod security;
+mod transform;
 mod workload;
 
 pub use security::Security;
@@ -102,6 +103,20 @@ pub struct FaultsArgs {
     /// the report folder's `certificates/`.
     #[arg(long, value_enum, default_value_t = Security::Plaintext)]
     pub security: Security,
+    /// `transactions`: besides the producers and the consumer, a consume-transform-produce application
+    /// (librdkafka, exactly once) reads the topic into `campaign-out` under a read_committed consumer,
+    /// and the checker proves every input came out exactly once and no transaction hung.
+    #[arg(long, value_enum, default_value_t = Workload::Records)]
+    pub workload: Workload,
+}
+
+/// What the campaign's clients do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Workload {
+    /// Producers of every kind and a consumer on one topic.
+    Records,
+    /// The same, and a transactional consume-transform-produce application on top.
+    Transactions,
 }
 
 /// What the campaign made on the host: removed however it ends.
@@ -261,6 +276,15 @@ pub fn run(args: &FaultsArgs) -> Result<Outcome> {
     let configs = [("min.insync.replicas".to_string(), min_insync.to_string())];
     admin.create_topic(TOPIC, args.partitions, replicas, &configs)?;
     admin.led_layout(TOPIC)?;
+    let transactional = match args.workload {
+        Workload::Records => None,
+        Workload::Transactions => {
+            admin.create_topic(transform::OUTPUT, args.partitions, replicas, &configs)?;
+            admin.led_layout(transform::OUTPUT)?;
+            let rdkafka = secured.as_ref().map(|s| s.rdkafka.clone()).unwrap_or_default();
+            Some(transform::Transactional::start(&bootstrap, &rdkafka, args.partitions, seed))
+        }
+    };
 
     let shared = Arc::new(Shared::new(client));
     let mut producers = Vec::new();
@@ -296,6 +320,7 @@ pub fn run(args: &FaultsArgs) -> Result<Outcome> {
     consumer.join().expect("the consumer thread")?;
     let Nemesis { spans, kills } = healed?;
     let started: Vec<Duration> = spans.iter().map(|&(start, _)| start).collect();
+    let transactions = transactional.map(|t| t.finish(&mut admin, args.partitions)).transpose()?;
 
     let end = final_state(&mut admin, &mut cluster, &data, args.partitions, replicas as usize)?;
     let history: Vec<(Duration, Event)> = std::mem::take(&mut *shared.history.lock().expect("history lock"));
@@ -305,11 +330,23 @@ pub fn run(args: &FaultsArgs) -> Result<Outcome> {
     let refused = shared.refused.lock().expect("refused lock").clone();
     // An idempotent producer refused for good (an out-of-order sequence, say) stopped: a finding.
     let idempotent_refused = refused.keys().filter(|(producer, _)| *producer == PRODUCERS[0].0).count();
-    let failures = verdict.failures(args.beyond) + idempotent_refused;
-    let report = render(
+    let mut failures = verdict.failures(args.beyond) + idempotent_refused;
+    let transactions = transactions.map(|mut outcome| {
+        outcome.history.inputs =
+            end.log.iter().flat_map(|(&p, records)| records.iter().map(move |(&o, s)| ((p, o), s.checksum))).collect();
+        let verdict = shardlog_bench::faults::txn_check::check(&outcome.history);
+        failures += verdict.failures() + usize::from(outcome.undrained > 0);
+        transform::render(&outcome, &verdict)
+    });
+    let mut report = render(
         args, seed, replicas, min_insync, &faults, &kills, &started, ended, &history, &verdict, failures, &refused,
         &timeline,
     );
+    if let Some(section) = transactions {
+        // Before the timeline, after the verdict.
+        let at = report.find("\n## Timeline").unwrap_or(report.len());
+        report.insert_str(at, &section);
+    }
     let samples = std::mem::take(&mut *shared.samples.lock().expect("samples lock"));
     let shaded: Vec<(Duration, Duration, FaultKind)> =
         spans.iter().zip(&faults).map(|(&(start, end), f)| (start, end, f.kind)).collect();
@@ -588,15 +625,21 @@ fn revive(
     Ok(())
 }
 
-/// Waits until every partition has a leader and all its replicas in sync.
+/// Waits until every partition of the campaign's topic has a leader and all its replicas in sync, and
+/// so has every other topic's (the transactional workload's output and the internal topics of its
+/// groups and transactions): a fault must not meet a partition already short of a replica.
 fn wait_for_full_isr(admin: &mut KafkaClient, partitions: i32, replicas: usize) -> Result<()> {
     let deadline = Instant::now() + HEAL_WAIT;
     loop {
-        let full = admin.metadata(Some(&[TOPIC])).is_ok_and(|m| {
-            m.topics.first().is_some_and(|t| {
-                t.partitions.len() == partitions as usize
-                    && t.partitions.iter().all(|p| p.leader_id.0 >= 0 && p.isr_nodes.len() == replicas)
-            })
+        let full = admin.metadata(None).is_ok_and(|m| {
+            let campaign = m.topics.iter().find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == TOPIC));
+            campaign.is_some_and(|t| {
+                t.partitions.len() == partitions as usize && t.partitions.iter().all(|p| p.isr_nodes.len() == replicas)
+            }) && m
+                .topics
+                .iter()
+                .flat_map(|t| &t.partitions)
+                .all(|p| p.leader_id.0 >= 0 && p.isr_nodes.len() == p.replica_nodes.len())
         });
         if full {
             return Ok(());

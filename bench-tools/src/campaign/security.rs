@@ -34,6 +34,8 @@ pub struct Secured {
     /// Further arguments of every broker: the user, made when the cluster is formed.
     pub broker_args: Vec<String>,
     pub client: ClientSecurity,
+    /// The same for librdkafka clients (the transactional workload): its settings' names and values.
+    pub rdkafka: Vec<(String, String)>,
 }
 
 /// Makes the certificates for brokers 1..=`hosts.len()` (broker `id` listens on `hosts[id - 1]`), the
@@ -84,7 +86,17 @@ pub fn prepare(dir: &Path, hosts: &[IpAddr]) -> Result<Secured> {
         format!("super.users=User:{USER}"),
     ];
     let broker_args = vec!["--add-scram".to_string(), format!("SCRAM-SHA-512=[name={USER},password={password}]")];
-    Ok(Secured { settings, broker_args, client })
+    let rdkafka = [
+        ("security.protocol", "SASL_SSL".to_string()),
+        ("sasl.mechanism", "SCRAM-SHA-512".to_string()),
+        ("sasl.username", USER.to_string()),
+        ("sasl.password", password),
+        ("ssl.ca.location", ca.clone()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    Ok(Secured { settings, broker_args, client, rdkafka })
 }
 
 /// A certificate authority made for one campaign.

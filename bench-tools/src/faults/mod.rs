@@ -12,6 +12,7 @@ pub mod net;
 pub mod plan;
 pub mod replica;
 pub mod tear;
+pub mod txn_check;
 
 /// Runs a command to its end; its stderr is the error when it fails.
 fn run(command: &mut std::process::Command) -> anyhow::Result<()> {

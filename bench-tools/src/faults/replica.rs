@@ -10,6 +10,8 @@ use anyhow::{Context, Result, bail};
 use bytes::Bytes;
 use kafka_protocol::records::RecordBatchDecoder;
 
+use super::txn_check::{LogRecord, RecordKind};
+
 /// Bytes of a batch header before its length field ends: base offset (8) and batch length (4).
 const LENGTH_END: usize = 12;
 /// The smallest batch length field of a v2 batch: its header after the length field (49 bytes).
@@ -75,6 +77,18 @@ pub fn batch_ends(segment: &[u8]) -> Vec<usize> {
 
 /// Appends the records of the whole batches at the start of `segment` to `out`.
 fn read_batches(segment: Bytes, out: &mut Vec<ReplicaRecord>) -> Result<()> {
+    for record in log_records(segment)? {
+        out.push(ReplicaRecord { offset: record.offset, value: record.value });
+    }
+    Ok(())
+}
+
+/// The records of the whole batches at the start of `bytes` (a segment, or a fetch answer's records),
+/// each with what its batch says it is: plain, transactional, or a transaction's marker. Every batch's
+/// CRC32C is checked.
+pub fn log_records(bytes: Bytes) -> Result<Vec<LogRecord>> {
+    let segment = bytes;
+    let mut out = Vec::new();
     let mut at = 0;
     for end in batch_ends(&segment) {
         let mut batch = segment.slice(at..end);
@@ -87,12 +101,22 @@ fn read_batches(segment: Bytes, out: &mut Vec<ReplicaRecord>) -> Result<()> {
         }
         let set = RecordBatchDecoder::decode(&mut batch).context("a batch that does not decode")?;
         for record in set.records {
+            let kind = match (record.control, record.transactional) {
+                // A control record's key: version (2 bytes), then type (2 bytes): 0 ABORT, 1 COMMIT.
+                (true, _) => {
+                    let key = record.key.as_deref().unwrap_or_default();
+                    let commit = key.get(2..4).is_some_and(|t| t == [0, 1]);
+                    RecordKind::Marker { producer_id: record.producer_id, commit }
+                }
+                (false, true) => RecordKind::Transactional { producer_id: record.producer_id },
+                (false, false) => RecordKind::Plain,
+            };
             let value = record.value.unwrap_or_default();
-            out.push(ReplicaRecord { offset: record.offset as u64, value });
+            out.push(LogRecord { offset: record.offset as u64, kind, value });
         }
         at = end;
     }
-    Ok(())
+    Ok(out)
 }
 
 #[cfg(test)]

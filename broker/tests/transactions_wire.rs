@@ -220,9 +220,16 @@ fn bad_transaction_requests_get_kafkas_errors_and_change_nothing() {
     // So is an internal topic.
     let answered = add_partitions(&mut stream, "tx-b", me, &[("__transaction_state", 0)]);
     assert_eq!(answered, vec![("__transaction_state".to_string(), 0, ResponseError::UnknownTopicOrPartition.code())]);
-    // A stale epoch.
-    let answered = add_partitions(&mut stream, "tx-b", (pid, epoch - 1), &[("t", 0)]);
-    assert_ne!(answered[0].2, 0, "{answered:?}");
+    // So is a partition the topic does not have.
+    let answered = add_partitions(&mut stream, "tx-b", me, &[("t", 2), ("t", -1)]);
+    let unknown = ResponseError::UnknownTopicOrPartition.code();
+    assert_eq!(answered, vec![("t".to_string(), -1, unknown), ("t".to_string(), 2, unknown)]);
+    // An epoch other than the id's, older or newer (TV1 asks for the very epoch).
+    for other in [epoch - 1, epoch + 1] {
+        let answered = add_partitions(&mut stream, "tx-b", (pid, other), &[("t", 0)]);
+        assert_eq!(answered, vec![("t".to_string(), 0, ResponseError::ProducerFenced.code())], "epoch {other}");
+        assert_eq!(end_txn(&mut stream, 3, "tx-b", (pid, other), false), ResponseError::ProducerFenced.code());
+    }
     let (code, state, _, _, partitions) = describe(&mut stream, "tx-b");
     assert_eq!((code, state.as_str(), partitions), (0, "Empty", vec![]), "nothing was started");
 

@@ -7,24 +7,17 @@
 
 mod common;
 
-use std::net::TcpStream;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
 use kafka_protocol::ResponseError;
-use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
-use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
-use kafka_protocol::messages::{
-    AddPartitionsToTxnRequest, ApiKey, BrokerId, DescribeProducersRequest, DescribeTransactionsRequest, EndTxnRequest,
-    FindCoordinatorRequest, InitProducerIdRequest, ListOffsetsRequest, ProducerId, ResponseKind, TransactionalId,
-};
-use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{
-    Compression, NO_PARTITION_LEADER_EPOCH, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use kafka_protocol::messages::{ApiKey, DescribeProducersRequest, ResponseKind};
 
-use common::requests::{batch, create, fetch_request, name, produce_one, produce_request};
+use common::requests::{batch, create, name, produce_one};
+use common::txn::{
+    add_partition, describe, end_txn, fetch_committed, init, latest, produce_transactional, transactional_batch,
+    wait_for,
+};
 use common::{Broker, receive, send};
 
 const TXN: &str = "tx-cli";
@@ -34,137 +27,10 @@ fn shardlog(args: &[&str]) -> (bool, String, String) {
     (out.status.success(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
 }
 
-fn s(text: &str) -> StrBytes {
-    StrBytes::from_string(text.to_string())
-}
-
-fn txn_id(id: &str) -> TransactionalId {
-    TransactionalId(s(id))
-}
-
-/// Asks `ask` again while the coordinator is being created or loaded, for up to 30 s.
-fn until_settled<T>(mut ask: impl FnMut() -> (i16, T)) -> (i16, T) {
-    let retriable = [
-        ResponseError::CoordinatorNotAvailable,
-        ResponseError::CoordinatorLoadInProgress,
-        ResponseError::NotCoordinator,
-        ResponseError::ConcurrentTransactions,
-    ];
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let (code, answer) = ask();
-        if !retriable.iter().any(|e| e.code() == code) || Instant::now() > deadline {
-            return (code, answer);
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// FindCoordinator for the transactional id, then InitProducerId: (producer id, epoch).
-fn init(stream: &mut TcpStream) -> (i64, i16) {
-    let (code, ()) = until_settled(|| {
-        let req = FindCoordinatorRequest::default().with_key_type(1).with_key(s(TXN));
-        send(stream, ApiKey::FindCoordinator, 3, 1, &req);
-        let ResponseKind::FindCoordinator(r) = receive(stream, ApiKey::FindCoordinator, 3).1 else { panic!() };
-        (r.error_code, ())
-    });
-    assert_eq!(code, 0, "the id has a coordinator");
-    let (code, producer) = until_settled(|| {
-        let req = InitProducerIdRequest::default()
-            .with_transactional_id(Some(txn_id(TXN)))
-            .with_transaction_timeout_ms(60_000)
-            .with_producer_id(ProducerId(-1))
-            .with_producer_epoch(-1);
-        send(stream, ApiKey::InitProducerId, 4, 2, &req);
-        let ResponseKind::InitProducerId(r) = receive(stream, ApiKey::InitProducerId, 4).1 else { panic!() };
-        (r.error_code, (r.producer_id.0, r.producer_epoch))
-    });
-    assert_eq!(code, 0);
-    producer
-}
-
-fn add_partition(stream: &mut TcpStream, producer: (i64, i16), topic: &str, partition: i32) -> i16 {
-    let req = AddPartitionsToTxnRequest::default()
-        .with_v3_and_below_transactional_id(txn_id(TXN))
-        .with_v3_and_below_producer_id(ProducerId(producer.0))
-        .with_v3_and_below_producer_epoch(producer.1)
-        .with_v3_and_below_topics(vec![
-            AddPartitionsToTxnTopic::default().with_name(name(topic)).with_partitions(vec![partition]),
-        ]);
-    let (code, ()) = until_settled(|| {
-        send(stream, ApiKey::AddPartitionsToTxn, 3, 3, &req);
-        let ResponseKind::AddPartitionsToTxn(r) = receive(stream, ApiKey::AddPartitionsToTxn, 3).1 else { panic!() };
-        (r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code, ())
-    });
-    code
-}
-
-/// A transactional v2 batch of `records` records from `producer`, sequences from 0.
-fn transactional_batch(producer: (i64, i16), records: i64) -> Vec<u8> {
-    let records: Vec<Record> = (0..records)
-        .map(|i| Record {
-            transactional: true,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: NO_PARTITION_LEADER_EPOCH,
-            producer_id: producer.0,
-            producer_epoch: producer.1,
-            timestamp_type: TimestampType::Creation,
-            offset: i,
-            sequence: i as i32,
-            timestamp: 1_700_000_000_000 + i,
-            key: None,
-            value: Some(Bytes::from(format!("in transaction {i}"))),
-            headers: Default::default(),
-        })
-        .collect();
-    let mut out = BytesMut::new();
-    RecordBatchEncoder::encode(&mut out, &records, &RecordEncodeOptions { version: 2, compression: Compression::None })
-        .unwrap();
-    out.to_vec()
-}
-
-/// Produce v9 with the transactional id: (error, base offset).
-fn produce_transactional(stream: &mut TcpStream, topic: &str, batch: &[u8]) -> (i16, i64) {
-    let req = produce_request(topic, 0, batch, -1).with_transactional_id(Some(txn_id(TXN)));
-    send(stream, ApiKey::Produce, 9, 4, &req);
-    let ResponseKind::Produce(r) = receive(stream, ApiKey::Produce, 9).1 else { panic!() };
-    let p = &r.responses[0].partition_responses[0];
-    (p.error_code, p.base_offset)
-}
-
-/// ListOffsets v5 "latest" of partition 0 at `isolation` (0: the HW, 1: the LSO).
-fn latest(stream: &mut TcpStream, topic: &str, isolation: i8) -> i64 {
-    let req =
-        ListOffsetsRequest::default().with_replica_id(BrokerId(-1)).with_isolation_level(isolation).with_topics(vec![
-            ListOffsetsTopic::default()
-                .with_name(name(topic))
-                .with_partitions(vec![ListOffsetsPartition::default().with_partition_index(0).with_timestamp(-1)]),
-        ]);
-    send(stream, ApiKey::ListOffsets, 5, 5, &req);
-    let ResponseKind::ListOffsets(r) = receive(stream, ApiKey::ListOffsets, 5).1 else { panic!() };
-    let p = &r.topics[0].partitions[0];
-    assert_eq!(p.error_code, 0);
-    p.offset
-}
-
-/// A read_committed Fetch v11 of partition 0 from 0: (LSO, aborted transactions as (producer id, first
-/// offset)).
-fn fetch_committed(stream: &mut TcpStream, topic: &str) -> (i64, Vec<(i64, i64)>) {
-    send(stream, ApiKey::Fetch, 11, 6, &fetch_request(topic, 0, 0, 0).with_isolation_level(1));
-    let ResponseKind::Fetch(r) = receive(stream, ApiKey::Fetch, 11).1 else { panic!() };
-    let p = &r.responses[0].partitions[0];
-    assert_eq!(p.error_code, 0);
-    let aborted = p.aborted_transactions.iter().flatten().map(|a| (a.producer_id.0, a.first_offset)).collect();
-    (p.last_stable_offset, aborted)
-}
-
-/// The coordinator's state of the id (DescribeTransactions).
-fn coordinator_state(stream: &mut TcpStream) -> String {
-    let req = DescribeTransactionsRequest::default().with_transactional_ids(vec![txn_id(TXN)]);
-    send(stream, ApiKey::DescribeTransactions, 0, 7, &req);
-    let ResponseKind::DescribeTransactions(r) = receive(stream, ApiKey::DescribeTransactions, 0).1 else { panic!() };
-    r.transaction_states[0].transaction_state.to_string()
+/// (LSO, aborted transactions) of a read_committed fetch of partition 0.
+fn committed(stream: &mut std::net::TcpStream, topic: &str) -> (i64, Vec<(i64, i64)>) {
+    let read = fetch_committed(stream, topic, 0);
+    (read.last_stable_offset, read.aborted)
 }
 
 /// The rows of a tool's answer after its header, each split at its tabs.
@@ -181,9 +47,9 @@ fn the_tools_see_an_open_transaction_and_abort_ends_it_at_the_partition() {
     assert_eq!(create(&mut stream, "orders", 1, 1, &[]), 0);
     // A record outside any transaction first: the transaction starts at offset 1.
     assert_eq!(produce_one(&mut stream, "orders", 0, &batch(1, 1, 1_700_000_000_000)), (0, 0));
-    let producer = init(&mut stream);
-    assert_eq!(add_partition(&mut stream, producer, "orders", 0), 0);
-    assert_eq!(produce_transactional(&mut stream, "orders", &transactional_batch(producer, 2)), (0, 1));
+    let producer = init(&mut stream, TXN, 60_000);
+    assert_eq!(add_partition(&mut stream, TXN, producer, "orders", 0), 0);
+    assert_eq!(produce_transactional(&mut stream, TXN, "orders", &transactional_batch(producer, 0, 2)), (0, 1));
     let (pid, epoch) = (producer.0.to_string(), producer.1.to_string());
 
     let (ok, out, err) = shardlog(&["transactions", "list", "--bootstrap", b]);
@@ -252,8 +118,8 @@ fn the_tools_see_an_open_transaction_and_abort_ends_it_at_the_partition() {
     );
 
     // The marker is at offset 3: the LSO reached the HW, and read_committed consumers skip the records.
-    assert_eq!((latest(&mut stream, "orders", 0), latest(&mut stream, "orders", 1)), (4, 4));
-    assert_eq!(fetch_committed(&mut stream, "orders"), (4, vec![(producer.0, 1)]));
+    assert_eq!((latest(&mut stream, "orders", 0, 0), latest(&mut stream, "orders", 0, 1)), (4, 4));
+    assert_eq!(committed(&mut stream, "orders"), (4, vec![(producer.0, 1)]));
     let (_, out, _) =
         shardlog(&["transactions", "describe-producers", "--topic", "orders", "--partition", "0", "--bootstrap", b]);
     let p = &rows(&out)[0];
@@ -267,22 +133,13 @@ fn the_tools_see_an_open_transaction_and_abort_ends_it_at_the_partition() {
 
     // The coordinator still holds it open; when the producer commits, its COMMIT marker lands on a
     // partition where the transaction is no longer open: taken, and nothing it aborted comes back.
-    assert_eq!(coordinator_state(&mut stream), "Ongoing");
-    let end = EndTxnRequest::default()
-        .with_transactional_id(txn_id(TXN))
-        .with_producer_id(ProducerId(producer.0))
-        .with_producer_epoch(producer.1)
-        .with_committed(true);
-    send(&mut stream, ApiKey::EndTxn, 3, 8, &end);
-    let ResponseKind::EndTxn(r) = receive(&mut stream, ApiKey::EndTxn, 3).1 else { panic!() };
-    assert_eq!(r.error_code, 0);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while coordinator_state(&mut stream) != "CompleteCommit" {
-        assert!(Instant::now() < deadline, "the coordinator's marker was never taken");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert_eq!((latest(&mut stream, "orders", 0), latest(&mut stream, "orders", 1)), (5, 5), "its marker at 4");
-    assert_eq!(fetch_committed(&mut stream, "orders"), (5, vec![(producer.0, 1)]), "still aborted");
+    assert_eq!(describe(&mut stream, TXN).state, "Ongoing");
+    assert_eq!(end_txn(&mut stream, 3, TXN, producer, true), 0);
+    wait_for("the coordinator's marker taken", Duration::from_secs(30), || {
+        (describe(&mut stream, TXN).state == "CompleteCommit").then_some(())
+    });
+    assert_eq!((latest(&mut stream, "orders", 0, 0), latest(&mut stream, "orders", 0, 1)), (5, 5), "its marker at 4");
+    assert_eq!(committed(&mut stream, "orders"), (5, vec![(producer.0, 1)]), "still aborted");
     broker.terminate();
 }
 

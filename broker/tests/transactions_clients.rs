@@ -166,3 +166,43 @@ fn the_rdkafka_crates_transactional_producer_commits_and_aborts() {
     assert_eq!(seen, expected);
     broker.terminate();
 }
+
+/// The rdkafka crate's transactional producer goes silent inside a transaction past its
+/// `transaction.timeout.ms`: the coordinator aborts the transaction (see `transactions_timeout.rs` for the
+/// requests one by one), and librdkafka, told PRODUCER_FENCED when it commits at last, fails for good with
+/// its own fenced error, as it does against Kafka. Its records are not read_committed.
+#[test]
+fn the_rdkafka_crates_producer_silent_past_its_transaction_timeout_is_fenced() {
+    use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+    let broker = Broker::start_with(1, &["--set", "transaction.abort.timed.out.transaction.cleanup.interval.ms=100"]);
+    let bootstrap = format!("127.0.0.1:{}", broker.port);
+    let mut stream = broker.connect();
+    assert_eq!(common::requests::create(&mut stream, "rdkafka-silent", 1, 1, &[]), 0);
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .set("transactional.id", "rdkafka-silent")
+        .set("transaction.timeout.ms", "1000")
+        .set("message.timeout.ms", "1000")
+        .create()
+        .unwrap();
+    let timeout = Duration::from_secs(30);
+    producer.init_transactions(timeout).unwrap();
+    producer.begin_transaction().unwrap();
+    for i in 0..3 {
+        let value = format!("silent-{i}");
+        producer.send(BaseRecord::<(), _>::to("rdkafka-silent").payload(&value)).map_err(|(e, _)| e).unwrap();
+    }
+    producer.flush(timeout).unwrap();
+    common::txn::wait_for("the coordinator's abort", Duration::from_secs(60), || {
+        (common::txn::describe(&mut stream, "rdkafka-silent").state == "CompleteAbort").then_some(())
+    });
+    match producer.commit_transaction(timeout) {
+        Err(KafkaError::Transaction(e)) => {
+            assert!(e.is_fatal(), "{e}");
+            assert_eq!(e.code(), RDKafkaErrorCode::Fenced, "{e}");
+        }
+        other => panic!("the commit of a transaction the coordinator aborted: {other:?}"),
+    }
+    assert_eq!(read_committed_values(&bootstrap, "rdkafka-silent", 1), Vec::<String>::new());
+    broker.terminate();
+}

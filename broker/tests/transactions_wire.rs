@@ -6,49 +6,21 @@
 mod common;
 
 use std::net::TcpStream;
-use std::time::{Duration, Instant};
 
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
 use kafka_protocol::messages::{
-    AddPartitionsToTxnRequest, ApiKey, DescribeTransactionsRequest, EndTxnRequest, FindCoordinatorRequest,
-    InitProducerIdRequest, ListTransactionsRequest, ProducerId, ResponseKind, TransactionalId,
+    AddPartitionsToTxnRequest, ApiKey, DescribeTransactionsRequest, FindCoordinatorRequest, InitProducerIdRequest,
+    ListTransactionsRequest, ProducerId, ResponseKind,
 };
 use kafka_protocol::protocol::StrBytes;
 
 use common::requests::{create, name};
+use common::txn::{end_txn, txn_id, until_settled};
 use common::{Broker, receive, send};
 
 fn s(text: &str) -> StrBytes {
     StrBytes::from_string(text.to_string())
-}
-
-fn txn_id(id: &str) -> TransactionalId {
-    TransactionalId(s(id))
-}
-
-/// Errors a client retries while a coordinator is being created, loaded or moved.
-fn retriable(code: i16) -> bool {
-    [
-        ResponseError::CoordinatorNotAvailable,
-        ResponseError::CoordinatorLoadInProgress,
-        ResponseError::NotCoordinator,
-        ResponseError::ConcurrentTransactions,
-    ]
-    .iter()
-    .any(|e| e.code() == code)
-}
-
-/// Asks `ask` again while it answers a retriable error, for up to 30 s; returns the last answer.
-fn until_settled<T>(mut ask: impl FnMut() -> (i16, T)) -> (i16, T) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let (code, answer) = ask();
-        if !retriable(code) || Instant::now() > deadline {
-            return (code, answer);
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 fn wait_for_coordinator(stream: &mut TcpStream, id: &str) {
@@ -79,17 +51,6 @@ fn init(stream: &mut TcpStream, id: &str, timeout_ms: i32, had: Option<(i64, i16
         (r.error_code, (r.producer_id.0, r.producer_epoch))
     });
     (code, producer_id, epoch)
-}
-
-fn end_txn(stream: &mut TcpStream, version: i16, id: &str, producer: (i64, i16), commit: bool) -> i16 {
-    let req = EndTxnRequest::default()
-        .with_transactional_id(txn_id(id))
-        .with_producer_id(ProducerId(producer.0))
-        .with_producer_epoch(producer.1)
-        .with_committed(commit);
-    send(stream, ApiKey::EndTxn, version, 3, &req);
-    let ResponseKind::EndTxn(r) = receive(stream, ApiKey::EndTxn, version).1 else { panic!("wrong response") };
-    r.error_code
 }
 
 /// AddPartitionsToTxn v3: per (topic, partition), its error code.
@@ -220,9 +181,16 @@ fn bad_transaction_requests_get_kafkas_errors_and_change_nothing() {
     // So is an internal topic.
     let answered = add_partitions(&mut stream, "tx-b", me, &[("__transaction_state", 0)]);
     assert_eq!(answered, vec![("__transaction_state".to_string(), 0, ResponseError::UnknownTopicOrPartition.code())]);
-    // A stale epoch.
-    let answered = add_partitions(&mut stream, "tx-b", (pid, epoch - 1), &[("t", 0)]);
-    assert_ne!(answered[0].2, 0, "{answered:?}");
+    // So is a partition the topic does not have.
+    let answered = add_partitions(&mut stream, "tx-b", me, &[("t", 2), ("t", -1)]);
+    let unknown = ResponseError::UnknownTopicOrPartition.code();
+    assert_eq!(answered, vec![("t".to_string(), -1, unknown), ("t".to_string(), 2, unknown)]);
+    // An epoch other than the id's, older or newer (TV1 asks for the very epoch).
+    for other in [epoch - 1, epoch + 1] {
+        let answered = add_partitions(&mut stream, "tx-b", (pid, other), &[("t", 0)]);
+        assert_eq!(answered, vec![("t".to_string(), 0, ResponseError::ProducerFenced.code())], "epoch {other}");
+        assert_eq!(end_txn(&mut stream, 3, "tx-b", (pid, other), false), ResponseError::ProducerFenced.code());
+    }
     let (code, state, _, _, partitions) = describe(&mut stream, "tx-b");
     assert_eq!((code, state.as_str(), partitions), (0, "Empty", vec![]), "nothing was started");
 

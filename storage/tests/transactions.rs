@@ -133,6 +133,36 @@ fn refused_batches_and_markers_leave_the_log_unchanged() {
     assert_eq!(log.producer_states().transactions().get(&77), Some(&(None, 0)));
 }
 
+#[test]
+fn a_marker_repeated_after_its_transaction_ended_ends_nothing() {
+    let fs = SimFs::new();
+    let (_dir, log) = open(&fs, &ManualClock::new(0), &LogConfig::default());
+    let first = append(&log, &batch(1, 2, 0, 2, true));
+    let commit = marker(MarkerKind::Commit, 1, 2, 7);
+    block_on(log.append_marker(commit, E0)).unwrap();
+    let open_after = append(&log, &batch(3, 0, 0, 1, true));
+    to_end(&log);
+    assert_eq!(log.last_stable_offset(), Offset(open_after), "producer 3's transaction holds it");
+    let producer_before = log.producer_states().get(1).cloned();
+
+    // The coordinator's retry of the COMMIT, then an ABORT for the same epoch: both appended (as Kafka
+    // appends them), neither ends or aborts anything.
+    let end = log.log_end_offset();
+    let again = block_on(log.append_marker(commit, E0)).unwrap().base_offset;
+    let abort = block_on(log.append_marker(marker(MarkerKind::Abort, 1, 2, 7), E0)).unwrap().base_offset;
+    assert_eq!((again, abort), (end, end.plus(1)));
+    to_end(&log);
+    assert_eq!(log.last_stable_offset(), Offset(open_after), "still producer 3's open transaction, nothing else");
+    assert_eq!(log.first_unstable_offset(), Some(Offset(open_after)));
+    assert!(log.aborted_index().is_empty(), "the committed transaction was not aborted after the fact");
+    assert_eq!(log.producer_states().get(1).cloned(), producer_before, "the clock stood still: all alike");
+    let read = block_on(log.read_committed(Offset(first), 1 << 20)).unwrap();
+    assert!(read.aborted.is_empty());
+    end_txn(&log, MarkerKind::Commit, 3);
+    to_end(&log);
+    assert_eq!(log.last_stable_offset(), log.log_end_offset());
+}
+
 /// Three producers running transactions over several segments: producer `round % 3` aborts, the others
 /// commit. Returns the aborted transactions as (producer, first offset, marker offset).
 fn transactions_over_segments(log: &PartitionLog<SimFs>, rounds: i32) -> Vec<(i64, u64, u64)> {

@@ -1,11 +1,27 @@
 //! Transaction markers: the COMMIT or ABORT control batch a transaction coordinator has written to each
 //! partition of a decided transaction (Kafka's WriteTxnMarkers). The coordinator hands its markers to
 //! [`write_markers`], which writes those of partitions led here itself ([`write_markers_here`]) and sends
-//! the others to their leaders over the peer protocol.
+//! the others to their leaders over the peer protocol, all leaders at once.
+//!
+//! A leader answers within [`MARKERS_ANSWER_BOUND`] of getting markers, whatever happens meanwhile; a
+//! coordinator on another broker waits longer than that for the answer (see `runtime::peer_calls`), so it
+//! sends a marker again only once the leader has answered for the first one. A marker written twice all the
+//! same (its answer lost with a connection, or its wait for the in-sync replicas timed out) is harmless: it
+//! ends no transaction the second time, so the last stable offset and read_committed reads do not change
+//! (Kafka appends such a marker too).
+
+use futures_lite::future;
 
 use super::*;
 use crate::shard::MarkerAppend;
 use crate::txn::TxnMarkers;
+
+/// The longest [`write_markers_here`] takes to answer, from the moment it is called: the wait for the in-sync
+/// replicas (Kafka's `request.timeout.ms`, 30 s, which Kafka's leaders wait for markers too) and the
+/// completion of transactional offsets share it. Past it, what is not done is answered REQUEST_TIMED_OUT,
+/// which the coordinator retries; a marker already appended stays (see the module doc). A constant, not a
+/// setting: a coordinator on another broker sizes its wait for the answer by it.
+pub(crate) const MARKERS_ANSWER_BOUND: Duration = Duration::from_secs(30);
 
 /// One marker for one partition.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,13 +60,17 @@ pub(crate) async fn write_markers(
             commit: markers.result == crate::txn::TxnResult::Commit,
         });
     }
-    let mut failed = not_led;
-    for (leader, writes) in by_leader {
+    // Every leader at once: one that is slow or unreachable holds up only its own partitions' markers.
+    let sent = by_leader.into_iter().map(|(leader, writes)| async move {
         let errors = if leader == me {
             write_markers_here(ctx, &writes).await
         } else {
             crate::runtime::peer_calls::write_markers(ctx, leader, &writes).await
         };
+        (writes, errors)
+    });
+    let mut failed = not_led;
+    for (writes, errors) in futures_util::future::join_all(sent).await {
         for (write, error) in writes.into_iter().zip(errors) {
             match error {
                 None => {}
@@ -81,10 +101,12 @@ pub(crate) async fn write_markers(
 }
 
 /// Writes markers to partitions this broker leads, each acknowledged by its in-sync replicas (as an acks=all
-/// produce); the error of each, in order. A marker that lands on a `__consumer_offsets` partition also ends
-/// the producer's pending transactional offsets there (the group coordinator's TxnCompleted).
+/// produce); the error of each, in order, within [`MARKERS_ANSWER_BOUND`]. A marker that lands on a
+/// `__consumer_offsets` partition also ends the producer's pending transactional offsets there (the group
+/// coordinator's TxnCompleted).
 pub(crate) async fn write_markers_here(ctx: &Arc<BrokerContext>, writes: &[MarkerWrite]) -> Vec<Option<ResponseError>> {
     use shardlog_storage::txn::{MarkerKind, TxnMarker};
+    let deadline = Instant::now() + MARKERS_ANSWER_BOUND;
     let image = ctx.image();
     let mut errors: Vec<Option<ResponseError>> = vec![None; writes.len()];
     let mut led: Vec<Option<crate::context::Led>> = vec![None; writes.len()];
@@ -106,7 +128,9 @@ pub(crate) async fn write_markers_here(ctx: &Arc<BrokerContext>, writes: &[Marke
             Err(e) => errors[i] = Some(e),
         }
     }
-    let timeout_ms = ctx.config.transactions.write_timeout_ms;
+    // The shards' own bound is the in-sync replicas' wait only (an append waits its turn and the disk
+    // before it); `until` below holds the whole answer to the deadline.
+    let timeout_ms = MARKERS_ANSWER_BOUND.as_millis() as i32;
     let sent: Vec<_> = by_shard
         .into_iter()
         .map(|(shard, appends)| {
@@ -118,25 +142,33 @@ pub(crate) async fn write_markers_here(ctx: &Arc<BrokerContext>, writes: &[Marke
         .collect();
     let mut offsets_done = Vec::new();
     for (indexes, sent) in sent {
+        // The shard's outcomes, or the error all of its markers get: it went away (the broker stops), or
+        // the deadline came first.
         let outcomes = match sent {
-            Ok(outcome) => outcome.recv_async().await.ok(),
-            Err(_) => None,
+            Ok(outcome) => match until(deadline, outcome.recv_async()).await {
+                Some(Ok(outcomes)) => Ok(outcomes),
+                Some(Err(_)) => Err(ResponseError::NotLeaderOrFollower),
+                None => Err(ResponseError::RequestTimedOut),
+            },
+            Err(_) => Err(ResponseError::NotLeaderOrFollower),
         };
         for (n, i) in indexes.into_iter().enumerate() {
-            errors[i] = match outcomes.as_ref().and_then(|o| o.get(n)) {
-                Some(outcome) => {
+            errors[i] = match outcomes.as_ref().map(|o| o.get(n)) {
+                Ok(Some(outcome)) => {
                     if outcome.error.is_none() && writes[i].tp.topic == crate::group::OFFSETS_TOPIC {
                         offsets_done.push((i, outcome.base_offset));
                     }
                     outcome.error
                 }
-                None => Some(ResponseError::NotLeaderOrFollower),
+                Ok(None) => Some(ResponseError::NotLeaderOrFollower),
+                Err(e) => Some(*e),
             };
         }
     }
     for (i, marker_offset) in offsets_done {
         let here = led[i].as_ref().expect("a marker written here was led here");
-        if let Err(e) = complete_offsets(ctx, &writes[i], here, marker_offset).await {
+        let completed = until(deadline, complete_offsets(ctx, &writes[i], here, marker_offset)).await;
+        if let Err(e) = completed.unwrap_or(Err(ResponseError::RequestTimedOut)) {
             // The marker is in the log; the coordinator reads it there when it loads the partition again.
             tracing::debug!(partition = %writes[i].tp, ?e, "transactional offsets not completed");
             errors[i] = Some(e);
@@ -145,9 +177,19 @@ pub(crate) async fn write_markers_here(ctx: &Arc<BrokerContext>, writes: &[Marke
     errors
 }
 
+/// `work`, unless `deadline` comes first.
+async fn until<T>(deadline: Instant, work: impl Future<Output = T>) -> Option<T> {
+    future::or(async { Some(work.await) }, async {
+        glommio::timer::sleep(deadline.saturating_duration_since(Instant::now())).await;
+        None
+    })
+    .await
+}
+
 /// Tells the group coordinator of a `__consumer_offsets` partition that `write`'s marker landed at
-/// `marker_offset`, asking again while the partition's groups are loading. NOT_COORDINATOR (it moved, or
-/// is not loaded) needs nothing: a coordinator that loads the partition meets the marker in the log.
+/// `marker_offset`, asking again while the partition's groups are loading (the caller bounds the time).
+/// NOT_COORDINATOR (it moved, or is not loaded) needs nothing: a coordinator that loads the partition
+/// meets the marker in the log.
 async fn complete_offsets(
     ctx: &BrokerContext,
     write: &MarkerWrite,
@@ -155,7 +197,6 @@ async fn complete_offsets(
     marker_offset: i64,
 ) -> Result<(), ResponseError> {
     use crate::group::call::CoordinatorRequest;
-    let deadline = Instant::now() + Duration::from_millis(ctx.config.transactions.write_timeout_ms as u64);
     loop {
         let (reply, answer) = flume::bounded(1);
         let request = CoordinatorRequest::TxnCompleted {
@@ -169,7 +210,7 @@ async fn complete_offsets(
         ctx.groups[here.shard].send_async(request).await.map_err(|_| ResponseError::CoordinatorNotAvailable)?;
         match answer.recv_async().await.map_err(|_| ResponseError::CoordinatorNotAvailable)? {
             Ok(()) | Err(ResponseError::NotCoordinator) => return Ok(()),
-            Err(ResponseError::CoordinatorLoadInProgress) if Instant::now() < deadline => {
+            Err(ResponseError::CoordinatorLoadInProgress) => {
                 glommio::timer::sleep(Duration::from_millis(20)).await;
             }
             Err(e) => return Err(e),

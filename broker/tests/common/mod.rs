@@ -5,6 +5,7 @@
 pub mod cluster;
 pub mod pki;
 pub mod requests;
+pub mod txn;
 pub mod voters;
 
 use std::io::{Read, Write};

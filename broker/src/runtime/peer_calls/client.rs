@@ -4,13 +4,15 @@
 //! TLS under cluster mTLS naming the callee, then the Hello), writes its request, reads its one answer and
 //! checks it answers this request. The connection goes back to the shard's pool only after a whole, good
 //! exchange; any failure drops it. A call that fails on a kept connection (the callee may have closed it
-//! while it was idle) is tried once more on a new one. Every call has [`CALL_TIMEOUT`] in all, so a callee
-//! that is down or silent costs a caller that long at most, never more.
+//! while it was idle) is tried once more on a new one; one that got no answer in time is not, since its
+//! callee may still be working on it. A callee that is down or silent costs a caller at most
+//! [`SETUP_TIMEOUT`] to get a connection plus the call's wait for its answer, never more.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures_lite::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use glommio::net::TcpStream;
@@ -19,7 +21,7 @@ use shardlog_net::peer::calls::{CALLS_ALPN, CallsHello, CallsHelloAnswer, MAX_CA
 use shardlog_net::peer::{PeerFrameReader, decode_message, encode_frame, encode_message};
 
 use super::super::replication::{ReadError, connect_tls, next_frame, within};
-use super::{CALL_TIMEOUT, CONNECT_TIMEOUT, HELLO_WAIT};
+use super::{CONNECT_TIMEOUT, HELLO_WAIT, SETUP_TIMEOUT};
 use crate::context::BrokerContext;
 use crate::quorum::state::NodeId;
 
@@ -109,34 +111,49 @@ fn address_of(ctx: &BrokerContext, node: NodeId) -> Option<String> {
     image.state.brokers.get(&node).map(|b| format!("{}:{}", b.endpoint.host, b.endpoint.port))
 }
 
-/// Sends `call` to `node` and returns its answer's error codes, one per item; within [`CALL_TIMEOUT`].
-pub(super) async fn call(ctx: &Arc<BrokerContext>, node: NodeId, call: &Call) -> Result<Vec<i16>, CallError> {
-    let attempt = async {
-        let target = target(node);
-        let _permit =
+/// Sends `call` to `node` and returns its answer's error codes, one per item: within [`SETUP_TIMEOUT`] to
+/// get a connection, then within `answer_wait` of sending the request.
+pub(super) async fn call(
+    ctx: &Arc<BrokerContext>,
+    node: NodeId,
+    call: &Call,
+    answer_wait: Duration,
+) -> Result<Vec<i16>, CallError> {
+    let target = target(node);
+    let ready = async {
+        let permit =
             target.in_use.acquire_permit(1).await.map_err(|e| CallError::Unreachable(format!("pool closed: {e}")))?;
         let address = address_of(ctx, node).ok_or_else(|| CallError::Unreachable("not a registered broker".into()))?;
-        let frame = encode_frame(call.kind, &call.body);
         let kept = {
             let mut idle = target.idle.borrow_mut();
             idle.retain(|c| c.address == address);
             idle.pop()
         };
-        if let Some(mut connection) = kept {
-            match exchange(&mut connection, &frame, call).await {
-                Ok(errors) => {
-                    keep(&target, connection);
-                    return Ok(errors);
-                }
-                Err(e) => tracing::trace!(?node, error = %e, "a kept peer-calls connection failed; trying a new one"),
-            }
-        }
-        let mut connection = connect(ctx, node, address).await?;
-        let errors = exchange(&mut connection, &frame, call).await?;
-        keep(&target, connection);
-        Ok(errors)
+        Ok((permit, address, kept))
     };
-    within(CALL_TIMEOUT, attempt).await.unwrap_or_else(|| Err(CallError::Unreachable("no answer in time".into())))
+    let (_permit, address, kept) = within(SETUP_TIMEOUT, ready).await.unwrap_or_else(|| Err(no_connection()))?;
+    let frame = encode_frame(call.kind, &call.body);
+    let no_answer = || CallError::Unreachable("no answer in time".into());
+    if let Some(mut connection) = kept {
+        match within(answer_wait, exchange(&mut connection, &frame, call)).await {
+            Some(Ok(errors)) => {
+                keep(&target, connection);
+                return Ok(errors);
+            }
+            Some(Err(e)) => tracing::trace!(?node, error = %e, "a kept peer-calls connection failed; trying a new one"),
+            None => return Err(no_answer()),
+        }
+    }
+    let mut connection =
+        within(SETUP_TIMEOUT, connect(ctx, node, address)).await.unwrap_or_else(|| Err(no_connection()))?;
+    let errors =
+        within(answer_wait, exchange(&mut connection, &frame, call)).await.unwrap_or_else(|| Err(no_answer()))?;
+    keep(&target, connection);
+    Ok(errors)
+}
+
+fn no_connection() -> CallError {
+    CallError::Unreachable("no connection in time".into())
 }
 
 /// Puts a connection back for the next call, if it is clean and the pool has room.

@@ -9,10 +9,13 @@
 //!   a calls Hello (or, under cluster mTLS, whose ClientHello offers the calls ALPN); it answers each
 //!   request with this broker's own handlers.
 //!
-//! The rules: a call never waits longer than [`CALL_TIMEOUT`] in all; a callee that cannot be reached or
-//! answers badly is answered for, item by item, with a retriable error (NOT_LEADER_OR_FOLLOWER for a
-//! marker, COORDINATOR_NOT_AVAILABLE for a verification), so the coordinator tries its markers again and
-//! the producer its batch. Nothing here decides anything about transactions: the callee's handlers do.
+//! The rules: a call waits at most [`SETUP_TIMEOUT`] for a connection and then, once its request is sent,
+//! a bound of its kind for the answer; a callee that cannot be reached or answers badly (or not in time) is
+//! answered for, item by item, with a retriable error (NOT_LEADER_OR_FOLLOWER for a marker,
+//! COORDINATOR_NOT_AVAILABLE for a verification), so the coordinator tries its markers again and the
+//! producer its batch. The wait for markers outlasts the callee's own bound on answering them
+//! ([`MARKERS_ANSWER_WAIT`]), so markers are sent again only after the callee has given up on the first
+//! ones. Nothing here decides anything about transactions: the callee's handlers do.
 
 mod client;
 mod serve;
@@ -32,17 +35,30 @@ use shardlog_storage::TopicPartition;
 pub(super) use serve::{accept_plain, accept_tls, starts_with_calls_hello};
 
 use crate::context::BrokerContext;
-use crate::handlers::txn_markers::MarkerWrite;
+use crate::handlers::txn_markers::{MARKERS_ANSWER_BOUND, MarkerWrite};
 use crate::quorum::state::NodeId;
 use crate::txn::ProducerIdAndEpoch;
 use client::{Call, CallError, next_correlation};
 
-/// A call's whole time: connecting, the Hello, the request and its answer.
-const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a call may take to get a connection before it sends anything (a free slot in the pool, or a
+/// new connection: its connect, TLS handshake and Hello). Giving up here costs nothing: the callee has
+/// seen no request.
+const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
 /// The part of it a TCP connect, or a TLS handshake, may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// How long either side waits for the other's Hello or its answer.
 const HELLO_WAIT: Duration = Duration::from_secs(5);
+/// How long a verification's answer may take once it is sent. The callee only looks at its coordinator's
+/// state, and a verification asked again changes nothing.
+const VERIFY_ANSWER_WAIT: Duration = Duration::from_secs(10);
+/// How long a caller waits for the answer to markers it sent: longer than the callee takes at most
+/// ([`MARKERS_ANSWER_BOUND`], counted from when its handler gets them), by a margin for the request's
+/// way there and the answer's way back. Were the caller to give up first, it would send the markers again
+/// while the callee may still be writing the first ones: each would be appended twice. That is harmless (a
+/// marker for a transaction already ended ends nothing), but only this order makes a retry mean that the
+/// callee has answered or is gone.
+const MARKERS_ANSWER_WAIT: Duration = MARKERS_ANSWER_BOUND.saturating_add(Duration::from_secs(5));
+const _: () = assert!(MARKERS_ANSWER_WAIT.as_millis() > MARKERS_ANSWER_BOUND.as_millis());
 
 /// Writes markers through `leader`; the error of each, in order.
 pub(crate) async fn write_markers(
@@ -54,7 +70,7 @@ pub(crate) async fn write_markers(
     for chunk in writes.chunks(MAX_CALL_ITEMS) {
         let call = markers_call(chunk);
         let refused = ResponseError::NotLeaderOrFollower;
-        match Box::pin(client::call(ctx, leader, &call)).await {
+        match Box::pin(client::call(ctx, leader, &call, MARKERS_ANSWER_WAIT)).await {
             Ok(codes) => errors.extend(codes.into_iter().map(|code| error_of(code, refused))),
             Err(e) => {
                 failed(leader, "markers", &e);
@@ -82,7 +98,7 @@ pub(crate) async fn verify(
     for chunk in partitions.chunks(MAX_CALL_ITEMS) {
         let call = verify_call(transactional_id, producer, chunk);
         let unavailable = ResponseError::CoordinatorNotAvailable;
-        match Box::pin(client::call(ctx, coordinator, &call)).await {
+        match Box::pin(client::call(ctx, coordinator, &call, VERIFY_ANSWER_WAIT)).await {
             Ok(codes) => verdicts.extend(codes.into_iter().map(|code| error_of(code, unavailable).map_or(Ok(()), Err))),
             Err(e) => {
                 failed(coordinator, "verification", &e);

@@ -13,39 +13,31 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_lite::future;
 use kafka_protocol::ResponseError;
-use shardlog_storage::durable;
 use shardlog_storage::fs::dma::DmaFs;
 use shardlog_storage::log::Isolation;
 use shardlog_storage::txn::AbortedRange;
 use shardlog_storage::{
-    Clock, FlushPolicy, LeaderEpoch, LogConfig, LogDir, LogNews, Offset, PartitionLog, StorageError, SystemClock,
-    TopicPartition,
+    FlushPolicy, LeaderEpoch, LogConfig, LogDir, LogNews, Offset, PartitionLog, StorageError, TopicPartition,
 };
 
-use crate::config::ShardLimits;
 use crate::quorum::state::PartitionRecord;
-use crate::shutdown::Shutdown;
 
 mod producers;
 mod readahead;
 mod replicas;
+mod topic_ids;
+mod upkeep;
 
 pub use producers::ProducerView;
 pub use readahead::ReadAhead;
 pub use replicas::{RoleChange, ShardReplicas, replica_error, stable_end};
+pub use topic_ids::PARTITION_METADATA_FILE;
+pub use upkeep::upkeep;
+
+use topic_ids::{ensure_log, recorded_topic_id};
 
 /// The most records a time lookup decodes from one batch.
 const MAX_DECODED_RECORDS: i32 = 1 << 20;
-/// How often interval-policy logs are checked for a due flush.
-const FLUSH_CHECK_INTERVAL: Duration = Duration::from_millis(100);
-/// How often retention runs (Kafka's `log.retention.check.interval.ms` default).
-const RETENTION_CHECK_INTERVAL: Duration = Duration::from_secs(300);
-/// What a released cache may still hold: the partial last block, rewritten by the next write-out.
-const RELEASED_CACHE_BYTES: usize = 4096;
-/// How often the checkpoints are written when their offsets moved. Kafka writes its recovery point every
-/// 60 s (`log.flush.offset.checkpoint.interval.ms`), so a restart after a crash validates up to a minute
-/// of data; every second keeps that to the last second's, for a few small atomic writes a second.
-const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Which offset ListOffsets asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -333,114 +325,6 @@ impl Drop for AppendTurn {
     }
 }
 
-/// Background upkeep: interval flushes, releasing what idle partitions hold and reads made ahead nobody
-/// took, retention, checkpoints;
-/// stops at shutdown.
-pub async fn upkeep(
-    logs: Rc<LogDir<DmaFs>>,
-    replicas: Rc<ShardReplicas>,
-    readahead: Rc<ReadAhead<DmaFs>>,
-    limits: ShardLimits,
-    shutdown: Shutdown,
-) {
-    let mut since_retention = Duration::ZERO;
-    let mut since_checkpoint = Duration::ZERO;
-    // A checkpoint that fails (a full disk) is retried every second: told once until it succeeds again.
-    let mut checkpoints_failing = crate::logging::Episode::default();
-    loop {
-        if shutdown.sleep(FLUSH_CHECK_INTERVAL).await {
-            return;
-        }
-        since_retention += FLUSH_CHECK_INTERVAL;
-        since_checkpoint += FLUSH_CHECK_INTERVAL;
-        let mut synced = std::collections::HashSet::new();
-        for log in logs.logs() {
-            // Under the default policy only acknowledged produces sync; acks=0 data would otherwise stay
-            // above the high watermark until the next one.
-            let result = match log.config().flush {
-                FlushPolicy::Always if log.durable_offset() < log.log_end_offset() => log.flush().await.map(|_| true),
-                FlushPolicy::Always => Ok(false),
-                FlushPolicy::Interval { .. } => log.flush_if_due().await,
-            };
-            match result {
-                Ok(true) => {
-                    synced.insert(Rc::as_ptr(&log));
-                }
-                Ok(false) => {}
-                Err(e) => tracing::warn!(log = %log.dir().display(), error = %e, "background flush failed"),
-            }
-        }
-        if !synced.is_empty() {
-            // The HW follows at once, so consumers held for news of these partitions hear of it.
-            for (tp, log) in logs.entries() {
-                if synced.contains(&Rc::as_ptr(&log)) {
-                    replicas.log_moved(&tp, &log);
-                }
-            }
-        }
-        release_caches(&logs, &limits).await;
-        readahead.expire(std::time::Instant::now());
-        if since_retention >= RETENTION_CHECK_INTERVAL || since_checkpoint >= CHECKPOINT_INTERVAL {
-            replicas.settle_all(&logs);
-        }
-        if since_retention >= RETENTION_CHECK_INTERVAL {
-            since_retention = Duration::ZERO;
-            if let Err(e) = logs.apply_retention().await {
-                tracing::warn!(error = %e, "retention pass failed");
-            }
-            for log in logs.logs() {
-                log.expire_producers();
-            }
-        }
-        if since_checkpoint >= CHECKPOINT_INTERVAL {
-            since_checkpoint = Duration::ZERO;
-            let now = std::time::Instant::now();
-            match logs.checkpoint_if_moved().await {
-                Err(e) if checkpoints_failing.failed(now) => tracing::warn!(
-                    error = %e,
-                    "checkpoint failed; retried every second, and said again only once it succeeds"
-                ),
-                Err(_) => {}
-                Ok(_) => {
-                    if let Some((failures, lasted)) = checkpoints_failing.succeeded(now) {
-                        tracing::info!(failures, lasted_s = lasted.as_secs(), "checkpoints written again");
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// Keeps the shard within its limits: partitions unused for `cache_idle_ms` release their cached data and
-/// close their files; while the shard's caches together hold more than `cache_max_bytes`, the least
-/// recently used partitions release theirs too.
-async fn release_caches(logs: &LogDir<DmaFs>, limits: &ShardLimits) {
-    let now = SystemClock.now_ms();
-    let mut total = 0usize;
-    let mut candidates = Vec::new();
-    for log in logs.logs() {
-        let cached = log.cached_bytes();
-        total += cached;
-        let idle = now.saturating_sub(log.last_used_ms()) >= limits.cache_idle_ms;
-        let holds_something = cached > RELEASED_CACHE_BYTES || log.holds_open_files();
-        if holds_something {
-            candidates.push((!idle, log.last_used_ms(), log));
-        }
-    }
-    // Idle partitions first, then the least recently used, until the shard is within its budget.
-    candidates.sort_by_key(|(busy, last_used, _)| (*busy, *last_used));
-    for (busy, _, log) in candidates {
-        if busy && total <= limits.cache_max_bytes {
-            break;
-        }
-        let before = log.cached_bytes();
-        if let Err(e) = log.release_cache().await {
-            tracing::warn!(error = %e, "releasing a partition's cache failed");
-        }
-        total = total.saturating_sub(before.saturating_sub(log.cached_bytes()));
-    }
-}
-
 async fn handle(
     logs: &LogDir<DmaFs>,
     replicas: &ShardReplicas,
@@ -514,77 +398,6 @@ async fn handle(
             let _ = reply.send(producers::describe(logs, &tp));
         }
     }
-}
-
-/// The file in a partition directory naming the topic (by id) its log belongs to, as Kafka's
-/// `partition.metadata`: `version: 0` and `topic_id: <uuid>` lines.
-pub const PARTITION_METADATA_FILE: &str = "partition.metadata";
-
-async fn ensure_log(
-    logs: &LogDir<DmaFs>,
-    tp: &TopicPartition,
-    topic_id: uuid::Uuid,
-    config: LogConfig,
-) -> Result<(), String> {
-    // The whole data dir is offline (a failing disk): hosted, never created.
-    if logs.hold_offline(tp) {
-        return Ok(());
-    }
-    if logs.offline(tp).is_some() {
-        let dir = logs.path().join(tp.dir_name());
-        match topic_id_in(&dir).await? {
-            // An earlier topic of this name: its damaged log is kept aside, the new topic starts afresh.
-            Some(id) if id != topic_id => {
-                let aside = logs.set_aside(tp).await.map_err(|e| e.to_string())?;
-                tracing::warn!(partition = %tp, old = %id, new = %topic_id, ?aside, "damaged log of an earlier topic of this name set aside");
-            }
-            // Hosted, and offline until repaired (logged when it was found).
-            _ => return Ok(()),
-        }
-    }
-    if let Some(log) = logs.get(tp) {
-        match recorded_topic_id(&log).await? {
-            Some(id) if id != topic_id => {
-                // An earlier topic of this name, deleted (and this one created) while this broker was away;
-                // or the quorum lost its state and the topic was created anew. Kept, not served.
-                let aside = logs.set_aside(tp).await.map_err(|e| e.to_string())?;
-                tracing::warn!(partition = %tp, old = %id, new = %topic_id, ?aside, "log of an earlier topic of this name set aside");
-            }
-            // Opened at start with the default settings, or the topic's settings changed.
-            Some(_) => return log.set_config(config).map_err(|e| e.to_string()),
-            // Created just before a crash, before its topic was recorded (no client has seen it yet).
-            None => {
-                log.set_config(config).map_err(|e| e.to_string())?;
-                return record_topic_id(&log, topic_id).await;
-            }
-        }
-    }
-    let log = logs.get_or_create(tp, config).await.map_err(|e| e.to_string())?;
-    record_topic_id(&log, topic_id).await
-}
-
-async fn recorded_topic_id(log: &PartitionLog<DmaFs>) -> Result<Option<uuid::Uuid>, String> {
-    topic_id_in(log.dir()).await
-}
-
-/// The topic id recorded in a partition directory's [`PARTITION_METADATA_FILE`], if any.
-async fn topic_id_in(dir: &std::path::Path) -> Result<Option<uuid::Uuid>, String> {
-    let path = dir.join(PARTITION_METADATA_FILE);
-    let Some(bytes) = durable::read_file(&DmaFs, &path, 4096).await.map_err(|e| e.to_string())? else {
-        return Ok(None);
-    };
-    let text = String::from_utf8_lossy(&bytes);
-    let id = text.lines().find_map(|line| line.strip_prefix("topic_id:")).map(|v| v.trim().parse::<uuid::Uuid>());
-    match id {
-        Some(Ok(id)) => Ok(Some(id)),
-        _ => Err(format!("{}: no readable topic_id", path.display())),
-    }
-}
-
-async fn record_topic_id(log: &PartitionLog<DmaFs>, topic_id: uuid::Uuid) -> Result<(), String> {
-    let path = log.dir().join(PARTITION_METADATA_FILE);
-    let body = format!("version: 0\ntopic_id: {topic_id}\n");
-    durable::replace_file(&DmaFs, &path, body.as_bytes()).await.map_err(|e| e.to_string())
 }
 
 /// The error for a partition this shard has no log for: KAFKA_STORAGE_ERROR while it is offline (its log

@@ -24,6 +24,7 @@ use common::{ManualClock, make_batch, set_producer, small_config};
 const DATA: &str = "/data";
 const PART: &str = "/data/t-0";
 const E0: LeaderEpoch = LeaderEpoch(0);
+const E1: LeaderEpoch = LeaderEpoch(1);
 
 fn tp() -> TopicPartition {
     TopicPartition::new("t", 0)
@@ -161,6 +162,106 @@ fn a_marker_repeated_after_its_transaction_ended_ends_nothing() {
     end_txn(&log, MarkerKind::Commit, 3);
     to_end(&log);
     assert_eq!(log.last_stable_offset(), log.log_end_offset());
+}
+
+/// The producer-state refusal of `appended`, which must be one.
+fn refusal(appended: Result<shardlog_storage::AppendInfo, StorageError>) -> ProducerError {
+    match appended {
+        Err(StorageError::Producer(e)) => e,
+        other => panic!("expected a producer refusal, got {other:?}"),
+    }
+}
+
+/// KIP-890's race, in the order that hangs a transaction without the guard: the leader begins the
+/// verification of producer 1's first batch, the coordinator says yes, the transaction ends (its ABORT
+/// marker lands here first), and only then does the batch come to be appended.
+#[test]
+fn a_batch_verified_before_its_transactions_marker_is_refused_after_it_and_opens_nothing() {
+    let fs = SimFs::new();
+    let (_dir, log) = open(&fs, &ManualClock::new(0), &LogConfig::default());
+    let guard = log.begin_verification(1, 0).expect("no transaction open: verification needs a guard");
+    end_txn(&log, MarkerKind::Abort, 1);
+    to_end(&log);
+    let end = log.log_end_offset();
+    let late = block_on(log.append_guarded(&batch(1, 0, 0, 2, true), E0, Some(guard)));
+    assert_eq!(refusal(late), ProducerError::Unverified { producer_id: 1, epoch: 0 });
+    assert_eq!(log.log_end_offset(), end, "nothing written");
+    assert_eq!(log.first_unstable_offset(), None, "no transaction opened");
+    assert_eq!(log.last_stable_offset(), end);
+    // The retry is verified afresh (for the producer's next transaction) and appended with the new guard;
+    // the stale one still does not pass.
+    let fresh = log.begin_verification(1, 0).unwrap();
+    assert_ne!(fresh, guard);
+    let stale = block_on(log.append_guarded(&batch(1, 0, 0, 2, true), E0, Some(guard)));
+    assert!(matches!(refusal(stale), ProducerError::Unverified { .. }));
+    let first = block_on(log.append_guarded(&batch(1, 0, 0, 2, true), E0, Some(fresh))).unwrap();
+    assert_eq!(first.base_offset, end);
+    assert_eq!(log.first_unstable_offset(), Some(end), "its transaction is open");
+    assert_eq!(log.producer_states().verification_guard(1), None, "the first batch spent the guard");
+}
+
+/// The batches after a transaction's first one in a partition need no verification, and no guard: but
+/// one told its transaction was open, that finds it ended when it is appended, opens nothing either.
+#[test]
+fn a_transactions_later_batches_need_no_guard_unless_it_ended_before_they_are_appended() {
+    let fs = SimFs::new();
+    let (_dir, log) = open(&fs, &ManualClock::new(0), &LogConfig::default());
+    // Not verified at all: refused, even the first batch of a producer the partition never saw.
+    let unverified = block_on(log.append_guarded(&batch(1, 0, 0, 1, true), E0, None));
+    assert_eq!(refusal(unverified), ProducerError::Unverified { producer_id: 1, epoch: 0 });
+    let guard = log.begin_verification(1, 0).unwrap();
+    block_on(log.append_guarded(&batch(1, 0, 0, 1, true), E0, Some(guard))).unwrap();
+    assert_eq!(log.begin_verification(1, 0), None, "its transaction is open here: nothing to ask");
+    block_on(log.append_guarded(&batch(1, 0, 1, 1, true), E0, None)).unwrap();
+    // Another batch was told the same; the transaction ends before it is appended.
+    assert_eq!(log.begin_verification(1, 0), None);
+    end_txn(&log, MarkerKind::Commit, 1);
+    let end = log.log_end_offset();
+    let after = block_on(log.append_guarded(&batch(1, 0, 2, 1, true), E0, None));
+    assert!(matches!(refusal(after), ProducerError::Unverified { .. }));
+    assert_eq!(log.log_end_offset(), end);
+    to_end(&log);
+    assert_eq!(log.last_stable_offset(), end, "nothing holds the LSO");
+    // Batches that are not transactional, and retries of batches already in the log, need no guard.
+    block_on(log.append_guarded(&batch(2, 0, 0, 1, false), E0, None)).unwrap();
+    let retry = block_on(log.append_guarded(&batch(1, 0, 1, 1, true), E0, None)).unwrap();
+    assert!(retry.duplicate);
+}
+
+/// A guard is the leader's memory only: dropped with leadership, and gone when the producer state is
+/// rebuilt (a truncation), the appends it was for are refused (and retried), never let through.
+#[test]
+fn guards_dropped_with_leadership_or_a_rebuilt_state_let_no_batch_through() {
+    let fs = SimFs::new();
+    let (_dir, log) = open(&fs, &ManualClock::new(0), &LogConfig::default());
+    append(&log, &batch(9, 0, 0, 1, false));
+    append(&log, &batch(9, 0, 1, 1, false));
+    let guard = log.begin_verification(1, 0).unwrap();
+    log.drop_verification_guards();
+    assert!(matches!(
+        refusal(block_on(log.append_guarded(&batch(1, 0, 0, 1, true), E0, Some(guard)))),
+        ProducerError::Unverified { .. }
+    ));
+    let guard = log.begin_verification(1, 0).unwrap();
+    block_on(log.truncate_to(Offset(1))).unwrap();
+    assert!(matches!(
+        refusal(block_on(log.append_guarded(&batch(1, 0, 0, 1, true), E0, Some(guard)))),
+        ProducerError::Unverified { .. }
+    ));
+    assert_eq!(log.log_end_offset(), Offset(1));
+    // A follower's copy of a marker takes a guard away as the leader's own append does.
+    let guard = log.begin_verification(1, 0).unwrap();
+    let other_fs = SimFs::new();
+    let (_other_dir, other) = open(&other_fs, &ManualClock::new(0), &LogConfig::default());
+    append(&other, &batch(9, 0, 0, 1, false));
+    end_txn(&other, MarkerKind::Abort, 1);
+    let marker_batch = block_on(other.read(Offset(1), usize::MAX)).unwrap().bytes;
+    block_on(log.append_replicated(&marker_batch)).unwrap();
+    assert_eq!(log.producer_states().verification_guard(1), None);
+    assert!(matches!(
+        refusal(block_on(log.append_guarded(&batch(1, 0, 0, 1, true), E1, Some(guard)))),
+        ProducerError::Unverified { .. }
+    ));
 }
 
 /// Three producers running transactions over several segments: producer `round % 3` aborts, the others

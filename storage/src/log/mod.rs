@@ -44,7 +44,7 @@ use crate::epoch_cache::LeaderEpochCache;
 use crate::error::{Result, StorageError};
 use crate::fs::open_files::OpenFiles;
 use crate::fs::{Fs, SegmentFile, align_up};
-use crate::producer_state::{CompletedTxn, ProducerBudget, ProducerStates, Verdict};
+use crate::producer_state::{CompletedTxn, ProducerBudget, ProducerStates, Verdict, VerificationGuard};
 use crate::segment::Segment;
 use crate::segment::index::BatchMeta;
 use crate::space::SpaceFloor;
@@ -558,11 +558,24 @@ impl<F: Fs> PartitionLog<F> {
     /// the disk. Returns as soon as the batch is in memory; see [`PartitionLog::wait_durable`].
     ///
     /// A batch that fails validation, or an epoch older than the latest recorded, leaves the log unchanged.
+    ///
+    /// Transactional batches are not held to KIP-890's verification here (tests and tools write them
+    /// freely); the broker appends clients' batches with [`Self::append_guarded`], which holds them to it.
     pub async fn append(&self, batch: &[u8], epoch: LeaderEpoch) -> Result<AppendInfo> {
+        self.append_from_client(batch, epoch, Writer::Client).await
+    }
+
+    /// [`Self::append`] for a client's batch, judged as `writer` says.
+    pub(super) async fn append_from_client(
+        &self,
+        batch: &[u8],
+        epoch: LeaderEpoch,
+        writer: Writer,
+    ) -> Result<AppendInfo> {
         let started = std::time::Instant::now();
         let max = self.inner.borrow().config.max_message_bytes;
         let header = batch::validate(batch, max)?;
-        let appended = self.append_validated(batch, &header, Some(epoch), Writer::Client).await;
+        let appended = self.append_validated(batch, &header, Some(epoch), writer).await;
         crate::metrics::appended(started.elapsed());
         appended
     }
@@ -593,7 +606,7 @@ impl<F: Fs> PartitionLog<F> {
         let header = *header;
         let marker = match writer {
             Writer::Marker(marker) => Some(marker),
-            Writer::Client | Writer::Coordinator => None,
+            Writer::Client | Writer::Guarded(_) | Writer::Coordinator => None,
         };
         let epoch = leader_epoch.unwrap_or(LeaderEpoch(header.partition_leader_epoch));
         if epoch.0 < 0 {
@@ -645,6 +658,7 @@ impl<F: Fs> PartitionLog<F> {
                     }
                     (Some(_), Writer::Coordinator) => inner.producers.check_coordinator_write(&header)?,
                     (Some(_), Writer::Client) => inner.producers.check(&header)?,
+                    (Some(_), Writer::Guarded(guard)) => inner.producers.check_guarded(&header, *guard)?,
                 };
                 if let Verdict::Duplicate(original) = verdict {
                     inner.last_used_ms = now;
@@ -696,6 +710,9 @@ impl<F: Fs> PartitionLog<F> {
 pub(super) enum Writer {
     /// A producer (or a follower's copy of the leader's batches).
     Client,
+    /// A producer, whose batch opening a transaction must present its verification guard (see
+    /// [`PartitionLog::append_guarded`]).
+    Guarded(Option<VerificationGuard>),
     /// A coordinator, for a producer's transaction: see [`PartitionLog::append_for_coordinator`].
     Coordinator,
     /// The transaction coordinator's marker (a control batch).

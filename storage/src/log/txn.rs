@@ -20,6 +20,11 @@
 //!   entries of every marker it meets, replacing what the files said from the replay's start on; a file
 //!   that does not check makes the replay start at or below its segment, and is then written again.
 //!
+//! - Verification guards (KIP-890, [`crate::producer_state::verification`]): in the producer state, in
+//!   memory only. [`PartitionLog::begin_verification`] hands one out before the coordinator is asked;
+//!   [`PartitionLog::append_guarded`] judges the guard in the same borrow that assigns the offsets, so no
+//!   marker can land between the judgement and the append.
+//!
 //! The LSO changes only when the high watermark, the log start, or the end of the log (a truncation)
 //! does: a marker at the log end ends a transaction that still holds the LSO (its marker is at or above
 //! the high watermark), and a new transaction starts at or above the high watermark. Each of those bumps
@@ -28,7 +33,7 @@
 use crate::durable;
 use crate::error::Result;
 use crate::fs::Fs;
-use crate::producer_state::CompletedTxn;
+use crate::producer_state::{CompletedTxn, VerificationGuard};
 use crate::txn::index::{self, AbortedRange, AbortedTxn};
 use crate::txn::{MarkerKind, TxnMarker};
 use crate::types::{LeaderEpoch, Offset};
@@ -111,6 +116,36 @@ impl<F: Fs> PartitionLog<F> {
         let bytes = marker.encode(self.clock.now_ms());
         let header = crate::batch::validate(&bytes, usize::MAX).expect("a marker is a valid batch");
         self.append_validated(&bytes, &header, Some(epoch), super::Writer::Marker(marker)).await
+    }
+
+    /// Starts KIP-890's verification of a transactional batch of `producer_id` at `producer_epoch`, to be
+    /// called before its coordinator is asked: `None` when the producer's transaction is open here at that
+    /// epoch (the coordinator need not be asked), otherwise the guard to append it with
+    /// ([`Self::append_guarded`]).
+    pub fn begin_verification(&self, producer_id: i64, producer_epoch: i16) -> Option<VerificationGuard> {
+        let now = self.clock.now_ms();
+        self.inner.borrow_mut().producers.begin_verification(producer_id, producer_epoch, now)
+    }
+
+    /// Forgets every verification guard (the partition stopped being led here, or is led at a new epoch):
+    /// the appends they were for are refused by their leader epoch anyway.
+    pub fn drop_verification_guards(&self) {
+        self.inner.borrow_mut().producers.drop_verification_guards();
+    }
+
+    /// Appends a client's batch as [`Self::append`] does, holding it to KIP-890's rule: a transactional
+    /// batch that would open a transaction here (its producer has none open at its epoch) must present
+    /// `guard`, the one [`Self::begin_verification`] gave before its coordinator was asked, still held by
+    /// the producer; a marker for the producer since takes it away. Otherwise it is refused with
+    /// [`crate::producer_state::ProducerError::Unverified`], and the log is unchanged. A batch going on
+    /// with its producer's open transaction needs no guard.
+    pub async fn append_guarded(
+        &self,
+        batch: &[u8],
+        epoch: LeaderEpoch,
+        guard: Option<VerificationGuard>,
+    ) -> Result<AppendInfo> {
+        self.append_from_client(batch, epoch, super::Writer::Guarded(guard)).await
     }
 
     /// Kafka's last stable offset: the high watermark, held back by the first offset of every open

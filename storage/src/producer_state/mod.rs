@@ -29,12 +29,17 @@
 //!   batches, so its next batch starts at sequence 0.
 //! - A producer with an open transaction is never expired or evicted: forgetting it would let the last
 //!   stable offset pass records whose fate is undecided.
+//! - A client's transactional batch that would open a transaction is appended only under the
+//!   verification guard its leader took before asking the coordinator, which any marker for the producer
+//!   takes away ([`verification`], KIP-890).
 //!
-//! Everything here is derived from the batch headers in the log (and the marker records), which carry
-//! producer id, epoch and sequences: replaying the log from any snapshot rebuilds the same state. This
-//! module does no I/O; the log writes and reads the snapshots (`docs/storage-format.md` §9).
+//! Everything here but the verification guards is derived from the batch headers in the log (and the
+//! marker records), which carry producer id, epoch and sequences: replaying the log from any snapshot
+//! rebuilds the same state. The guards are the leader's memory of verifications under way, never saved.
+//! This module does no I/O; the log writes and reads the snapshots (`docs/storage-format.md` §9).
 
 pub mod snapshot;
+pub mod verification;
 
 use std::cell::Cell;
 use std::collections::{BTreeMap, VecDeque};
@@ -46,6 +51,7 @@ use crate::types::Offset;
 
 pub use crate::txn::TxnMarker;
 pub use snapshot::{SNAPSHOT_MAGIC, SNAPSHOT_SUFFIX, SNAPSHOT_VERSION};
+pub use verification::{MAX_GUARDS_PER_PARTITION, VerificationGuard};
 
 /// Batches remembered per producer id (Kafka's `max.in.flight.requests.per.connection` limit for
 /// idempotence).
@@ -174,6 +180,11 @@ pub enum ProducerError {
     /// this partition saw for the producer.
     #[error("marker for producer {producer_id}: coordinator epoch {coordinator_epoch} is older than {current}")]
     CoordinatorFenced { producer_id: i64, coordinator_epoch: i32, current: i32 },
+    /// A transactional batch that would open a transaction without the verification guard its producer
+    /// holds here (see [`verification`]): never verified, or verified before a marker for the producer
+    /// came. Retriable: the retry is verified afresh.
+    #[error("producer {producer_id} epoch {epoch}: transactional batch not verified since the producer's last marker")]
+    Unverified { producer_id: i64, epoch: i16 },
 }
 
 /// The last sequence of a batch starting at `first` with `last_offset_delta`, wrapping after `i32::MAX`
@@ -188,18 +199,30 @@ fn follows(last_seq: i32, next_seq: i32) -> bool {
 }
 
 /// Every producer id a partition remembers. See the module documentation.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default)]
 pub struct ProducerStates {
     producers: BTreeMap<i64, ProducerEntry>,
     /// The open transactions by first offset: the producer id of each (derived from `producers`).
     open_txns: BTreeMap<Offset, i64>,
+    /// The verification guards of transactional batches being verified (see [`verification`]).
+    guards: verification::Guards,
 }
+
+/// Two states are equal when they hold the same producers: what the log determines. The verification
+/// guards, a leader's memory of verifications under way, are not compared.
+impl PartialEq for ProducerStates {
+    fn eq(&self, other: &Self) -> bool {
+        self.producers == other.producers && self.open_txns == other.open_txns
+    }
+}
+
+impl Eq for ProducerStates {}
 
 impl ProducerStates {
     /// The state holding `producers`, its index of open transactions derived from them.
     fn from_producers(producers: BTreeMap<i64, ProducerEntry>) -> ProducerStates {
         let open_txns = producers.iter().filter_map(|(id, e)| e.txn_first_offset.map(|first| (first, *id))).collect();
-        ProducerStates { producers, open_txns }
+        ProducerStates { producers, open_txns, guards: Default::default() }
     }
 
     pub fn len(&self) -> usize {
@@ -335,6 +358,10 @@ impl ProducerStates {
     /// (the owner's [`ProducerBudget`] is used up).
     pub fn record(&mut self, header: &BatchHeader, base_offset: Offset, now_ms: i64, remember_new: bool) {
         let id = header.producer_id;
+        if header.attributes & TRANSACTIONAL_BIT != 0 {
+            // Its transaction is open here now (or, past the budget, untracked): the guard is spent.
+            self.guards.clear(id);
+        }
         if id < 0 || header.attributes & CONTROL_BIT != 0 || (!remember_new && !self.producers.contains_key(&id)) {
             return;
         }
@@ -379,6 +406,8 @@ impl ProducerStates {
         remember_new: bool,
     ) -> Option<CompletedTxn> {
         let id = marker.producer_id;
+        // A verification that began before this marker must not open a transaction after it.
+        self.guards.clear(id);
         if id < 0 || (!remember_new && !self.producers.contains_key(&id)) {
             return None;
         }
@@ -418,8 +447,9 @@ impl ProducerStates {
 
     /// Forgets producers whose last batch was appended `expiration_ms` or more before `now_ms` (Kafka's
     /// `producer.id.expiration.ms`), but not those with an open transaction. Returns how many were
-    /// forgotten.
+    /// forgotten. Verification guards made as long ago go too (their appends never came).
     pub fn expire(&mut self, now_ms: i64, expiration_ms: i64) -> usize {
+        self.guards.expire(now_ms, expiration_ms);
         let before = self.producers.len();
         self.producers
             .retain(|_, e| e.txn_first_offset.is_some() || now_ms.saturating_sub(e.last_append_ms) < expiration_ms);

@@ -247,6 +247,7 @@ impl<S: Coordinated> Runtime<S> {
                     batch,
                     epoch,
                     from_coordinator: true,
+                    guard: None,
                 }],
                 acks: -1,
                 timeout_ms: self.write_timeout_ms,

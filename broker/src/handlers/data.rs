@@ -166,7 +166,11 @@ pub fn dispatch_produce(ctx: &Arc<BrokerContext>, req: ProduceRequest, verdicts:
                     // The disk is nearly full: refused before anything is written, retriable.
                     (Ok(_), Some(_)) if ctx.disk.below_floor() => Err(ResponseError::KafkaStorageError.into()),
                     (Ok(led), Some(batch)) => stored_form(&tp, batch, compression, compacted).map(|batch| {
-                        by_shard.push(led.shard, ProduceBatch { tp, batch, epoch: led.epoch, from_coordinator: false })
+                        let guard = verdicts.guard(&name, partition.index);
+                        by_shard.push(
+                            led.shard,
+                            ProduceBatch { tp, batch, epoch: led.epoch, from_coordinator: false, guard },
+                        )
                     }),
                     (Ok(_), None) => Err(ResponseError::CorruptMessage.into()),
                     (Err(e), _) => Err(e.into()),

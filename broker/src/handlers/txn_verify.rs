@@ -1,33 +1,49 @@
-//! KIP-890 part 1 at a partition leader: before a transactional batch is appended, the transactional id's
-//! coordinator is asked whether the partition is in the producer's ongoing transaction; a partition it is
-//! not in is refused (INVALID_TXN_STATE, or the coordinator's own error), and nothing of it is written.
-//! So data can only land in a partition the transaction will send a marker to.
+//! KIP-890 part 1 at a partition leader: a transactional batch is appended only into a transaction its
+//! coordinator knows to include the partition, so that a marker will follow it. A partition it is not in
+//! is refused (INVALID_TXN_STATE, or the coordinator's own error), and nothing of it is written.
 //!
-//! One produce request is verified with one call per producer in it (normally one): to this broker's
-//! coordinator ([`verify_here`]) when it leads the id's `__transaction_state` partition, over the peer
-//! protocol otherwise. Only partitions led here are asked about (the others are refused by the dispatch
-//! anyway). For now every transactional batch is verified; a partition that already holds the producer's
-//! open transaction will not need to be.
+//! For each transactional batch of a produce request, for a partition led here:
+//! 1. The partition's owner (its shard) is asked first ([`PartitionRequest::BeginVerification`]). If the
+//!    producer's transaction is already open in the partition at the batch's epoch, the coordinator is
+//!    not asked: it was asked for the transaction's first batch there, and the transaction cannot have
+//!    ended without a marker closing it in the partition. Otherwise the owner hands out the partition's
+//!    verification guard for the producer.
+//! 2. The coordinator is asked about the partitions that got a guard: one call per producer in the
+//!    request (normally one), to this broker's coordinator ([`verify_here`]) when it leads the id's
+//!    `__transaction_state` partition, over the peer protocol otherwise.
+//! 3. The batch goes to its shard with its guard (`ProduceBatch::guard`), and the log judges it in the
+//!    step that appends it: a batch that would open a transaction needs the guard still held. Any marker
+//!    for the producer takes the guard away, so a transaction that ended between the coordinator's answer
+//!    and the append (its marker landing first) is not opened again by a late batch, which would hang:
+//!    that batch is refused NOT_ENOUGH_REPLICAS, retried, and verified afresh. A batch that was told its
+//!    transaction is open, and finds it ended when it appends, is refused the same way.
+//!
+//! The rules of the guard are in `shardlog_storage::producer_state::verification`; the owner's half is
+//! `shard::txn_guards`.
 //!
 //! The coordinator's answers that mean "ask again" (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE,
 //! COORDINATOR_LOAD_IN_PROGRESS, CONCURRENT_TRANSACTIONS) are not produce errors a client retries: they are
 //! answered NOT_ENOUGH_REPLICAS, which it does, as Kafka answers them.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
+
+use shardlog_storage::producer_state::VerificationGuard;
 
 use super::transactions::verify_here;
 use super::*;
+use crate::shard::{VerificationBegun, VerificationStart};
 use crate::txn::batches::transactional_producer;
 use crate::txn::{ProducerIdAndEpoch, TRANSACTION_STATE_TOPIC, transaction_partition};
 
 /// The longest a produce request waits for its verification, over and above a peer call's own bound.
 const VERIFY_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// The partitions of a produce request verified, and those refused by verification, with why.
+/// The partitions of a produce request verified, each with the guard its append presents (`None`: its
+/// transaction was open there), and those refused by verification, with why.
 #[derive(Debug, Default)]
 pub struct TxnVerdicts {
     refused: HashMap<(String, i32), ResponseError>,
-    verified: HashSet<(String, i32)>,
+    verified: HashMap<(String, i32), Option<VerificationGuard>>,
 }
 
 impl TxnVerdicts {
@@ -40,15 +56,21 @@ impl TxnVerdicts {
             return Some(*refused);
         }
         let transactional = records.and_then(transactional_producer).is_some();
-        (transactional && !self.verified.contains(&key)).then_some(ResponseError::NotLeaderOrFollower)
+        (transactional && !self.verified.contains_key(&key)).then_some(ResponseError::NotLeaderOrFollower)
+    }
+
+    /// The verification guard the batch for `partition` of `topic` is appended with, if it got one.
+    pub(super) fn guard(&self, topic: &str, partition: i32) -> Option<VerificationGuard> {
+        self.verified.get(&(topic.to_string(), partition)).copied().flatten()
     }
 }
 
-/// Asks the coordinator about every transactional batch of `req` for a partition led here; the partitions
-/// refused. Requests without a transactional batch are answered at once, with nothing asked.
+/// Verifies every transactional batch of `req` for a partition led here (see the module documentation);
+/// the partitions verified and refused. Requests without a transactional batch are answered at once, with
+/// nothing asked.
 pub async fn verify_transactional(ctx: &Arc<BrokerContext>, req: &ProduceRequest) -> TxnVerdicts {
     let image = ctx.image();
-    let mut by_producer: BTreeMap<ProducerIdAndEpoch, Vec<TopicPartition>> = BTreeMap::new();
+    let mut found: Vec<(ProducerIdAndEpoch, usize, VerificationStart)> = Vec::new();
     for topic in &req.topic_data {
         let name = topic.name.0.as_str();
         if crate::topics::is_internal(name) {
@@ -56,35 +78,88 @@ pub async fn verify_transactional(ctx: &Arc<BrokerContext>, req: &ProduceRequest
         }
         for partition in &topic.partition_data {
             let Some(producer) = partition.records.as_deref().and_then(transactional_producer) else { continue };
-            if ctx.leader_in(&image, name, partition.index).is_ok() {
-                by_producer.entry(producer).or_default().push(TopicPartition::new(name, partition.index as u32));
+            if let Ok(led) = ctx.leader_in(&image, name, partition.index) {
+                let start = VerificationStart {
+                    tp: TopicPartition::new(name, partition.index as u32),
+                    epoch: led.epoch,
+                    producer_id: producer.producer_id,
+                    producer_epoch: producer.epoch,
+                };
+                found.push((producer, led.shard, start));
             }
         }
     }
+    drop(image);
     let mut verdicts = TxnVerdicts::default();
-    if by_producer.is_empty() {
+    if found.is_empty() {
         return verdicts;
     }
+    let key = |tp: &TopicPartition| (tp.topic.to_string(), tp.partition as i32);
     let transactional_id = req.transactional_id.as_ref().map(|id| id.0.as_str()).unwrap_or_default();
-    for (producer, partitions) in by_producer {
-        let answers = match within(VERIFY_TIMEOUT, ask(ctx, transactional_id, producer, partitions.clone())).await {
+    // A transactional batch without a transactional id (or before Produce v3) has no transaction to be in.
+    if transactional_id.is_empty() {
+        for (_, _, start) in found {
+            verdicts.refused.insert(key(&start.tp), ResponseError::InvalidTxnState);
+        }
+        return verdicts;
+    }
+    // Each partition's guard is handed out before the coordinator is asked: a marker landing after the
+    // coordinator looked takes it away.
+    let begun = begin_verifications(ctx, &found).await;
+    let mut by_producer: BTreeMap<ProducerIdAndEpoch, Vec<(TopicPartition, VerificationGuard)>> = BTreeMap::new();
+    for ((producer, _, start), begun) in found.into_iter().zip(begun) {
+        match begun {
+            Ok(Some(guard)) => by_producer.entry(producer).or_default().push((start.tp, guard)),
+            Ok(None) => {
+                verdicts.verified.insert(key(&start.tp), None);
+            }
+            Err(error) => {
+                verdicts.refused.insert(key(&start.tp), error);
+            }
+        }
+    }
+    for (producer, guarded) in by_producer {
+        let partitions: Vec<TopicPartition> = guarded.iter().map(|(tp, _)| tp.clone()).collect();
+        let answers = match within(VERIFY_TIMEOUT, ask(ctx, transactional_id, producer, partitions)).await {
             Some(answers) => answers,
-            None => vec![Err(ResponseError::CoordinatorNotAvailable); partitions.len()],
+            None => vec![Err(ResponseError::CoordinatorNotAvailable); guarded.len()],
         };
-        for (tp, answer) in partitions.into_iter().zip(answers) {
-            let key = (tp.topic.to_string(), tp.partition as i32);
+        for ((tp, guard), answer) in guarded.into_iter().zip(answers) {
             match answer {
                 Ok(()) => {
-                    verdicts.verified.insert(key);
+                    verdicts.verified.insert(key(&tp), Some(guard));
                 }
                 Err(error) => {
                     tracing::debug!(partition = %tp, transactional_id, ?producer, ?error, "transactional batch refused");
-                    verdicts.refused.insert(key, produce_error(error));
+                    verdicts.refused.insert(key(&tp), produce_error(error));
                 }
             }
         }
     }
     verdicts
+}
+
+/// Asks the owner of each partition of `found` (by shard) to begin its verification; the answers in the
+/// order of `found`. A shard that cannot be reached answers KAFKA_STORAGE_ERROR, as it does for produce.
+async fn begin_verifications(
+    ctx: &Arc<BrokerContext>,
+    found: &[(ProducerIdAndEpoch, usize, VerificationStart)],
+) -> Vec<VerificationBegun> {
+    let mut by_shard: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for (i, (_, shard, _)) in found.iter().enumerate() {
+        by_shard.entry(*shard).or_default().push(i);
+    }
+    let mut begun: Vec<VerificationBegun> = vec![Err(ResponseError::KafkaStorageError); found.len()];
+    for (shard, indexes) in by_shard {
+        let starts = indexes.iter().map(|&i| found[i].2.clone()).collect();
+        let answers = ask_shard(ctx, shard, |reply| PartitionRequest::BeginVerification { starts, reply })
+            .await
+            .unwrap_or_default();
+        for (i, answer) in indexes.into_iter().zip(answers) {
+            begun[i] = answer;
+        }
+    }
+    begun
 }
 
 /// The coordinator's answer for each of `partitions`, in order.
@@ -94,10 +169,6 @@ async fn ask(
     producer: ProducerIdAndEpoch,
     partitions: Vec<TopicPartition>,
 ) -> Vec<Result<(), ResponseError>> {
-    // A transactional batch without a transactional id (or before Produce v3) has no transaction to be in.
-    if transactional_id.is_empty() {
-        return vec![Err(ResponseError::InvalidTxnState); partitions.len()];
-    }
     let image = ctx.image();
     let coordinator = image.topic(TRANSACTION_STATE_TOPIC).filter(|t| !t.partitions.is_empty()).and_then(|topic| {
         let partition = transaction_partition(transactional_id, topic.partitions.len() as u32);

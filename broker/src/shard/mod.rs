@@ -15,6 +15,7 @@ use futures_lite::future;
 use kafka_protocol::ResponseError;
 use shardlog_storage::fs::dma::DmaFs;
 use shardlog_storage::log::Isolation;
+use shardlog_storage::producer_state::VerificationGuard;
 use shardlog_storage::txn::AbortedRange;
 use shardlog_storage::{
     FlushPolicy, LeaderEpoch, LogConfig, LogDir, LogNews, Offset, PartitionLog, StorageError, TopicPartition,
@@ -26,12 +27,14 @@ mod producers;
 mod readahead;
 mod replicas;
 mod topic_ids;
+mod txn_guards;
 mod upkeep;
 
 pub use producers::ProducerView;
 pub use readahead::ReadAhead;
 pub use replicas::{RoleChange, ShardReplicas, replica_error, stable_end};
 pub use topic_ids::PARTITION_METADATA_FILE;
+pub use txn_guards::{VerificationBegun, VerificationStart};
 pub use upkeep::upkeep;
 
 use topic_ids::{ensure_log, recorded_topic_id};
@@ -116,6 +119,12 @@ pub enum PartitionRequest {
         tp: TopicPartition,
         epoch: LeaderEpoch,
         reply: flume::Sender<Option<(LeaderEpoch, Offset)>>,
+    },
+    /// Begins KIP-890's verification of transactional batches for partitions of this shard, before their
+    /// coordinator is asked (see [`txn_guards`]): answers in the order of `starts`.
+    BeginVerification {
+        starts: Vec<VerificationStart>,
+        reply: flume::Sender<Vec<VerificationBegun>>,
     },
     /// Kafka's DescribeProducers: the producers the partition remembers, with their open transactions.
     DescribeProducers {
@@ -203,6 +212,10 @@ pub struct ProduceBatch {
     /// Written by a coordinator of this broker (its own records, or a producer's transactional offsets
     /// without sequences), never by a client: see `PartitionLog::append_for_coordinator`.
     pub from_coordinator: bool,
+    /// For a client's transactional batch: the verification guard its partition handed out before the
+    /// coordinator was asked (`None` when its transaction was open here then, or for any other batch). A
+    /// batch that would open a transaction is appended only with the guard still held (KIP-890).
+    pub guard: Option<VerificationGuard>,
 }
 
 /// A transaction marker for one partition, appended by its leader at `epoch`.
@@ -216,7 +229,7 @@ pub struct MarkerAppend {
 /// What an append writes: a client's batch, or a transaction marker the log encodes.
 #[derive(Clone, Copy)]
 enum Appended<'a> {
-    Batch(&'a [u8]),
+    Batch(&'a [u8], Option<VerificationGuard>),
     CoordinatorBatch(&'a [u8]),
     Marker(shardlog_storage::txn::TxnMarker),
 }
@@ -365,8 +378,11 @@ async fn handle(
             // overlapping.
             let produces = batches.iter().zip(turns).map(|(b, turn)| {
                 let asked = Produce { epoch: b.epoch, acks, timeout_ms };
-                let what =
-                    if b.from_coordinator { Appended::CoordinatorBatch(&b.batch) } else { Appended::Batch(&b.batch) };
+                let what = if b.from_coordinator {
+                    Appended::CoordinatorBatch(&b.batch)
+                } else {
+                    Appended::Batch(&b.batch, b.guard)
+                };
                 produce(logs, replicas, &b.tp, what, asked, turn)
             });
             let _ = reply.send(futures_util::future::join_all(produces).await);
@@ -393,6 +409,9 @@ async fn handle(
         }
         PartitionRequest::DeleteRecords { tp, offset, reply } => {
             let _ = reply.send(delete_records(logs, replicas, &tp, offset).await);
+        }
+        PartitionRequest::BeginVerification { starts, reply } => {
+            let _ = reply.send(txn_guards::begin(logs, replicas, &starts));
         }
         PartitionRequest::DescribeProducers { tp, reply } => {
             let _ = reply.send(producers::describe(logs, &tp));
@@ -423,6 +442,11 @@ pub fn kafka_error(e: &StorageError) -> ResponseError {
             ProducerError::NotTransactional { .. } => ResponseError::InvalidTxnState,
             ProducerError::StaleMarkerEpoch { .. } => ResponseError::ProducerFenced,
             ProducerError::CoordinatorFenced { .. } => ResponseError::TransactionCoordinatorFenced,
+            // Kafka answers INVALID_TXN_STATE, which producers take for a transaction to abort. A guard
+            // also goes for reasons of ours (leadership moved, the state was rebuilt, the bound): the
+            // client retries NOT_ENOUGH_REPLICAS (as Kafka's leaders answer a verification that could
+            // not finish), and the retry is verified afresh, which refuses a transaction that did end.
+            ProducerError::Unverified { .. } => ResponseError::NotEnoughReplicas,
             _ => ResponseError::InvalidRecord,
         },
         _ => ResponseError::KafkaStorageError,
@@ -458,7 +482,7 @@ async fn produce(
         Err(error) => return failed(error),
     };
     let appended = match what {
-        Appended::Batch(batch) => log.append(batch, epoch).await,
+        Appended::Batch(batch, guard) => log.append_guarded(batch, epoch, guard).await,
         Appended::CoordinatorBatch(batch) => log.append_for_coordinator(batch, epoch).await,
         Appended::Marker(marker) => log.append_marker(marker, epoch).await,
     };
@@ -470,7 +494,7 @@ async fn produce(
             info
         }
         Ok(info) => {
-            if let Appended::Batch(batch) | Appended::CoordinatorBatch(batch) = what {
+            if let Appended::Batch(batch, _) | Appended::CoordinatorBatch(batch) = what {
                 crate::metrics::produced(info.next_offset().0 - info.base_offset.0, batch.len() as u64);
             }
             info

@@ -180,6 +180,11 @@ impl ShardReplicas {
         let was = (part.replica.leading(), part.replica.following());
         part.replica.apply_record(record, SystemClock.now_ms(), &view);
         let now = (part.replica.leading(), part.replica.following());
+        if now.0 != was.0 {
+            // No longer led here, or led at a new epoch: the appends the verification guards were handed
+            // out for are refused by their epoch, and a verification at the new epoch starts afresh.
+            log.drop_verification_guards();
+        }
         let mut change = None;
         if was != now {
             // Fetches held here for news read again and find out (NOT_LEADER_OR_FOLLOWER, or a new HW).
@@ -601,5 +606,37 @@ mod tests {
         assert_eq!(fetch(position(2, 4)), FetchReply::Refused(ReplicaError::UnknownLeaderEpoch));
         assert_eq!(fetch(position(9, 3)), FetchReply::Refused(ReplicaError::NotLeaderOrFollower));
         assert!(matches!(fetch(position(2, 3)), FetchReply::Records { .. }));
+    }
+
+    #[test]
+    fn verification_guards_go_when_leadership_moves_and_stay_while_it_does_not() {
+        let fs = SimFs::new();
+        let tp = TopicPartition::new("t", 0);
+        let (_l, log) = open(&fs, "/leader");
+        let record = |leader: u32, epoch: i32, partition_epoch: i32, isr: Vec<NodeId>| PartitionRecord {
+            replicas: vec![NodeId(1), NodeId(2)],
+            isr,
+            leader: Some(NodeId(leader)),
+            leader_epoch: LeaderEpoch(epoch),
+            partition_epoch: PartitionEpoch(partition_epoch),
+            adding_replicas: Vec::new(),
+            removing_replicas: Vec::new(),
+            offline_replicas: Vec::new(),
+        };
+        let replicas = ShardReplicas::new(NodeId(1), 30_000, || true, Arc::default());
+        replicas.apply_record(&tp, uuid::Uuid::from_u128(1), &record(1, 3, 0, vec![NodeId(1), NodeId(2)]), 1, &log);
+        let guard = log.begin_verification(7, 0).expect("no transaction open");
+        // The ISR shrinks: still led here at the same epoch, the guard stays.
+        replicas.apply_record(&tp, uuid::Uuid::from_u128(1), &record(1, 3, 1, vec![NodeId(1)]), 1, &log);
+        assert_eq!(replicas.parts.borrow()[&tp].isr, vec![NodeId(1)], "the record was applied");
+        assert_eq!(log.producer_states().verification_guard(7), Some(guard));
+        // Broker 2 leads now: the guard goes, and its append could not present it.
+        replicas.apply_record(&tp, uuid::Uuid::from_u128(1), &record(2, 4, 2, vec![NodeId(1), NodeId(2)]), 1, &log);
+        assert_eq!(log.producer_states().verification_guard(7), None);
+        // Led here again, at a new epoch: a guard handed out at the old one is gone too.
+        let stale = log.begin_verification(7, 0).unwrap();
+        replicas.apply_record(&tp, uuid::Uuid::from_u128(1), &record(1, 5, 3, vec![NodeId(1), NodeId(2)]), 1, &log);
+        assert_eq!(log.producer_states().verification_guard(7), None);
+        assert_ne!(log.begin_verification(7, 0), Some(stale));
     }
 }

@@ -4,7 +4,8 @@
 //! anything is appended: a partition not added to the transaction is refused INVALID_TXN_STATE, a batch of
 //! a producer id the coordinator does not know for the id INVALID_PRODUCER_ID_MAPPING (which only the
 //! coordinator can say), and in both cases the partition's log end does not move. Once AddPartitionsToTxn
-//! has added the partition, the same batch is accepted and appended.
+//! has added the partition, the same batch is accepted and appended. Only a transaction's first batch in a
+//! partition is asked about: the next ones go on with the transaction open there, until its marker.
 
 mod common;
 
@@ -17,8 +18,8 @@ use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnT
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    AddPartitionsToTxnRequest, ApiKey, FindCoordinatorRequest, InitProducerIdRequest, ListOffsetsRequest,
-    MetadataRequest, ProduceRequest, ProducerId, ResponseKind, TransactionalId,
+    AddPartitionsToTxnRequest, ApiKey, EndTxnRequest, FindCoordinatorRequest, InitProducerIdRequest,
+    ListOffsetsRequest, MetadataRequest, ProduceRequest, ProducerId, ResponseKind, TransactionalId,
 };
 use kafka_protocol::protocol::StrBytes;
 use shardlog_storage::batch::compute_crc;
@@ -29,6 +30,8 @@ use common::{receive, send};
 
 const TOPIC: &str = "verified";
 const TXN_ID: &str = "verify-across-brokers";
+/// A transactional id the coordinators know nothing of.
+const STRANGER_ID: &str = "verify-a-stranger";
 
 fn s(text: &str) -> StrBytes {
     StrBytes::from_string(text.to_string())
@@ -72,13 +75,18 @@ fn init_producer_id(stream: &mut TcpStream, id: &str) -> (i16, i64, i16) {
     (r.error_code, r.producer_id.0, r.producer_epoch)
 }
 
-/// A transactional batch of producer `id` at `epoch`, sequence 0.
+/// A transactional batch of three records of producer `id` at `epoch`, sequence 0.
 fn transactional(id: i64, epoch: i16) -> Vec<u8> {
+    transactional_at(id, epoch, 0)
+}
+
+/// A transactional batch of three records of producer `id` at `epoch`, from sequence `seq`.
+fn transactional_at(id: i64, epoch: i16, seq: i32) -> Vec<u8> {
     let mut b = batch(7, 3, 1_700_000_000_000);
     b[22] |= 0x10;
     b[43..51].copy_from_slice(&id.to_be_bytes());
     b[51..53].copy_from_slice(&epoch.to_be_bytes());
-    b[53..57].copy_from_slice(&0i32.to_be_bytes());
+    b[53..57].copy_from_slice(&seq.to_be_bytes());
     let crc = compute_crc(&b);
     b[17..21].copy_from_slice(&crc.to_be_bytes());
     b
@@ -86,8 +94,14 @@ fn transactional(id: i64, epoch: i16) -> Vec<u8> {
 
 /// Produce (v9, acks=all) of `records` to one partition under `TXN_ID`: the partition's error code.
 fn produce(stream: &mut TcpStream, partition: i32, records: &[u8]) -> i16 {
+    produce_as(stream, TXN_ID, partition, records)
+}
+
+/// Produce (v9, acks=all) of `records` to one partition under `transactional_id`: the partition's error
+/// code.
+fn produce_as(stream: &mut TcpStream, transactional_id: &str, partition: i32, records: &[u8]) -> i16 {
     let req = ProduceRequest::default()
-        .with_transactional_id(Some(TransactionalId(s(TXN_ID))))
+        .with_transactional_id(Some(TransactionalId(s(transactional_id))))
         .with_acks(-1)
         .with_timeout_ms(5000)
         .with_topic_data(vec![TopicProduceData::default().with_name(name(TOPIC)).with_partition_data(vec![
@@ -126,6 +140,18 @@ fn add_partition(stream: &mut TcpStream, (id, epoch): (i64, i16), partition: i32
         panic!("wrong response")
     };
     r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
+}
+
+/// EndTxn (v3) of the transaction of [`TXN_ID`]: its error code.
+fn end_txn(stream: &mut TcpStream, (id, epoch): (i64, i16), commit: bool) -> i16 {
+    let req = EndTxnRequest::default()
+        .with_transactional_id(TransactionalId(s(TXN_ID)))
+        .with_producer_id(ProducerId(id))
+        .with_producer_epoch(epoch)
+        .with_committed(commit);
+    send(stream, ApiKey::EndTxn, 3, 1, &req);
+    let ResponseKind::EndTxn(r) = receive(stream, ApiKey::EndTxn, 3).1 else { panic!("wrong response") };
+    r.error_code
 }
 
 fn connect(port: u16) -> TcpStream {
@@ -200,4 +226,36 @@ fn a_transactional_batch_for_a_partition_added_to_the_transaction_is_appended_af
     let code = produce(&mut to_leader, partition, &transactional(producer.0, producer.1 + 1));
     assert_eq!(code, ResponseError::InvalidProducerEpoch.code());
     assert_eq!(log_end(&mut to_leader, partition), before + 3);
+}
+
+/// The coordinator is asked about a transaction's first batch in a partition only. To see that it is not
+/// asked about the next ones, they name a transactional id the coordinators do not know the producer by:
+/// asked, a coordinator would refuse them (INVALID_PRODUCER_ID_MAPPING, as above).
+#[test]
+fn only_the_first_batch_of_a_transaction_in_a_partition_is_asked_about_until_its_marker() {
+    let Setup { _cluster: cluster, mut to_coordinator, mut to_leader, partition, producer } = setup();
+    let (id, epoch) = producer;
+    assert_eq!(add_partition(&mut to_coordinator, producer, partition), 0);
+    assert_eq!(produce(&mut to_leader, partition, &transactional_at(id, epoch, 0)), 0, "the first batch, asked about");
+    let open = log_end(&mut to_leader, partition);
+    let code = produce_as(&mut to_leader, STRANGER_ID, partition, &transactional_at(id, epoch, 3));
+    assert_eq!(code, 0, "its transaction is open in the partition: the coordinator is not asked");
+    assert_eq!(log_end(&mut to_leader, partition), open + 3);
+    // The transaction ends: its ABORT marker (one offset) closes it in the partition. The producer's next
+    // batch there would open a transaction, and is asked about again.
+    assert_eq!(end_txn(&mut to_coordinator, producer, false), 0);
+    let aborted = open + 3 + 1;
+    cluster.wait_until("the ABORT marker in the partition", || match log_end(&mut to_leader, partition) {
+        end if end == aborted => Ok(()),
+        end => Err(format!("log end {end}")),
+    });
+    let not_yet = [ResponseError::NotEnoughReplicas.code(), ResponseError::NotLeaderOrFollower.code()];
+    let code = cluster.wait_until("a coordinator's answer", || {
+        match produce_as(&mut to_leader, STRANGER_ID, partition, &transactional_at(id, epoch, 6)) {
+            code if not_yet.contains(&code) => Err(format!("error {code}")),
+            code => Ok(code),
+        }
+    });
+    assert_eq!(code, ResponseError::InvalidProducerIdMapping.code(), "asked, and refused by the coordinator");
+    assert_eq!(log_end(&mut to_leader, partition), aborted, "nothing was appended");
 }

@@ -46,3 +46,21 @@ pub(super) fn begin(
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use shardlog_storage::StorageError;
+    use shardlog_storage::producer_state::ProducerError;
+
+    use super::super::kafka_error;
+    use super::*;
+
+    /// A batch refused for its guard was never written, and its transaction may well be going on (the
+    /// guard also goes when leadership moves): producers must retry it, and do on NOT_ENOUGH_REPLICAS,
+    /// without refreshing their metadata. INVALID_TXN_STATE would make them abort the transaction.
+    #[test]
+    fn a_batch_refused_for_its_guard_is_answered_with_an_error_producers_retry() {
+        let refused = StorageError::Producer(ProducerError::Unverified { producer_id: 4, epoch: 1 });
+        assert_eq!(kafka_error(&refused), ResponseError::NotEnoughReplicas);
+    }
+}

@@ -71,6 +71,12 @@ fn markers_for_unknown_partitions_and_producers_get_kafkas_answers() {
     let fenced = ResponseError::TransactionCoordinatorFenced.code();
     assert_eq!(write_markers(&mut stream, &[older]), vec![vec![row("t", 0, fenced)]]);
     assert_eq!(stable(&mut stream, "t", 0), (2, 2), "nothing written");
+    // A marker at an epoch older than the producer's: INVALID_PRODUCER_EPOCH, as Kafka's leaders answer
+    // (KIP-588), which its coordinator takes as a refusal for good.
+    let stale = Marker { producer: (never_seen + 1, 2), commit: true, coordinator_epoch: 0, partitions: &[("t", 1)] };
+    let invalid_epoch = ResponseError::InvalidProducerEpoch.code();
+    assert_eq!(write_markers(&mut stream, &[stale]), vec![vec![row("t", 1, invalid_epoch)]]);
+    assert_eq!(stable(&mut stream, "t", 1), (1, 1), "nothing written");
 
     // The broker serves on: records go on after the markers.
     assert_eq!(produce_one(&mut stream, "t", 0, &batch(2, 1, 1_700_000_000_000)), (0, 2));

@@ -440,7 +440,7 @@ pub fn kafka_error(e: &StorageError) -> ResponseError {
             ProducerError::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,
             ProducerError::StaleEpoch { .. } => ResponseError::InvalidProducerEpoch,
             ProducerError::NotTransactional { .. } => ResponseError::InvalidTxnState,
-            ProducerError::StaleMarkerEpoch { .. } => ResponseError::ProducerFenced,
+            ProducerError::StaleMarkerEpoch { .. } => ResponseError::InvalidProducerEpoch,
             ProducerError::CoordinatorFenced { .. } => ResponseError::TransactionCoordinatorFenced,
             // Kafka answers INVALID_TXN_STATE, which producers take for a transaction to abort. A guard
             // also goes for reasons of ours (leadership moved, the state was rebuilt, the bound): the

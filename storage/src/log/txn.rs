@@ -108,7 +108,7 @@ impl<F: Fs> Inner<F> {
 impl<F: Fs> PartitionLog<F> {
     /// Appends a transaction marker as the leader at `epoch`: the control batch Kafka writes for
     /// WriteTxnMarkers (see [`crate::txn::marker`]). Refused with [`crate::producer_state::ProducerError`]
-    /// `StaleMarkerEpoch` (PRODUCER_FENCED) for an epoch older than the producer's, and
+    /// `StaleMarkerEpoch` (INVALID_PRODUCER_EPOCH, as Kafka's leaders answer) for an epoch older than the producer's, and
     /// `CoordinatorFenced` (TRANSACTION_COORDINATOR_FENCED) for a coordinator epoch older than the last
     /// one seen for the producer. A marker for a producer without an open transaction is appended all
     /// the same.

@@ -172,8 +172,8 @@ pub enum ProducerError {
     /// Kafka's INVALID_TXN_STATE: a non-transactional batch from a producer whose transaction is open.
     #[error("producer {producer_id}: non-transactional batch while its transaction from {txn_first_offset} is open")]
     NotTransactional { producer_id: i64, txn_first_offset: Offset },
-    /// Kafka's PRODUCER_FENCED (INVALID_PRODUCER_EPOCH to clients older than KIP-588): a transaction
-    /// marker at an epoch older than the producer's current one.
+    /// Kafka's INVALID_PRODUCER_EPOCH (what its leaders answer WriteTxnMarkers since KIP-588): a
+    /// transaction marker at an epoch older than the producer's current one.
     #[error("marker for producer {producer_id}: epoch {epoch} is older than the current {current}")]
     StaleMarkerEpoch { producer_id: i64, epoch: i16, current: i16 },
     /// Kafka's TRANSACTION_COORDINATOR_FENCED: a marker from a coordinator epoch older than the last one

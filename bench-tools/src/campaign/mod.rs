@@ -7,7 +7,8 @@
 //! losing packets, and with a full data directory. Then every fault is healed, the cluster stopped, every
 //! replica read from its data directory, and the history judged (`faults::check`). Exits non-zero on a
 //! loss, a moved offset, a high watermark going back, replicas that differ below the high watermark, or a
-//! duplicate from the idempotent producer.
+//! duplicate from the idempotent producer. With `--workload transactions` a consume-transform-produce
+//! application runs on top (`transform`), and every input must come out exactly once.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;

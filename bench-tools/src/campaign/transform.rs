@@ -284,8 +284,9 @@ fn transact(
         next.insert(partition, offset + 1);
     }
     if rng.between(0, CRASH_ONE_IN - 1) == 0 {
-        // The records may be on their way or stored; nothing ends the transaction but a new instance or
-        // the coordinator's timeout.
+        // The records stored (as far as the faults let them be), and then nothing ends the transaction
+        // but a new instance or the coordinator's timeout: read_committed readers must never see them.
+        let _ = producer.flush(CALL_TIMEOUT);
         return Err(Restart::Crash);
     }
     let mut offsets = TopicPartitionList::new();

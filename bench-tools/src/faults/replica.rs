@@ -177,6 +177,42 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn records_say_whether_they_are_plain_transactional_or_a_marker() {
+        let record = |offset: i64, control: bool, key: Option<&'static [u8]>| Record {
+            transactional: true,
+            control,
+            delete_horizon: false,
+            partition_leader_epoch: 0,
+            producer_id: 42,
+            producer_epoch: 3,
+            timestamp_type: TimestampType::Creation,
+            offset,
+            sequence: if control { -1 } else { offset as i32 },
+            timestamp: 0,
+            key: key.map(Bytes::from_static),
+            value: Some(Bytes::from_static(b"v")),
+            headers: Default::default(),
+        };
+        let options = RecordEncodeOptions { version: 2, compression: Compression::None };
+        let mut bytes = batch(0, &["plain"]);
+        RecordBatchEncoder::encode(&mut bytes, &[record(1, false, None)], &options).unwrap();
+        // Control records' keys: version 0, then type 0 (ABORT) or 1 (COMMIT).
+        RecordBatchEncoder::encode(&mut bytes, &[record(2, true, Some(&[0, 0, 0, 0]))], &options).unwrap();
+        RecordBatchEncoder::encode(&mut bytes, &[record(3, true, Some(&[0, 0, 0, 1]))], &options).unwrap();
+        let kinds: Vec<(u64, RecordKind)> =
+            log_records(bytes.freeze()).unwrap().into_iter().map(|r| (r.offset, r.kind)).collect();
+        assert_eq!(
+            kinds,
+            vec![
+                (0, RecordKind::Plain),
+                (1, RecordKind::Transactional { producer_id: 42 }),
+                (2, RecordKind::Marker { producer_id: 42, commit: false }),
+                (3, RecordKind::Marker { producer_id: 42, commit: true }),
+            ]
+        );
+    }
+
+    #[test]
     fn a_batch_cut_short_ends_the_log_and_a_damaged_one_is_an_error() {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("t-0");

@@ -100,6 +100,11 @@ fn produce(stream: &mut TcpStream, partition: i32, records: &[u8]) -> i16 {
 /// Produce (v9, acks=all) of `records` to one partition under `transactional_id`: the partition's error
 /// code.
 fn produce_as(stream: &mut TcpStream, transactional_id: &str, partition: i32, records: &[u8]) -> i16 {
+    produce_at(stream, 9, transactional_id, partition, records)
+}
+
+/// [`produce_as`] at Produce `version`.
+fn produce_at(stream: &mut TcpStream, version: i16, transactional_id: &str, partition: i32, records: &[u8]) -> i16 {
     let req = ProduceRequest::default()
         .with_transactional_id(Some(TransactionalId(s(transactional_id))))
         .with_acks(-1)
@@ -107,8 +112,8 @@ fn produce_as(stream: &mut TcpStream, transactional_id: &str, partition: i32, re
         .with_topic_data(vec![TopicProduceData::default().with_name(name(TOPIC)).with_partition_data(vec![
             PartitionProduceData::default().with_index(partition).with_records(Some(Bytes::copy_from_slice(records))),
         ])]);
-    send(stream, ApiKey::Produce, 9, 1, &req);
-    let ResponseKind::Produce(r) = receive(stream, ApiKey::Produce, 9).1 else { panic!("wrong response") };
+    send(stream, ApiKey::Produce, version, 1, &req);
+    let ResponseKind::Produce(r) = receive(stream, ApiKey::Produce, version).1 else { panic!("wrong response") };
     r.responses[0].partition_responses[0].error_code
 }
 
@@ -200,6 +205,9 @@ fn a_transactional_batch_for_a_partition_not_in_the_transaction_is_refused_by_th
     let before = log_end(&mut to_leader, partition);
     let code = produce(&mut to_leader, partition, &transactional(id, epoch));
     assert_eq!(code, ResponseError::InvalidTxnState.code(), "the partition was never added to the transaction");
+    // Produce v11's clients know TRANSACTION_ABORTABLE (KIP-890), and are told it instead.
+    let code = produce_at(&mut to_leader, 11, TXN_ID, partition, &transactional(id, epoch));
+    assert_eq!(code, ResponseError::TransactionAbortable.code(), "the same, to a v11 client");
     // Only the coordinator knows which producer id the transactional id has: this answer is its own.
     let code = produce(&mut to_leader, partition, &transactional(id + 1000, epoch));
     assert_eq!(code, ResponseError::InvalidProducerIdMapping.code(), "another producer id than the id's");

@@ -181,7 +181,7 @@ pub async fn handle(ctx: &Arc<BrokerContext>, request: DecodedRequest, client: &
         RequestKind::Metadata(req) => ResponseKind::Metadata(metadata(ctx, &req, version, client).await),
         RequestKind::CreateTopics(req) => ResponseKind::CreateTopics(create_topics(ctx, req).await),
         RequestKind::Produce(req) => {
-            let verdicts = Box::pin(verify_transactional(ctx, &req)).await;
+            let verdicts = Box::pin(verify_transactional(ctx, &req, version)).await;
             return dispatch_produce(ctx, req, &verdicts).answer().await.map(ResponseKind::Produce);
         }
         RequestKind::Fetch(req) => ResponseKind::Fetch(fetch(ctx, req).await),

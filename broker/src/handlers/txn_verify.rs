@@ -35,6 +35,9 @@ use crate::shard::{VerificationBegun, VerificationStart};
 use crate::txn::batches::transactional_producer;
 use crate::txn::{ProducerIdAndEpoch, TRANSACTION_STATE_TOPIC, transaction_partition};
 
+/// The first Produce version whose clients know TRANSACTION_ABORTABLE.
+const TRANSACTION_ABORTABLE_FROM: i16 = 11;
+
 /// The longest a produce request waits for its verification, over and above a peer call's own bound.
 const VERIFY_TIMEOUT: Duration = Duration::from_secs(15);
 
@@ -68,7 +71,7 @@ impl TxnVerdicts {
 /// Verifies every transactional batch of `req` for a partition led here (see the module documentation);
 /// the partitions verified and refused. Requests without a transactional batch are answered at once, with
 /// nothing asked.
-pub async fn verify_transactional(ctx: &Arc<BrokerContext>, req: &ProduceRequest) -> TxnVerdicts {
+pub async fn verify_transactional(ctx: &Arc<BrokerContext>, req: &ProduceRequest, version: i16) -> TxnVerdicts {
     let image = ctx.image();
     let mut found: Vec<(ProducerIdAndEpoch, usize, VerificationStart)> = Vec::new();
     for topic in &req.topic_data {
@@ -131,7 +134,7 @@ pub async fn verify_transactional(ctx: &Arc<BrokerContext>, req: &ProduceRequest
                 }
                 Err(error) => {
                     tracing::debug!(partition = %tp, transactional_id, ?producer, ?error, "transactional batch refused");
-                    verdicts.refused.insert(key(&tp), produce_error(error));
+                    verdicts.refused.insert(key(&tp), produce_error(error, version));
                 }
             }
         }
@@ -184,11 +187,15 @@ async fn ask(
     }
 }
 
-/// A coordinator's refusal as a produce answer: what a client retries stays retriable, and a fenced
-/// producer is told INVALID_PRODUCER_EPOCH, which producers handle on produce by aborting (as Kafka's
-/// partition leaders answer it; PRODUCER_FENCED would be fatal to them, and older clients do not know it).
-fn produce_error(error: ResponseError) -> ResponseError {
+/// A coordinator's refusal as an answer to a Produce request of `version`: what a client retries stays
+/// retriable, and a fenced producer is told INVALID_PRODUCER_EPOCH, which producers handle on produce by
+/// aborting (as Kafka's partition leaders answer it; PRODUCER_FENCED would be fatal to them, and older
+/// clients do not know it). A partition not in the producer's transaction is TRANSACTION_ABORTABLE to
+/// clients that know that error (Produce v11 and later, KIP-890), INVALID_TXN_STATE to the others, as
+/// Kafka's leaders answer.
+fn produce_error(error: ResponseError, version: i16) -> ResponseError {
     match error {
+        ResponseError::InvalidTxnState if version >= TRANSACTION_ABORTABLE_FROM => ResponseError::TransactionAbortable,
         ResponseError::NotCoordinator
         | ResponseError::CoordinatorNotAvailable
         | ResponseError::CoordinatorLoadInProgress
@@ -212,17 +219,23 @@ mod tests {
 
     #[test]
     fn coordinator_errors_become_errors_a_producer_retries() {
-        for retry in [
-            ResponseError::NotCoordinator,
-            ResponseError::CoordinatorNotAvailable,
-            ResponseError::CoordinatorLoadInProgress,
-            ResponseError::ConcurrentTransactions,
-        ] {
-            assert_eq!(produce_error(retry), ResponseError::NotEnoughReplicas, "{retry:?}");
+        for version in [3, 10, 11] {
+            for retry in [
+                ResponseError::NotCoordinator,
+                ResponseError::CoordinatorNotAvailable,
+                ResponseError::CoordinatorLoadInProgress,
+                ResponseError::ConcurrentTransactions,
+            ] {
+                assert_eq!(produce_error(retry, version), ResponseError::NotEnoughReplicas, "{retry:?}");
+            }
+            assert_eq!(
+                produce_error(ResponseError::InvalidProducerEpoch, version),
+                ResponseError::InvalidProducerEpoch
+            );
+            assert_eq!(produce_error(ResponseError::ProducerFenced, version), ResponseError::InvalidProducerEpoch);
         }
-        for given in [ResponseError::InvalidTxnState, ResponseError::InvalidProducerEpoch] {
-            assert_eq!(produce_error(given), given);
-        }
-        assert_eq!(produce_error(ResponseError::ProducerFenced), ResponseError::InvalidProducerEpoch);
+        // A partition not in the transaction: TRANSACTION_ABORTABLE only to clients that know it.
+        assert_eq!(produce_error(ResponseError::InvalidTxnState, 10), ResponseError::InvalidTxnState);
+        assert_eq!(produce_error(ResponseError::InvalidTxnState, 11), ResponseError::TransactionAbortable);
     }
 }

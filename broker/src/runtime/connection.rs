@@ -597,7 +597,7 @@ async fn start(
         // request with transactional batches is verified with their coordinator first (KIP-890), also
         // before the next frame is read: the wait is bounded, and the order kept.
         RequestKind::Produce(req) => {
-            let verdicts = Box::pin(handlers::verify_transactional(&ctx, &req)).await;
+            let verdicts = Box::pin(handlers::verify_transactional(&ctx, &req, version)).await;
             let began = Instant::now();
             let produce = handlers::dispatch_produce(&ctx, req, &verdicts);
             let dispatch_time = began.elapsed();

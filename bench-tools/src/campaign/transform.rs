@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerGroupMetadata};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
@@ -216,6 +216,10 @@ fn serve(state: &State, base: &ClientConfig, instance: u64, rng: &mut Rng) -> Re
         .map_err(failed)?;
     producer.init_transactions(CALL_TIMEOUT).map_err(failed)?;
     while !state.stop.load(Ordering::Relaxed) {
+        // The group's generation as the batch is read: offsets committed under it are refused once a
+        // rebalance has moved on (KIP-447), while the generation after a rebalance would let through
+        // offsets of records read before it, which the rebalance has already sent to be read again.
+        let group = consumer.group_metadata().ok_or_else(|| failed("no group metadata"))?;
         let batch = gather(&consumer)?;
         let holds = consumer.position().map_or_else(
             |e| e.to_string(),
@@ -229,7 +233,7 @@ fn serve(state: &State, base: &ClientConfig, instance: u64, rng: &mut Rng) -> Re
         if batch.is_empty() {
             continue;
         }
-        match transact(&consumer, &producer, &batch, rng) {
+        match transact(&producer, &group, &batch, rng) {
             Ok(()) => {
                 state.committed.fetch_add(1, Ordering::Relaxed);
             }
@@ -263,8 +267,8 @@ fn gather(consumer: &BaseConsumer) -> Result<Vec<(i32, i64, u32)>, Restart> {
 
 /// One transaction: the batch's output records, and its input offsets for the group.
 fn transact(
-    consumer: &BaseConsumer,
     producer: &ThreadedProducer<DefaultProducerContext>,
+    group: &ConsumerGroupMetadata,
     batch: &[(i32, i64, u32)],
     rng: &mut Rng,
 ) -> Result<(), Restart> {
@@ -293,9 +297,8 @@ fn transact(
     for (&partition, &offset) in &next {
         offsets.add_partition_offset(TOPIC, partition, Offset::Offset(offset)).map_err(failed)?;
     }
-    let group = consumer.group_metadata().ok_or_else(|| failed("no group metadata"))?;
     producer
-        .send_offsets_to_transaction(&offsets, &group, CALL_TIMEOUT)
+        .send_offsets_to_transaction(&offsets, group, CALL_TIMEOUT)
         .map_err(|e| failed(format!("send offsets: {e}")))?;
     producer.commit_transaction(CALL_TIMEOUT).map_err(|e| failed(format!("commit: {e}")))
 }

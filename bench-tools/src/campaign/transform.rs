@@ -131,6 +131,12 @@ impl Transactional {
             for (instance, holds) in self.state.holds.lock().expect("holds lock").iter() {
                 self.state.count(format!("not drained: instance {instance} held {holds}"));
             }
+            self.state.count(format!("not drained: stable offsets {}", stable_offsets(admin, partitions)));
+            let listed = admin.list_transactions(&[]).map_or_else(
+                |e| format!("{e:#}"),
+                |txns| txns.iter().map(|t| format!("{}={}", t.transactional_id, t.state)).collect::<Vec<_>>().join(" "),
+            );
+            self.state.count(format!("not drained: transactions {listed}"));
         }
         self.state.stop.store(true, Ordering::Relaxed);
         for instance in self.instances {
@@ -158,6 +164,36 @@ impl Transactional {
             errors: std::mem::take(&mut *state.errors.lock().expect("errors lock")),
         })
     }
+}
+
+/// The group's committed offsets as a read_committed consumer asks for them (OffsetFetch v7 with
+/// `require_stable`): each partition's offset or error, to tell why an application waits.
+fn stable_offsets(admin: &mut KafkaClient, partitions: i32) -> String {
+    use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
+    use kafka_protocol::messages::{ApiKey, GroupId, OffsetFetchRequest, ResponseKind, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+    let mut asked = || -> Result<String> {
+        let coordinator = admin.coordinator(GROUP)?;
+        let req = OffsetFetchRequest::default()
+            .with_group_id(GroupId(StrBytes::from_static_str(GROUP)))
+            .with_require_stable(true)
+            .with_topics(Some(vec![
+                OffsetFetchRequestTopic::default()
+                    .with_name(TopicName(StrBytes::from_static_str(TOPIC)))
+                    .with_partition_indexes((0..partitions).collect()),
+            ]));
+        let ResponseKind::OffsetFetch(r) = admin.connection(&coordinator)?.call(ApiKey::OffsetFetch, 7, &req)? else {
+            anyhow::bail!("wrong answer to OffsetFetch")
+        };
+        let parts: Vec<String> = r
+            .topics
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .map(|p| format!("{}: {} (error {})", p.partition_index, p.committed_offset, p.error_code))
+            .collect();
+        Ok(format!("group error {}; {}", r.error_code, parts.join(", ")))
+    };
+    asked().unwrap_or_else(|e| format!("{e:#}"))
 }
 
 fn distinct(reads: &[Read]) -> usize {

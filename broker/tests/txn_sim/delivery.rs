@@ -19,7 +19,8 @@ pub struct DataWrite {
     pub seq: i32,
     pub run: RunId,
     pub stage: WriteStage,
-    pub sent: i64,
+    /// When its producer sent it, in ms of the simulated clock.
+    pub sent_ms: i64,
     /// Its producer timed out and no longer waits for it; it may still be appended.
     pub abandoned: bool,
 }

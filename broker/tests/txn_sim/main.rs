@@ -156,7 +156,8 @@ struct Sim {
     crashes: usize,
     /// Ids expired (tombstones in the log).
     expired: usize,
-    /// Batches refused for a guard a marker took away, or that a leader change dropped.
+    /// Batches refused for want of their guard: a marker took it away after their verification began,
+    /// or their transaction, open when they were sent, had ended by their append.
     unverified: usize,
     /// Batches their producers gave up on.
     abandoned: usize,
@@ -675,6 +676,7 @@ struct Totals {
     crashes: usize,
     expired: usize,
     leader_changes: usize,
+    suffixes_lost: usize,
     unverified: usize,
     abandoned: usize,
 }
@@ -688,6 +690,7 @@ fn run_seed(seed: u64) -> Result<Totals, String> {
         crashes: sim.crashes,
         expired: sim.expired,
         leader_changes: sim.partitions.values().map(|p| p.leader_changes).sum(),
+        suffixes_lost: sim.partitions.values().map(|p| p.suffixes_lost).sum(),
         unverified: sim.unverified,
         abandoned: sim.abandoned,
     })
@@ -709,6 +712,7 @@ fn transactions_end_once_and_markers_go_where_their_data_is_over_many_seeds() {
                 all.crashes += t.crashes;
                 all.expired += t.expired;
                 all.leader_changes += t.leader_changes;
+                all.suffixes_lost += t.suffixes_lost;
                 all.unverified += t.unverified;
                 all.abandoned += t.abandoned;
             }
@@ -723,6 +727,7 @@ fn transactions_end_once_and_markers_go_where_their_data_is_over_many_seeds() {
     assert!(all.crashes > seeds, "too few coordinator crashes: {all:?}");
     assert!(all.expired > seeds, "too few expired ids: {all:?}");
     assert!(all.leader_changes > seeds * 5, "too few leader changes: {all:?}");
+    assert!(seeds < 100 || all.suffixes_lost > seeds / 4, "too few unacknowledged suffixes lost: {all:?}");
     assert!(all.abandoned > seeds, "too few batches given up on: {all:?}");
     // About one a seed: too rare to ask of a handful of seeds.
     assert!(seeds < 100 || all.unverified > seeds / 4, "too few batches refused for their guard: {all:?}");

@@ -128,6 +128,8 @@ pub struct Partition {
     acked: Vec<u64>,
     next_id: u64,
     pub leader_changes: usize,
+    /// Leader changes that lost entries the old leader had and the new one lacked.
+    pub suffixes_lost: usize,
 }
 
 impl Partition {
@@ -147,6 +149,7 @@ impl Partition {
             acked: Vec::new(),
             next_id: 0,
             leader_changes: 0,
+            suffixes_lost: 0,
         }
     }
 
@@ -290,7 +293,19 @@ impl Partition {
             self.isr.remove(&old);
             self.stalled_until[old] = now + rng.range(50, 1_500);
         }
+        trace!(
+            "leader {old} -> {} at epoch {}, log end {} -> {}, HW {}, ISR {:?}",
+            self.leader,
+            self.leader_epoch,
+            self.logs[old].len(),
+            self.logs[self.leader].len(),
+            self.hw,
+            self.isr
+        );
         self.matched = std::array::from_fn(|r| self.common_prefix(r));
+        if self.matched[old] < self.logs[old].len() {
+            self.suffixes_lost += 1;
+        }
         let log = &self.logs[self.leader];
         if log.len() < self.acked.len() || log.iter().zip(&self.acked).any(|(e, id)| e.id() != *id) {
             return Err(format!("new leader {} lacks acknowledged entries", self.leader));

@@ -1,21 +1,43 @@
 //! A seeded simulation of the transaction coordinator's state machine (`shardlog_broker::txn`) with
-//! producers, partition leaders and a `__transaction_state` log, with no I/O, no threads and a logical
-//! clock. Producers (some sharing a transactional id, so that one fences the other and the fenced one
-//! carries on as a zombie) begin transactions, add partitions, write data (each leader verifies the
-//! partition with the coordinator first, KIP-890 part 1), and commit or abort; some stall past their
-//! transaction timeout. Writes to the log are delayed and fail; markers are delayed; the coordinator
-//! crashes (what it had not been told was committed is lost, or sometimes durable without it knowing) and
-//! a new one is rebuilt from the log's bytes. After every step the simulator checks:
+//! producers, replicated data partitions and a `__transaction_state` log, with no I/O, no threads and a
+//! logical clock.
+//!
+//! What is simulated:
+//! - Producers (some sharing a transactional id, so that one fences the other and the fenced one carries
+//!   on as a zombie) begin transactions, add partitions, write data and commit or abort; some stall past
+//!   their transaction timeout.
+//! - Each batch is verified (KIP-890 part 1) and appended later, not in the same step: the leader takes
+//!   the producer's verification guard (the storage's own `ProducerStates`), asks the coordinator
+//!   (`verify_partition`) unless the producer's transaction is already open there, and the batch reaches
+//!   the leader some time later, now and then long after. Meanwhile its transaction may end and its marker
+//!   land: the guard the marker took away refuses the batch. A producer that waits too long for a batch
+//!   gives up on it (it may still be appended), aborts, and asks for a new epoch.
+//! - Data partitions have three replicas (`partitions`): appends are acknowledged once the in-sync
+//!   replicas hold them; followers stall and leave the ISR; leaders change, losing the suffix the new
+//!   leader lacks and every verification guard, the new one rebuilding its producer state from its log. A
+//!   batch not acknowledged is retried (and verified afresh); a marker not acknowledged is sent again to
+//!   the new leader, as the coordinator retries.
+//! - Writes to the `__transaction_state` log are delayed and fail; markers are delayed; the coordinator
+//!   crashes (what it had not been told was committed is lost, or sometimes durable without it knowing)
+//!   and a new one is rebuilt from the log's bytes.
+//!
+//! After every step the simulator checks:
 //! - no transaction is both committed and aborted (its records, its markers, its partitions agree);
-//! - markers of a transaction go exactly to the partitions its records list, and every partition holding
-//!   its data is closed by a marker of its outcome, never by another transaction's marker;
+//! - markers of a transaction go exactly to the partitions its records list, and a marker that closes a
+//!   transaction closes the one it was sent for;
+//! - no transaction is left hanging: no data is appended after a marker of its own transaction, and every
+//!   transaction open at a leader is one the coordinator has Ongoing or being decided for that producer,
+//!   with that partition, as the id's current transaction;
 //! - an Ok answer to AddPartitions, EndTxn or a leader's verification goes only to the latest epoch
 //!   initialised for the id, so a fenced producer changes nothing;
-//! - each partition's LSO never moves back and never passes the first offset of an open transaction.
+//! - no acknowledged entry of a data partition is lost, and its HW never moves back;
+//! - the LSO read_committed readers see (bounded by the HW, so losing unacknowledged entries cannot move
+//!   it) never moves back, and every record below it belongs to a transaction whose marker is below the HW.
 //!
-//! Then the faults stop and producers start nothing new: every transaction must end, every partition's
-//! LSO reach its log end, and every id leave Ongoing/Prepare*. A failing seed is printed with the command
-//! that replays it: `SIM_SEED=<seed> cargo test -p shardlog-broker --test txn_sim -- --ignored replay
+//! Then the faults stop and producers start nothing new: every replica must catch up, every transaction
+//! end, every partition's LSO reach its log end with each transaction's data there followed by a marker of
+//! its outcome, and every id leave Ongoing/Prepare*. A failing seed is printed with the command that
+//! replays it: `SIM_SEED=<seed> cargo test -p shardlog-broker --test txn_sim -- --ignored replay
 //! --nocapture` (add `SIM_TRACE=1` for every step). `SIM_SEEDS=<n>` runs more seeds than the default.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -26,52 +48,37 @@ use shardlog_broker::txn::{
     TxnMarkers, TxnResult, TxnSettings, TxnState, WriteId,
 };
 use shardlog_storage::TopicPartition;
+use shardlog_storage::txn::MarkerKind;
 
 static TRACE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
 
 /// With `SIM_TRACE=1`, what happens, step by step (for replaying a seed).
 macro_rules! trace {
     ($($arg:tt)*) => {
-        if *TRACE.get_or_init(|| std::env::var_os("SIM_TRACE").is_some()) {
+        if *$crate::TRACE.get_or_init(|| std::env::var_os("SIM_TRACE").is_some()) {
             println!($($arg)*);
         }
     };
 }
 
+mod delivery;
 mod partitions;
+mod rng;
 
-use partitions::{MarkerOutcome, Partition, RunId, result_name};
+use delivery::{DataWrite, Delivery, MarkerJob, WriteStage};
+use partitions::{Partition, RunId, result_name};
+use rng::Rng;
 
 const STEPS: usize = 1500;
 const HEAL_STEPS: usize = 3000;
 const PARTITIONS: u32 = 5;
 const TXN_TIMEOUT_MS: i32 = 2_000;
+/// How long a producer waits for a batch's acknowledgement before it gives up on it and aborts.
+const REQUEST_TIMEOUT_MS: i64 = 1_000;
 /// Short, so that ids expire during a run.
 const EXPIRATION_MS: i64 = 8_000;
 /// Producers and their transactional ids: two pairs share an id.
 const PRODUCER_IDS: [&str; 5] = ["a", "b", "c", "a", "b"];
-
-/// splitmix64: small, seedable, and the same everywhere.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn permille(&mut self, permille: u64) -> bool {
-        self.below(1000) < permille
-    }
-    fn range(&mut self, low: i64, high: i64) -> i64 {
-        low + self.below((high - low + 1) as u64) as i64
-    }
-}
 
 /// The quorum's producer id blocks: ids survive coordinator crashes.
 struct Ids(i64);
@@ -101,6 +108,13 @@ struct Producer {
     me: Option<ProducerIdAndEpoch>,
     /// The request it waits on the answer of.
     waiting: Option<RequestToken>,
+    /// It waits for the acknowledgement of a batch (its one in `Sim::data` not abandoned).
+    writing: bool,
+    /// The run its AddPartitions was answered for: the transaction its batches belong to.
+    run: Option<RunId>,
+    /// It gave up on a batch: once its transaction is aborted it asks for a new epoch (KIP-360), since
+    /// that batch may still be appended under the old one.
+    bump_epoch: bool,
     stalled_until: i64,
 }
 
@@ -110,18 +124,6 @@ struct Run {
     transactional_id: String,
     partitions: BTreeSet<TopicPartition>,
     outcome: Option<TxnResult>,
-    /// Partitions that hold its data.
-    written: BTreeSet<TopicPartition>,
-    /// Partitions where a marker of its outcome closed its data.
-    closed: BTreeSet<TopicPartition>,
-}
-
-/// Markers on their way to the leaders.
-struct MarkerJob {
-    markers: TxnMarkers,
-    run: RunId,
-    /// (due time, partition) still to deliver.
-    deliveries: Vec<(i64, TopicPartition)>,
 }
 
 struct Sim {
@@ -137,6 +139,9 @@ struct Sim {
     writes: Vec<(i64, WriteId, TxnLogRecord)>,
     jobs: Vec<MarkerJob>,
     producers: Vec<Producer>,
+    data: Vec<DataWrite>,
+    /// The next sequence of each producer id and epoch at each partition.
+    seqs: BTreeMap<(i64, i16, TopicPartition), i32>,
     /// Request token → producer index.
     asks: BTreeMap<RequestToken, usize>,
     next_request: u64,
@@ -151,6 +156,11 @@ struct Sim {
     crashes: usize,
     /// Ids expired (tombstones in the log).
     expired: usize,
+    /// Batches refused for want of their guard: a marker took it away after their verification began,
+    /// or their transaction, open when they were sent, had ended by their append.
+    unverified: usize,
+    /// Batches their producers gave up on.
+    abandoned: usize,
 }
 
 fn tp(partition: u32) -> TopicPartition {
@@ -182,12 +192,17 @@ impl Sim {
                     phase: Phase::NeedInit,
                     me: None,
                     waiting: None,
+                    writing: false,
+                    run: None,
+                    bump_epoch: false,
                     stalled_until: 0,
                 })
                 .collect(),
             asks: BTreeMap::new(),
             next_request: 0,
-            partitions: (0..PARTITIONS).map(|p| (tp(p), Partition::default())).collect(),
+            data: Vec::new(),
+            seqs: BTreeMap::new(),
+            partitions: (0..PARTITIONS).map(|p| (tp(p), Partition::new())).collect(),
             runs: BTreeMap::new(),
             current_run: BTreeMap::new(),
             initialised: BTreeMap::new(),
@@ -195,6 +210,8 @@ impl Sim {
             aborted: 0,
             crashes: 0,
             expired: 0,
+            unverified: 0,
+            abandoned: 0,
         }
     }
 
@@ -221,7 +238,11 @@ impl Sim {
         let effects = self.coordinator.tick(self.now);
         self.handle(effects)?;
         self.settle_writes()?;
+        for p in self.partitions.values_mut() {
+            p.step(&mut self.rng, self.now, self.faults)?;
+        }
         self.deliver_markers()?;
+        self.deliver_data()?;
         for _ in 0..2 {
             let i = self.rng.below(self.producers.len() as u64) as usize;
             self.act(i)?;
@@ -380,50 +401,8 @@ impl Sim {
             return Err(format!("run {run}: markers for {to:?}, the transaction has {:?}", r.partitions));
         }
         trace!("markers: run {run} of {id} {} to {} partitions", result_name(markers.result), to.len());
-        let deliveries = to.into_iter().map(|p| (self.now + self.rng.range(1, 300), p)).collect();
+        let deliveries = to.into_iter().map(|p| Delivery::Due(self.now + self.rng.range(1, 300), p)).collect();
         self.jobs.push(MarkerJob { markers, run, deliveries });
-        Ok(())
-    }
-
-    fn deliver_markers(&mut self) -> Result<(), String> {
-        let now = self.now;
-        let mut finished = Vec::new();
-        for (j, job) in self.jobs.iter_mut().enumerate() {
-            let (due, later): (Vec<_>, Vec<_>) = job.deliveries.drain(..).partition(|d| d.0 <= now);
-            job.deliveries = later;
-            for (_, partition) in due {
-                let outcome = self.partitions.get_mut(&partition).expect("partition").marker(&job.markers);
-                trace!("marker of run {} at {partition:?}: {outcome:?}", job.run);
-                if let MarkerOutcome::Closed(closed) = outcome {
-                    if closed != job.run {
-                        return Err(format!("a marker of run {} closed run {closed} at {partition:?}", job.run));
-                    }
-                    let run = self.runs.get_mut(&closed).expect("run");
-                    if run.outcome != Some(job.markers.result) || !run.written.contains(&partition) {
-                        return Err(format!(
-                            "run {closed} closed at {partition:?} by {:?}: {run:?}",
-                            job.markers.result
-                        ));
-                    }
-                    if !run.closed.insert(partition.clone()) {
-                        return Err(format!("run {closed} closed twice at {partition:?}"));
-                    }
-                }
-            }
-            if job.deliveries.is_empty() {
-                finished.push(j);
-            }
-        }
-        for j in finished.into_iter().rev() {
-            let job = self.jobs.remove(j);
-            // A coordinator that crashed since never hears of it.
-            if job.markers.coordinator_epoch == self.coordinator_epoch {
-                let m = &job.markers;
-                let producer = ProducerIdAndEpoch { producer_id: m.producer_id, epoch: m.producer_epoch };
-                let effects = self.coordinator.markers_written(&m.transactional_id, producer, m.result, self.now);
-                self.handle(effects)?;
-            }
-        }
         Ok(())
     }
 
@@ -431,6 +410,25 @@ impl Sim {
     fn act(&mut self, i: usize) -> Result<(), String> {
         let p = &self.producers[i];
         if p.waiting.is_some() || p.stalled_until > self.now {
+            return Ok(());
+        }
+        if p.writing {
+            let now = self.now;
+            let Some(w) = self.data.iter_mut().find(|w| w.producer == i && !w.abandoned) else {
+                return Err(format!("producer {i} waits for a batch not on its way"));
+            };
+            if now - w.sent_ms < REQUEST_TIMEOUT_MS {
+                return Ok(());
+            }
+            // The batch timed out: the transaction can only abort, and the batch may still be appended
+            // under this epoch, so the producer will ask for a new one.
+            trace!("producer {i} gives up on batch {} of run {} at {:?}", w.seq, w.run, w.partition);
+            w.abandoned = true;
+            self.abandoned += 1;
+            let p = &mut self.producers[i];
+            p.writing = false;
+            p.bump_epoch = true;
+            p.phase = Phase::Ending(TxnResult::Abort);
             return Ok(());
         }
         if self.faults && self.rng.permille(20) {
@@ -449,8 +447,9 @@ impl Sim {
         let me = p.me;
         match p.phase.clone() {
             Phase::NeedInit => {
-                // KIP-360: sometimes ask for a bump of the epoch it has.
-                let expected = me.filter(|_| self.rng.permille(300));
+                // KIP-360: sometimes ask for a bump of the epoch it has; always after giving up on a batch.
+                let bump = std::mem::take(&mut self.producers[i].bump_epoch) || self.rng.permille(300);
+                let expected = me.filter(|_| bump);
                 let req = InitProducerId { transactional_id: id.into(), txn_timeout_ms: TXN_TIMEOUT_MS, expected };
                 let token = self.request(i);
                 trace!("producer {i} ({id}) InitProducerId expecting {expected:?}");
@@ -476,33 +475,50 @@ impl Sim {
                 let effects = self.coordinator.add_partitions(token, id, me, &parts, self.now);
                 self.handle(effects)?;
             }
-            Phase::Producing(mut left) => {
+            Phase::Producing(left) => {
                 let me = me.expect("initialised");
+                let run = self.producers[i].run.expect("partitions added");
                 // Now and then a stray write to a partition it did not add: it must be refused.
                 let stray = self.rng.permille(50);
                 let partition = if stray { tp(self.rng.below(u64::from(PARTITIONS)) as u32) } else { left[0].clone() };
-                let verified = self.coordinator.verify_partition(id, me, &partition);
-                trace!("producer {i} ({id}, {me:?}) writes to {partition:?}: {verified:?}");
+                let p = self.partitions.get_mut(&partition).expect("partition");
+                let leader_epoch = p.leader_epoch;
+                // KIP-890: the leader takes the producer's guard before it asks the coordinator, which it
+                // need not when the producer's transaction is open there at this epoch.
+                let guard = p.begin_verification(me.producer_id, me.epoch, self.now);
+                let verified =
+                    if guard.is_some() { self.coordinator.verify_partition(id, me, &partition) } else { Ok(()) };
+                trace!("producer {i} ({id}, {me:?}) writes to {partition:?} with {guard:?}: {verified:?}");
                 match verified {
                     Ok(()) => {
-                        self.check_latest(id, me, "verified")?;
-                        let run = *self.current_run.get(id).ok_or("verified without a run")?;
-                        let r = self.runs.get_mut(&run).expect("run");
-                        if r.outcome.is_some() || !r.partitions.contains(&partition) {
-                            return Err(format!("verified {partition:?} outside open run {run}"));
+                        if guard.is_some() {
+                            self.check_latest(id, me, "verified")?;
+                            let open = self.current_run.get(id).copied().ok_or("verified without a run")?;
+                            let r = &self.runs[&open];
+                            if open != run || r.outcome.is_some() || !r.partitions.contains(&partition) {
+                                return Err(format!("verified {partition:?} of run {run} outside open run {open}"));
+                            }
                         }
-                        r.written.insert(partition.clone());
-                        self.partitions.get_mut(&partition).expect("partition").append(
-                            me.producer_id,
-                            me.epoch,
-                            run,
-                        )?;
-                        left.retain(|p| *p != partition);
-                        self.producers[i].phase = if left.is_empty() {
-                            Phase::Ending(if self.rng.permille(700) { TxnResult::Commit } else { TxnResult::Abort })
+                        let seq = self.seqs.get(&(me.producer_id, me.epoch, partition.clone())).copied().unwrap_or(0);
+                        // Mostly quick; now and then the append comes long after the verification (a slow
+                        // request), past its producer's patience or its transaction's timeout.
+                        let delay = if self.faults && self.rng.permille(40) {
+                            self.rng.range(REQUEST_TIMEOUT_MS / 2, 3 * REQUEST_TIMEOUT_MS)
                         } else {
-                            Phase::Producing(left)
+                            self.rng.range(0, 40)
                         };
+                        let stage = WriteStage::Appending { due: self.now + delay, leader_epoch, guard };
+                        self.data.push(DataWrite {
+                            producer: i,
+                            partition,
+                            me,
+                            seq,
+                            run,
+                            stage,
+                            sent_ms: self.now,
+                            abandoned: false,
+                        });
+                        self.producers[i].writing = true;
                     }
                     Err(_) if stray => {}
                     Err(ResponseError::ProducerFenced | ResponseError::InvalidProducerIdMapping) => {
@@ -549,6 +565,8 @@ impl Sim {
             (Phase::NeedInit, Err(_)) => Phase::NeedInit,
             (Phase::Adding(parts), Ok(Reply::Done)) => {
                 self.check_latest(id, self.producers[i].me.expect("initialised"), "added partitions")?;
+                let run = self.current_run.get(id).copied().ok_or("partitions added without a run")?;
+                self.producers[i].run = Some(run);
                 Phase::Producing(parts)
             }
             (Phase::Ending(result), Ok(Reply::Done)) => {
@@ -567,7 +585,8 @@ impl Sim {
             (phase @ (Phase::Adding(_) | Phase::Ending(_)), Err(_)) => phase,
             (phase, reply) => return Err(format!("producer {i}: {reply:?} in {phase:?}")),
         };
-        self.producers[i].phase = next;
+        let p = &mut self.producers[i];
+        p.phase = if next == Phase::Idle && p.bump_epoch { Phase::NeedInit } else { next };
         Ok(())
     }
 
@@ -579,48 +598,65 @@ impl Sim {
         }
     }
 
-    /// After every step: the partitions' LSOs. (What a run may hold is checked where it changes: data at
-    /// verification, markers at delivery, outcomes at each record.)
+    /// After every step: the partitions' LSOs, and that every transaction open at a leader is one its
+    /// coordinator has open (Ongoing or being decided) for that producer, including that partition, and
+    /// the run the log tells is the id's current one. Data appended after its transaction ended (a
+    /// hanging transaction) fails this, or the check at its append if it came after its own marker.
     fn check(&mut self) -> Result<(), String> {
         for (partition, p) in &mut self.partitions {
             p.update_lso().map_err(|e| format!("{partition:?}: {e}"))?;
-        }
-        Ok(())
-    }
-
-    fn check_runs(&self) -> Result<(), String> {
-        for (run, r) in &self.runs {
-            if !r.written.is_subset(&r.partitions) {
-                return Err(format!("run {run} has data outside its partitions"));
-            }
-            if !r.closed.is_subset(&r.written) {
-                return Err(format!("run {run} closed where it has no data"));
-            }
-            if !r.closed.is_empty() && r.outcome.is_none() {
-                return Err(format!("run {run} closed before its outcome was durable"));
+            for (producer_id, epoch, run) in p.open_txns() {
+                let id = &self.runs[&run].transactional_id;
+                let meta = self.coordinator.transactions().find(|m| m.transactional_id == *id);
+                let open = meta.is_some_and(|m| {
+                    let c = &m.current;
+                    matches!(
+                        c.state,
+                        TxnState::Ongoing
+                            | TxnState::PrepareCommit
+                            | TxnState::PrepareAbort
+                            | TxnState::PrepareEpochFence
+                    ) && (c.producer_id == producer_id || c.last_producer_id == producer_id)
+                        && epoch <= c.producer_epoch
+                        && c.partitions.contains(partition)
+                });
+                if !open || self.current_run.get(id) != Some(&run) {
+                    return Err(format!(
+                        "{partition:?}: hanging transaction of run {run} (producer {producer_id} epoch {epoch}); the \
+                         coordinator has {:?}, the id's run is {:?}",
+                        meta.map(|m| &m.current),
+                        self.current_run.get(id)
+                    ));
+                }
             }
         }
         Ok(())
     }
 
     fn check_settled(&mut self) -> Result<(), String> {
-        self.check_runs()?;
         for (partition, p) in &mut self.partitions {
+            p.check_replicas_settled().map_err(|e| format!("{partition:?}: {e}"))?;
             let lso = p.update_lso()?;
-            if lso != p.log_end {
+            if lso != p.log_end() {
                 return Err(format!(
                     "{partition:?}: hanging: LSO {lso}, log end {}, open {:?}",
-                    p.log_end,
-                    p.open_runs()
+                    p.log_end(),
+                    p.open_txns()
                 ));
             }
-        }
-        for (run, r) in &self.runs {
-            if r.outcome.is_none() && !r.written.is_empty() {
-                return Err(format!("run {run} of {} never ended", r.transactional_id));
-            }
-            if r.closed != r.written {
-                return Err(format!("run {run}: data at {:?}, closed at {:?}", r.written, r.closed));
+            // Every transaction with data here is closed by a marker of its outcome, after its data.
+            for (run, marker) in p.runs_written() {
+                let r = &self.runs[&run];
+                if !r.partitions.contains(partition) {
+                    return Err(format!("run {run} has data at {partition:?}, outside its partitions"));
+                }
+                let expected = r.outcome.map(|o| match o {
+                    TxnResult::Commit => MarkerKind::Commit,
+                    TxnResult::Abort => MarkerKind::Abort,
+                });
+                if expected.is_none() || marker.map(|m| m.kind) != expected {
+                    return Err(format!("run {run} at {partition:?}: outcome {:?}, marker {marker:?}", r.outcome));
+                }
             }
         }
         for meta in self.coordinator.transactions() {
@@ -639,12 +675,25 @@ struct Totals {
     aborted: usize,
     crashes: usize,
     expired: usize,
+    leader_changes: usize,
+    suffixes_lost: usize,
+    unverified: usize,
+    abandoned: usize,
 }
 
 fn run_seed(seed: u64) -> Result<Totals, String> {
     let mut sim = Sim::new(seed);
     sim.run()?;
-    Ok(Totals { committed: sim.committed, aborted: sim.aborted, crashes: sim.crashes, expired: sim.expired })
+    Ok(Totals {
+        committed: sim.committed,
+        aborted: sim.aborted,
+        crashes: sim.crashes,
+        expired: sim.expired,
+        leader_changes: sim.partitions.values().map(|p| p.leader_changes).sum(),
+        suffixes_lost: sim.partitions.values().map(|p| p.suffixes_lost).sum(),
+        unverified: sim.unverified,
+        abandoned: sim.abandoned,
+    })
 }
 
 fn replay_hint(seed: u64) -> String {
@@ -662,6 +711,10 @@ fn transactions_end_once_and_markers_go_where_their_data_is_over_many_seeds() {
                 all.aborted += t.aborted;
                 all.crashes += t.crashes;
                 all.expired += t.expired;
+                all.leader_changes += t.leader_changes;
+                all.suffixes_lost += t.suffixes_lost;
+                all.unverified += t.unverified;
+                all.abandoned += t.abandoned;
             }
             Ok(Err(e)) => panic!("seed {seed}: {e}\n{}", replay_hint(seed)),
             Err(_) => panic!("seed {seed} panicked\n{}", replay_hint(seed)),
@@ -673,6 +726,11 @@ fn transactions_end_once_and_markers_go_where_their_data_is_over_many_seeds() {
     assert!(all.aborted > seeds, "too few aborts: {all:?}");
     assert!(all.crashes > seeds, "too few coordinator crashes: {all:?}");
     assert!(all.expired > seeds, "too few expired ids: {all:?}");
+    assert!(all.leader_changes > seeds * 5, "too few leader changes: {all:?}");
+    assert!(seeds < 100 || all.suffixes_lost > seeds / 4, "too few unacknowledged suffixes lost: {all:?}");
+    assert!(all.abandoned > seeds, "too few batches given up on: {all:?}");
+    // About one a seed: too rare to ask of a handful of seeds.
+    assert!(seeds < 100 || all.unverified > seeds / 4, "too few batches refused for their guard: {all:?}");
 }
 
 /// Replays one seed: `SIM_SEED=<seed> cargo test -p shardlog-broker --test txn_sim -- --ignored replay`.

@@ -273,6 +273,12 @@ impl<F: Fs> LogDir<F> {
         self.files.open_count()
     }
 
+    /// Brings the segment files open back within the bound, closing the least recently used that no
+    /// operation holds (see [`OpenFiles::trim`]).
+    pub fn trim_open_files(&self) {
+        self.files.trim();
+    }
+
     /// The log of a partition, if this directory holds it.
     pub fn get(&self, tp: &TopicPartition) -> Option<Rc<PartitionLog<F>>> {
         self.logs.borrow().get(tp).cloned()

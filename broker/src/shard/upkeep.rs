@@ -44,6 +44,8 @@ pub async fn upkeep(
         }
         since_retention += FLUSH_CHECK_INTERVAL;
         since_checkpoint += FLUSH_CHECK_INTERVAL;
+        // Files a burst held open past shard.open.files.max are closed once its operations let them go.
+        logs.trim_open_files();
         let mut synced = std::collections::HashSet::new();
         for log in logs.logs() {
             // Under the default policy only acknowledged produces sync; acks=0 data would otherwise stay

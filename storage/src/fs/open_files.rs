@@ -143,6 +143,17 @@ impl<F: Fs> OpenFiles<F> {
         if !handle.0.listed.replace(true) {
             open.push(Rc::downgrade(&handle.0));
         }
+        self.trim_list(&mut open);
+    }
+
+    /// Closes the least recently used files nothing is using while more than the bound are open: files
+    /// an operation held past the bound (a burst of appends waiting for their flushes) are closed once it
+    /// let them go, without waiting for the next open.
+    pub fn trim(&self) {
+        self.trim_list(&mut self.open.borrow_mut());
+    }
+
+    fn trim_list(&self, open: &mut Vec<Weak<Slot<F>>>) {
         if open.len() <= self.max_open {
             return;
         }
@@ -182,6 +193,29 @@ mod tests {
     use super::*;
     use crate::fs::sim::SimFs;
     use futures_lite::future::block_on;
+
+    #[test]
+    fn files_held_past_the_bound_are_closed_by_a_trim_once_let_go() {
+        let fs = SimFs::new();
+        block_on(async {
+            fs.create_dir_all(Path::new("/d")).await.unwrap();
+            let files = OpenFiles::new(fs.clone(), 2);
+            let (mut handles, mut held) = (Vec::new(), Vec::new());
+            for i in 0..4 {
+                let path = PathBuf::from(format!("/d/{i}"));
+                let (handle, file) = files.adopt_pinned(path.clone(), fs.open(&path, true).await.unwrap());
+                handles.push(handle);
+                held.push(file);
+            }
+            assert_eq!(files.open_count(), 4, "every file in use: none may be closed");
+            files.trim();
+            assert_eq!(files.open_count(), 4, "still in use");
+            held.clear();
+            files.trim();
+            assert!(files.open_count() <= 2, "let go: back within the bound ({})", files.open_count());
+            assert!(handles[3].is_open(), "the most recently used stays open");
+        });
+    }
 
     #[test]
     fn least_recently_used_unused_files_are_closed_beyond_the_bound() {

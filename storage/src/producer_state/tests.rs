@@ -106,7 +106,7 @@ fn bad_idempotent_fields_and_client_control_batches_are_refused() {
     assert!(matches!(s.check(&txn_header(-1, -1, -1, 1)), Err(ProducerError::InvalidBatch(_))));
 }
 
-fn txn_header(id: i64, epoch: i16, seq: i32, count: i32) -> BatchHeader {
+pub(super) fn txn_header(id: i64, epoch: i16, seq: i32, count: i32) -> BatchHeader {
     BatchHeader { attributes: TRANSACTIONAL_BIT, ..header(id, epoch, seq, count) }
 }
 

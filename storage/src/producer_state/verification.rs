@@ -144,22 +144,9 @@ mod tests {
     use crate::txn::{MarkerKind, TxnMarker};
     use crate::types::Offset;
 
+    /// A transactional batch of one record (the producer-state tests' header).
     fn txn_batch(id: i64, epoch: i16, seq: i32) -> BatchHeader {
-        BatchHeader {
-            base_offset: 0,
-            batch_length: 0,
-            partition_leader_epoch: 0,
-            magic: 2,
-            crc: 0,
-            attributes: TRANSACTIONAL_BIT,
-            last_offset_delta: 0,
-            base_timestamp: 1_000,
-            max_timestamp: 1_000,
-            producer_id: id,
-            producer_epoch: epoch,
-            base_sequence: seq,
-            record_count: 1,
-        }
+        crate::producer_state::tests::txn_header(id, epoch, seq, 1)
     }
 
     fn abort(id: i64, epoch: i16) -> TxnMarker {

@@ -360,7 +360,8 @@ async fn log_case(
     }
     let h = latency.borrow().clone();
     let secs = start.elapsed().as_secs_f64();
-    let fsyncs: u64 = all_logs.iter().map(|l| l.stats().fsyncs).sum();
+    // Each log's own fdatasyncs, and the device flushes the logs shared (each once).
+    let fsyncs: u64 = all_logs.iter().map(|l| l.stats().fsyncs).sum::<u64>() + logs.device_flushes().unwrap_or(0);
     logs.close().await?;
     Ok(CaseResult {
         bytes_per_sec: bytes as f64 / secs,

@@ -24,6 +24,7 @@ use crate::durable;
 use crate::error::{Result, StorageError};
 use crate::fatal;
 use crate::fs::Fs;
+use crate::fs::device_flush::DeviceFlush;
 use crate::fs::open_files::{DEFAULT_MAX_OPEN_FILES, OpenFiles};
 use crate::log::maintenance::{DELETED_SUFFIX, remove_dir_contents};
 use crate::log::{DAMAGED_FILE, LogConfig, OnDamage, OpenHints, OpenReport, PartitionLog, Recovery, take_offline};
@@ -135,7 +136,12 @@ impl<F: Fs> LogDir<F> {
         }
         let suffix = scope.as_ref().map_or(String::new(), |s| format!(".{}", s.name));
         let owns = |tp: &TopicPartition| scope.as_ref().is_none_or(|s| (s.owns)(tp));
-        let files = OpenFiles::new(fs.clone(), scope.as_ref().map_or(DEFAULT_MAX_OPEN_FILES, |s| s.max_open_files));
+        let device = DeviceFlush::open(&fs, path, &suffix).await?;
+        let files = OpenFiles::with_device_flush(
+            fs.clone(),
+            scope.as_ref().map_or(DEFAULT_MAX_OPEN_FILES, |s| s.max_open_files),
+            device,
+        );
         let producer_budget =
             Rc::new(scope.as_ref().map_or_else(ProducerBudget::unlimited, |s| ProducerBudget::new(s.max_producer_ids)));
         let space = scope.as_ref().and_then(|s| s.space_floor.clone()).unwrap_or_else(|| SpaceFloor::new(0));
@@ -266,6 +272,12 @@ impl<F: Fs> LogDir<F> {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Device flushes made for the logs here, each covering the syncs of any number of them (see
+    /// [`crate::fs::device_flush`]); `None` when the filesystem is not one where a flush may do that.
+    pub fn device_flushes(&self) -> Option<u64> {
+        self.files.device_flush().map(|d| d.flushes())
     }
 
     /// Segment files open now, across every log here.

@@ -135,6 +135,39 @@ fn failed_fdatasync_aborts_the_process() {
     assert!(stderr.contains("fatal disk failure: fdatasync"), "stderr: {stderr}");
 }
 
+/// The same for a device flush shared by a directory's logs: it fails every append it would have covered,
+/// by stopping the process before any of them is acknowledged.
+#[test]
+fn failed_device_flush_aborts_the_process() {
+    const CHILD: &str = "SHARDLOG_FATAL_DEVICE_FLUSH_CHILD";
+    if std::env::var_os(CHILD).is_some() {
+        let fs = SimFs::new();
+        let config = LogConfig { preallocate_with_zeros: true, ..small_config() };
+        let clock = ManualClock::new(0);
+        let (dir, _) =
+            block_on(shardlog_storage::LogDir::open(fs.clone(), clock, Path::new("/data"), |_| config.clone()))
+                .unwrap();
+        let log = block_on(dir.get_or_create(&shardlog_storage::TopicPartition::new("t", 0), config.clone())).unwrap();
+        // The first sync is the file's own (its zeroed blocks made durable); the next is a device flush.
+        block_on(log.append(&make_batch(1, 1, 10, 1), LeaderEpoch(0))).unwrap();
+        block_on(log.flush()).unwrap();
+        block_on(log.append(&make_batch(2, 1, 10, 1), LeaderEpoch(0))).unwrap();
+        fs.fail_fsyncs();
+        let _ = block_on(log.flush());
+        std::process::exit(0);
+    }
+    let exe = std::env::current_exe().unwrap();
+    let out = std::process::Command::new(exe)
+        .args(["--exact", "failed_device_flush_aborts_the_process", "--nocapture"])
+        .env(CHILD, "1")
+        .output()
+        .unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(out.status.signal(), Some(6), "the child must abort (SIGABRT), got {:?}", out.status);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("fatal disk failure: fdatasync (device flush)"), "stderr: {stderr}");
+}
+
 #[test]
 fn waiting_for_truncated_data_fails_instead_of_hanging() {
     let fs = SimFs::new();

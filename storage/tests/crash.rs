@@ -1,5 +1,7 @@
-//! Crash tests through the simulated disk: at a random point every write not covered by a completed
-//! fdatasync is dropped, and the last one kept is torn at a random byte. After reopening:
+//! Crash tests through the simulated disk (`SimFs`: a device cache that loses any subset of the unflushed
+//! writes, sector by sector, in any order, and metadata that hides what was written where it was not
+//! committed). Two partitions share the device flush of their directory, so one flush may make both
+//! durable; with reservations written with zeros most syncs are such flushes. After reopening:
 //! (a) every append whose durability was reported is there with the same offset and bytes,
 //! (b) the log is a prefix of what was appended (from its log start on),
 //! (c) the indexes agree with the log, and the leader-epoch cache with the batches' epochs,
@@ -35,6 +37,8 @@ enum Op {
     Flush {
         partition: u32,
     },
+    /// Both partitions' syncs at once: one device flush may cover both.
+    FlushBoth,
     WriteOut {
         partition: u32,
     },
@@ -63,6 +67,7 @@ fn op() -> impl Strategy<Value = Op> {
                 Op::Append { partition, records, value_len, epoch_bump, producer }
             }),
         3 => p.clone().prop_map(|partition| Op::Flush { partition }),
+        2 => Just(Op::FlushBoth),
         2 => p.clone().prop_map(|partition| Op::WriteOut { partition }),
         1 => p.clone().prop_map(|partition| Op::ReleaseCache { partition }),
         1 => p.clone().prop_map(|partition| Op::Roll { partition }),
@@ -80,16 +85,33 @@ struct Appended {
     bytes: Vec<u8>,
 }
 
-fn config_for(flush_interval: bool) -> LogConfig {
-    let flush = if flush_interval { FlushPolicy::Interval { messages: 5, ms: 1_000 } } else { FlushPolicy::Always };
-    LogConfig { flush, ..small_config() }
+/// How the logs sync.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// An fdatasync or device flush before each acknowledgement; reservations allocated (unwritten).
+    Always,
+    /// The same with reservations written with zeros: writes land in written blocks, and once the file's
+    /// fdatasync made them durable, most syncs are device flushes.
+    AlwaysZeros,
+    /// Kafka's interval flush (page cache writes).
+    Interval,
 }
 
-fn run(ops: Vec<Op>, crash_seed: u64, flush_interval: bool) -> Result<(), TestCaseError> {
+fn config_for(mode: Mode) -> LogConfig {
+    match mode {
+        Mode::Always => LogConfig { flush: FlushPolicy::Always, ..small_config() },
+        Mode::AlwaysZeros => LogConfig { flush: FlushPolicy::Always, preallocate_with_zeros: true, ..small_config() },
+        Mode::Interval => LogConfig { flush: FlushPolicy::Interval { messages: 5, ms: 1_000 }, ..small_config() },
+    }
+}
+
+/// Runs `ops` on a fresh directory, crashes, reopens and checks; returns how many syncs were device
+/// flushes.
+fn run(ops: Vec<Op>, crash_seed: u64, mode: Mode) -> Result<u64, TestCaseError> {
     let fs = SimFs::new();
     let clock = ManualClock::new(1_700_000_000_000);
     let data = Path::new("/data");
-    let config = config_for(flush_interval);
+    let config = config_for(mode);
     // One segment file open at a time for both logs: every access may go through a reopen.
     let scope = LogDirScope {
         name: "s".into(),
@@ -132,6 +154,11 @@ fn run(ops: Vec<Op>, crash_seed: u64, flush_interval: bool) -> Result<(), TestCa
                 block_on(log.flush_if_due()).expect("interval flush");
             }
             Op::Flush { partition } => block_on(dir.get(&tps[partition as usize]).unwrap().flush()).expect("flush"),
+            Op::FlushBoth => {
+                let (a, b) = (dir.get(&tps[0]).unwrap(), dir.get(&tps[1]).unwrap());
+                let (a, b) = block_on(futures_lite::future::zip(a.flush(), b.flush()));
+                a.and(b).expect("flush both");
+            }
             Op::WriteOut { partition } => {
                 block_on(dir.get(&tps[partition as usize]).unwrap().write_out()).expect("write")
             }
@@ -163,6 +190,7 @@ fn run(ops: Vec<Op>, crash_seed: u64, flush_interval: bool) -> Result<(), TestCa
             }
         }
     }
+    let device_flushes: u64 = tps.iter().map(|tp| dir.get(tp).unwrap().stats().device_flushes).sum();
     let before: Vec<(Offset, Offset)> = tps
         .iter()
         .map(|tp| {
@@ -236,7 +264,7 @@ fn run(ops: Vec<Op>, crash_seed: u64, flush_interval: bool) -> Result<(), TestCa
         prop_assert_eq!(info.base_offset, end);
         block_on(log.flush()).expect("flush after recovery");
     }
-    Ok(())
+    Ok(device_flushes)
 }
 
 proptest! {
@@ -247,7 +275,15 @@ proptest! {
         ops in prop::collection::vec(op(), 1..80),
         crash_seed in any::<u64>(),
     ) {
-        run(ops, crash_seed, false)?;
+        run(ops, crash_seed, Mode::Always)?;
+    }
+
+    #[test]
+    fn acknowledged_appends_survive_power_loss_with_most_syncs_device_flushes(
+        ops in prop::collection::vec(op(), 1..80),
+        crash_seed in any::<u64>(),
+    ) {
+        run(ops, crash_seed, Mode::AlwaysZeros)?;
     }
 
     #[test]
@@ -255,7 +291,7 @@ proptest! {
         ops in prop::collection::vec(op(), 1..80),
         crash_seed in any::<u64>(),
     ) {
-        run(ops, crash_seed, true)?;
+        run(ops, crash_seed, Mode::Interval)?;
     }
 }
 
@@ -330,4 +366,58 @@ fn checkpoints_of_moved_offsets_leave_nothing_to_scan_after_a_crash() {
     // interval and a batch, where a full scan would read the whole segment.
     assert_eq!(report.scanned_segments, 0, "{report:?}");
     assert!(report.scanned_bytes <= small_config().index_interval_bytes + 600, "{report:?}");
+}
+
+/// Runs `cases` generated op sequences under `mode` and returns the failures (and the device flushes
+/// used in all).
+fn failures_of(mode: Mode, cases: u32) -> (Vec<String>, u64) {
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::TestRunner;
+    let mut runner = TestRunner::deterministic();
+    let ops = prop::collection::vec(op(), 20..80);
+    let mut failures = Vec::new();
+    let mut flushes = 0;
+    for case in 0..cases {
+        let ops = ops.new_tree(&mut runner).expect("ops").current();
+        match run(ops, case as u64, mode) {
+            Ok(n) => flushes += n,
+            Err(e) => failures.push(e.to_string()),
+        }
+    }
+    (failures, flushes)
+}
+
+/// The sound rule, on the same cases the broken rules below fail: nothing acknowledged lost, and
+/// device flushes did the syncing.
+#[test]
+fn the_cases_the_broken_rules_fail_pass_with_the_rule() {
+    let (failures, flushes) = failures_of(Mode::AlwaysZeros, 40);
+    assert_eq!(failures, Vec::<String>::new());
+    assert!(flushes > 100, "only {flushes} syncs were device flushes");
+}
+
+/// A device flush submitted before the write-out it is to cover loses acknowledged appends.
+#[test]
+fn a_device_flush_before_the_write_completes_is_caught() {
+    shardlog_storage::fs::device_flush::break_rule_for_tests(
+        shardlog_storage::fs::device_flush::BrokenRule::FlushBeforeWrite,
+    );
+    let (failures, _) = failures_of(Mode::AlwaysZeros, 40);
+    shardlog_storage::fs::device_flush::break_rule_for_tests(shardlog_storage::fs::device_flush::BrokenRule::None);
+    eprintln!("{} of 40 cases failed; the first: {:?}", failures.len(), failures.first());
+    assert!(!failures.is_empty(), "no case lost an acknowledged append");
+    assert!(failures.iter().any(|f| f.contains("below durable offset") || f.contains("batch")), "{failures:?}");
+}
+
+/// A device flush taken to cover a write into blocks reserved but never written (their written state
+/// and the size not committed) loses acknowledged appends.
+#[test]
+fn a_device_flush_covering_a_write_into_unwritten_blocks_is_caught() {
+    shardlog_storage::fs::device_flush::break_rule_for_tests(
+        shardlog_storage::fs::device_flush::BrokenRule::CoverUnwrittenBlocks,
+    );
+    let (failures, _) = failures_of(Mode::Always, 40);
+    shardlog_storage::fs::device_flush::break_rule_for_tests(shardlog_storage::fs::device_flush::BrokenRule::None);
+    eprintln!("{} of 40 cases failed; the first: {:?}", failures.len(), failures.first());
+    assert!(!failures.is_empty(), "no case lost an acknowledged append");
 }

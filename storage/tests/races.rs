@@ -155,6 +155,9 @@ impl Fs for GateFs {
     fn free_bytes(&self, path: &Path) -> io::Result<u64> {
         self.sim.free_bytes(path)
     }
+    fn device_flush_check(&self, dir: &Path) -> Result<(), String> {
+        self.sim.device_flush_check(dir)
+    }
     fn alloc_kept(&self, len: usize) -> Vec<u8> {
         self.sim.alloc_kept(len)
     }

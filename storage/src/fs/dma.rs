@@ -279,6 +279,10 @@ impl Fs for DmaFs {
         free_bytes(path)
     }
 
+    fn device_flush_check(&self, dir: &Path) -> Result<(), String> {
+        super::mounts::check_dir(dir)
+    }
+
     fn alloc_kept(&self, len: usize) -> DmaBuffer {
         assert!((len as u64).is_multiple_of(ALIGN), "direct write length {len} is not aligned");
         // From the heap rather than the ring's registered memory, which is for buffers of one request.

@@ -16,7 +16,9 @@ use std::io;
 use std::path::Path;
 use std::rc::Rc;
 
+pub mod device_flush;
 pub mod dma;
+mod mounts;
 pub mod open_files;
 pub mod sim;
 
@@ -143,6 +145,12 @@ pub trait Fs: Clone + std::fmt::Debug + 'static {
 
     /// Bytes still free for files on the filesystem holding `path` (what a reservation may take).
     fn free_bytes(&self, path: &Path) -> io::Result<u64>;
+
+    /// Whether the filesystem holding `dir` is one where an `fdatasync` of a file whose metadata has
+    /// nothing to commit is a flush of the device's write cache, and so makes durable every direct write
+    /// completed before it to any file of that filesystem whose blocks were written and made durable
+    /// before (see [`device_flush`]). `Err` says why it is not known to be.
+    fn device_flush_check(&self, dir: &Path) -> Result<(), String>;
 
     /// A direct-write buffer of `len` bytes (a multiple of [`ALIGN`]) kept for long: a block of a log's
     /// in-memory tail. Its contents are unspecified.

@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::rc::{Rc, Weak};
 
 use super::Fs;
+use super::device_flush::DeviceFlush;
 
 /// Default bound on open segment files per owner.
 pub const DEFAULT_MAX_OPEN_FILES: usize = 4096;
@@ -72,12 +73,32 @@ pub struct OpenFiles<F: Fs> {
     /// Handles whose file was opened here (some may have been closed or dropped since).
     open: RefCell<Vec<Weak<Slot<F>>>>,
     opens: Cell<u64>,
+    /// The flush of the device holding these files, where one covers many of them (see
+    /// [`super::device_flush`]); `None`: each file is synced on its own.
+    device: Option<Rc<DeviceFlush<F>>>,
 }
 
 impl<F: Fs> OpenFiles<F> {
     pub fn new(fs: F, max_open: usize) -> Rc<Self> {
+        Self::with_device_flush(fs, max_open, None)
+    }
+
+    /// Like [`Self::new`], for files one device flush may make durable together.
+    pub fn with_device_flush(fs: F, max_open: usize, device: Option<Rc<DeviceFlush<F>>>) -> Rc<Self> {
         assert!(max_open > 0, "at least one file must be allowed open");
-        Rc::new(OpenFiles { fs, max_open, uses: Cell::new(0), open: RefCell::new(Vec::new()), opens: Cell::new(0) })
+        Rc::new(OpenFiles {
+            fs,
+            max_open,
+            uses: Cell::new(0),
+            open: RefCell::new(Vec::new()),
+            opens: Cell::new(0),
+            device,
+        })
+    }
+
+    /// The device flush shared by these files, if there is one.
+    pub fn device_flush(&self) -> Option<&Rc<DeviceFlush<F>>> {
+        self.device.as_ref()
     }
 
     pub fn fs(&self) -> &F {

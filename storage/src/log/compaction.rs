@@ -399,6 +399,7 @@ impl<F: Fs> PartitionLog<F> {
             size: cleaned.size,
             allocated: cleaned.size,
             zeroed: 0,
+            durable_written: 0,
             next_offset: last.next_offset,
             persisted_index: None,
             created_ms: self.inner.borrow().segments[start].created_ms,

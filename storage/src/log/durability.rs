@@ -8,6 +8,7 @@ use super::{FlushPolicy, LEADER_EPOCH_FILE, PartitionLog};
 use crate::durable;
 use crate::error::{Result, StorageError};
 use crate::fatal;
+use crate::fs::device_flush::{BrokenRule, broken_rule};
 use crate::fs::open_files::FileHandle;
 use crate::fs::{Fs, SegmentFile, WriteBuf, align_down, align_up};
 use crate::types::Offset;
@@ -130,10 +131,20 @@ impl<F: Fs> PartitionLog<F> {
         }
     }
 
-    /// One sync: write out under the `io` lock, then fdatasync outside it so the next sync's write can
-    /// overlap this one's fdatasync.
+    /// One sync: write out under the `io` lock, then make it durable outside it so the next sync's write
+    /// can overlap: by the shard's device flush when every write-out not yet synced by an fdatasync of
+    /// the file went into blocks known to be written and durable (see [`crate::fs::device_flush`]),
+    /// otherwise by an fdatasync of the file.
     pub(super) async fn sync_turn(&self) -> Result<()> {
-        let (file, path, covered, end_cuts, batches) = {
+        let device = self.files.device_flush().filter(|_| self.inner.borrow().config.flush == FlushPolicy::Always);
+        let flushed_early = match device {
+            Some(device) if broken_rule() == BrokenRule::FlushBeforeWrite => {
+                device.flush(0).await?;
+                true
+            }
+            _ => false,
+        };
+        let (file, path, covered, end_cuts, batches, by_device, file_sync) = {
             let _io = self.io.lock().await;
             let covered = self.write_out_locked().await?;
             // The epochs of the data are on disk before the durable offset covers it.
@@ -141,19 +152,41 @@ impl<F: Fs> PartitionLog<F> {
             let mut inner = self.inner.borrow_mut();
             inner.sync_covering = inner.sync_covering.max(covered);
             let batches = inner.take_unsynced_batches();
+            let by_device = device.filter(|_| inner.writes_needing_file_sync == inner.writes_file_synced).cloned();
+            // What a completed fdatasync of the file will have made durable: the write-outs counted so
+            // far, and every block written below the end of the written data or the zeros ahead of it,
+            // as far as the file's size holds whole blocks (a cut leaves it inside a block).
             let active = inner.active();
-            (active.file.clone(), active.log_path(), covered, inner.end_cuts, batches)
+            let written = active.zeroed.max(align_up(inner.tail.written)).min(align_down(active.allocated));
+            let file_sync = (inner.writes_needing_file_sync, written);
+            let active = inner.active();
+            (active.file.clone(), active.log_path(), covered, inner.end_cuts, batches, by_device, file_sync)
         };
-        let file = self.open_file(&file).await?;
-        let started = std::time::Instant::now();
-        if let Err(e) = file.fdatasync().await {
-            fatal::disk_failure("fdatasync", &path, &e);
+        if let Some(device) = by_device {
+            if !flushed_early {
+                device.flush(batches).await?;
+            }
+            self.inner.borrow_mut().stats.device_flushes += 1;
+        } else {
+            let open = self.open_file(&file).await?;
+            let started = std::time::Instant::now();
+            if let Err(e) = open.fdatasync().await {
+                fatal::disk_failure("fdatasync", &path, &e);
+            }
+            crate::metrics::synced(started.elapsed(), batches);
+            let mut inner = self.inner.borrow_mut();
+            inner.stats.fsyncs += 1;
+            let (writes, written) = file_sync;
+            inner.writes_file_synced = inner.writes_file_synced.max(writes);
+            // Unless the file was cut or replaced as the active segment meanwhile (a cut starts over).
+            if inner.end_cuts == end_cuts && inner.active().file.same(&file) {
+                let active = inner.active_mut();
+                active.durable_written = active.durable_written.max(written);
+            }
         }
-        crate::metrics::synced(started.elapsed(), batches);
         let mut inner = self.inner.borrow_mut();
-        inner.stats.fsyncs += 1;
         inner.last_sync_ms = self.clock.now_ms();
-        // An fdatasync covers every write completed before it started, whatever order syncs finish in. If
+        // A sync covers every write completed before it started, whatever order syncs finish in. If
         // bytes were removed meanwhile (truncation), the truncation set the durable offset itself.
         if inner.end_cuts == end_cuts && covered > inner.durable {
             inner.durable = covered;
@@ -219,6 +252,8 @@ impl<F: Fs> PartitionLog<F> {
         // The io lock is held: the active segment stays the same while its file is opened.
         let file = self.open_file(&handle).await?;
         if matches!(self.inner.borrow().config.flush, FlushPolicy::Interval { .. }) {
+            // In the page cache: only the file's own fdatasync writes it to the device.
+            self.inner.borrow_mut().writes_needing_file_sync += 1;
             return Ok(self.write_cached_locked(&file));
         }
         let (path, mut writes, end, covered, zeros) = {
@@ -245,6 +280,22 @@ impl<F: Fs> PartitionLog<F> {
         crate::metrics::written(from_tail, len - from_tail);
         let mut inner = self.inner.borrow_mut();
         assert!(inner.active().file.same(&handle), "active segment changed during a locked write");
+        // Into blocks whose written state and size a completed fdatasync of the file made durable, and
+        // nothing else (zeros ahead go into unwritten blocks): a device flush after this makes it durable.
+        let active = inner.active();
+        let known_written = match broken_rule() {
+            BrokenRule::CoverUnwrittenBlocks => active.allocated,
+            _ => active.durable_written,
+        };
+        if zeros.is_some() || align_up(end) > known_written {
+            inner.writes_needing_file_sync += 1;
+        }
+        // The file is at least as long as its written blocks (`allocated` is its size, but for a
+        // filesystem without fallocate).
+        let active = inner.active_mut();
+        if active.allocated != u64::MAX {
+            active.allocated = active.allocated.max(align_up(end));
+        }
         inner.tail.written = end;
         inner.stats.writes += count;
         inner.stats.bytes_written += len;

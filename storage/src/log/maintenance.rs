@@ -38,6 +38,7 @@ pub(super) async fn create_segment<F: Fs>(
         size: 0,
         allocated: 0,
         zeroed: 0,
+        durable_written: 0,
         next_offset: base,
         index: SegmentIndex::new(base),
         persisted_index: None,

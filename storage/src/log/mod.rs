@@ -209,6 +209,9 @@ pub struct LogStats {
     /// Of `bytes_written`, those written from the in-memory tail's own blocks (not copied first).
     pub bytes_written_from_tail: u64,
     pub fsyncs: u64,
+    /// Syncs made by a device flush shared with the owner's other logs rather than an fdatasync of
+    /// this log's file (see [`crate::fs::device_flush`]).
+    pub device_flushes: u64,
 }
 
 #[derive(Debug)]
@@ -227,6 +230,11 @@ struct Inner<F: Fs> {
     /// fdatasync made durable: the batches the next fdatasync makes durable are those in between.
     appends_written: u64,
     appends_at_sync: u64,
+    /// Write-outs that a device flush alone cannot make durable (into blocks not known to be written,
+    /// with zeros, or through the page cache), counted; and how many of them a completed fdatasync of the
+    /// file covers. A sync may use the device flush only while the two are equal.
+    writes_needing_file_sync: u64,
+    writes_file_synced: u64,
     high_watermark: Offset,
     epochs: LeaderEpochCache,
     /// Idempotent producers' state as of the log end (see [`crate::producer_state`]).

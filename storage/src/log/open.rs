@@ -411,6 +411,8 @@ impl<F: Fs> PartitionLog<F> {
             stats: LogStats::default(),
             appends_written: 0,
             appends_at_sync: 0,
+            writes_needing_file_sync: 0,
+            writes_file_synced: 0,
         };
         let log = PartitionLog {
             fs,
@@ -623,6 +625,7 @@ async fn load_segment<F: Fs>(
         size,
         allocated: file_size,
         zeroed: 0,
+        durable_written: 0,
         next_offset,
         index,
         persisted_index,

@@ -51,11 +51,17 @@ pub struct Segment<F: Fs> {
     /// and the active segment's preallocation).
     pub size: u64,
     /// Bytes of the file allocated, as far as this process made or found them (the active segment is
-    /// preallocated ahead of its writes; see `LogConfig::preallocate_bytes`).
+    /// preallocated ahead of its writes; see `LogConfig::preallocate_bytes`): the file's size, but
+    /// `u64::MAX` on a filesystem without fallocate.
     pub allocated: u64,
     /// The active segment's blocks below this were written with zeros ahead of its data by this process
     /// (see `log::durability`), so writes into them change no extent; 0 when none were.
     pub zeroed: u64,
+    /// The active segment's blocks below this hold written data (or zeros), and their written state,
+    /// the file's size covering them and the file's directory entry were made durable by a completed
+    /// fdatasync of this file: a direct write into them needs only a device flush to be durable (see
+    /// [`crate::fs::device_flush`]). 0 until this process's first fdatasync of the file.
+    pub durable_written: u64,
     /// The offset after the segment's last batch.
     pub next_offset: Offset,
     pub index: SegmentIndex,
@@ -76,6 +82,9 @@ impl<F: Fs> Segment<F> {
     pub fn cut_reservation(&mut self, len: u64) {
         self.allocated = len;
         self.zeroed = self.zeroed.min(len);
+        // The cut (a size change) is durable only at the file's next fdatasync: until then nothing
+        // is covered by a device flush alone.
+        self.durable_written = 0;
     }
 
     pub fn log_path(&self) -> PathBuf {

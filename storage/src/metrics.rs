@@ -34,9 +34,16 @@ thread_local! {
 /// Registers this thread's handles under `labels`; a second call on the same thread changes nothing.
 pub fn register_thread(labels: Vec<Label>) {
     metrics::describe_histogram!(APPEND_SECONDS, metrics::Unit::Seconds, "appending one batch to a partition log");
-    metrics::describe_histogram!(FDATASYNC_SECONDS, metrics::Unit::Seconds, "one fdatasync of a partition log");
-    metrics::describe_counter!(FDATASYNCS, "fdatasyncs of partition logs");
-    metrics::describe_histogram!(BATCHES_PER_FDATASYNC, "batches one fdatasync made durable (group commit)");
+    metrics::describe_histogram!(
+        FDATASYNC_SECONDS,
+        metrics::Unit::Seconds,
+        "one fdatasync of a partition log, or one device flush shared by the shard's logs"
+    );
+    metrics::describe_counter!(FDATASYNCS, "fdatasyncs of partition logs and device flushes shared by them");
+    metrics::describe_histogram!(
+        BATCHES_PER_FDATASYNC,
+        "batches one fdatasync or device flush made durable, all partitions' together (group commit)"
+    );
     metrics::describe_counter!(
         WRITTEN_BYTES,
         metrics::Unit::Bytes,

@@ -15,7 +15,13 @@
 #                  per partition, within its 4 MiB tail cache) produced into a fresh data dir, then read
 #                  over and over (`consume --repeat`)
 #   produce-small  `produce --mode async --batch-bytes 16384 --in-flight 5 --acks all` for 10 s, a fresh
-#                  data dir per round
+#                  data dir per round, to PARTITIONS partitions (env, default 12); also reports the acks'
+#                  p99 (ms), the batches each fdatasync or device flush made durable (the broker's
+#                  `shardlog_log_batches_per_fdatasync`), its fdatasyncs and flushes a second
+#                  (`shardlog_log_fdatasyncs_total`), and the flush requests the disk completed a second
+#                  (/proc/diskstats; DISK, default vda), and the bytes its write-outs copied (out of
+#                  the in-memory tail into write buffers, `shardlog_log_written_bytes_total{from="copy"}`)
+#                  per byte produced
 #   rdkafka-produce librdkafka's rdkafka_performance (scripts/build-rdkafka-performance.sh): 3,000,000
 #                  messages, linger.ms=5, acks=all (fdatasync before the answer), a fresh data dir per round
 set -euo pipefail
@@ -27,6 +33,9 @@ rounds=${4:-5}
 bench="$after/shardlog-bench"
 work=$(mktemp -d "$PWD/target/bench-builds.XXXXXX")
 port=29492
+metrics_port=29493
+partitions=${PARTITIONS:-12}
+disk=${DISK:-vda}
 broker=
 stop_broker() {
     if [ -n "$broker" ]; then
@@ -44,7 +53,7 @@ export SHARDLOG_BOOTSTRAP="127.0.0.1:$port"
 
 # Starts build $1 on data dir $2 and waits until it answers.
 start_broker() {
-    "$1/shardlog" start --listen "127.0.0.1:$port" --metrics-listen 127.0.0.1:0 --data-dir "$2" \
+    "$1/shardlog" start --listen "127.0.0.1:$port" --metrics-listen "127.0.0.1:$metrics_port" --data-dir "$2" \
         >> "$work/broker.log" 2>&1 &
     broker=$!
     for _ in $(seq 300); do "$1/shardlog" topic list > /dev/null 2>&1 && return; sleep 0.1; done
@@ -96,12 +105,32 @@ consume_tail_round() {
     rm -rf "$work/data"
 }
 
+# The sum over shards of a metric the broker serves now (of its series whose labels include $2, if given).
+metric() {
+    curl -s "127.0.0.1:$metrics_port/metrics" |
+        awk -v m="$1" -v l="${2:-}" '($1 == m || index($1, m "{") == 1) && index($1, l) { s += $2 } END { printf "%.0f\n", s }'
+}
+disk_flushes() { awk -v d="$disk" '$3 == d { print $19 }' /proc/diskstats; }
+
 produce_small_setup() { :; }
 produce_small_round() {
     rm -rf "$work/data"
     start_broker "$1" "$work/data"
-    "$1/shardlog" topic create bench --partitions 12 --replication-factor 1 > /dev/null
-    measure "$bench" produce --topic bench --mode async --acks all --batch-bytes 16384 --in-flight 5 --duration 10s
+    "$1/shardlog" topic create bench --partitions "$partitions" --replication-factor 1 > /dev/null
+    local syncs batches dflush figures p99 copied mb
+    copied=$(metric shardlog_log_written_bytes_total 'from="copy"')
+    syncs=$(metric shardlog_log_fdatasyncs_total)
+    batches=$(metric shardlog_log_batches_per_fdatasync_sum)
+    dflush=$(disk_flushes)
+    figures=$(measure "$bench" produce --topic bench --mode async --acks all --batch-bytes 16384 --in-flight 5 --duration 10s)
+    p99=$(awk '/to acknowledgement/ { for (i = 1; i <= NF; i++) if ($i == "p99") print $(i + 1) }' "$work/load")
+    syncs=$(( $(metric shardlog_log_fdatasyncs_total) - syncs ))
+    batches=$(( $(metric shardlog_log_batches_per_fdatasync_sum) - batches ))
+    dflush=$(( $(disk_flushes) - dflush ))
+    copied=$(( $(metric shardlog_log_written_bytes_total 'from="copy"') - copied ))
+    mb=${figures%% *}
+    echo "$figures $p99 $(awk -v b="$batches" -v s="$syncs" -v d="$dflush" -v c="$copied" -v mb="$mb" \
+        'BEGIN { printf "%.2f %.0f %.0f %.2f", b / (s ? s : 1), s / 10, d / 10, c / (mb * 1e6 * 10) }')"
     stop_broker
     rm -rf "$work/data"
 }
@@ -126,24 +155,23 @@ case "$scenario" in
     *) echo "unknown scenario $scenario" >&2; exit 2 ;;
 esac
 $setup
+# A round prints "MB/s ns-CPU-per-byte" and, for produce-small, "p99-ms batches-per-sync syncs/s
+# disk-flushes/s copies-per-byte" after them.
+names=("MB/s" "ns CPU/byte" "p99 ms" "batches/sync" "syncs/s" "disk flushes/s" "write-out copies/byte")
 first=()
 second=()
-first_cpu=()
-second_cpu=()
 for r in $(seq "$rounds"); do
     # (A command substitution, not a process one: the round, its broker's stop included, is over before
     # the next starts.)
-    out=$($round "$before")
-    read -r mb cpu <<< "$out"
-    first+=("$mb")
-    first_cpu+=("$cpu")
-    out=$($round "$after")
-    read -r mb cpu <<< "$out"
-    second+=("$mb")
-    second_cpu+=("$cpu")
-    echo "round $r: $(basename "$before") ${first[-1]} MB/s (${first_cpu[-1]} ns CPU/byte)," \
-        "$(basename "$after") ${second[-1]} MB/s (${second_cpu[-1]} ns CPU/byte)"
+    first+=("$($round "$before")")
+    second+=("$($round "$after")")
+    echo "round $r: $(basename "$before") ${first[-1]} | $(basename "$after") ${second[-1]}"
 done
 median() { printf '%s\n' "$@" | sort -n | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}'; }
-echo "$scenario median: $(basename "$before") $(median "${first[@]}") MB/s ($(median "${first_cpu[@]}") ns CPU/byte)," \
-    "$(basename "$after") $(median "${second[@]}") MB/s ($(median "${second_cpu[@]}") ns CPU/byte)"
+# Column $1 (from 1) of every round of a build's rounds (the rest of the arguments).
+column() { local c=$1; shift; printf '%s\n' "$@" | awk -v c="$c" '{ print $c }'; }
+echo "$scenario medians of $rounds rounds (PARTITIONS=$partitions):"
+for c in $(seq "$(echo "${first[0]}" | wc -w)"); do
+    # shellcheck disable=SC2046
+    echo "  ${names[c - 1]}: $(basename "$before") $(median $(column "$c" "${first[@]}")), $(basename "$after") $(median $(column "$c" "${second[@]}"))"
+done

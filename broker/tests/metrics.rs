@@ -93,6 +93,44 @@ fn produce(port: u16) {
     producer.flush(Duration::from_secs(60)).expect("every record acknowledged");
 }
 
+/// acks=all produce in small batches to several partitions of one shard: once a partition's segment holds
+/// a megabyte, zeros are written ahead of its data, and after its file's fdatasync made them durable its
+/// syncs are the shard's device flushes, shared with the other partitions. Every batch is still made
+/// durable and counted once. (The data dir is on ext4, where a flush can do that.)
+#[test]
+fn small_batches_to_several_partitions_share_the_shards_device_flushes() {
+    const SHARED: &str = "flushed";
+    let metrics_port = free_port();
+    let listen = format!("metrics.listen=\"127.0.0.1:{metrics_port}\"");
+    let broker = Broker::start_with(1, &["--set", &listen]);
+    let bootstrap = format!("127.0.0.1:{}", broker.port);
+    KafkaClient::connect(&bootstrap).unwrap().create_topic(SHARED, 6, 1, &[]).unwrap();
+    let before = scrape(metrics_port);
+    let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .set("acks", "all")
+        .set("batch.size", "16384")
+        .set("linger.ms", "1")
+        .create()
+        .expect("producer");
+    // 2 MiB to each of the 6 partitions, in batches of up to 16 KiB.
+    let value = vec![b'v'; 1000];
+    for i in 0..12_000 {
+        let key = format!("k{i}");
+        producer.send(BaseRecord::to(SHARED).key(&key).payload(&value).partition(i % 6)).unwrap();
+    }
+    producer.flush(Duration::from_secs(120)).expect("every record acknowledged");
+    let after = scrape(metrics_port);
+    let delta = |name: &str, with: &[&str]| sum(&after, name, with) - sum(&before, name, with);
+    let device = delta("shardlog_log_fdatasyncs_total", &["sync=\"device\""]);
+    let file = delta("shardlog_log_fdatasyncs_total", &["sync=\"file\""]);
+    assert!(device > 0.0, "no device flush made a batch durable ({file} fdatasyncs)");
+    let batches_synced = delta("shardlog_log_batches_per_fdatasync_sum", &[]);
+    let appends = delta("shardlog_log_append_seconds_count", &[]);
+    assert_eq!(batches_synced, appends, "every batch made durable once, by one or the other");
+    assert!(broker.data_dir().join("device-flush.shard-0").exists(), "the shard's flush anchor is in the data dir");
+}
+
 fn consume(port: u16) -> usize {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", format!("127.0.0.1:{port}"))

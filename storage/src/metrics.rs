@@ -20,7 +20,9 @@ pub const WRITTEN_BYTES: &str = "shardlog_log_written_bytes_total";
 struct Handles {
     append_seconds: Histogram,
     fdatasync_seconds: Histogram,
-    fdatasyncs: Counter,
+    /// Per kind: an fdatasync of one log's file, or a device flush shared by the thread's logs.
+    fdatasyncs_file: Counter,
+    fdatasyncs_device: Counter,
     batches_per_fdatasync: Histogram,
     /// Direct writes of appended data: from the in-memory tail's own blocks, and copied into write buffers.
     written_from_tail: Counter,
@@ -53,7 +55,8 @@ pub fn register_thread(labels: Vec<Label>) {
         handles.get_or_init(|| Handles {
             append_seconds: metrics::histogram!(APPEND_SECONDS, labels.clone()),
             fdatasync_seconds: metrics::histogram!(FDATASYNC_SECONDS, labels.clone()),
-            fdatasyncs: metrics::counter!(FDATASYNCS, labels.clone()),
+            fdatasyncs_file: metrics::counter!(FDATASYNCS, with_label(&labels, "sync", "file")),
+            fdatasyncs_device: metrics::counter!(FDATASYNCS, with_label(&labels, "sync", "device")),
             batches_per_fdatasync: metrics::histogram!(BATCHES_PER_FDATASYNC, labels.clone()),
             written_from_tail: metrics::counter!(WRITTEN_BYTES, with_label(&labels, "from", "tail")),
             written_copied: metrics::counter!(WRITTEN_BYTES, with_label(&labels, "from", "copy")),
@@ -79,10 +82,20 @@ pub(crate) fn appended(took: Duration) {
     with(|h| h.append_seconds.record(took.as_secs_f64()));
 }
 
-pub(crate) fn synced(took: Duration, batches: u64) {
+/// What made appends durable: an fdatasync of one log's file, or a device flush shared by many.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Sync {
+    File,
+    Device,
+}
+
+pub(crate) fn synced(sync: Sync, took: Duration, batches: u64) {
     with(|h| {
         h.fdatasync_seconds.record(took.as_secs_f64());
-        h.fdatasyncs.increment(1);
+        match sync {
+            Sync::File => h.fdatasyncs_file.increment(1),
+            Sync::Device => h.fdatasyncs_device.increment(1),
+        }
         h.batches_per_fdatasync.record(batches as f64);
     });
 }

@@ -162,7 +162,7 @@ impl<F: Fs> DeviceFlush<F> {
             if let Err(e) = self.anchor.fdatasync().await {
                 fatal::disk_failure("fdatasync (device flush)", &self.path, &e);
             }
-            crate::metrics::synced(started.elapsed(), batches);
+            crate::metrics::synced(crate::metrics::Sync::Device, started.elapsed(), batches);
             turn.completed = true;
         }
     }

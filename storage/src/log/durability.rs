@@ -173,7 +173,7 @@ impl<F: Fs> PartitionLog<F> {
             if let Err(e) = open.fdatasync().await {
                 fatal::disk_failure("fdatasync", &path, &e);
             }
-            crate::metrics::synced(started.elapsed(), batches);
+            crate::metrics::synced(crate::metrics::Sync::File, started.elapsed(), batches);
             let mut inner = self.inner.borrow_mut();
             inner.stats.fsyncs += 1;
             let (writes, written) = file_sync;

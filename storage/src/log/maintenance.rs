@@ -182,7 +182,7 @@ impl<F: Fs> PartitionLog<F> {
         if let Err(e) = file.fdatasync().await {
             fatal::disk_failure("fdatasync", &path, &e);
         }
-        crate::metrics::synced(started.elapsed(), batches);
+        crate::metrics::synced(crate::metrics::Sync::File, started.elapsed(), batches);
         write_index_files(&self.fs, &index, &index_path, &time_index_path).await?;
         let active_idx = self.segment_count() - 1;
         self.persist_txn_index_locked(active_idx).await?;

@@ -18,7 +18,7 @@
 #                  data dir per round, to PARTITIONS partitions (env, default 12); also reports the acks'
 #                  p99 (ms), the batches each fdatasync or device flush made durable (the broker's
 #                  `shardlog_log_batches_per_fdatasync`), its fdatasyncs and flushes a second
-#                  (`shardlog_log_fdatasyncs_total`), and the flush requests the disk completed a second
+#                  (`shardlog_log_fdatasyncs_total`, and those with sync="file"), and the flush requests the disk completed a second
 #                  (/proc/diskstats; DISK, default vda), and the bytes its write-outs copied (out of
 #                  the in-memory tail into write buffers, `shardlog_log_written_bytes_total{from="copy"}`)
 #                  per byte produced
@@ -117,8 +117,9 @@ produce_small_round() {
     rm -rf "$work/data"
     start_broker "$1" "$work/data"
     "$1/shardlog" topic create bench --partitions "$partitions" --replication-factor 1 > /dev/null
-    local syncs batches dflush figures p99 copied mb
+    local syncs batches dflush figures p99 copied mb fsyncs
     copied=$(metric shardlog_log_written_bytes_total 'from="copy"')
+    fsyncs=$(metric shardlog_log_fdatasyncs_total 'sync="file"')
     syncs=$(metric shardlog_log_fdatasyncs_total)
     batches=$(metric shardlog_log_batches_per_fdatasync_sum)
     dflush=$(disk_flushes)
@@ -128,9 +129,10 @@ produce_small_round() {
     batches=$(( $(metric shardlog_log_batches_per_fdatasync_sum) - batches ))
     dflush=$(( $(disk_flushes) - dflush ))
     copied=$(( $(metric shardlog_log_written_bytes_total 'from="copy"') - copied ))
+    fsyncs=$(( $(metric shardlog_log_fdatasyncs_total 'sync="file"') - fsyncs ))
     mb=${figures%% *}
-    echo "$figures $p99 $(awk -v b="$batches" -v s="$syncs" -v d="$dflush" -v c="$copied" -v mb="$mb" \
-        'BEGIN { printf "%.2f %.0f %.0f %.2f", b / (s ? s : 1), s / 10, d / 10, c / (mb * 1e6 * 10) }')"
+    echo "$figures $p99 $(awk -v b="$batches" -v s="$syncs" -v d="$dflush" -v c="$copied" -v mb="$mb" -v f="$fsyncs" \
+        'BEGIN { printf "%.2f %.0f %.0f %.0f %.2f", b / (s ? s : 1), s / 10, f / 10, d / 10, c / (mb * 1e6 * 10) }')"
     stop_broker
     rm -rf "$work/data"
 }
@@ -156,8 +158,10 @@ case "$scenario" in
 esac
 $setup
 # A round prints "MB/s ns-CPU-per-byte" and, for produce-small, "p99-ms batches-per-sync syncs/s
-# disk-flushes/s copies-per-byte" after them.
-names=("MB/s" "ns CPU/byte" "p99 ms" "batches/sync" "syncs/s" "disk flushes/s" "write-out copies/byte")
+# file-fdatasyncs/s disk-flushes/s copies-per-byte" after them. (A build before the sync label counts no
+# file fdatasyncs.)
+names=("MB/s" "ns CPU/byte" "p99 ms" "batches/sync" "syncs/s" "of them file fdatasyncs/s" "disk flushes/s"
+    "write-out copies/byte")
 first=()
 second=()
 for r in $(seq "$rounds"); do

@@ -127,8 +127,9 @@ impl<F: Fs> DeviceFlush<F> {
         Ok(Some(Rc::new(DeviceFlush { anchor, path, state: RefCell::default(), done: event_listener::Event::new() })))
     }
 
-    /// Returns once a device flush submitted after this call has completed: every direct write completed
-    /// before the call is then on the media (see the module documentation for which of them that makes
+    /// Returns once a device flush submitted after this call has completed (a flush is numbered when it
+    /// is submitted, so a caller who asks while the next is about to be submitted is covered by it):
+    /// every direct write completed before the call is then on the media (see the module documentation for which of them that makes
     /// durable). `batches` is how many batches the caller's writes hold, for
     /// `shardlog_log_batches_per_fdatasync`. A failed flush stops the process.
     pub async fn flush(&self, batches: u64) -> Result<()> {
@@ -138,26 +139,29 @@ impl<F: Fs> DeviceFlush<F> {
             state.submitted + 1
         };
         loop {
-            let number = {
+            let lead = {
                 let mut state = self.state.borrow_mut();
                 if state.completed >= wanted {
                     return Ok(());
                 }
-                if state.running {
-                    None
-                } else {
-                    state.running = true;
-                    state.submitted += 1;
-                    Some((state.submitted, std::mem::take(&mut state.batches_next)))
-                }
+                !std::mem::replace(&mut state.running, true)
             };
-            let Some((number, batches)) = number else {
+            if !lead {
                 // On this future's own memory: nothing can notify between the check above and this.
                 event_listener::listener!(self.done => done);
                 done.await;
                 continue;
+            }
+            let mut turn = Turn { flush: self, number: 0, completed: false };
+            // Once round the shard's ready tasks before submitting (not a timer): the other logs whose
+            // write-outs completed with this one's are ready now, and ask in time to be covered by it.
+            futures_lite::future::yield_now().await;
+            let batches = {
+                let mut state = self.state.borrow_mut();
+                state.submitted += 1;
+                turn.number = state.submitted;
+                std::mem::take(&mut state.batches_next)
             };
-            let mut turn = Turn { flush: self, number, completed: false };
             let started = std::time::Instant::now();
             if let Err(e) = self.anchor.fdatasync().await {
                 fatal::disk_failure("fdatasync (device flush)", &self.path, &e);

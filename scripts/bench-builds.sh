@@ -117,9 +117,10 @@ produce_small_round() {
     rm -rf "$work/data"
     start_broker "$1" "$work/data"
     "$1/shardlog" topic create bench --partitions "$partitions" --replication-factor 1 > /dev/null
-    local syncs batches dflush figures p99 copied mb fsyncs
+    local syncs batches dflush figures p99 copied mb fsyncs dbatches
     copied=$(metric shardlog_log_written_bytes_total 'from="copy"')
     fsyncs=$(metric shardlog_log_fdatasyncs_total 'sync="file"')
+    dbatches=$(metric shardlog_log_batches_per_fdatasync_sum 'sync="device"')
     syncs=$(metric shardlog_log_fdatasyncs_total)
     batches=$(metric shardlog_log_batches_per_fdatasync_sum)
     dflush=$(disk_flushes)
@@ -130,9 +131,11 @@ produce_small_round() {
     dflush=$(( $(disk_flushes) - dflush ))
     copied=$(( $(metric shardlog_log_written_bytes_total 'from="copy"') - copied ))
     fsyncs=$(( $(metric shardlog_log_fdatasyncs_total 'sync="file"') - fsyncs ))
+    dbatches=$(( $(metric shardlog_log_batches_per_fdatasync_sum 'sync="device"') - dbatches ))
     mb=${figures%% *}
     echo "$figures $p99 $(awk -v b="$batches" -v s="$syncs" -v d="$dflush" -v c="$copied" -v mb="$mb" -v f="$fsyncs" \
-        'BEGIN { printf "%.2f %.0f %.0f %.0f %.2f", b / (s ? s : 1), s / 10, f / 10, d / 10, c / (mb * 1e6 * 10) }')"
+        -v db="$dbatches" 'BEGIN { printf "%.2f %.2f %.0f %.0f %.0f %.2f", b / (s ? s : 1), db / (s - f ? s - f : 1),
+            s / 10, f / 10, d / 10, c / (mb * 1e6 * 10) }')"
     stop_broker
     rm -rf "$work/data"
 }
@@ -157,11 +160,11 @@ case "$scenario" in
     *) echo "unknown scenario $scenario" >&2; exit 2 ;;
 esac
 $setup
-# A round prints "MB/s ns-CPU-per-byte" and, for produce-small, "p99-ms batches-per-sync syncs/s
-# file-fdatasyncs/s disk-flushes/s copies-per-byte" after them. (A build before the sync label counts no
+# A round prints "MB/s ns-CPU-per-byte" and, for produce-small, "p99-ms batches-per-sync
+# batches-per-device-flush syncs/s file-fdatasyncs/s disk-flushes/s copies-per-byte" after them. (A build before the sync label counts no
 # file fdatasyncs.)
-names=("MB/s" "ns CPU/byte" "p99 ms" "batches/sync" "syncs/s" "of them file fdatasyncs/s" "disk flushes/s"
-    "write-out copies/byte")
+names=("MB/s" "ns CPU/byte" "p99 ms" "batches/sync" "batches/device flush" "syncs/s" "of them file fdatasyncs/s"
+    "disk flushes/s" "write-out copies/byte")
 first=()
 second=()
 for r in $(seq "$rounds"); do

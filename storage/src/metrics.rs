@@ -19,11 +19,13 @@ pub const WRITTEN_BYTES: &str = "shardlog_log_written_bytes_total";
 
 struct Handles {
     append_seconds: Histogram,
-    fdatasync_seconds: Histogram,
+    fdatasync_seconds_file: Histogram,
+    fdatasync_seconds_device: Histogram,
     /// Per kind: an fdatasync of one log's file, or a device flush shared by the thread's logs.
     fdatasyncs_file: Counter,
     fdatasyncs_device: Counter,
-    batches_per_fdatasync: Histogram,
+    batches_per_fdatasync_file: Histogram,
+    batches_per_fdatasync_device: Histogram,
     /// Direct writes of appended data: from the in-memory tail's own blocks, and copied into write buffers.
     written_from_tail: Counter,
     written_copied: Counter,
@@ -54,10 +56,15 @@ pub fn register_thread(labels: Vec<Label>) {
     HANDLES.with(|handles| {
         handles.get_or_init(|| Handles {
             append_seconds: metrics::histogram!(APPEND_SECONDS, labels.clone()),
-            fdatasync_seconds: metrics::histogram!(FDATASYNC_SECONDS, labels.clone()),
+            fdatasync_seconds_file: metrics::histogram!(FDATASYNC_SECONDS, with_label(&labels, "sync", "file")),
+            fdatasync_seconds_device: metrics::histogram!(FDATASYNC_SECONDS, with_label(&labels, "sync", "device")),
             fdatasyncs_file: metrics::counter!(FDATASYNCS, with_label(&labels, "sync", "file")),
             fdatasyncs_device: metrics::counter!(FDATASYNCS, with_label(&labels, "sync", "device")),
-            batches_per_fdatasync: metrics::histogram!(BATCHES_PER_FDATASYNC, labels.clone()),
+            batches_per_fdatasync_file: metrics::histogram!(BATCHES_PER_FDATASYNC, with_label(&labels, "sync", "file")),
+            batches_per_fdatasync_device: metrics::histogram!(
+                BATCHES_PER_FDATASYNC,
+                with_label(&labels, "sync", "device")
+            ),
             written_from_tail: metrics::counter!(WRITTEN_BYTES, with_label(&labels, "from", "tail")),
             written_copied: metrics::counter!(WRITTEN_BYTES, with_label(&labels, "from", "copy")),
         });
@@ -91,12 +98,13 @@ pub(crate) enum Sync {
 
 pub(crate) fn synced(sync: Sync, took: Duration, batches: u64) {
     with(|h| {
-        h.fdatasync_seconds.record(took.as_secs_f64());
-        match sync {
-            Sync::File => h.fdatasyncs_file.increment(1),
-            Sync::Device => h.fdatasyncs_device.increment(1),
-        }
-        h.batches_per_fdatasync.record(batches as f64);
+        let (seconds, count, per) = match sync {
+            Sync::File => (&h.fdatasync_seconds_file, &h.fdatasyncs_file, &h.batches_per_fdatasync_file),
+            Sync::Device => (&h.fdatasync_seconds_device, &h.fdatasyncs_device, &h.batches_per_fdatasync_device),
+        };
+        seconds.record(took.as_secs_f64());
+        count.increment(1);
+        per.record(batches as f64);
     });
 }
 

@@ -64,6 +64,9 @@ pub(crate) fn broken_rule() -> BrokenRule {
     BROKEN_RULE.with(|r| r.get())
 }
 
+/// Rounds of the shard's ready tasks a flush waits for callers before it is submitted, at most.
+const MAX_GATHER_ROUNDS: u32 = 4;
+
 /// The name of the flush's anchor file in the data dir (with the owner's suffix).
 pub const ANCHOR_FILE: &str = "device-flush";
 
@@ -73,6 +76,8 @@ struct FlushState {
     submitted: u64,
     completed: u64,
     running: bool,
+    /// Callers so far (to tell whether any asked during a round of the ready tasks).
+    asked: u64,
     /// Batches the next flush makes durable (the callers since the last one was submitted).
     batches_next: u64,
 }
@@ -136,6 +141,7 @@ impl<F: Fs> DeviceFlush<F> {
         let wanted = {
             let mut state = self.state.borrow_mut();
             state.batches_next += batches;
+            state.asked += 1;
             state.submitted + 1
         };
         loop {
@@ -153,9 +159,16 @@ impl<F: Fs> DeviceFlush<F> {
                 continue;
             }
             let mut turn = Turn { flush: self, number: 0, completed: false };
-            // Once round the shard's ready tasks before submitting (not a timer): the other logs whose
-            // write-outs completed with this one's are ready now, and ask in time to be covered by it.
-            futures_lite::future::yield_now().await;
+            // Round the shard's ready tasks before submitting, again while a round brought callers (at
+            // most a few rounds; not a timer): the other logs whose write-outs completed with this one's
+            // are ready now, and ask in time to be covered by it.
+            for _ in 0..MAX_GATHER_ROUNDS {
+                let asked = self.state.borrow().asked;
+                futures_lite::future::yield_now().await;
+                if self.state.borrow().asked == asked {
+                    break;
+                }
+            }
             let batches = {
                 let mut state = self.state.borrow_mut();
                 state.submitted += 1;

@@ -13,10 +13,10 @@ use futures_lite::future::block_on;
 use shardlog_broker::quorum::state::{NodeId, PartitionEpoch, PartitionRecord};
 use shardlog_broker::replication::{FetchPosition, FetchReply};
 use shardlog_broker::shard::ShardReplicas;
-use shardlog_net::peer::{IN_PLACE_BYTES, PeerFrameReader};
 use shardlog_net::peer::replication::{
     FetchedPartition, NO_EPOCH, ReplicaFetchResult, decode_fetch_result, fetch_result_frame_pieces,
 };
+use shardlog_net::peer::{IN_PLACE_BYTES, PeerFrameReader};
 use shardlog_storage::batch::{build_batch, stamp};
 use shardlog_storage::fs::sim::SimFs;
 use shardlog_storage::{LeaderEpoch, LogConfig, LogDir, Offset, PartitionLog, SystemClock, TopicPartition};

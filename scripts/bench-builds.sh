@@ -24,9 +24,15 @@
 #                  per byte produced
 #   rdkafka-produce librdkafka's rdkafka_performance (scripts/build-rdkafka-performance.sh): 3,000,000
 #                  messages, linger.ms=5, acks=all (fdatasync before the answer), a fresh data dir per round
+#   replication    three brokers (`shardlog-bench cluster --brokers 3 --shards 2`), a fresh cluster per
+#                  round; a 12-partition RF=3 topic (`min.insync.replicas=2`) whose partitions all lead on
+#                  broker 1, so that brokers 2 and 3 only follow; `produce --mode async --acks all` for
+#                  15 s. Reports the three brokers' CPU per produced byte, then the leader's and each
+#                  follower's apart (a follower receives every produced byte: its figure is per
+#                  replicated byte)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scenario=${1:?scenario: consume | consume-tail | produce-small | rdkafka-produce}
+scenario=${1:?scenario: consume | consume-tail | produce-small | rdkafka-produce | replication}
 before=$(realpath "${2:?directory of the first build}")
 after=$(realpath "${3:?directory of the second build}")
 rounds=${4:-5}
@@ -151,20 +157,64 @@ rdkafka_produce_round() {
     stop_broker
     rm -rf "$work/data"
 }
+replication_setup() { :; }
+# Prints "MB/s ns-per-byte-all leader follower follower": each broker's task-clock over the bytes produced.
+replication_round() {
+    rm -rf "$work/cluster"
+    "$bench" cluster --brokers 3 --shards 2 --base-port $((port + 10)) --data-dir "$work/cluster" \
+        --shardlog "$1/shardlog" > "$work/cluster.out" 2>&1 &
+    local cluster=$! boot="127.0.0.1:$((port + 10))" id pid
+    for _ in $(seq 60); do grep -q running "$work/cluster.out" && break; sleep 1; done
+    "$1/shardlog" topic create rf3 --replica-assignment "$(printf '1:2:3,%.0s' $(seq 11))1:2:3" \
+        --config min.insync.replicas=2 --bootstrap "$boot" > /dev/null
+    sleep 2
+    local stats=()
+    for id in 1 2 3; do
+        for pid in $(pgrep -P "$cluster"); do
+            tr '\0' ' ' < "/proc/$pid/cmdline" | grep -q -- "--node-id $id " || continue
+            perf stat -e task-clock -x, -p "$pid" -o "$work/stat-$id" &
+            stats+=($!)
+        done
+    done
+    "$bench" produce --bootstrap "$boot" --topic rf3 --mode async --acks all --message-size 1024 \
+        --duration 15s > "$work/load" 2>&1
+    kill -INT "${stats[@]}"
+    wait "${stats[@]}" 2>/dev/null || true
+    kill -INT "$cluster"
+    wait "$cluster" 2>/dev/null || true
+    local line
+    line=$(grep -m1 -E ' msg/s, ' "$work/load") || { cat "$work/load" >&2; exit 1; }
+    for id in 1 2 3; do awk -F, '$3 == "task-clock" {print $1}' "$work/stat-$id"; done | paste -sd' ' |
+        awk -v line="$line" '{
+            n = split(line, f, " ")
+            for (i = 1; i <= n; i++) {
+                if (f[i] == "s:") secs = f[i - 1]
+                if (f[i] ~ /^MB\/s,?$/) mbps = f[i - 1]
+            }
+            bytes = mbps * 1e6 * secs
+            printf "%s %.2f %.2f %.2f %.2f\n", mbps, ($1 + $2 + $3) * 1e6 / bytes, $1 * 1e6 / bytes,
+                $2 * 1e6 / bytes, $3 * 1e6 / bytes }'
+    rm -rf "$work/cluster"
+}
 
 case "$scenario" in
     consume) setup=consume_setup; round=consume_round ;;
     consume-tail) setup=consume_tail_setup; round=consume_tail_round ;;
     produce-small) setup=produce_small_setup; round=produce_small_round ;;
     rdkafka-produce) setup=rdkafka_produce_setup; round=rdkafka_produce_round ;;
+    replication) setup=replication_setup; round=replication_round ;;
     *) echo "unknown scenario $scenario" >&2; exit 2 ;;
 esac
 $setup
 # A round prints "MB/s ns-CPU-per-byte" and, for produce-small, "p99-ms batches-per-sync
-# batches-per-device-flush syncs/s file-fdatasyncs/s disk-flushes/s copies-per-byte" after them. (A build before the sync label counts no
-# file fdatasyncs.)
+# batches-per-device-flush syncs/s file-fdatasyncs/s disk-flushes/s copies-per-byte" after them (a build
+# from before the sync label counts no file fdatasyncs), for replication the CPU per byte of the leader
+# and of each follower.
 names=("MB/s" "ns CPU/byte" "p99 ms" "batches/sync" "batches/device flush" "syncs/s" "of them file fdatasyncs/s"
     "disk flushes/s" "write-out copies/byte")
+if [ "$scenario" = replication ]; then
+    names=("MB/s" "ns CPU/byte, all three" "ns CPU/byte, leader" "ns CPU/byte, follower 2" "ns CPU/byte, follower 3")
+fi
 first=()
 second=()
 for r in $(seq "$rounds"); do
@@ -177,7 +227,7 @@ done
 median() { printf '%s\n' "$@" | sort -n | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}'; }
 # Column $1 (from 1) of every round of a build's rounds (the rest of the arguments).
 column() { local c=$1; shift; printf '%s\n' "$@" | awk -v c="$c" '{ print $c }'; }
-echo "$scenario medians of $rounds rounds (PARTITIONS=$partitions):"
+echo "$scenario medians of $rounds rounds$([ "$scenario" = produce-small ] && echo " (PARTITIONS=$partitions)"):"
 for c in $(seq "$(echo "${first[0]}" | wc -w)"); do
     # shellcheck disable=SC2046
     echo "  ${names[c - 1]}: $(basename "$before") $(median $(column "$c" "${first[@]}")), $(basename "$after") $(median $(column "$c" "${second[@]}"))"

@@ -6,6 +6,11 @@
 //! (bytecheck) before they are read; record-batch bytes travel as they are. The byte layout is in
 //! `docs/peer-protocol.md`.
 //!
+//! A reader made with [`PeerFrameReader::with_frame_buffers`] receives the body of a frame of
+//! [`IN_PLACE_BYTES`] or more straight into a pooled buffer of its own ([`crate::pool`]), read there in
+//! place ([`PeerFrameReader::frame_space`]) rather than copied out of a shared read buffer: a follower's
+//! replication answers, whose record bytes are large and go on to its log.
+//!
 //! | bytes | field | |
 //! |---|---|---|
 //! | 0..4 | magic | `SLP1` (0x534C5031), big-endian |
@@ -17,7 +22,10 @@
 
 use bytes::{Buf, Bytes, BytesMut};
 
+use crate::pool::PooledBuf;
+
 pub mod calls;
+mod crc;
 pub mod replication;
 
 /// `SLP1`: shardlog peer protocol, first layout.
@@ -26,6 +34,8 @@ pub const MAGIC: u32 = 0x534C_5031;
 pub const VERSION: u16 = 1;
 /// Header length.
 pub const HEADER_BYTES: usize = 16;
+/// A reader [`PeerFrameReader::with_frame_buffers`] receives bodies of this size or more in place.
+pub const IN_PLACE_BYTES: usize = 64 << 10;
 
 /// Why bytes from a peer cannot be used. Any of these closes the connection, with the reason logged.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -43,6 +53,8 @@ pub enum PeerFrameError {
     UnexpectedType(u16),
     #[error("malformed message body: {0}")]
     Malformed(String),
+    #[error("no memory for a frame body of {len} bytes: {error}")]
+    NoMemory { len: u32, error: String },
 }
 
 /// A checked frame: its type and body.
@@ -67,15 +79,62 @@ pub fn encode_frame(kind: u16, body: &[u8]) -> Vec<u8> {
 /// The header of a frame whose body is `parts`, one after the other.
 pub fn frame_header(kind: u16, parts: &[&[u8]]) -> [u8; HEADER_BYTES] {
     let len = parts.iter().map(|p| p.len()).sum::<usize>();
-    let len = u32::try_from(len).expect("a peer message under 4 GiB");
+    let head = frame_head(kind, len);
+    let crc = parts.iter().fold(crc32c::crc32c(&head), |crc, part| crc32c::crc32c_append(crc, part));
     let mut header = [0u8; HEADER_BYTES];
-    header[0..4].copy_from_slice(&MAGIC.to_be_bytes());
-    header[4..6].copy_from_slice(&VERSION.to_be_bytes());
-    header[6..8].copy_from_slice(&kind.to_be_bytes());
-    header[8..12].copy_from_slice(&len.to_be_bytes());
-    let crc = parts.iter().fold(crc32c::crc32c(&header[..12]), |crc, part| crc32c::crc32c_append(crc, part));
+    header[..12].copy_from_slice(&head);
     header[12..16].copy_from_slice(&crc.to_be_bytes());
     header
+}
+
+/// A header's first 12 bytes (the CRC's field follows them): magic, version, `kind`, body length.
+fn frame_head(kind: u16, body_len: usize) -> [u8; 12] {
+    let len = u32::try_from(body_len).expect("a peer message under 4 GiB");
+    let mut head = [0u8; 12];
+    head[0..4].copy_from_slice(&MAGIC.to_be_bytes());
+    head[4..6].copy_from_slice(&VERSION.to_be_bytes());
+    head[6..8].copy_from_slice(&kind.to_be_bytes());
+    head[8..12].copy_from_slice(&len.to_be_bytes());
+    head
+}
+
+/// A frame whose header passed its checks and whose body is all here, but whose CRC32C is not checked
+/// yet. Its body is reachable only through a check: [`UncheckedFrame::check`], over every byte, or, for a
+/// replication fetch result, [`replication::decode_fetch_result`], which takes each record batch's
+/// bytes at its own CRC's word (its storage checks that CRC before it appends them).
+#[derive(Debug)]
+pub struct UncheckedFrame {
+    pub kind: u16,
+    /// The header's first 12 bytes, which the CRC covers.
+    head: [u8; 12],
+    /// The CRC the header claims.
+    claimed: u32,
+    body: Bytes,
+}
+
+impl UncheckedFrame {
+    /// The frame, once the CRC over its header and every byte of its body checks.
+    pub fn check(self) -> Result<PeerFrame, PeerFrameError> {
+        self.check_crc(crc_of(&self.head, &self.body))?;
+        Ok(PeerFrame { kind: self.kind, body: self.body })
+    }
+
+    fn check_crc(&self, actual: u32) -> Result<(), PeerFrameError> {
+        match actual == self.claimed {
+            true => Ok(()),
+            false => Err(PeerFrameError::BadCrc { claimed: self.claimed, actual }),
+        }
+    }
+}
+
+/// A body being received in place: its frame's header and the buffer its bytes go to.
+#[derive(Debug)]
+struct InPlace {
+    head: [u8; 12],
+    kind: u16,
+    claimed: u32,
+    len: usize,
+    body: PooledBuf,
 }
 
 /// Splits a peer's byte stream into checked frames.
@@ -83,26 +142,61 @@ pub fn frame_header(kind: u16, parts: &[&[u8]]) -> [u8; HEADER_BYTES] {
 pub struct PeerFrameReader {
     buf: BytesMut,
     max_body_bytes: u32,
+    /// Whether bodies of [`IN_PLACE_BYTES`] or more go to buffers of their own.
+    frame_buffers: bool,
+    /// The large body under way.
+    in_place: Option<InPlace>,
 }
 
 impl PeerFrameReader {
     pub fn new(max_body_bytes: u32) -> Self {
-        PeerFrameReader { buf: BytesMut::new(), max_body_bytes }
+        PeerFrameReader { buf: BytesMut::new(), max_body_bytes, frame_buffers: false, in_place: None }
+    }
+
+    /// A reader that receives each body of [`IN_PLACE_BYTES`] or more into a pooled buffer of its own
+    /// (the frame's, freed to the pool when the last slice of its body is dropped), to be read there in
+    /// place through [`Self::frame_space`].
+    pub fn with_frame_buffers(max_body_bytes: u32) -> Self {
+        PeerFrameReader { frame_buffers: true, ..Self::new(max_body_bytes) }
     }
 
     /// Adds bytes read from the connection.
-    pub fn extend(&mut self, bytes: &[u8]) {
+    pub fn extend(&mut self, mut bytes: &[u8]) {
+        if let Some(frame) = &mut self.in_place {
+            let n = (frame.len - frame.body.buf().len()).min(bytes.len());
+            frame.body.buf_mut().extend_from_slice(&bytes[..n]);
+            bytes = &bytes[n..];
+        }
         self.buf.extend_from_slice(bytes);
+    }
+
+    /// Room for the rest of the body being received in place, exactly what it still lacks (so a read
+    /// never runs into the next frame); `None` when no such body is under way. Bytes read into it are
+    /// counted with [`Self::frame_filled`].
+    pub fn frame_space(&mut self) -> Option<&mut [u8]> {
+        let frame = self.in_place.as_mut()?;
+        let missing = frame.len - frame.body.buf().len();
+        (missing > 0).then(|| &mut frame.body.buf_mut().spare_mut()[..missing])
+    }
+
+    /// Counts `n` bytes read into [`Self::frame_space`].
+    pub fn frame_filled(&mut self, n: usize) {
+        let frame = self.in_place.as_mut().expect("a body under way in place");
+        assert!(frame.body.buf().len() + n <= frame.len, "more bytes than the body lacks");
+        frame.body.buf_mut().fill(n);
     }
 
     /// Bytes received but not yet returned as frames.
     pub fn buffered(&self) -> usize {
-        self.buf.len()
+        self.buf.len() + self.in_place.as_ref().map_or(0, |f| HEADER_BYTES + f.body.buf().len())
     }
 
     /// The body length of the frame whose header has arrived (and passed its checks, see
     /// [`PeerFrameReader::next_frame`]) but whose body has not, all of it.
     pub fn announced(&self) -> Option<usize> {
+        if let Some(frame) = &self.in_place {
+            return (frame.body.buf().len() < frame.len).then_some(frame.len);
+        }
         if self.buf.len() < HEADER_BYTES {
             return None;
         }
@@ -119,6 +213,18 @@ impl PeerFrameReader {
     /// The next complete frame, `Ok(None)` if more bytes are needed. The header is judged as soon as its
     /// 16 bytes are here; an error means the stream is unusable from there on.
     pub fn next_frame(&mut self) -> Result<Option<PeerFrame>, PeerFrameError> {
+        self.next_unchecked()?.map(UncheckedFrame::check).transpose()
+    }
+
+    /// [`Self::next_frame`] without the CRC check, which the caller makes (see [`UncheckedFrame`]).
+    pub fn next_unchecked(&mut self) -> Result<Option<UncheckedFrame>, PeerFrameError> {
+        if let Some(frame) = &self.in_place {
+            if frame.body.buf().len() < frame.len {
+                return Ok(None);
+            }
+            let InPlace { head, kind, claimed, body, .. } = self.in_place.take().expect("checked above");
+            return Ok(Some(UncheckedFrame { kind, head, claimed, body: Bytes::from_owner(body) }));
+        }
         if self.buf.len() < HEADER_BYTES {
             return Ok(None);
         }
@@ -136,17 +242,25 @@ impl PeerFrameReader {
         if len > self.max_body_bytes {
             return Err(PeerFrameError::TooLarge { len, max: self.max_body_bytes });
         }
+        let claimed = field(12);
+        let head: [u8; 12] = self.buf[..12].try_into().expect("12 bytes");
         let total = HEADER_BYTES + len as usize;
+        if self.frame_buffers && len as usize >= IN_PLACE_BYTES && self.buf.len() < total {
+            // The mapping takes memory only as the body's bytes arrive.
+            let body =
+                PooledBuf::take(len as usize).map_err(|e| PeerFrameError::NoMemory { len, error: e.to_string() })?;
+            self.buf.advance(HEADER_BYTES);
+            let arrived = self.buf.split_to(self.buf.len());
+            self.in_place = Some(InPlace { head, kind, claimed, len: len as usize, body });
+            self.extend(&arrived);
+            return self.next_unchecked();
+        }
         if self.buf.len() < total {
             return Ok(None);
         }
-        let claimed = field(12);
-        let actual = crc_of(&self.buf[..12], &self.buf[HEADER_BYTES..total]);
-        if claimed != actual {
-            return Err(PeerFrameError::BadCrc { claimed, actual });
-        }
         self.buf.advance(HEADER_BYTES);
-        Ok(Some(PeerFrame { kind, body: self.buf.split_to(len as usize).freeze() }))
+        let body = self.buf.split_to(len as usize).freeze();
+        Ok(Some(UncheckedFrame { kind, head, claimed, body }))
     }
 }
 

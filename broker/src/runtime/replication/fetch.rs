@@ -19,7 +19,7 @@ use shardlog_storage::fs::dma::DmaFs;
 use shardlog_storage::{FlushPolicy, LeaderEpoch, LogDir, Offset, TopicPartition};
 
 use super::serve::{MAX_HOLD, RESPONSE_MAX_BYTES};
-use super::{MAX_FRAME_BYTES, PEER_TIMEOUT, RECONNECT_PAUSE, handshake, next_frame, within};
+use super::{MAX_FRAME_BYTES, PEER_TIMEOUT, RECONNECT_PAUSE, handshake, next_frame, next_unchecked_frame, within};
 use crate::context::BrokerContext;
 use crate::quorum::state::NodeId;
 use crate::replication::{FetchReply, ReplicaError};
@@ -153,7 +153,9 @@ async fn fetch_over<S: AsyncRead + AsyncWrite + Unpin>(
     };
     stream.write_all(&encode_frame(kind::HELLO, &encode_message(&hello))).await.map_err(|e| e.to_string())?;
     stream.flush().await.map_err(|e| e.to_string())?;
-    let mut frames = PeerFrameReader::new(MAX_FRAME_BYTES);
+    // The leader's answers are received into buffers of their own, so their record bytes are not copied
+    // out of a shared read buffer on their way to the log.
+    let mut frames = PeerFrameReader::with_frame_buffers(MAX_FRAME_BYTES);
     let mut buf = vec![0u8; 256 * 1024];
     let answer = match within(PEER_TIMEOUT, next_frame(&mut stream, &mut frames, &mut buf)).await {
         Some(Ok(Some(frame))) if frame.kind == kind::HELLO_ANSWER => {
@@ -208,14 +210,17 @@ async fn fetch_over<S: AsyncRead + AsyncWrite + Unpin>(
         };
         stream.write_all(&encode_frame(kind::FETCH, &encode_message(&fetch))).await.map_err(|e| e.to_string())?;
         stream.flush().await.map_err(|e| e.to_string())?;
-        let frame = match within(MAX_HOLD + PEER_TIMEOUT, next_frame(&mut stream, &mut frames, &mut buf)).await {
+        let answer = next_unchecked_frame(&mut stream, &mut frames, &mut buf);
+        let frame = match within(MAX_HOLD + PEER_TIMEOUT, answer).await {
             Some(Ok(Some(frame))) if frame.kind == kind::FETCH_RESULT => frame,
             Some(Ok(Some(frame))) => return Err(format!("unexpected frame type {}", frame.kind)),
             Some(Ok(None)) => return Err("closed by the leader".into()),
             Some(Err(e)) => return Err(e.to_string()),
             None => return Err("no answer in time".into()),
         };
-        let (result, records) = decode_fetch_result(&frame.body).map_err(|e| e.to_string())?;
+        // The frame's CRC takes each record batch at its own CRC's word: `apply_answer` uses a partition's
+        // bytes only through `append_replicated`, which checks every batch's CRC32C before it appends any.
+        let (result, records) = decode_fetch_result(&frame).map_err(|e| e.to_string())?;
         if result.correlation != correlation || result.partitions.len() != asked.len() {
             return Err("an answer to another fetch".into());
         }

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use futures_lite::future;
 use futures_lite::{AsyncRead, AsyncReadExt};
-use shardlog_net::peer::{MAGIC, PeerFrame, PeerFrameReader};
+use shardlog_net::peer::{MAGIC, PeerFrame, PeerFrameReader, UncheckedFrame};
 use shardlog_storage::LogDir;
 use shardlog_storage::fs::dma::DmaFs;
 
@@ -82,11 +82,32 @@ pub(super) async fn next_frame<S: AsyncRead + Unpin>(
     frames: &mut PeerFrameReader,
     buf: &mut [u8],
 ) -> Result<Option<PeerFrame>, ReadError> {
+    match next_unchecked_frame(stream, frames, buf).await? {
+        Some(frame) => frame.check().map(Some).map_err(|e| ReadError::Bad(e.to_string())),
+        None => Ok(None),
+    }
+}
+
+/// Reads the next frame without checking its CRC (see [`UncheckedFrame`]), `Ok(None)` at end of stream.
+/// The rest of a body received in place ([`PeerFrameReader::with_frame_buffers`]) is read straight into
+/// its buffer, at most `buf.len()` bytes at a time, like everything else.
+pub(super) async fn next_unchecked_frame<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    frames: &mut PeerFrameReader,
+    buf: &mut [u8],
+) -> Result<Option<UncheckedFrame>, ReadError> {
     loop {
-        if let Some(frame) = frames.next_frame().map_err(|e| ReadError::Bad(e.to_string()))? {
+        if let Some(frame) = frames.next_unchecked().map_err(|e| ReadError::Bad(e.to_string()))? {
             return Ok(Some(frame));
         }
-        let n = stream.read(buf).await.map_err(ReadError::Lost)?;
+        let chunk = buf.len();
+        let (n, in_place) = match frames.frame_space() {
+            Some(space) => {
+                let len = space.len().min(chunk);
+                (stream.read(&mut space[..len]).await.map_err(ReadError::Lost)?, true)
+            }
+            None => (stream.read(buf).await.map_err(ReadError::Lost)?, false),
+        };
         if n == 0 && frames.buffered() > 0 {
             let got = frames.buffered();
             return Err(ReadError::Bad(format!("connection closed inside a frame ({got} bytes of it came)")));
@@ -94,7 +115,10 @@ pub(super) async fn next_frame<S: AsyncRead + Unpin>(
         if n == 0 {
             return Ok(None);
         }
-        frames.extend(&buf[..n]);
+        match in_place {
+            true => frames.frame_filled(n),
+            false => frames.extend(&buf[..n]),
+        }
     }
 }
 

@@ -610,3 +610,58 @@ fn large_synced_appends_are_written_from_the_tail_as_they_are() {
         assert_eq!(read.bytes[..], appended[..], "read back after a restart");
     });
 }
+
+#[test]
+fn records_served_from_the_read_buffer_keep_their_bytes_when_the_log_is_cut_rewritten_or_deleted_under_them() {
+    // Reads from the disk hand out the buffer the read landed in, without a copy: what a consumer (or a
+    // read-ahead) holds must stay what the log held when it was read, whatever is done to the files after,
+    // and may be read and dropped by another shard's thread.
+    let tmp = tempfile::tempdir_in(test_root()).unwrap();
+    let dir = tmp.path().to_path_buf();
+    run(async || {
+        fill(&dir, 200).await;
+        let (logs, log, _) = reopen(&dir).await;
+        let served = log.read(Offset(0), 16 << 10).await.expect("read").bytes;
+        let kept = served.to_vec();
+        assert!(split_batches(&kept).len() > 4, "several batches served");
+        assert_eq!(served.as_ptr() as usize % 4096, 0, "served from the read's own (aligned) buffer, not a copy");
+        let later = log.read(Offset(400), 16 << 10).await.expect("read").bytes;
+        let later_kept = later.to_vec();
+
+        // A follower truncating to its new leader's log: the segment is cut inside the range served and
+        // other records are written over its place.
+        log.truncate_to(Offset(8)).await.expect("truncate");
+        for i in 0..40 {
+            log.append(&make_batch(1_000 + i, 4, 240, 1_700_000_000_000), LeaderEpoch(4)).await.expect("append");
+        }
+        log.flush().await.expect("flush");
+        let now = log.read(Offset(0), 16 << 10).await.expect("read again").bytes;
+        assert_ne!(now.as_ref(), kept.as_slice(), "the log holds other records there now");
+        assert_eq!(served.as_ref(), kept.as_slice(), "what was served is what was read");
+        assert_eq!(later.as_ref(), later_kept.as_slice(), "a removed segment's bytes as read");
+
+        // DeleteRecords past the whole first segment, then the bytes read and dropped by another thread:
+        // the buffer comes back to this one to be freed.
+        log.delete_records(Offset(40 * 4)).await.expect("delete records");
+        drop(now);
+        let freed_before = shardlog_storage::fs::shared_read::buffers_freed_at_home();
+        let elsewhere = std::thread::spawn(move || {
+            let seen = served.to_vec();
+            drop(served);
+            seen
+        });
+        assert_eq!(elsewhere.join().unwrap(), kept, "read on another thread");
+        for _ in 0..100 {
+            if shardlog_storage::fs::shared_read::buffers_freed_at_home() > freed_before {
+                break;
+            }
+            glommio::timer::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert_eq!(
+            shardlog_storage::fs::shared_read::buffers_freed_at_home(),
+            freed_before + 1,
+            "the buffer dropped on another thread was freed back on the one that read it"
+        );
+        logs.close().await.expect("close");
+    });
+}

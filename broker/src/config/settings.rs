@@ -748,7 +748,7 @@ pub const SETTINGS: &[Setting] = &[
         kind: int(0, FOREVER),
         default: Default::Value("67108864"),
         unit: "bytes",
-        meaning: "memory a shard may hold in reads made ahead for consumers catching up: when a fetch of a partition comes back full, its next two ranges are read while the answers are on their way (0: no read-ahead)",
+        meaning: "memory a shard may hold in reads made ahead for consumers catching up: when a fetch of a partition comes back full, its next ranges (up to four, ranges behind the first within half of this) are read while the answers are on their way (0: no read-ahead)",
         example: "0",
     },
     Setting {

@@ -3,10 +3,12 @@
 //! is on its way to the consumer, and hands them to the consumer's next fetches if they ask for exactly
 //! those offsets. The disk's time then overlaps the network's and the client's instead of following them.
 //!
-//! Each partition read ahead has a stream: up to [`DEPTH`] ranges, one after the other, read one at a time
-//! (a range begins where the one before it ended, known only once that one is read). When a fetch takes
-//! the first range, the stream reads one more; so while one answer is on the wire and the next waits in
-//! memory, the disk is already reading the one after, and it never waits for the client.
+//! Each partition read ahead has a stream: up to [`DEPTH_MAX`] ranges, one after the other, read one at a
+//! time (a range begins where the one before it ended, known only once that one is read). When a fetch
+//! takes the first range, the stream reads on; so while one answer is on the wire and the next waits in
+//! memory, the disk is already reading the ones after, and it never waits for the client. How deep a
+//! stream reads is the budget's to say: the first range of every stream may use all of it, the ranges
+//! behind a first only half, so that deep streams never keep another partition from its next range.
 //!
 //! What is read ahead is only ever used if the log is as it was: same log, no bytes removed since the read
 //! began (the log's generation), and the consumer's bound (its high watermark) not below the one the read
@@ -26,8 +28,10 @@ use shardlog_storage::{LogRead, Offset, PartitionLog, TopicPartition};
 
 /// How long a stream waits for a fetch to ask for its next range.
 pub const KEEP: Duration = Duration::from_secs(2);
-/// Ranges a stream reads ahead of the consumer: one waiting in memory while the next is read.
-pub const DEPTH: usize = 2;
+/// Ranges a stream reads ahead of the consumer at most, when the budget has room for them: the next
+/// fetch's range waiting in memory and the ones after it read meanwhile, so that a consumer taking several
+/// answers quicker than one range is read (a burst after a slow answer) still finds them read.
+pub const DEPTH_MAX: usize = 4;
 /// Reads smaller than this are not worth reading ahead.
 const MIN_BYTES: usize = 64 << 10;
 
@@ -255,12 +259,12 @@ impl<F: Fs + 'static> ReadAhead<F> {
 
 impl<F: Fs + 'static> State<F> {
     /// Starts reading the next range of `tp`'s stream if it is known where it begins, the stream holds
-    /// fewer than [`DEPTH`] ranges, the log is as it was and the budget allows.
+    /// fewer than [`DEPTH_MAX`] ranges, the log is as it was and the budget allows.
     fn top_up(self: &Rc<Self>, tp: &TopicPartition) {
         let mut streams = self.streams.borrow_mut();
         let Some(stream) = streams.get_mut(tp) else { return };
         let Some(from) = stream.next_from else { return };
-        if stream.ranges.len() >= DEPTH || stream.log.generation() != stream.generation {
+        if stream.ranges.len() >= DEPTH_MAX || stream.log.generation() != stream.generation {
             return;
         }
         let max_bytes = stream.max_bytes;
@@ -353,7 +357,7 @@ mod tests {
 
     const READ: usize = MIN_BYTES;
 
-    /// Runs `test` on a glommio executor (read-ahead spawns its reads there) with a log of 40 batches of
+    /// Runs `test` on a glommio executor (read-ahead spawns its reads there) with a log of 80 batches of
     /// about 8 KiB, read from the (simulated) disk: no tail cache.
     fn with_log<T: Send + 'static>(
         test: impl FnOnce(LogDir<SimFs>, Rc<PartitionLog<SimFs>>) -> futures_lite::future::BoxedLocal<T> + Send + 'static,
@@ -365,7 +369,7 @@ mod tests {
                 let (dir, _) = LogDir::open(fs, Rc::new(FixedClock), Path::new("/data"), |_| config()).await.unwrap();
                 let log = dir.get_or_create(&tp(), config()).await.unwrap();
                 let value = vec![7u8; 8 << 10];
-                for _ in 0..40 {
+                for _ in 0..80 {
                     log.append(&build_batch(1_700_000_000_000, &[&value]), LeaderEpoch(0)).await.unwrap();
                 }
                 log.flush().await.unwrap();
@@ -388,6 +392,11 @@ mod tests {
         let first = log.read_until_at_most(Offset(0), READ, end).await.unwrap();
         ahead.after_fetch(&tp(), log, &first, READ, end);
         (ahead, end, first)
+    }
+
+    /// Ranges `tp`'s stream holds, read or being read.
+    fn ranges_of(ahead: &ReadAhead<SimFs>, tp: &TopicPartition) -> usize {
+        ahead.state.streams.borrow().get(tp).map_or(0, |stream| stream.ranges.len())
     }
 
     /// Lets the reads under way finish.
@@ -419,7 +428,7 @@ mod tests {
                 }
                 assert!(fetches >= 4, "the log is several ranges long ({fetches})");
                 assert_eq!(taken, fetches, "every fetch after the first was read ahead");
-                assert_eq!(most_held, DEPTH * READ, "the stream read {DEPTH} ranges ahead, no more");
+                assert_eq!(most_held, DEPTH_MAX * READ, "the stream read {DEPTH_MAX} ranges ahead, no more");
                 reads_run().await;
                 assert_eq!(ahead.held_bytes(), 0, "nothing read past the end");
             })
@@ -438,7 +447,7 @@ mod tests {
                 ahead.after_fetch(&tp(), &log, &first, READ, end);
                 assert!(ahead.take(&tp(), &log, next.plus(1), READ, end, false).await.is_none(), "another offset");
                 let held = ahead.held_bytes();
-                assert!(held > 0 && held <= DEPTH * READ);
+                assert!(held > 0 && held <= DEPTH_MAX * READ);
                 ahead.after_fetch(&tp(), &log, &first, READ, end);
                 assert_eq!(ahead.held_bytes(), held, "the same fetch again keeps the stream and reads nothing more");
                 assert!(
@@ -529,6 +538,35 @@ mod tests {
     }
 
     #[test]
+    fn many_streams_reading_deep_hold_no_more_than_the_budget_and_deep_ranges_no_more_than_half() {
+        with_log(|_dir, log| {
+            Box::pin(async move {
+                let budget = 6 * READ;
+                let (ahead, end, first) = first_fetch(&log, budget).await;
+                let partitions: Vec<_> = (0..8).map(|p| TopicPartition::new("t", p)).collect();
+                let mut most_held = 0;
+                for tp in &partitions {
+                    ahead.after_fetch(tp, &log, &first, READ, end);
+                    most_held = most_held.max(ahead.held_bytes());
+                    reads_run().await;
+                    most_held = most_held.max(ahead.held_bytes());
+                }
+                assert_eq!(most_held, budget, "the budget is used, and no more");
+                // The first stream read three deep (its first range, then two behind it within half the
+                // budget); the next three got their first range only; the others none yet.
+                let ranges: Vec<_> = partitions.iter().map(|tp| ranges_of(&ahead, tp)).collect();
+                assert_eq!(ranges, [3, 1, 1, 1, 0, 0, 0, 0]);
+                // The first stream's next range taken: it reads on only while the shard holds less than
+                // half the budget.
+                assert!(ahead.take(&partitions[0], &log, first.next_offset, READ, end, false).await.is_some());
+                reads_run().await;
+                assert!(ahead.held_bytes() <= budget);
+                assert_eq!(ranges_of(&ahead, &partitions[0]), 2, "no range behind the first past half the budget");
+            })
+        });
+    }
+
+    #[test]
     fn a_fetch_with_less_room_takes_what_fits_of_the_range_and_the_next_fetch_takes_the_rest() {
         with_log(|_dir, log| {
             Box::pin(async move {
@@ -554,7 +592,8 @@ mod tests {
                 let (ahead, end, first) = first_fetch(&log, 1 << 20).await;
                 let mut at = first.next_offset;
                 let mut sizes = Vec::new();
-                for _ in 0..3 {
+                // The ranges read before the room grew are taken first, then the ones read after.
+                for _ in 0..=DEPTH_MAX {
                     reads_run().await;
                     let read = ahead.take(&tp(), &log, at, 2 * READ, end, false).await.expect("read ahead");
                     let direct = log.read_until_at_most(at, 2 * READ, end).await.unwrap();
@@ -563,8 +602,8 @@ mod tests {
                     sizes.push(read.bytes.len());
                     at = read.next_offset;
                 }
-                assert!(sizes[0] <= READ && sizes[1] <= READ, "read before the room grew: {sizes:?}");
-                assert!(sizes[2] > READ, "read after: {sizes:?}");
+                assert!(sizes[..DEPTH_MAX].iter().all(|&size| size <= READ), "read before the room grew: {sizes:?}");
+                assert!(sizes[DEPTH_MAX] > READ, "read after: {sizes:?}");
             })
         });
     }

@@ -199,6 +199,14 @@ impl SegmentFile for DmaSegmentFile {
         Ok(out)
     }
 
+    async fn read_shared(&self, pos: u64, len: usize) -> io::Result<bytes::Bytes> {
+        match super::shared_read::read(&self.file, pos, len).await? {
+            Some(bytes) => Ok(bytes),
+            // The device returned less than asked short of the end: read the rest and join them.
+            None => self.read_at(pos, len).await.map(bytes::Bytes::from),
+        }
+    }
+
     async fn fdatasync(&self) -> io::Result<()> {
         self.writes.settled().await;
         self.file.fdatasync().await.map_err(io::Error::from)

@@ -20,6 +20,7 @@ pub mod device_flush;
 pub mod dma;
 mod mounts;
 pub mod open_files;
+pub mod shared_read;
 pub mod sim;
 
 /// Alignment of every write's position and length.
@@ -97,6 +98,13 @@ pub trait SegmentFile: std::fmt::Debug + 'static {
 
     /// Reads up to `len` bytes at `pos`; fewer only at the end of the file.
     async fn read_at(&self, pos: u64, len: usize) -> io::Result<Vec<u8>>;
+
+    /// [`SegmentFile::read_at`] as `Bytes` that may share the buffer the read landed in (no copy out of
+    /// it), for reads served to consumers. The bytes are the file's as read: later writes, truncations or
+    /// removals of the file do not change them.
+    async fn read_shared(&self, pos: u64, len: usize) -> io::Result<bytes::Bytes> {
+        self.read_at(pos, len).await.map(bytes::Bytes::from)
+    }
 
     /// Makes every completed write durable (data and the size needed to read it).
     async fn fdatasync(&self) -> io::Result<()>;

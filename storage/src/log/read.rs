@@ -316,7 +316,8 @@ impl<F: Fs> PartitionLog<F> {
             return Ok(Chunk { bytes: mem_part.into(), appended_from });
         }
         let file = self.open_file(&file).await?;
-        let mut bytes = file.read_at(pos, disk_len as usize).await.map_err(|e| read_failure("read", &path, e))?;
+        // Shared with the buffer the disk read into: a consumer's records go from there to the socket.
+        let bytes = file.read_shared(pos, disk_len as usize).await.map_err(|e| read_failure("read", &path, e))?;
         if (bytes.len() as u64) < disk_len {
             return Err(StorageError::io(
                 "read",
@@ -324,8 +325,14 @@ impl<F: Fs> PartitionLog<F> {
                 std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "segment shorter than its recorded size"),
             ));
         }
-        bytes.append(&mut mem_part);
-        Ok(Chunk { bytes: bytes.into(), appended_from })
+        if mem_part.is_empty() {
+            return Ok(Chunk { bytes, appended_from });
+        }
+        // A read reaching into the in-memory tail (the active segment's last bytes) joins the two.
+        let mut joined = Vec::with_capacity(bytes.len() + mem_part.len());
+        joined.extend_from_slice(&bytes);
+        joined.append(&mut mem_part);
+        Ok(Chunk { bytes: joined.into(), appended_from })
     }
 
     /// The first batch whose max timestamp is at least `timestamp`: its base offset and max timestamp

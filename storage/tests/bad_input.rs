@@ -109,6 +109,18 @@ fn invalid_configuration_is_refused_by_name() {
     assert!(err.to_string().contains("segment.bytes"), "{err}");
 }
 
+/// Runs the test `name` again as a child process with `child_env` set (the child then does what fails),
+/// and checks that the child aborted saying `says` on stderr.
+fn assert_child_aborts(name: &str, child_env: &str, says: &str) {
+    let exe = std::env::current_exe().unwrap();
+    let out =
+        std::process::Command::new(exe).args(["--exact", name, "--nocapture"]).env(child_env, "1").output().unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(out.status.signal(), Some(6), "the child must abort (SIGABRT), got {:?}", out.status);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(says), "stderr: {stderr}");
+}
+
 /// A failed fdatasync must stop the process: the kernel may have dropped the dirty pages, so neither a
 /// retry nor carrying on is safe. The test runs itself as a child process that hits the failure.
 #[test]
@@ -123,16 +135,7 @@ fn failed_fdatasync_aborts_the_process() {
         // Reaching this line means the failure was swallowed.
         std::process::exit(0);
     }
-    let exe = std::env::current_exe().unwrap();
-    let out = std::process::Command::new(exe)
-        .args(["--exact", "failed_fdatasync_aborts_the_process", "--nocapture"])
-        .env(CHILD, "1")
-        .output()
-        .unwrap();
-    use std::os::unix::process::ExitStatusExt;
-    assert_eq!(out.status.signal(), Some(6), "the child must abort (SIGABRT), got {:?}", out.status);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("fatal disk failure: fdatasync"), "stderr: {stderr}");
+    assert_child_aborts("failed_fdatasync_aborts_the_process", CHILD, "fatal disk failure: fdatasync");
 }
 
 /// The same for a device flush shared by a directory's logs: it fails every append it would have covered,
@@ -156,16 +159,11 @@ fn failed_device_flush_aborts_the_process() {
         let _ = block_on(log.flush());
         std::process::exit(0);
     }
-    let exe = std::env::current_exe().unwrap();
-    let out = std::process::Command::new(exe)
-        .args(["--exact", "failed_device_flush_aborts_the_process", "--nocapture"])
-        .env(CHILD, "1")
-        .output()
-        .unwrap();
-    use std::os::unix::process::ExitStatusExt;
-    assert_eq!(out.status.signal(), Some(6), "the child must abort (SIGABRT), got {:?}", out.status);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("fatal disk failure: fdatasync (device flush)"), "stderr: {stderr}");
+    assert_child_aborts(
+        "failed_device_flush_aborts_the_process",
+        CHILD,
+        "fatal disk failure: fdatasync (device flush)",
+    );
 }
 
 #[test]

@@ -17,6 +17,7 @@ use futures_lite::future::block_on;
 use proptest::prelude::*;
 use shardlog_storage::epoch_cache::LeaderEpochCache;
 use shardlog_storage::fs::Fs;
+use shardlog_storage::fs::device_flush::{BrokenRule, break_rule_for_tests};
 use shardlog_storage::fs::sim::{SimFs, SimRng};
 use shardlog_storage::{FlushPolicy, LeaderEpoch, LogConfig, LogDir, LogDirScope, Offset, TopicPartition};
 
@@ -396,15 +397,26 @@ fn the_cases_the_broken_rules_fail_pass_with_the_rule() {
     assert!(flushes > 100, "only {flushes} syncs were device flushes");
 }
 
+/// The failures of `failures_of(mode, 40)` with the logs following the broken `rule` (the sound rule
+/// again afterwards, also if it panics).
+fn failures_under(rule: BrokenRule, mode: Mode) -> Vec<String> {
+    struct Restore;
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            break_rule_for_tests(BrokenRule::None);
+        }
+    }
+    let _restore = Restore;
+    break_rule_for_tests(rule);
+    let (failures, _) = failures_of(mode, 40);
+    eprintln!("{} of 40 cases failed; the first: {:?}", failures.len(), failures.first());
+    failures
+}
+
 /// A device flush submitted before the write-out it is to cover loses acknowledged appends.
 #[test]
 fn a_device_flush_before_the_write_completes_is_caught() {
-    shardlog_storage::fs::device_flush::break_rule_for_tests(
-        shardlog_storage::fs::device_flush::BrokenRule::FlushBeforeWrite,
-    );
-    let (failures, _) = failures_of(Mode::AlwaysZeros, 40);
-    shardlog_storage::fs::device_flush::break_rule_for_tests(shardlog_storage::fs::device_flush::BrokenRule::None);
-    eprintln!("{} of 40 cases failed; the first: {:?}", failures.len(), failures.first());
+    let failures = failures_under(BrokenRule::FlushBeforeWrite, Mode::AlwaysZeros);
     assert!(!failures.is_empty(), "no case lost an acknowledged append");
     assert!(failures.iter().any(|f| f.contains("below durable offset") || f.contains("batch")), "{failures:?}");
 }
@@ -413,11 +425,6 @@ fn a_device_flush_before_the_write_completes_is_caught() {
 /// and the size not committed) loses acknowledged appends.
 #[test]
 fn a_device_flush_covering_a_write_into_unwritten_blocks_is_caught() {
-    shardlog_storage::fs::device_flush::break_rule_for_tests(
-        shardlog_storage::fs::device_flush::BrokenRule::CoverUnwrittenBlocks,
-    );
-    let (failures, _) = failures_of(Mode::Always, 40);
-    shardlog_storage::fs::device_flush::break_rule_for_tests(shardlog_storage::fs::device_flush::BrokenRule::None);
-    eprintln!("{} of 40 cases failed; the first: {:?}", failures.len(), failures.first());
+    let failures = failures_under(BrokenRule::CoverUnwrittenBlocks, Mode::Always);
     assert!(!failures.is_empty(), "no case lost an acknowledged append");
 }

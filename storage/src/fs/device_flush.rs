@@ -184,7 +184,8 @@ impl<F: Fs> DeviceFlush<F> {
         }
     }
 
-    /// Device flushes completed so far.
+    /// Device flushes completed so far: the number of the latest (flushes are numbered from 1 as they are
+    /// submitted; one whose caller went away before it ended counts too).
     pub fn flushes(&self) -> u64 {
         self.state.borrow().completed
     }

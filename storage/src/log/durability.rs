@@ -159,7 +159,6 @@ impl<F: Fs> PartitionLog<F> {
             let active = inner.active();
             let written = active.zeroed.max(align_up(inner.tail.written)).min(align_down(active.allocated));
             let file_sync = (inner.writes_needing_file_sync, written);
-            let active = inner.active();
             (active.file.clone(), active.log_path(), covered, inner.end_cuts, batches, by_device, file_sync)
         };
         if let Some(device) = by_device {
